@@ -1,0 +1,125 @@
+//! The blocked O(N·w) path of the core: tensor ops only, so it runs and differentiates on every
+//! Burn backend. The schedule comes from [`crate::plan`]; this file gathers each block's queries
+//! and keys, attends with the shared score code, and scatters the rows back in place.
+
+use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
+
+use crate::core::{Checked, expand_kv};
+use crate::plan::{BlockSet, GroupPlan, head_groups, plan_group};
+use crate::scores::{Alibi, attend};
+use crate::{AttentionError, ScoreOptions, WindowSpec};
+
+/// Blocked windowed attention. Shapes as in [`crate::windowed_attention`]:
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `o: [batch, H, N_q, d]`,
+/// `lse: [batch, H, N_q]`. Time and memory are O(N·w) for windows of w keys.
+pub fn blocked_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
+    let Checked { heads, q_len, kv_len, .. } = Checked::new(&q, &k, &v, spec, opts)?;
+    let (k, v) = (expand_kv(k, heads), expand_kv(v, heads));
+    let groups = head_groups(spec);
+    if groups.len() == 1 {
+        let plan = plan_group(spec, 0, q_len, kv_len, opts.alibi.is_some());
+        return Ok(attend_group(q, k, v, &plan, &groups[0], opts));
+    }
+    let (mut outs, mut lses, mut order) = (Vec::new(), Vec::new(), Vec::new());
+    for group in &groups {
+        let plan = plan_group(spec, group[0], q_len, kv_len, opts.alibi.is_some());
+        let index = int_tensor::<B>(group.iter().map(|&h| h as i64).collect(), &q.device());
+        let pick = |t: &Tensor<B, 4>| t.clone().select(1, index.clone());
+        let (o, lse) = attend_group(pick(&q), pick(&k), pick(&v), &plan, group, opts);
+        outs.push(o);
+        lses.push(lse);
+        order.extend(group.iter().copied());
+    }
+    let mut inverse = vec![0i64; heads];
+    for (position, &h) in order.iter().enumerate() {
+        inverse[h] = position as i64;
+    }
+    let inverse = int_tensor::<B>(inverse, &q.device());
+    let out = Tensor::cat(outs, 1).select(1, inverse.clone());
+    let lse = Tensor::cat(lses, 1).select(1, inverse);
+    Ok((out, lse))
+}
+
+/// Runs one group's block sets on its heads (`q, k, v: [batch, H_g, N, d]`, kv already
+/// expanded) and puts every query row back at its position.
+fn attend_group<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    plan: &GroupPlan,
+    heads: &[usize],
+    opts: &ScoreOptions,
+) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    let device = q.device();
+    let (mut outs, mut lses) = (Vec::new(), Vec::new());
+    for set in &plan.sets {
+        let (o, lse) = attend_set(q.clone(), k.clone(), v.clone(), set, heads, opts);
+        outs.push(o);
+        lses.push(lse);
+    }
+    let inverse = int_tensor::<B>(plan.inverse.clone(), &device);
+    let out = Tensor::cat(outs, 2).select(2, inverse.clone());
+    let lse = Tensor::cat(lses, 2).select(2, inverse);
+    (out, lse)
+}
+
+/// Attends the slots of one block set. Returns `o: [batch, H_g, slots, d]` and
+/// `lse: [batch, H_g, slots]`, slots in the set's row order.
+fn attend_set<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    set: &BlockSet,
+    heads: &[usize],
+    opts: &ScoreOptions,
+) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    let [batch, group, _, dim] = q.dims();
+    let device = q.device();
+    let (blocks, rows, cols) = (set.blocks, set.block_rows, set.block_cols);
+    let slots = blocks * rows;
+    if cols == 0 {
+        let lse = Tensor::full([batch, group, slots], f32::NEG_INFINITY, &device);
+        return (Tensor::zeros([batch, group, slots, dim], &device), lse);
+    }
+    let row_index = int_tensor::<B>(BlockSet::gather(&set.rows), &device);
+    let col_index = int_tensor::<B>(BlockSet::gather(&set.cols), &device);
+    let q = q.select(2, row_index).reshape([batch * group, blocks, rows, dim]);
+    let k = k.select(2, col_index.clone()).reshape([batch * group, blocks, cols, dim]);
+    let v = v.select(2, col_index).reshape([batch * group, blocks, cols, dim]);
+    let shape = [1, blocks, rows, cols];
+    let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(set.mask.clone(), shape), &device);
+    let alibi = opts.alibi.as_ref().zip(set.distance.as_ref()).map(|(slopes, distance)| {
+        let per_row: Vec<f32> = (0..batch).flat_map(|_| heads.iter().map(|&h| slopes[h])).collect();
+        Alibi {
+            distance: Tensor::from_data(TensorData::new(distance.clone(), shape), &device),
+            slopes: Tensor::from_data(TensorData::new(per_row, [batch * group, 1, 1, 1]), &device),
+        }
+    });
+    let (out, lse) = attend(q, k, v, mask, alibi, opts);
+    (out.reshape([batch, group, slots, dim]), lse.reshape([batch, group, slots]))
+}
+
+fn int_tensor<B: Backend>(values: Vec<i64>, device: &B::Device) -> Tensor<B, 1, Int> {
+    let len = values.len();
+    Tensor::from_data(TensorData::new(values, [len]), device)
+}
+
+/// How many scores the blocked path computes per batch element for `q_len` queries and
+/// `kv_len` keys: over the head groups, heads × blocks × rows × columns. The dense path
+/// computes `H · N_q · N_k`; this is O(N·w).
+pub fn scheduled_scores(spec: &WindowSpec, q_len: usize, kv_len: usize) -> usize {
+    head_groups(spec)
+        .iter()
+        .map(|group| {
+            let plan = plan_group(spec, group[0], q_len, kv_len, false);
+            let per_head: usize = plan.sets.iter().map(|s| s.blocks * s.block_rows * s.block_cols).sum();
+            group.len() * per_head
+        })
+        .sum()
+}

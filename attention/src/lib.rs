@@ -1,0 +1,34 @@
+//! # swa-attention
+//!
+//! The windowed attention core of swa-zoo and its building blocks. Every mechanism of
+//! `SEMANTICS.md` (sliding windows, multi-scale windows, SWAT, LongNet branches, Longformer,
+//! attention sinks, full causal attention) is one call of [`windowed_attention`] with a
+//! [`WindowSpec`] saying which keys each query sees and [`ScoreOptions`] saying how scores are
+//! formed.
+//!
+//! Three implementations answer the same call:
+//! - [`dense_attention`], the O(N²) reference for tests ([`reference`]);
+//! - [`blocked_attention`], the O(N·w) tensor-op path that runs and differentiates everywhere
+//!   ([`blocked`], scheduled by `plan`);
+//! - custom CubeCL kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]).
+
+pub mod alibi;
+pub mod backend;
+pub mod blocked;
+mod core;
+mod error;
+mod options;
+mod plan;
+pub mod reference;
+pub mod rope;
+mod scores;
+pub mod window;
+
+pub use backend::WindowedAttentionBackend;
+pub use blocked::{blocked_attention, scheduled_scores};
+pub use core::windowed_attention;
+pub use error::AttentionError;
+pub use options::{ScoreFn, ScoreOptions};
+pub use reference::dense_attention;
+pub use rope::{Rope, RopeConfig};
+pub use window::{HeadWindow, WindowSpec};

@@ -1,0 +1,42 @@
+//! The dense reference of the core: materialises the whole `[H, N_q, N_k]` mask from the
+//! window spec. O(N²) in time and memory, so it is meant for tests and small checks only.
+
+use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
+
+use crate::core::{Checked, expand_kv};
+use crate::scores::{Alibi, attend};
+use crate::{AttentionError, ScoreOptions, WindowSpec};
+
+/// Dense windowed attention. Shapes as in [`crate::windowed_attention`]:
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `o: [batch, H, N_q, d]`,
+/// `lse: [batch, H, N_q]`.
+pub fn dense_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
+    let Checked { heads, q_len, keys, kv_len } = Checked::new(&q, &k, &v, spec, opts)?;
+    let device = q.device();
+    let offset = spec.query_offset();
+    let mut mask = Vec::with_capacity(heads * q_len * keys);
+    for h in 0..heads {
+        for i in 0..q_len {
+            mask.extend((0..keys).map(|j| spec.visible(h, offset + i, j, kv_len)));
+        }
+    }
+    let mask =
+        Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, q_len, keys]), &device);
+    let alibi = opts.alibi.as_ref().map(|slopes| {
+        let distance: Vec<f32> = (0..q_len)
+            .flat_map(|i| (0..keys).map(move |j| (offset + i) as f32 - j as f32))
+            .collect();
+        Alibi {
+            distance: Tensor::from_data(TensorData::new(distance, [1, 1, q_len, keys]), &device),
+            slopes: Tensor::from_data(TensorData::new(slopes.clone(), [1, heads, 1, 1]), &device),
+        }
+    });
+    let (k, v) = (expand_kv(k, heads), expand_kv(v, heads));
+    Ok(attend(q, k, v, mask, alibi, opts))
+}

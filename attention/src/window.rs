@@ -1,0 +1,363 @@
+//! The window spec: the single definition of which keys a query sees (SEMANTICS §2, §3, §5, §7).
+//!
+//! Every implementation of the core asks [`WindowSpec::visible`]: the dense reference builds
+//! its mask from it, the blocked path builds its per-block masks from it, and the KV cache sizes
+//! its buffers from [`HeadWindow::span`]. [`WindowSpec::window_range`] and
+//! [`WindowSpec::stride_class`] are conservative summaries of the same rule that let the blocked
+//! path skip keys that can never be visible; a test checks that they never exclude a visible key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::AttentionError;
+
+/// One head's window: the keys `j = i + dilation·m` for `m ∈ [−left, right]` (SEMANTICS §2),
+/// optionally confined to LongNet segments (SEMANTICS §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HeadWindow {
+    /// Steps back from the query; [`HeadWindow::UNBOUNDED`] for no limit.
+    pub left: usize,
+    /// Steps forward from the query (0 in causal models); [`HeadWindow::UNBOUNDED`] for no limit.
+    pub right: usize,
+    /// Distance between two consecutive keys of the window, `δ ≥ 1`.
+    pub dilation: usize,
+    /// LongNet segment length `w_b`: queries and keys must share a segment (SEMANTICS §5).
+    pub segment: Option<usize>,
+    /// LongNet head offset `o_b(h) = h mod r_b`: only queries and keys at this offset (relative
+    /// to the segment start, modulo the dilation) take part. Ignored without a segment.
+    pub phase: usize,
+}
+
+impl HeadWindow {
+    /// A `left` or `right` that never limits the window.
+    pub const UNBOUNDED: usize = usize::MAX;
+
+    /// Causal sliding window of `w ≥ 1` keys, self included: `left = w − 1` (SEMANTICS §2).
+    pub fn sliding(w: usize) -> Self {
+        Self::dilated(w, 1)
+    }
+
+    /// Causal window of `w ≥ 1` keys spaced `dilation` apart, spanning `dilation·(w−1)+1` positions.
+    pub fn dilated(w: usize, dilation: usize) -> Self {
+        Self { left: w.saturating_sub(1), right: 0, dilation, segment: None, phase: 0 }
+    }
+
+    /// Every key (subject to causality): full attention.
+    pub fn full() -> Self {
+        Self { left: Self::UNBOUNDED, right: Self::UNBOUNDED, dilation: 1, segment: None, phase: 0 }
+    }
+
+    /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (SEMANTICS §2).
+    pub fn longformer(w: usize, dilation: usize) -> Self {
+        Self { left: w, right: w, dilation, segment: None, phase: 0 }
+    }
+
+    /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase` (SEMANTICS §5).
+    pub fn longnet(segment: usize, dilation: usize, phase: usize) -> Self {
+        Self {
+            left: Self::UNBOUNDED,
+            right: Self::UNBOUNDED,
+            dilation,
+            segment: Some(segment),
+            phase,
+        }
+    }
+
+    /// How many consecutive positions back the window reaches, the query included:
+    /// `δ·left + 1` (SEMANTICS §7: the ring-buffer size of a causal head).
+    pub fn span(&self) -> usize {
+        self.dilation.saturating_mul(self.left).saturating_add(1)
+    }
+
+    /// The window part of the rule: is key `j` in the window of the query at position `i`?
+    pub fn contains(&self, i: usize, j: usize) -> bool {
+        let diff = j as i128 - i as i128;
+        let step = self.dilation as i128;
+        if diff % step != 0 {
+            return false;
+        }
+        let m = diff / step;
+        if m < -(self.left as i128) || m > self.right as i128 {
+            return false;
+        }
+        match self.segment {
+            None => true,
+            Some(s) => i / s == j / s && (i % s) % self.dilation == self.phase,
+        }
+    }
+
+    /// The residue class of a position: the window only pairs a query and a key of one class.
+    pub fn stride_class(&self, pos: usize) -> usize {
+        match self.segment {
+            None => pos % self.dilation,
+            Some(s) => (pos % s) % self.dilation,
+        }
+    }
+
+    fn validate(&self, head: usize) -> Result<(), AttentionError> {
+        if self.dilation == 0 {
+            return Err(AttentionError::ZeroDilation { head });
+        }
+        if let Some(s) = self.segment {
+            if s == 0 {
+                return Err(AttentionError::ZeroSegment { head });
+            }
+            if self.phase >= self.dilation {
+                return Err(AttentionError::PhaseOutOfRange {
+                    head,
+                    phase: self.phase,
+                    dilation: self.dilation,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which keys each query head sees: per-head windows, sinks, global positions, causality, and
+/// the query offset and valid key length used while decoding (SEMANTICS §2).
+///
+/// Query `i` of a call sits at absolute position `query_offset + i`; keys sit at positions
+/// `0 … N_k − 1`, and those at or past `kv_len` are padding, never visible.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowSpec {
+    heads: Vec<HeadWindow>,
+    kv_heads: usize,
+    causal: bool,
+    sinks: usize,
+    globals: Vec<usize>,
+    query_offset: usize,
+    kv_len: Option<usize>,
+}
+
+impl WindowSpec {
+    /// A causal spec from one window per query head, sharing `kv_heads` key/value heads.
+    pub fn new(heads: Vec<HeadWindow>, kv_heads: usize) -> Result<Self, AttentionError> {
+        if heads.is_empty() || kv_heads == 0 {
+            return Err(AttentionError::NoHeads);
+        }
+        if heads.len() % kv_heads != 0 {
+            return Err(AttentionError::HeadsNotDivisible { heads: heads.len(), kv_heads });
+        }
+        for (h, w) in heads.iter().enumerate() {
+            w.validate(h)?;
+        }
+        Ok(Self {
+            heads,
+            kv_heads,
+            causal: true,
+            sinks: 0,
+            globals: Vec::new(),
+            query_offset: 0,
+            kv_len: None,
+        })
+    }
+
+    /// Full causal attention, the baseline.
+    pub fn full(heads: usize, kv_heads: usize) -> Result<Self, AttentionError> {
+        Self::new(vec![HeadWindow::full(); heads], kv_heads)
+    }
+
+    /// Sliding window of `w` keys on every head (Mistral, SWAT, MSWA's SWA; SEMANTICS §2).
+    pub fn sliding(heads: usize, kv_heads: usize, w: usize) -> Result<Self, AttentionError> {
+        Self::per_head(&vec![w; heads], kv_heads)
+    }
+
+    /// A sliding window per head, `windows[h]` keys for head `h` (MSWA; SEMANTICS §3).
+    pub fn per_head(windows: &[usize], kv_heads: usize) -> Result<Self, AttentionError> {
+        Self::dilated(windows, &vec![1; windows.len()], kv_heads)
+    }
+
+    /// `windows[h]` keys spaced `dilations[h]` apart for head `h` (SEMANTICS §2).
+    pub fn dilated(
+        windows: &[usize],
+        dilations: &[usize],
+        kv_heads: usize,
+    ) -> Result<Self, AttentionError> {
+        if dilations.len() != windows.len() {
+            return Err(AttentionError::ShapeMismatch {
+                what: "dilations per head",
+                expected: windows.len(),
+                got: dilations.len(),
+            });
+        }
+        if let Some(head) = windows.iter().position(|&w| w == 0) {
+            return Err(AttentionError::ZeroWindow { head });
+        }
+        let heads = windows.iter().zip(dilations).map(|(&w, &d)| HeadWindow::dilated(w, d));
+        Self::new(heads.collect(), kv_heads)
+    }
+
+    /// Longformer: one-sided window `w` (2w+1 keys) with a dilation per head; bidirectional for
+    /// the encoder, causal for the decoder (SEMANTICS §2). Add global tokens with
+    /// [`WindowSpec::with_globals`].
+    pub fn longformer(
+        w: usize,
+        dilations: &[usize],
+        kv_heads: usize,
+        causal: bool,
+    ) -> Result<Self, AttentionError> {
+        let heads = dilations.iter().map(|&d| HeadWindow::longformer(w, d)).collect();
+        Ok(Self::new(heads, kv_heads)?.with_causal(causal))
+    }
+
+    /// One LongNet branch: segment `w_b`, dilation `r_b`, head `h` at offset `h mod r_b`
+    /// (SEMANTICS §5). The caller clips `w_b` to N.
+    pub fn longnet_branch(
+        heads: usize,
+        kv_heads: usize,
+        segment: usize,
+        dilation: usize,
+    ) -> Result<Self, AttentionError> {
+        let phase = |h: usize| if dilation == 0 { 0 } else { h % dilation };
+        let windows = (0..heads).map(|h| HeadWindow::longnet(segment, dilation, phase(h)));
+        Self::new(windows.collect(), kv_heads)
+    }
+
+    /// Keeps positions `0 … sinks−1` visible to every later query (StreamingLLM; SEMANTICS §2).
+    pub fn with_sinks(mut self, sinks: usize) -> Self {
+        self.sinks = sinks;
+        self
+    }
+
+    /// Adds global positions: they see every key and every query sees them (SEMANTICS §2).
+    pub fn with_globals(mut self, globals: impl IntoIterator<Item = usize>) -> Self {
+        self.globals.extend(globals);
+        self.globals.sort_unstable();
+        self.globals.dedup();
+        self
+    }
+
+    /// Causal (`j ≤ i`, decoders) or bidirectional (encoders).
+    pub fn with_causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+
+    /// Absolute position of the first query of a call (decoding after a prefix).
+    pub fn with_query_offset(mut self, offset: usize) -> Self {
+        self.query_offset = offset;
+        self
+    }
+
+    /// Number of valid keys; keys past it are padding and never visible (SEMANTICS §2).
+    pub fn with_kv_len(mut self, kv_len: usize) -> Self {
+        self.kv_len = Some(kv_len);
+        self
+    }
+
+    /// The window of each query head.
+    pub fn heads(&self) -> &[HeadWindow] {
+        &self.heads
+    }
+
+    /// Number of query heads.
+    pub fn num_heads(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Number of key/value heads (GQA).
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// The kv head that query head `h` reads: `h / (H / H_kv)`.
+    pub fn kv_head_of(&self, h: usize) -> usize {
+        h / (self.heads.len() / self.kv_heads)
+    }
+
+    /// Whether queries are restricted to keys at or before their own position.
+    pub fn is_causal(&self) -> bool {
+        self.causal
+    }
+
+    /// Number of sink positions.
+    pub fn sinks(&self) -> usize {
+        self.sinks
+    }
+
+    /// Global positions, sorted.
+    pub fn globals(&self) -> &[usize] {
+        &self.globals
+    }
+
+    /// Absolute position of the first query.
+    pub fn query_offset(&self) -> usize {
+        self.query_offset
+    }
+
+    /// Whether position `i` is a global token.
+    pub fn is_global(&self, i: usize) -> bool {
+        self.globals.binary_search(&i).is_ok()
+    }
+
+    /// Sinks and global keys, sorted: the keys visible outside of the windows.
+    pub fn extra_keys(&self, kv_len: usize) -> Vec<usize> {
+        let mut keys: Vec<usize> = (0..self.sinks.min(kv_len)).collect();
+        keys.extend(self.globals.iter().copied().filter(|&g| g < kv_len));
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// Checks the spec against a call's shapes and returns the number of valid keys.
+    pub fn check(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+        keys: usize,
+    ) -> Result<usize, AttentionError> {
+        let mismatch = |what, expected, got| AttentionError::ShapeMismatch { what, expected, got };
+        if heads != self.heads.len() {
+            return Err(mismatch("query heads", self.heads.len(), heads));
+        }
+        if kv_heads != self.kv_heads {
+            return Err(mismatch("kv heads", self.kv_heads, kv_heads));
+        }
+        let kv_len = self.kv_len.unwrap_or(keys);
+        if kv_len > keys {
+            return Err(AttentionError::KvLenTooLong { kv_len, keys });
+        }
+        if let Some(&position) = self.globals.iter().find(|&&g| g >= kv_len) {
+            return Err(AttentionError::GlobalOutOfRange { position, len: kv_len });
+        }
+        Ok(kv_len)
+    }
+
+    /// THE visibility rule (SEMANTICS §2): does query head `h` at absolute position `i` see the
+    /// key at position `j`, given `kv_len` valid keys?
+    pub fn visible(&self, h: usize, i: usize, j: usize, kv_len: usize) -> bool {
+        j < kv_len
+            && (!self.causal || j <= i)
+            && (self.heads[h].contains(i, j) || j < self.sinks || self.is_global(j) || self.is_global(i))
+    }
+
+    /// Inclusive bounds of the keys that head `h`'s window (sinks and globals aside) can show
+    /// the query at absolute position `i`, or `None` when it shows none. A superset: every
+    /// window key `j` that [`WindowSpec::visible`] accepts lies inside.
+    pub fn window_range(&self, h: usize, i: usize, kv_len: usize) -> Option<(usize, usize)> {
+        let w = &self.heads[h];
+        if kv_len == 0 {
+            return None;
+        }
+        let mut lo = i.saturating_sub(w.dilation.saturating_mul(w.left));
+        let mut hi = match self.causal {
+            true => i,
+            false => i.saturating_add(w.dilation.saturating_mul(w.right)),
+        }
+        .min(kv_len - 1);
+        if let Some(s) = w.segment {
+            let start = i / s * s;
+            if (i - start) % w.dilation != w.phase {
+                return None;
+            }
+            lo = lo.max(start);
+            hi = hi.min(start.saturating_add(s - 1));
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The residue class of position `pos` for head `h`: a window pairs only equal classes.
+    pub fn stride_class(&self, h: usize, pos: usize) -> usize {
+        self.heads[h].stride_class(pos)
+    }
+}

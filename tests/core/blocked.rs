@@ -1,0 +1,25 @@
+//! The blocked path against the dense reference over the spec matrix, forward and backward.
+
+use crate::cases::{LENGTHS, matrix};
+use crate::common::{Case, Path, Reference, check_against_reference};
+
+fn check_matrix(path: Path) {
+    for n in LENGTHS {
+        for (name, spec, opts) in matrix(n) {
+            let dim = if n > 64 { 8 } else { 16 };
+            let case = Case { batch: 2, ..Case::new(n, dim, spec, opts) };
+            eprintln!("{name} n={n}");
+            check_against_reference::<Reference>(&case, path, &Default::default());
+        }
+    }
+}
+
+#[test]
+fn blocked_matches_dense_over_the_spec_matrix() {
+    check_matrix(Path::Blocked);
+}
+
+#[test]
+fn dispatch_on_ndarray_is_the_blocked_path_and_matches_dense() {
+    check_matrix(Path::Dispatch);
+}

@@ -1,0 +1,172 @@
+//! Helpers shared by the core tests: a seeded generator, random inputs, a runner for every
+//! implementation of the core, and the error measures and tolerances.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use swa_zoo::attention::{
+    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, dense_attention,
+    windowed_attention,
+};
+
+/// The reference backend of every comparison: ndarray, f32.
+pub type Reference = Autodiff<NdArray<f32>>;
+
+/// Tolerances for f32, as max-abs error against the dense reference on inputs in [−1, 1).
+pub mod f32_tol {
+    /// Outputs `o`.
+    pub const OUT: f32 = 2e-5;
+    /// Log-normalisers `lse`.
+    pub const LSE: f32 = 2e-5;
+    /// Gradients of q, k and v.
+    pub const GRAD: f32 = 1e-4;
+}
+
+/// SplitMix64: a small seeded generator, so every case is reproducible from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// Uniform in [−1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    pub fn coin(&mut self, p: f64) -> bool {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+    pub fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+/// One call of the core: shapes, spec and options, and a seed for its inputs.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub batch: usize,
+    pub q_len: usize,
+    pub keys: usize,
+    pub dim: usize,
+    pub spec: WindowSpec,
+    pub opts: ScoreOptions,
+    pub seed: u64,
+}
+
+impl Case {
+    pub fn new(n: usize, dim: usize, spec: WindowSpec, opts: ScoreOptions) -> Self {
+        Self { batch: 1, q_len: n, keys: n, dim, spec, opts, seed: n as u64 }
+    }
+}
+
+/// Which implementation runs a case.
+#[derive(Clone, Copy, Debug)]
+pub enum Path {
+    Dense,
+    Blocked,
+    /// [`windowed_attention`]: the backend's own choice.
+    Dispatch,
+}
+
+/// What a call produced: `o`, `lse`, and the gradients of q, k, v for a fixed random loss.
+pub struct Outputs {
+    pub out: Vec<f32>,
+    pub lse: Vec<f32>,
+    pub grads: [Vec<f32>; 3],
+}
+
+/// Runs `case` through `path` on backend `B` and differentiates
+/// `L = Σ o·g_o + Σ_{finite lse} lse·g_l` for random `g_o, g_l`.
+pub fn run<B>(case: &Case, path: Path, device: &B::Device) -> Outputs
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    let heads = case.spec.num_heads();
+    let kv_heads = case.spec.kv_heads();
+    let mut rng = Rng::new(case.seed);
+    let mut tensor = |shape: [usize; 4]| {
+        let data = TensorData::new(rng.values(shape.iter().product()), shape);
+        Tensor::<B, 4>::from_data(data, device)
+    };
+    let q = tensor([case.batch, heads, case.q_len, case.dim]).require_grad();
+    let k = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
+    let v = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
+    let g_out = tensor([case.batch, heads, case.q_len, case.dim]);
+    let g_lse = tensor([case.batch, heads, case.q_len, 1]).squeeze_dim::<3>(3);
+    let (qc, kc, vc) = (q.clone(), k.clone(), v.clone());
+    let result = match path {
+        Path::Dense => dense_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Blocked => blocked_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
+    };
+    let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
+    let finite_lse = lse.clone().mask_fill(lse.clone().equal_elem(f32::NEG_INFINITY), 0.0);
+    let loss = (out.clone() * g_out).sum() + (finite_lse * g_lse).sum();
+    let grads = loss.backward();
+    // An input the loss does not reach (every key padded) has a zero gradient.
+    let grad = |t: &Tensor<B, 4>| {
+        t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
+    };
+    Outputs { out: values(out), lse: values(lse), grads: [grad(&q), grad(&k), grad(&v)] }
+}
+
+pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().expect("f32 data")
+}
+
+/// Max-abs error and relative RMS error (`‖a − b‖ / ‖b‖`), the way FlashAttention and fla
+/// compare against their references. Equal infinities count as no error.
+pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
+    assert_eq!(got.len(), want.len(), "length");
+    let (mut max, mut diff2, mut norm2) = (0f32, 0f64, 0f64);
+    for (&a, &b) in got.iter().zip(want) {
+        let d = if a == b { 0.0 } else { (a - b).abs() };
+        let d = if d.is_nan() { f32::INFINITY } else { d };
+        max = max.max(d);
+        diff2 += (d as f64).powi(2);
+        if b.is_finite() {
+            norm2 += (b as f64).powi(2);
+        }
+    }
+    (max, (diff2 / norm2.max(1e-30)).sqrt() as f32)
+}
+
+/// Asserts `got` matches `want` within `tol` max-abs, naming the case and quantity on failure.
+pub fn assert_close(what: &str, case: &Case, got: &[f32], want: &[f32], tol: f32) {
+    assert!(got.iter().all(|x| !x.is_nan()), "{what} has NaN for {case:?}");
+    let (max, rel) = errors(got, want);
+    assert!(max <= tol, "{what}: max-abs {max:e} (rel-rms {rel:e}) > {tol:e} for {case:?}");
+}
+
+/// Asserts that two runs agree on every output and gradient within the f32 tolerances.
+pub fn assert_outputs_close(case: &Case, got: &Outputs, want: &Outputs) {
+    assert_close("o", case, &got.out, &want.out, f32_tol::OUT);
+    assert_close("lse", case, &got.lse, &want.lse, f32_tol::LSE);
+    for (name, (g, w)) in ["dq", "dk", "dv"].iter().zip(got.grads.iter().zip(&want.grads)) {
+        assert_close(name, case, g, w, f32_tol::GRAD);
+    }
+}
+
+/// Checks `path` on `B` against the dense reference on ndarray.
+pub fn check_against_reference<B>(case: &Case, path: Path, device: &B::Device)
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    let want = run::<Reference>(case, Path::Dense, &Default::default());
+    let got = run::<B>(case, path, device);
+    assert_outputs_close(case, &got, &want);
+}
