@@ -79,3 +79,46 @@ fn dense_reference_follows_the_formulas() {
         }
     }
 }
+
+/// `L = Σ o·g_o + Σ lse·g_l` of one head by the scalar formulas, in f64.
+fn scalar_loss(x: [&[f32]; 3], g: (&[f32], &[f32]), shape: (usize, usize, usize), spec: &WindowSpec, opts: &ScoreOptions) -> f64 {
+    let (n, d, h) = shape;
+    let (out, lse) = scalar(x[0], x[1], x[2], n, d, h, spec, opts);
+    let dot_out: f64 = out.iter().zip(g.0).map(|(o, g)| o * *g as f64).sum();
+    let dot_lse: f64 = lse.iter().zip(g.1).filter(|(l, _)| l.is_finite()).map(|(l, g)| l * *g as f64).sum();
+    dot_out + dot_lse
+}
+
+#[test]
+fn gradients_match_an_f64_truth() {
+    use crate::common::{Case, Path, Reference, run};
+    // One head, so the scalar transcription sees the same inputs as `run`.
+    let (n, d) = (9, 3);
+    let slopes = alibi::balanced(1, alibi::SlopeMagnitudes::Code).unwrap();
+    for (spec, opts) in [
+        (WindowSpec::sliding(1, 1, 4).unwrap().with_sinks(1), ScoreOptions::softmax().with_softcap(1.5)),
+        (WindowSpec::dilated(&[3], &[2], 1).unwrap(), ScoreOptions::sigmoid(-0.5).with_alibi(slopes)),
+    ] {
+        let case = Case::new(n, d, spec.clone(), opts.clone());
+        let got = run::<Reference>(&case, Path::Dense, &Default::default());
+        // The inputs `run` drew, in its order: q, k, v, g_o, g_l.
+        let mut rng = Rng::new(case.seed);
+        let mut inputs = [rng.values(n * d), rng.values(n * d), rng.values(n * d)];
+        let (g_out, g_lse) = (rng.values(n * d), rng.values(n));
+        for (which, grad) in got.grads.iter().enumerate() {
+            for e in 0..n * d {
+                let eps = 1e-3f32;
+                let original = inputs[which][e];
+                let mut at = |x: f32| {
+                    inputs[which][e] = x;
+                    let views = [&inputs[0][..], &inputs[1][..], &inputs[2][..]];
+                    scalar_loss(views, (&g_out, &g_lse), (n, d, 0), &spec, &opts)
+                };
+                let numeric = (at(original + eps) - at(original - eps)) / (2.0 * eps as f64);
+                inputs[which][e] = original;
+                let err = (grad[e] as f64 - numeric).abs();
+                assert!(err < 2e-5, "input {which} element {e}: {} vs {numeric} ({spec:?}, {opts:?})", grad[e]);
+            }
+        }
+    }
+}
