@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::{ScoreOptions, WindowSpec, blocked_attention, dense_attention};
+use swa_zoo::attention::{
+    ScoreOptions, WindowSpec, blocked_attention, dense_attention, scheduled_scores,
+};
 
 /// The system allocator, counting live and peak bytes.
 struct Counting;
@@ -76,6 +78,9 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
         };
         let (q, k, v) = (tensor(1), tensor(2), tensor(3));
         let runs = if n >= 16384 { 3 } else { 5 };
+        let schedule = measure(runs, || {
+            std::hint::black_box(scheduled_scores(&spec, n, n));
+        });
         let blocked = measure(runs, || {
             let (o, _) = blocked_attention(q.clone(), k.clone(), v.clone(), &spec, &opts).unwrap();
             o.into_data();
@@ -93,8 +98,9 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
             None => ("—".into(), format!("({:.0} for one H·N² f32 tensor)", (HEADS * n * n * 4) as f64 / (1 << 20) as f64), "—".into()),
         };
         println!(
-            "| {name} | {n} | {:.1} | {dense_ms} | {speedup} | {:.0} | {dense_mib} |",
+            "| {name} | {n} | {:.1} | {:.1} | {dense_ms} | {speedup} | {:.0} | {dense_mib} |",
             ms(&blocked),
+            ms(&schedule),
             mib(&blocked)
         );
         blocked_times.push((n, ms(&blocked)));
@@ -105,8 +111,8 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
 
 fn main() {
     println!("B=1, H={HEADS}, d={DIM}, W={WINDOW}, forward, f32\n");
-    println!("| backend | N | blocked ms | dense ms | dense / blocked | blocked peak MiB | dense peak MiB |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| backend | N | blocked ms | of which schedule ms | dense ms | dense / blocked | blocked peak MiB | dense peak MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut summaries = vec![bench_backend::<burn::backend::NdArray>("ndarray", &Default::default())];
     #[cfg(feature = "flex")]
     summaries.push(bench_backend::<burn::backend::Flex>("flex", &Default::default()));

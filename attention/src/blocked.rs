@@ -19,19 +19,32 @@ pub fn blocked_attention<B: Backend>(
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
+    blocked_attention_chunked(q, k, v, spec, opts, MAX_CHUNK_SCORES)
+}
+
+/// [`blocked_attention`] holding at most `chunk_scores` scores at once (at least one block).
+/// Smaller chunks lower peak memory; the result is the same.
+pub fn blocked_attention_chunked<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+    chunk_scores: usize,
+) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
     let Checked { heads, q_len, kv_len, .. } = Checked::new(&q, &k, &v, spec, opts)?;
     let (k, v) = (expand_kv(k, heads), expand_kv(v, heads));
     let groups = head_groups(spec);
     if groups.len() == 1 {
         let plan = plan_group(spec, 0, q_len, kv_len, opts.alibi.is_some());
-        return Ok(attend_group(q, k, v, &plan, &groups[0], opts));
+        return Ok(attend_group(q, k, v, &plan, &groups[0], opts, chunk_scores));
     }
     let (mut outs, mut lses, mut order) = (Vec::new(), Vec::new(), Vec::new());
     for group in &groups {
         let plan = plan_group(spec, group[0], q_len, kv_len, opts.alibi.is_some());
         let index = int_tensor::<B>(group.iter().map(|&h| h as i64).collect(), &q.device());
         let pick = |t: &Tensor<B, 4>| t.clone().select(1, index.clone());
-        let (o, lse) = attend_group(pick(&q), pick(&k), pick(&v), &plan, group, opts);
+        let (o, lse) = attend_group(pick(&q), pick(&k), pick(&v), &plan, group, opts, chunk_scores);
         outs.push(o);
         lses.push(lse);
         order.extend(group.iter().copied());
@@ -55,11 +68,12 @@ fn attend_group<B: Backend>(
     plan: &GroupPlan,
     heads: &[usize],
     opts: &ScoreOptions,
+    chunk_scores: usize,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
     let device = q.device();
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
     for set in &plan.sets {
-        let (o, lse) = attend_set(q.clone(), k.clone(), v.clone(), set, heads, opts);
+        let (o, lse) = attend_set(q.clone(), k.clone(), v.clone(), set, heads, opts, chunk_scores);
         outs.push(o);
         lses.push(lse);
     }
@@ -68,6 +82,11 @@ fn attend_group<B: Backend>(
     let lse = Tensor::cat(lses, 2).select(2, inverse);
     (out, lse)
 }
+
+/// Most scores one chunk of blocks holds at once by default (64 MiB in f32, a few times that
+/// in temporaries): long sequences are processed chunk by chunk, so the working set, and with
+/// it the time per block, stays the same as N grows.
+pub const MAX_CHUNK_SCORES: usize = 1 << 24;
 
 /// Attends the slots of one block set. Returns `o: [batch, H_g, slots, d]` and
 /// `lse: [batch, H_g, slots]`, slots in the set's row order.
@@ -78,26 +97,58 @@ fn attend_set<B: Backend>(
     set: &BlockSet,
     heads: &[usize],
     opts: &ScoreOptions,
+    chunk_scores: usize,
+) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    let [batch, group, _, _] = q.dims();
+    let per_block = (batch * group * set.block_rows * set.block_cols).max(1);
+    let chunk = (chunk_scores / per_block).max(1);
+    let (mut outs, mut lses) = (Vec::new(), Vec::new());
+    for first in (0..set.blocks).step_by(chunk) {
+        let blocks = first..(first + chunk).min(set.blocks);
+        let (o, lse) = attend_blocks(q.clone(), k.clone(), v.clone(), set, blocks, heads, opts);
+        outs.push(o);
+        lses.push(lse);
+    }
+    if outs.len() == 1 {
+        return (outs.remove(0), lses.remove(0));
+    }
+    (Tensor::cat(outs, 2), Tensor::cat(lses, 2))
+}
+
+/// Attends the blocks `range` of one set: `o: [batch, H_g, slots, d]`, `lse: [batch, H_g, slots]`
+/// for the slots of those blocks.
+fn attend_blocks<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    set: &BlockSet,
+    range: std::ops::Range<usize>,
+    heads: &[usize],
+    opts: &ScoreOptions,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
     let [batch, group, _, dim] = q.dims();
     let device = q.device();
-    let (blocks, rows, cols) = (set.blocks, set.block_rows, set.block_cols);
+    let (blocks, rows, cols) = (range.len(), set.block_rows, set.block_cols);
     let slots = blocks * rows;
     if cols == 0 {
         let lse = Tensor::full([batch, group, slots], f32::NEG_INFINITY, &device);
         return (Tensor::zeros([batch, group, slots, dim], &device), lse);
     }
-    let row_index = int_tensor::<B>(BlockSet::gather(&set.rows), &device);
-    let col_index = int_tensor::<B>(BlockSet::gather(&set.cols), &device);
+    let (row_slots, col_slots) = (range.start * rows..range.end * rows, range.start * cols..range.end * cols);
+    let entries = range.start * rows * cols..range.end * rows * cols;
+    let row_index = int_tensor::<B>(BlockSet::gather(&set.rows[row_slots]), &device);
+    let col_index = int_tensor::<B>(BlockSet::gather(&set.cols[col_slots]), &device);
     let q = q.select(2, row_index).reshape([batch * group, blocks, rows, dim]);
     let k = k.select(2, col_index.clone()).reshape([batch * group, blocks, cols, dim]);
     let v = v.select(2, col_index).reshape([batch * group, blocks, cols, dim]);
     let shape = [1, blocks, rows, cols];
-    let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(set.mask.clone(), shape), &device);
+    let mask = set.mask[entries.clone()].to_vec();
+    let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, shape), &device);
     let alibi = opts.alibi.as_ref().zip(set.distance.as_ref()).map(|(slopes, distance)| {
         let per_row: Vec<f32> = (0..batch).flat_map(|_| heads.iter().map(|&h| slopes[h])).collect();
+        let distance = distance[entries].to_vec();
         Alibi {
-            distance: Tensor::from_data(TensorData::new(distance.clone(), shape), &device),
+            distance: Tensor::from_data(TensorData::new(distance, shape), &device),
             slopes: Tensor::from_data(TensorData::new(per_row, [batch * group, 1, 1, 1]), &device),
         }
     });

@@ -25,7 +25,7 @@ mod scores;
 pub mod window;
 
 pub use backend::WindowedAttentionBackend;
-pub use blocked::{blocked_attention, scheduled_scores};
+pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
 pub use core::windowed_attention;
 pub use error::AttentionError;
 pub use options::{ScoreFn, ScoreOptions};

@@ -70,19 +70,17 @@ impl HeadWindow {
 
     /// The window part of the rule: is key `j` in the window of the query at position `i`?
     pub fn contains(&self, i: usize, j: usize) -> bool {
-        let diff = j as i128 - i as i128;
-        let step = self.dilation as i128;
-        if diff % step != 0 {
-            return false;
-        }
-        let m = diff / step;
-        if m < -(self.left as i128) || m > self.right as i128 {
-            return false;
-        }
-        match self.segment {
-            None => true,
-            Some(s) => i / s == j / s && (i % s) % self.dilation == self.phase,
-        }
+        let (distance, limit) = if j <= i { (i - j, self.left) } else { (j - i, self.right) };
+        let steps = match self.dilation {
+            1 => distance,
+            d if distance % d == 0 => distance / d,
+            _ => return false,
+        };
+        steps <= limit
+            && match self.segment {
+                None => true,
+                Some(s) => i / s == j / s && (i % s) % self.dilation == self.phase,
+            }
     }
 
     /// The residue class of a position: the window only pairs a query and a key of one class.

@@ -23,3 +23,15 @@ fn blocked_matches_dense_over_the_spec_matrix() {
 fn dispatch_on_ndarray_is_the_blocked_path_and_matches_dense() {
     check_matrix(Path::Dispatch);
 }
+
+#[test]
+fn chunked_blocks_match_dense() {
+    // 1 score per chunk forces one block per chunk; 5000 a few blocks per chunk.
+    for chunk in [1, 5000] {
+        for (name, spec, opts) in matrix(257).into_iter().step_by(3) {
+            eprintln!("{name} chunk={chunk}");
+            let case = Case::new(257, 8, spec, opts);
+            check_against_reference::<Reference>(&case, Path::Chunked(chunk), &Default::default());
+        }
+    }
+}

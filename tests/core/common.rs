@@ -5,8 +5,8 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, dense_attention,
-    windowed_attention,
+    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, blocked_attention_chunked,
+    dense_attention, windowed_attention,
 };
 
 /// The reference backend of every comparison: ndarray, f32.
@@ -78,6 +78,8 @@ impl Case {
 pub enum Path {
     Dense,
     Blocked,
+    /// The blocked path holding at most this many scores at once, so that it runs in chunks.
+    Chunked(usize),
     /// [`windowed_attention`]: the backend's own choice.
     Dispatch,
 }
@@ -111,6 +113,7 @@ where
     let result = match path {
         Path::Dense => dense_attention(qc, kc, vc, &case.spec, &case.opts),
         Path::Blocked => blocked_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Chunked(scores) => blocked_attention_chunked(qc, kc, vc, &case.spec, &case.opts, scores),
         Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
     };
     let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
