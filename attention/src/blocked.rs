@@ -4,7 +4,7 @@
 
 use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
 
-use crate::core::{Checked, expand_kv};
+use crate::entry::{Checked, expand_kv};
 use crate::plan::{BlockSet, GroupPlan, head_groups, plan_group};
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, ScoreOptions, WindowSpec};

@@ -15,10 +15,12 @@
 pub mod alibi;
 pub mod backend;
 pub mod blocked;
-mod core;
+pub mod layers;
+mod entry;
 mod error;
 mod options;
 mod plan;
+mod reciprocal;
 pub mod reference;
 pub mod rope;
 mod scores;
@@ -26,7 +28,7 @@ pub mod window;
 
 pub use backend::WindowedAttentionBackend;
 pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
-pub use core::windowed_attention;
+pub use entry::windowed_attention;
 pub use error::AttentionError;
 pub use options::{ScoreFn, ScoreOptions};
 pub use reference::dense_attention;

@@ -3,7 +3,7 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
-use crate::core::{Checked, expand_kv};
+use crate::entry::{Checked, expand_kv};
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, ScoreOptions, WindowSpec};
 

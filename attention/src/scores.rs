@@ -69,11 +69,11 @@ pub(crate) fn attend<B: Backend>(
 /// The row totals `t = Σ_j w_j` of the weights, with division by `t` and `ln t` written so that
 /// their backward passes need neither a division nor a logarithm.
 ///
-/// Why: Burn 0.21's ndarray backend differentiates `x / y` through its SIMD reciprocal, which
-/// is approximate (about 3e-4 relative error; `reference::gradients_match_an_f64_truth`
-/// measures it), and ndarray is the reference every path is tested against. With `c = 1/t`
-/// held constant and `r = t·c` (1 in value), `w·c·(2 − r)` has the value `w/t` and exactly the
-/// gradient of `w/t`, and `ln t + r − 1` has the value and gradient of `ln t`.
+/// Why: Burn 0.21's ndarray backend differentiates `x / y` and `ln` with an approximate
+/// reciprocal (see [`crate::reciprocal`]); `reference::gradients_match_an_f64_truth` checks the
+/// result. With `c = 1/t` held constant and `r = t·c` (1 in value), `w·c·(2 − r)` has the value
+/// `w/t` and exactly the gradient of `w/t`, and `ln t + r − 1` has the value and gradient of
+/// `ln t`.
 struct RowTotal<B: Backend> {
     /// `t·c`: 1 in value (0 for rows that see no key), carrying the gradient of `t`.
     ratio: Tensor<B, 4>,

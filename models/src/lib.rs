@@ -1,4 +1,21 @@
 //! # swa-models
 //!
-//! The decoder model zoo of swa-zoo, built on [`swa_attention`]'s windowed core. This crate is
-//! empty until the issue «The attention layers and the decoder model zoo» fills it.
+//! Decoder language models of swa-zoo ("Transformer++", SEMANTICS §8) assembled from a list of
+//! per-layer [`swa_attention::layers::AttentionKind`]s, with presets that reproduce the seed
+//! papers' configurations.
+
+mod block;
+mod decoder;
+mod error;
+mod info;
+mod mlp;
+mod norm;
+pub mod presets;
+
+pub use block::Block;
+pub use decoder::{Decoder, DecoderConfig};
+pub use error::ModelError;
+pub use info::ModelInfo;
+pub use mlp::{SwiGlu, SwiGluConfig};
+pub use norm::{RmsNorm, RmsNormConfig};
+pub use presets::{Preset, Scale};

@@ -6,9 +6,11 @@ mod common;
 
 mod blocked;
 mod flex;
+mod gpu;
 mod masked;
 mod property;
 mod reference;
 mod rope;
 mod schedule;
 mod spec;
+mod linear;

@@ -1,0 +1,164 @@
+//! The attention kind of a layer, as data: which mechanism of SEMANTICS §2–§6 it runs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::alibi::{self, SlopeMagnitudes};
+use crate::{AttentionError, ScoreOptions, WindowSpec};
+
+/// Which attention a layer runs. Serialised with a `"kind"` tag, e.g.
+/// `{"kind": "sliding", "window": 256}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AttentionKind {
+    /// Full causal attention, the baseline.
+    Full,
+    /// Sliding window of `window` keys, self included (SWA; SEMANTICS §2).
+    Sliding {
+        /// Keys each query sees, `W ≥ 1`.
+        window: usize,
+    },
+    /// A sliding window per head (MSWA; SEMANTICS §3). See [`crate::layers::mswa`].
+    MultiScale {
+        /// Keys each head sees, one entry per query head.
+        windows: Vec<usize>,
+    },
+    /// SWAT (SEMANTICS §4): sliding window, sigmoid scores, ALiBi split `R:D`, RoPE.
+    Swat {
+        /// Keys each query sees.
+        window: usize,
+        /// Number of distance heads `D` (the first D heads); the rest are recency heads.
+        /// `None` is SWAT's balanced split, `H/2`.
+        distance_heads: Option<usize>,
+        /// ALiBi slope magnitudes: SWAT's code (default) or its paper text.
+        magnitudes: SlopeMagnitudes,
+        /// Sigmoid bias β (SWAT's code: 0).
+        beta: f32,
+    },
+    /// A sliding window plus attention sinks (StreamingLLM; SEMANTICS §2, §7).
+    Sinks {
+        /// Sink positions `0 … sinks−1`.
+        sinks: usize,
+        /// Most recent keys each query sees, self included.
+        window: usize,
+    },
+    /// LongNet dilated attention (SEMANTICS §5). See [`crate::layers::longnet`].
+    LongNet {
+        /// Segment length `w_b` of each branch.
+        segments: Vec<usize>,
+        /// Dilation `r_b` of each branch.
+        dilations: Vec<usize>,
+    },
+    /// Longformer (SEMANTICS §2). See [`crate::layers::longformer`].
+    Longformer {
+        /// One-sided window `w`: `2w+1` keys (Hugging Face's value is `2w`).
+        window: usize,
+        /// Dilation of each query head.
+        dilations: Vec<usize>,
+        /// Global positions, with their own projections.
+        globals: Vec<usize>,
+        /// Decoder (causal) or encoder (bidirectional).
+        causal: bool,
+    },
+    /// Taylor linear attention (SEMANTICS §6). See [`crate::layers::linear`].
+    Linear {
+        /// Feature dimension `d_f` per head (16 in MSWA's Table 3).
+        feature_dim: usize,
+    },
+}
+
+impl AttentionKind {
+    /// SWAT with the balanced split, code magnitudes and β = 0, as in SWAT's released code.
+    pub fn swat(window: usize) -> Self {
+        Self::Swat { window, distance_heads: None, magnitudes: SlopeMagnitudes::Code, beta: 0.0 }
+    }
+
+    /// The window spec of one call of the core for `heads` query heads over `kv_heads`, for
+    /// every kind but LongNet (one spec per branch) and linear attention (no window).
+    pub fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
+        match self {
+            Self::Full => WindowSpec::full(heads, kv_heads),
+            Self::Sliding { window } | Self::Swat { window, .. } => {
+                WindowSpec::sliding(heads, kv_heads, *window)
+            }
+            Self::MultiScale { windows } => {
+                expect_per_head("MultiScale.windows", windows.len(), heads)?;
+                WindowSpec::per_head(windows, kv_heads)
+            }
+            Self::Sinks { sinks, window } => {
+                Ok(WindowSpec::sliding(heads, kv_heads, *window)?.with_sinks(*sinks))
+            }
+            Self::Longformer { window, dilations, globals, causal } => {
+                expect_per_head("Longformer.dilations", dilations.len(), heads)?;
+                let spec = WindowSpec::longformer(*window, dilations, kv_heads, *causal)?;
+                Ok(spec.with_globals(globals.iter().copied()))
+            }
+            Self::LongNet { .. } | Self::Linear { .. } => WindowSpec::full(heads, kv_heads),
+        }
+    }
+
+    /// The score options of the kind: softmax, except SWAT's sigmoid with ALiBi.
+    pub fn score_options(&self, heads: usize) -> Result<ScoreOptions, AttentionError> {
+        match self {
+            Self::Swat { distance_heads, magnitudes, beta, .. } => {
+                let distance = distance_heads.unwrap_or(heads / 2);
+                let recency = heads.checked_sub(distance).ok_or(AttentionError::BadAlibiSplit {
+                    recency: 0,
+                    distance,
+                    heads,
+                })?;
+                let slopes = alibi::split(recency, distance, heads, *magnitudes)?;
+                Ok(ScoreOptions::sigmoid(*beta).with_alibi(slopes))
+            }
+            _ => Ok(ScoreOptions::softmax()),
+        }
+    }
+
+    /// Checks the kind for a layer of `heads` query heads and `kv_heads` kv heads.
+    pub fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
+        match self {
+            Self::LongNet { segments, dilations } => {
+                crate::layers::longnet::branch_specs(segments, dilations, heads, kv_heads, 1)
+                    .map(|_| ())
+            }
+            Self::Linear { feature_dim } if *feature_dim == 0 || feature_dim % 2 != 0 => {
+                Err(AttentionError::ShapeMismatch {
+                    what: "Linear.feature_dim (must be even and positive)",
+                    expected: feature_dim + feature_dim % 2,
+                    got: *feature_dim,
+                })
+            }
+            _ => {
+                self.spec(heads, kv_heads)?;
+                self.score_options(heads).map(|_| ())
+            }
+        }
+    }
+
+    /// Keys of every head summed, `Σ_h W_h`: the layer's cost and KV-cache size in MSWA's sense
+    /// (SEMANTICS §3). Full attention and the global parts count `n` keys; linear attention 0.
+    pub fn window_sum(&self, heads: usize, n: usize) -> usize {
+        match self {
+            Self::Full => heads * n,
+            Self::Sliding { window } | Self::Swat { window, .. } => heads * (*window).min(n),
+            Self::MultiScale { windows } => windows.iter().map(|w| (*w).min(n)).sum(),
+            Self::Sinks { sinks, window } => heads * (sinks + window).min(n),
+            Self::LongNet { segments, dilations } => {
+                let per_head: usize =
+                    segments.iter().zip(dilations).map(|(w, r)| (*w).min(n).div_ceil(*r)).sum();
+                heads * per_head.min(n)
+            }
+            Self::Longformer { window, globals, causal, .. } => {
+                let local = if *causal { window + 1 } else { 2 * window + 1 };
+                heads * (local + globals.len()).min(n)
+            }
+            Self::Linear { .. } => 0,
+        }
+    }
+}
+
+fn expect_per_head(what: &'static str, got: usize, heads: usize) -> Result<(), AttentionError> {
+    match got == heads {
+        true => Ok(()),
+        false => Err(AttentionError::ShapeMismatch { what, expected: heads, got }),
+    }
+}

@@ -1,0 +1,67 @@
+//! LongNet dilated attention (SEMANTICS §5): branches of segments × dilations, each a call of
+//! the core, mixed by their softmax denominators.
+
+use burn::tensor::Tensor;
+
+use crate::reciprocal::reciprocal;
+use crate::{AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention};
+
+/// The window spec of each branch at length `n`: segment `w_b` clipped to `n`, dilation `r_b`,
+/// head `h` at offset `h mod r_b`.
+pub fn branch_specs(
+    segments: &[usize],
+    dilations: &[usize],
+    heads: usize,
+    kv_heads: usize,
+    n: usize,
+) -> Result<Vec<WindowSpec>, AttentionError> {
+    if segments.is_empty() {
+        return Err(AttentionError::ShapeMismatch { what: "LongNet.segments (branches)", expected: 1, got: 0 });
+    }
+    if dilations.len() != segments.len() {
+        return Err(AttentionError::ShapeMismatch {
+            what: "LongNet.dilations (one per segment)",
+            expected: segments.len(),
+            got: dilations.len(),
+        });
+    }
+    let clip = |w: usize| if w == 0 { 0 } else { w.min(n.max(1)) };
+    segments
+        .iter()
+        .zip(dilations)
+        .map(|(&w, &r)| WindowSpec::longnet_branch(heads, kv_heads, clip(w), r))
+        .collect()
+}
+
+/// LongNet attention: `o = Σ_b α_b o_b` with `α_b = exp(lse_b − logsumexp_b' lse_b')`, so that a
+/// key reached by two branches counts twice and a row no branch covers outputs 0. Gradients
+/// flow through α (torchscale detaches it; we do not).
+///
+/// `q: [batch, H, N, d]`, `k, v: [batch, H_kv, N, d]` → `[batch, H, N, d]`.
+pub fn longnet_attention<B: WindowedAttentionBackend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    segments: &[usize],
+    dilations: &[usize],
+) -> Result<Tensor<B, 4>, AttentionError> {
+    let [_, heads, n, _] = q.dims();
+    let kv_heads = k.dims()[1];
+    let specs = branch_specs(segments, dilations, heads, kv_heads, n)?;
+    let (mut outs, mut lses) = (Vec::new(), Vec::new());
+    for spec in &specs {
+        let (o, lse) = windowed_attention(q.clone(), k.clone(), v.clone(), spec, &ScoreOptions::softmax())?;
+        outs.push(o.unsqueeze_dim::<5>(4));
+        lses.push(lse.unsqueeze_dim::<4>(3));
+    }
+    let lse = Tensor::cat(lses, 3);
+    // Stabilise by the largest branch lse (detached: α does not depend on it); rows that no
+    // branch covers have only −∞ and use 0.
+    let max = lse.clone().max_dim(3).detach();
+    let max = max.clone().mask_fill(max.equal_elem(f32::NEG_INFINITY), 0.0);
+    let weights = (lse - max).exp();
+    let total = weights.clone().sum_dim(3);
+    let total = total.clone().mask_fill(total.equal_elem(0.0), 1.0);
+    let alpha = weights * reciprocal(total);
+    Ok((Tensor::cat(outs, 4) * alpha.unsqueeze_dim::<5>(3)).sum_dim(4).squeeze_dim::<4>(4))
+}

@@ -1,0 +1,20 @@
+//! The attention layers of swa-zoo, each in a file named after it, all built on the windowed
+//! core or, for linear attention, on SEMANTICS §6.
+//!
+//! - [`kind`]: the attention kind of a layer as data, and the window spec and score options of
+//!   full, SWA, MSWA, SWAT and sinks attention;
+//! - [`mswa`]: MSWA's window allocation over heads and layers;
+//! - [`longnet`]: LongNet's branches and their mixture;
+//! - [`longformer`]: Longformer's global rows;
+//! - [`linear`]: Taylor linear attention;
+//! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism.
+
+pub mod kind;
+pub mod linear;
+pub mod longformer;
+pub mod longnet;
+pub mod mswa;
+pub mod self_attention;
+
+pub use kind::AttentionKind;
+pub use self_attention::{SelfAttention, SelfAttentionConfig};

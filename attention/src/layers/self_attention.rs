@@ -1,0 +1,173 @@
+//! The self-attention layer: projects, rotates (RoPE), and runs the layer's [`AttentionKind`].
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
+use crate::layers::{AttentionKind, longformer, longnet};
+use crate::{AttentionError, Rope, RopeConfig, WindowedAttentionBackend, windowed_attention};
+
+/// Configuration of [`SelfAttention`].
+#[derive(Config, Debug)]
+pub struct SelfAttentionConfig {
+    /// Model width `d`.
+    pub d_model: usize,
+    /// Query heads `H`; must divide `d_model`, and the head size `d/H` must be even (RoPE).
+    pub heads: usize,
+    /// Key/value heads `H_kv` (GQA); must divide `heads`.
+    pub kv_heads: usize,
+    /// The mechanism, as data.
+    pub kind: AttentionKind,
+    /// RoPE base (SEMANTICS §4); RoPE is applied to q and k of every kind.
+    #[config(default = "10000.0")]
+    pub rope_base: f64,
+}
+
+/// The q, k, v projections of one set of heads (no biases; SEMANTICS §8).
+#[derive(Module, Debug)]
+pub struct Projections<B: Backend> {
+    query: Linear<B>,
+    key: Linear<B>,
+    value: Linear<B>,
+}
+
+/// Multi-head self-attention of one [`AttentionKind`].
+#[derive(Module, Debug)]
+pub struct SelfAttention<B: Backend> {
+    /// q, k, v projections; absent for linear attention.
+    local: Option<Projections<B>>,
+    /// Longformer's `Wq_g, Wk_g, Wv_g`, initialised as copies of `local`.
+    global: Option<Projections<B>>,
+    /// Output projection; absent for linear attention, which has its own.
+    output: Option<Linear<B>>,
+    /// Taylor linear attention, for the `Linear` kind.
+    linear: Option<LinearAttention<B>>,
+    kind: AttentionKind,
+    rope: Rope,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl SelfAttentionConfig {
+    /// Builds the layer; fails, naming the field, on an inconsistent configuration.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, AttentionError> {
+        let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
+        if heads == 0 || d % heads != 0 {
+            let expected = heads.max(1) * (d / heads.max(1)).max(1);
+            return Err(AttentionError::ShapeMismatch {
+                what: "SelfAttentionConfig.d_model (must be a multiple of heads)",
+                expected,
+                got: d,
+            });
+        }
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(AttentionError::HeadsNotDivisible { heads, kv_heads });
+        }
+        self.kind.validate(heads, kv_heads)?;
+        let head_dim = d / heads;
+        let rope = RopeConfig::new(head_dim).with_base(self.rope_base).init()?;
+        let mut layer = SelfAttention {
+            local: None,
+            global: None,
+            output: None,
+            linear: None,
+            kind: self.kind.clone(),
+            rope,
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        if let AttentionKind::Linear { feature_dim } = self.kind {
+            let config = LinearAttentionConfig::new(d, heads)
+                .with_feature_dim(feature_dim)
+                .with_rope_base(self.rope_base);
+            layer.linear = Some(config.init(device)?);
+            return Ok(layer);
+        }
+        let linear = |out: usize| LinearConfig::new(d, out).with_bias(false).init(device);
+        let local = Projections {
+            query: linear(heads * head_dim),
+            key: linear(kv_heads * head_dim),
+            value: linear(kv_heads * head_dim),
+        };
+        if let AttentionKind::Longformer { globals, .. } = &self.kind
+            && !globals.is_empty()
+        {
+            layer.global = Some(local.copy());
+        }
+        layer.local = Some(local);
+        layer.output =
+            Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
+        Ok(layer)
+    }
+}
+
+impl<B: Backend> Projections<B> {
+    /// A copy with its own parameters (new ids), so that it trains separately.
+    fn copy(&self) -> Self {
+        let copy = |l: &Linear<B>| Linear {
+            weight: Param::from_tensor(l.weight.val()),
+            bias: l.bias.as_ref().map(|b| Param::from_tensor(b.val())),
+        };
+        Self { query: copy(&self.query), key: copy(&self.key), value: copy(&self.value) }
+    }
+}
+
+impl<B: WindowedAttentionBackend> SelfAttention<B> {
+    /// `x: [batch, N, d_model]` at positions `0 … N−1` → `[batch, N, d_model]`.
+    ///
+    /// Fails when the input does not fit the layer's spec, e.g. a Longformer global position
+    /// past the end of the sequence.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
+        if let Some(linear) = &self.linear {
+            return Ok(linear.forward(x));
+        }
+        let [batch, n, _] = x.dims();
+        let (local, output) = (self.local.as_ref(), self.output.as_ref());
+        let (q, k, v) = self.project(local.expect("windowed layers have projections"), x.clone());
+        let out = match &self.kind {
+            AttentionKind::LongNet { segments, dilations } => {
+                longnet::longnet_attention(q, k, v, segments, dilations)?
+            }
+            kind => {
+                let spec = kind.spec(self.heads, self.kv_heads)?;
+                let opts = kind.score_options(self.heads)?;
+                let (out, _) = windowed_attention(q, k, v, &spec, &opts)?;
+                match &self.global {
+                    Some(global) => {
+                        spec.check(self.heads, self.kv_heads, n)?;
+                        let (q_g, k_g, v_g) = self.project(global, x);
+                        longformer::replace_global_rows(out, q_g, k_g, v_g, &spec)
+                    }
+                    None => out,
+                }
+            }
+        };
+        let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
+        Ok(output.expect("windowed layers have an output projection").forward(merged))
+    }
+
+    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, with RoPE on q and k.
+    fn project(
+        &self,
+        p: &Projections<B>,
+        x: Tensor<B, 3>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+        let [batch, n, _] = x.dims();
+        let split = |t: Tensor<B, 3>, heads: usize| {
+            t.reshape([batch, n, heads, self.head_dim]).swap_dims(1, 2)
+        };
+        let q = split(p.query.forward(x.clone()), self.heads);
+        let k = split(p.key.forward(x.clone()), self.kv_heads);
+        let v = split(p.value.forward(x), self.kv_heads);
+        (self.rope.forward(q, 0), self.rope.forward(k, 0), v)
+    }
+
+    /// The layer's attention kind.
+    pub fn kind(&self) -> &AttentionKind {
+        &self.kind
+    }
+}

@@ -1,0 +1,122 @@
+//! The decoder language model: embeddings, a stack of Transformer++ blocks whose attention kind
+//! is given per layer as data, a final RMSNorm and the LM head (SEMANTICS §8).
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::{Int, Tensor, backend::Backend};
+use swa_attention::WindowedAttentionBackend;
+use swa_attention::layers::AttentionKind;
+
+use crate::block::Block;
+use crate::error::{ModelError, in_layer};
+use crate::norm::{RmsNorm, RmsNormConfig};
+
+/// Configuration of [`Decoder`]. Saved and loaded as JSON with Burn's `Config::save`/`load`.
+#[derive(Config, Debug)]
+pub struct DecoderConfig {
+    /// Vocabulary size (256 for byte-level text).
+    pub vocab_size: usize,
+    /// Model width `d`.
+    pub d_model: usize,
+    /// Number of blocks `L`.
+    pub layers: usize,
+    /// Query heads `H`.
+    pub heads: usize,
+    /// Key/value heads `H_kv` (GQA); must divide `H`.
+    pub kv_heads: usize,
+    /// The attention kind of each layer. A list shorter than `layers` is a pattern repeated
+    /// cyclically: MSWA's hybrid "linear, local, local" is three entries.
+    pub attention: Vec<AttentionKind>,
+    /// Share the embedding matrix with the LM head.
+    #[config(default = false)]
+    pub tie_embeddings: bool,
+    /// RoPE base of every layer (SEMANTICS §4).
+    #[config(default = "10000.0")]
+    pub rope_base: f64,
+}
+
+impl DecoderConfig {
+    /// The attention kind of layer `l`.
+    pub fn kind_of(&self, layer: usize) -> &AttentionKind {
+        &self.attention[layer % self.attention.len()]
+    }
+
+    /// Checks the configuration without building it.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |field, problem: &str| Err(ModelError::Config { field, problem: problem.into() });
+        if self.vocab_size == 0 {
+            return bad("DecoderConfig.vocab_size", "must be at least 1");
+        }
+        if self.layers == 0 {
+            return bad("DecoderConfig.layers", "must be at least 1");
+        }
+        if self.attention.is_empty() {
+            return bad("DecoderConfig.attention", "needs at least one attention kind");
+        }
+        if self.heads == 0 || self.d_model % self.heads != 0 {
+            return bad("DecoderConfig.d_model", "must be a multiple of heads");
+        }
+        if self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+            return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
+        }
+        for layer in 0..self.layers {
+            self.kind_of(layer).validate(self.heads, self.kv_heads).map_err(in_layer(layer))?;
+        }
+        Ok(())
+    }
+
+    /// Builds the model with random weights; fails, naming the field or layer, on an invalid
+    /// configuration.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
+        self.validate()?;
+        let blocks = (0..self.layers)
+            .map(|l| {
+                let kind = self.kind_of(l).clone();
+                Block::new(self.d_model, self.heads, self.kv_heads, kind, self.rope_base, device)
+                    .map_err(in_layer(l))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let head = (!self.tie_embeddings).then(|| {
+            LinearConfig::new(self.d_model, self.vocab_size).with_bias(false).init(device)
+        });
+        Ok(Decoder {
+            embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
+            blocks,
+            norm: RmsNormConfig::new(self.d_model).init(device),
+            head,
+        })
+    }
+}
+
+/// A decoder-only language model.
+#[derive(Module, Debug)]
+pub struct Decoder<B: Backend> {
+    embedding: Embedding<B>,
+    blocks: Vec<Block<B>>,
+    norm: RmsNorm<B>,
+    /// The LM head; `None` when tied to the embedding.
+    head: Option<Linear<B>>,
+}
+
+impl<B: Backend> Decoder<B> {
+    /// The blocks, in order.
+    pub fn blocks(&self) -> &[Block<B>] {
+        &self.blocks
+    }
+}
+
+impl<B: WindowedAttentionBackend> Decoder<B> {
+    /// `tokens: [batch, N]` → logits `[batch, N, vocab]`, token `n` at position `n`.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 3>, ModelError> {
+        let mut x = self.embedding.forward(tokens);
+        for (l, block) in self.blocks.iter().enumerate() {
+            x = block.forward(x).map_err(in_layer(l))?;
+        }
+        let x = self.norm.forward(x);
+        Ok(match &self.head {
+            Some(head) => head.forward(x),
+            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+        })
+    }
+}

@@ -1,0 +1,47 @@
+//! Errors of model configuration and weights, each naming the problem.
+
+use std::fmt;
+
+use swa_attention::AttentionError;
+
+/// Why a model could not be built, run, saved or loaded.
+#[derive(Debug)]
+pub enum ModelError {
+    /// A field of the model configuration is invalid.
+    Config {
+        /// The field, as `Config.field`.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A layer's attention rejected its configuration or its input.
+    Layer {
+        /// The layer index.
+        layer: usize,
+        /// The attention error.
+        source: AttentionError,
+    },
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Config { field, problem } => write!(f, "{field}: {problem}"),
+            ModelError::Layer { layer, source } => write!(f, "layer {layer}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ModelError::Layer { source, .. } => Some(source),
+            ModelError::Config { .. } => None,
+        }
+    }
+}
+
+/// Tags an attention error with its layer.
+pub(crate) fn in_layer(layer: usize) -> impl Fn(AttentionError) -> ModelError {
+    move |source| ModelError::Layer { layer, source }
+}

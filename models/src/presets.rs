@@ -1,0 +1,225 @@
+//! Presets: the configurations of the seed papers as named constructors, each with a tiny
+//! variant (well under a few million parameters) for CPU work.
+
+use swa_attention::AttentionError;
+use swa_attention::layers::AttentionKind;
+use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+
+use crate::decoder::DecoderConfig;
+
+/// Paper-sized or tiny.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// The dimensions of the cited table.
+    Paper,
+    /// A few hundred thousand parameters, for CPU tests and examples.
+    Tiny,
+}
+
+/// A named model configuration with the sequence length it is trained at.
+#[derive(Clone, Debug)]
+pub struct Preset {
+    /// The preset's name, as the CLI spells it (`mswa-table2-mswa`, `…-tiny`).
+    pub name: String,
+    /// The model.
+    pub config: DecoderConfig,
+    /// Training sequence length.
+    pub train_len: usize,
+    /// Where the configuration comes from.
+    pub source: &'static str,
+}
+
+/// Width, heads, layers and base window of a scale.
+struct Dims {
+    d_model: usize,
+    heads: usize,
+    layers: usize,
+    window: usize,
+}
+
+fn named(base: &str, scale: Scale) -> String {
+    match scale {
+        Scale::Paper => base.to_string(),
+        Scale::Tiny => format!("{base}-tiny"),
+    }
+}
+
+fn decoder(vocab: usize, dims: &Dims, attention: Vec<AttentionKind>) -> DecoderConfig {
+    DecoderConfig::new(vocab, dims.d_model, dims.layers, dims.heads, dims.heads, attention)
+}
+
+/// MSWA's Table 2 model: 12 layers, 8 heads, d = 512, base window 128.
+fn mswa_dims(scale: Scale) -> Dims {
+    match scale {
+        Scale::Paper => Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
+        Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 4, window: 16 },
+    }
+}
+
+impl Preset {
+    /// MSWA Table 2: SWA, MSWA-h, MSWA-l or MSWA (geometric allocation) at base window 128,
+    /// trained on sequences of 1024 (SEMANTICS §3).
+    pub fn mswa(variant: MswaVariant, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
+        let dims = mswa_dims(scale);
+        let windows = mswa_windows(variant, MswaStrategy::Geometric, dims.window, dims.layers, dims.heads)?;
+        let suffix = match variant {
+            MswaVariant::Swa => "swa",
+            MswaVariant::Heads => "mswa-h",
+            MswaVariant::Layers => "mswa-l",
+            MswaVariant::Both => "mswa",
+        };
+        let attention = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
+        Ok(Self {
+            name: named(&format!("mswa-table2-{suffix}"), scale),
+            config: decoder(vocab, &dims, attention),
+            train_len: if scale == Scale::Paper { 1024 } else { 128 },
+            source: "MSWA (Xu et al., 2025), Table 2",
+        })
+    }
+
+    /// MSWA Table 2's full-attention baselines, trained at `train_len` 1024 or 2048.
+    pub fn mswa_full(train_len: usize, scale: Scale, vocab: usize) -> Self {
+        let dims = mswa_dims(scale);
+        Self {
+            name: named(&format!("mswa-table2-full-{train_len}"), scale),
+            config: decoder(vocab, &dims, vec![AttentionKind::Full]),
+            train_len: if scale == Scale::Paper { train_len } else { train_len / 8 },
+            source: "MSWA (Xu et al., 2025), Table 2",
+        }
+    }
+
+    /// MSWA Table 3 hybrids: every consecutive triple of layers is "linear, local, local"
+    /// (SEMANTICS §3, §6). `local` is `None` for all-linear, SWA or MSWA for the local layers;
+    /// the multi-scale allocation runs over the local layers alone.
+    pub fn mswa_hybrid(local: Option<MswaVariant>, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
+        let dims = match scale {
+            Scale::Paper => Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
+            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 6, window: 16 },
+        };
+        let linear = AttentionKind::Linear { feature_dim: 16 };
+        let (name, attention) = match local {
+            None => ("linear", vec![linear]),
+            Some(variant) => {
+                let local_layers = dims.layers - dims.layers.div_ceil(3);
+                let windows = mswa_windows(variant, MswaStrategy::Geometric, dims.window, local_layers, dims.heads)?;
+                let mut locals = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows });
+                let kinds = (0..dims.layers)
+                    .map(|l| if l % 3 == 0 { linear.clone() } else { locals.next().expect("one per local layer") })
+                    .collect();
+                (if variant == MswaVariant::Swa { "linear-swa" } else { "linear-mswa" }, kinds)
+            }
+        };
+        Ok(Self {
+            name: named(&format!("mswa-table3-{name}"), scale),
+            config: decoder(vocab, &dims, attention),
+            train_len: if scale == Scale::Paper { 1024 } else { 128 },
+            source: "MSWA (Xu et al., 2025), Table 3",
+        })
+    }
+
+    /// SWAT's 340M model (Table 1: d = 1024, 16 heads, 24 layers, W = 256), trained on
+    /// sequences of 4W, the best setting of its Table 2 (SEMANTICS §4).
+    pub fn swat_340m(scale: Scale, vocab: usize) -> Self {
+        let dims = match scale {
+            Scale::Paper => Dims { d_model: 1024, heads: 16, layers: 24, window: 256 },
+            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 2, window: 16 },
+        };
+        Self {
+            name: named("swat-340m", scale),
+            train_len: 4 * dims.window,
+            config: decoder(vocab, &dims, vec![AttentionKind::swat(dims.window)]),
+            source: "SWAT (Fu et al., 2025), Table 1",
+        }
+    }
+
+    /// SWAT's analysis model (Table 3: 12 heads, d = 768, 12 layers), W = 256, trained at 4W.
+    pub fn swat_analysis(scale: Scale, vocab: usize) -> Self {
+        let dims = match scale {
+            Scale::Paper => Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
+            Scale::Tiny => Dims { d_model: 48, heads: 6, layers: 2, window: 16 },
+        };
+        Self {
+            name: named("swat-analysis", scale),
+            train_len: 4 * dims.window,
+            config: decoder(vocab, &dims, vec![AttentionKind::swat(dims.window)]),
+            source: "SWAT (Fu et al., 2025), Table 3",
+        }
+    }
+
+    /// A LongNet decoder with the paper's branches `w = (2048 … 32768)`, `r = (1, 2, 4, 6, 12)`
+    /// (SEMANTICS §5), 12 heads so that every offset of `r = 12` has a head.
+    pub fn longnet(scale: Scale, vocab: usize) -> Self {
+        let (dims, segments, dilations) = match scale {
+            Scale::Paper => (
+                Dims { d_model: 768, heads: 12, layers: 12, window: 0 },
+                vec![2048, 4096, 8192, 16384, 32768],
+                vec![1, 2, 4, 6, 12],
+            ),
+            Scale::Tiny => (Dims { d_model: 48, heads: 6, layers: 2, window: 0 }, vec![16, 32, 64], vec![1, 2, 4]),
+        };
+        Self {
+            name: named("longnet", scale),
+            train_len: if scale == Scale::Paper { 32768 } else { 128 },
+            config: decoder(vocab, &dims, vec![AttentionKind::LongNet { segments, dilations }]),
+            source: "LongNet (Ding et al., 2023), §2.4 and §4",
+        }
+    }
+
+    /// Longformer with one-sided window 256 (Hugging Face's 512), dilation 1 on all heads but
+    /// the last two (dilation 2, as in its character-LM setting), and a global token at 0;
+    /// `causal` selects the decoder, else the encoder (SEMANTICS §2).
+    pub fn longformer(causal: bool, scale: Scale, vocab: usize) -> Self {
+        let dims = match scale {
+            Scale::Paper => Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
+            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 2, window: 8 },
+        };
+        let dilations = (0..dims.heads).map(|h| if h + 2 >= dims.heads { 2 } else { 1 }).collect();
+        let kind = AttentionKind::Longformer { window: dims.window, dilations, globals: vec![0], causal };
+        Self {
+            name: named(if causal { "longformer-decoder" } else { "longformer-encoder" }, scale),
+            train_len: if scale == Scale::Paper { 4096 } else { 128 },
+            config: decoder(vocab, &dims, vec![kind]),
+            source: "Longformer (Beltagy et al., 2020), §3 and §4",
+        }
+    }
+
+    /// The vanilla Transformer++ baseline with full causal attention (SWAT Table 1 and MSWA
+    /// Appendix B.2.1), at MSWA's Table 2 size.
+    pub fn vanilla(scale: Scale, vocab: usize) -> Self {
+        let dims = mswa_dims(scale);
+        Self {
+            name: named("vanilla", scale),
+            train_len: if scale == Scale::Paper { 1024 } else { 128 },
+            config: decoder(vocab, &dims, vec![AttentionKind::Full]),
+            source: "Transformer++ baseline (SWAT Table 1; MSWA Appendix B.2.1)",
+        }
+    }
+
+    /// Every preset at `scale`, in a fixed order.
+    pub fn all(scale: Scale, vocab: usize) -> Result<Vec<Self>, AttentionError> {
+        let mut presets = Vec::new();
+        for variant in [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both] {
+            presets.push(Self::mswa(variant, scale, vocab)?);
+        }
+        presets.push(Self::mswa_full(1024, scale, vocab));
+        presets.push(Self::mswa_full(2048, scale, vocab));
+        for local in [None, Some(MswaVariant::Swa), Some(MswaVariant::Both)] {
+            presets.push(Self::mswa_hybrid(local, scale, vocab)?);
+        }
+        presets.push(Self::swat_340m(scale, vocab));
+        presets.push(Self::swat_analysis(scale, vocab));
+        presets.push(Self::longnet(scale, vocab));
+        presets.push(Self::longformer(false, scale, vocab));
+        presets.push(Self::longformer(true, scale, vocab));
+        presets.push(Self::vanilla(scale, vocab));
+        Ok(presets)
+    }
+
+    /// The preset called `name` (paper or `-tiny`), for a vocabulary of `vocab` tokens.
+    pub fn by_name(name: &str, vocab: usize) -> Option<Self> {
+        [Scale::Paper, Scale::Tiny]
+            .into_iter()
+            .flat_map(|scale| Self::all(scale, vocab).unwrap_or_default())
+            .find(|p| p.name == name)
+    }
+}

@@ -1,0 +1,43 @@
+//! Tests of the attention layers and the decoder model zoo. One binary, since every test
+//! binary links Burn.
+
+mod decoder;
+mod layers;
+mod presets;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+
+/// The reference backend: ndarray, f32, with autodiff.
+pub type Reference = Autodiff<NdArray<f32>>;
+
+/// Deterministic values in [−1, 1) from a seed (SplitMix64).
+pub fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// A `[batch, heads, n, d]` tensor of seeded values.
+pub fn tensor<B: Backend>(seed: u64, shape: [usize; 4]) -> Tensor<B, 4> {
+    let data = TensorData::new(values(seed, shape.iter().product()), shape);
+    Tensor::from_data(data, &Default::default())
+}
+
+/// The values of a tensor, as f32.
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().expect("f32 data")
+}
+
+/// Max-abs difference.
+pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max)
+}
