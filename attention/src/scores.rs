@@ -5,6 +5,7 @@
 
 use burn::tensor::{Bool, Tensor, activation, backend::Backend};
 
+use crate::reciprocal::{log, reciprocal};
 use crate::{ScoreFn, ScoreOptions};
 
 /// Positional inputs of the score: the distance `i − j` per (row, column) and the ALiBi slope
@@ -53,54 +54,17 @@ pub(crate) fn attend<B: Backend>(
             (activation::sigmoid(scores.add_scalar(beta)).mask_fill(hidden, 0.0), None)
         }
     };
-    let total = RowTotal::new(weights.clone().sum_dim(3));
-    let mut lse = total.log();
+    let total = weights.clone().sum_dim(3);
+    let empty = total.clone().equal_elem(0.0);
+    let total = total.mask_fill(empty.clone(), 1.0);
+    let mut lse = log(total.clone());
     if let Some(max) = shift {
         lse = lse + max;
     }
-    let lse = lse.mask_fill(total.empty.clone(), f32::NEG_INFINITY).squeeze_dim::<3>(3);
+    let lse = lse.mask_fill(empty, f32::NEG_INFINITY).squeeze_dim::<3>(3);
     let weights = match opts.score_fn {
-        ScoreFn::Softmax => total.normalise(weights),
+        ScoreFn::Softmax => weights * reciprocal(total),
         ScoreFn::Sigmoid { .. } => weights,
     };
     (weights.matmul(v), lse)
-}
-
-/// The row totals `t = Σ_j w_j` of the weights, with division by `t` and `ln t` written so that
-/// their backward passes need neither a division nor a logarithm.
-///
-/// Why: Burn 0.21's ndarray backend differentiates `x / y` and `ln` with an approximate
-/// reciprocal (see [`crate::reciprocal`]); `reference::gradients_match_an_f64_truth` checks the
-/// result. With `c = 1/t` held constant and `r = t·c` (1 in value), `w·c·(2 − r)` has the value
-/// `w/t` and exactly the gradient of `w/t`, and `ln t + r − 1` has the value and gradient of
-/// `ln t`.
-struct RowTotal<B: Backend> {
-    /// `t·c`: 1 in value (0 for rows that see no key), carrying the gradient of `t`.
-    ratio: Tensor<B, 4>,
-    /// `c = 1/t`, a constant (1 for rows that see no key).
-    inverse: Tensor<B, 4>,
-    /// `ln t`, a constant (0 for rows that see no key).
-    log_value: Tensor<B, 4>,
-    /// Rows that see no key: `t = 0`.
-    empty: Tensor<B, 4, Bool>,
-}
-
-impl<B: Backend> RowTotal<B> {
-    fn new(total: Tensor<B, 4>) -> Self {
-        let value = total.clone().detach();
-        let empty = value.clone().equal_elem(0.0);
-        let safe = value.mask_fill(empty.clone(), 1.0);
-        let inverse = safe.ones_like() / safe.clone();
-        Self { ratio: total * inverse.clone(), inverse, log_value: safe.log(), empty }
-    }
-
-    /// `w / t` per row.
-    fn normalise(&self, weights: Tensor<B, 4>) -> Tensor<B, 4> {
-        weights * self.inverse.clone() * self.ratio.clone().neg().add_scalar(2.0)
-    }
-
-    /// `ln t` per row (−1 for rows that see no key; the caller masks them).
-    fn log(&self) -> Tensor<B, 4> {
-        self.log_value.clone() + self.ratio.clone().sub_scalar(1.0)
-    }
 }

@@ -138,7 +138,6 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
                 let (out, _) = windowed_attention(q, k, v, &spec, &opts)?;
                 match &self.global {
                     Some(global) => {
-                        spec.check(self.heads, self.kv_heads, n)?;
                         let (q_g, k_g, v_g) = self.project(global, x);
                         longformer::replace_global_rows(out, q_g, k_g, v_g, &spec)
                     }
