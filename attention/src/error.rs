@@ -12,7 +12,11 @@ pub enum AttentionError {
     /// A LongNet segment length must be at least 1 (SEMANTICS §5).
     ZeroSegment { head: usize },
     /// A LongNet head offset must be smaller than the branch's dilation (SEMANTICS §5).
-    PhaseOutOfRange { head: usize, phase: usize, dilation: usize },
+    PhaseOutOfRange {
+        head: usize,
+        phase: usize,
+        dilation: usize,
+    },
     /// The number of query heads must be a multiple of the number of kv heads (GQA).
     HeadsNotDivisible { heads: usize, kv_heads: usize },
     /// A spec needs at least one head.
@@ -20,7 +24,11 @@ pub enum AttentionError {
     /// A global position lies past the end of the key sequence (SEMANTICS §2).
     GlobalOutOfRange { position: usize, len: usize },
     /// The tensors and the spec disagree on a size.
-    ShapeMismatch { what: &'static str, expected: usize, got: usize },
+    ShapeMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
     /// The valid key length exceeds the key tensor's length.
     KvLenTooLong { kv_len: usize, keys: usize },
     /// A softcap must be a positive finite number.
@@ -28,7 +36,13 @@ pub enum AttentionError {
     /// A score scale must be a finite number.
     BadScale(f32),
     /// An ALiBi split `R:D` must use every head exactly once (SEMANTICS §4).
-    BadAlibiSplit { recency: usize, distance: usize, heads: usize },
+    BadAlibiSplit {
+        recency: usize,
+        distance: usize,
+        heads: usize,
+    },
+    /// Token-by-token decoding needs a causal layer; an encoder sees later tokens (SEMANTICS §7).
+    NotCausal { what: &'static str },
 }
 
 impl fmt::Display for AttentionError {
@@ -36,9 +50,15 @@ impl fmt::Display for AttentionError {
         use AttentionError::*;
         match self {
             ZeroWindow { head } => write!(f, "head {head}: window size 0 sees no key; use W >= 1"),
-            ZeroDilation { head } => write!(f, "head {head}: dilation 0 is invalid; use dilation >= 1"),
+            ZeroDilation { head } => {
+                write!(f, "head {head}: dilation 0 is invalid; use dilation >= 1")
+            }
             ZeroSegment { head } => write!(f, "head {head}: LongNet segment length 0 is invalid"),
-            PhaseOutOfRange { head, phase, dilation } => write!(
+            PhaseOutOfRange {
+                head,
+                phase,
+                dilation,
+            } => write!(
                 f,
                 "head {head}: LongNet offset {phase} must be smaller than the dilation {dilation}"
             ),
@@ -51,7 +71,11 @@ impl fmt::Display for AttentionError {
                 f,
                 "global position {position} is outside the key sequence of length {len}"
             ),
-            ShapeMismatch { what, expected, got } => {
+            ShapeMismatch {
+                what,
+                expected,
+                got,
+            } => {
                 write!(f, "{what}: expected {expected}, got {got}")
             }
             KvLenTooLong { kv_len, keys } => write!(
@@ -60,10 +84,20 @@ impl fmt::Display for AttentionError {
             ),
             BadSoftcap(c) => write!(f, "softcap must be positive and finite, got {c}"),
             BadScale(s) => write!(f, "score scale must be finite, got {s}"),
-            BadAlibiSplit { recency, distance, heads } => write!(
+            BadAlibiSplit {
+                recency,
+                distance,
+                heads,
+            } => write!(
                 f,
                 "ALiBi split {recency}:{distance} does not add up to the {heads} heads"
             ),
+            NotCausal { what } => {
+                write!(
+                    f,
+                    "{what} is bidirectional (an encoder) and cannot decode token by token"
+                )
+            }
         }
     }
 }

@@ -38,17 +38,35 @@ impl HeadWindow {
 
     /// Causal window of `w ≥ 1` keys spaced `dilation` apart, spanning `dilation·(w−1)+1` positions.
     pub fn dilated(w: usize, dilation: usize) -> Self {
-        Self { left: w.saturating_sub(1), right: 0, dilation, segment: None, phase: 0 }
+        Self {
+            left: w.saturating_sub(1),
+            right: 0,
+            dilation,
+            segment: None,
+            phase: 0,
+        }
     }
 
     /// Every key (subject to causality): full attention.
     pub fn full() -> Self {
-        Self { left: Self::UNBOUNDED, right: Self::UNBOUNDED, dilation: 1, segment: None, phase: 0 }
+        Self {
+            left: Self::UNBOUNDED,
+            right: Self::UNBOUNDED,
+            dilation: 1,
+            segment: None,
+            phase: 0,
+        }
     }
 
     /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (SEMANTICS §2).
     pub fn longformer(w: usize, dilation: usize) -> Self {
-        Self { left: w, right: w, dilation, segment: None, phase: 0 }
+        Self {
+            left: w,
+            right: w,
+            dilation,
+            segment: None,
+            phase: 0,
+        }
     }
 
     /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase` (SEMANTICS §5).
@@ -68,9 +86,24 @@ impl HeadWindow {
         self.dilation.saturating_mul(self.left).saturating_add(1)
     }
 
+    /// How many consecutive positions back a causal query can see through this window, itself
+    /// included: the span, cut to the segment for LongNet heads (whose current segment is all
+    /// a query can reach; SEMANTICS §7). `None` when unbounded, as for full attention.
+    pub fn reach(&self) -> Option<usize> {
+        let span = match self.segment {
+            Some(segment) => self.span().min(segment),
+            None => self.span(),
+        };
+        (span != usize::MAX).then_some(span)
+    }
+
     /// The window part of the rule: is key `j` in the window of the query at position `i`?
     pub fn contains(&self, i: usize, j: usize) -> bool {
-        let (distance, limit) = if j <= i { (i - j, self.left) } else { (j - i, self.right) };
+        let (distance, limit) = if j <= i {
+            (i - j, self.left)
+        } else {
+            (j - i, self.right)
+        };
         let steps = match self.dilation {
             1 => distance,
             d if distance % d == 0 => distance / d,
@@ -134,7 +167,10 @@ impl WindowSpec {
             return Err(AttentionError::NoHeads);
         }
         if heads.len() % kv_heads != 0 {
-            return Err(AttentionError::HeadsNotDivisible { heads: heads.len(), kv_heads });
+            return Err(AttentionError::HeadsNotDivisible {
+                heads: heads.len(),
+                kv_heads,
+            });
         }
         for (h, w) in heads.iter().enumerate() {
             w.validate(h)?;
@@ -181,7 +217,10 @@ impl WindowSpec {
         if let Some(head) = windows.iter().position(|&w| w == 0) {
             return Err(AttentionError::ZeroWindow { head });
         }
-        let heads = windows.iter().zip(dilations).map(|(&w, &d)| HeadWindow::dilated(w, d));
+        let heads = windows
+            .iter()
+            .zip(dilations)
+            .map(|(&w, &d)| HeadWindow::dilated(w, d));
         Self::new(heads.collect(), kv_heads)
     }
 
@@ -194,7 +233,10 @@ impl WindowSpec {
         kv_heads: usize,
         causal: bool,
     ) -> Result<Self, AttentionError> {
-        let heads = dilations.iter().map(|&d| HeadWindow::longformer(w, d)).collect();
+        let heads = dilations
+            .iter()
+            .map(|&d| HeadWindow::longformer(w, d))
+            .collect();
         Ok(Self::new(heads, kv_heads)?.with_causal(causal))
     }
 
@@ -304,7 +346,11 @@ impl WindowSpec {
         kv_heads: usize,
         keys: usize,
     ) -> Result<usize, AttentionError> {
-        let mismatch = |what, expected, got| AttentionError::ShapeMismatch { what, expected, got };
+        let mismatch = |what, expected, got| AttentionError::ShapeMismatch {
+            what,
+            expected,
+            got,
+        };
         if heads != self.heads.len() {
             return Err(mismatch("query heads", self.heads.len(), heads));
         }
@@ -316,7 +362,10 @@ impl WindowSpec {
             return Err(AttentionError::KvLenTooLong { kv_len, keys });
         }
         if let Some(&position) = self.globals.iter().find(|&&g| g >= kv_len) {
-            return Err(AttentionError::GlobalOutOfRange { position, len: kv_len });
+            return Err(AttentionError::GlobalOutOfRange {
+                position,
+                len: kv_len,
+            });
         }
         Ok(kv_len)
     }
@@ -326,7 +375,10 @@ impl WindowSpec {
     pub fn visible(&self, h: usize, i: usize, j: usize, kv_len: usize) -> bool {
         j < kv_len
             && (!self.causal || j <= i)
-            && (self.heads[h].contains(i, j) || j < self.sinks || self.is_global(j) || self.is_global(i))
+            && (self.heads[h].contains(i, j)
+                || j < self.sinks
+                || self.is_global(j)
+                || self.is_global(i))
     }
 
     /// Inclusive bounds of the keys that head `h`'s window (sinks and globals aside) can show

@@ -3,7 +3,7 @@
 
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
-use swa_attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
+use swa_attention::layers::{AttentionKind, LayerCache, SelfAttention, SelfAttentionConfig};
 use swa_attention::{AttentionError, WindowedAttentionBackend};
 
 use crate::mlp::{SwiGlu, SwiGluConfig};
@@ -42,6 +42,12 @@ impl<B: Backend> Block<B> {
     /// The block's attention layer.
     pub fn attention(&self) -> &SelfAttention<B> {
         &self.attention
+    }
+
+    /// One decoding step: `x: [batch, 1, d]` at the cache's next position → `[batch, 1, d]`.
+    pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attention.step(self.attention_norm.forward(x), cache);
+        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
     }
 }
 

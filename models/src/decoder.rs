@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::AttentionKind;
+use swa_attention::layers::{AttentionKind, CachePositions, LayerCache};
 
 use crate::block::Block;
 use crate::error::{ModelError, in_layer};
@@ -44,7 +44,12 @@ impl DecoderConfig {
 
     /// Checks the configuration without building it.
     pub fn validate(&self) -> Result<(), ModelError> {
-        let bad = |field, problem: &str| Err(ModelError::Config { field, problem: problem.into() });
+        let bad = |field, problem: &str| {
+            Err(ModelError::Config {
+                field,
+                problem: problem.into(),
+            })
+        };
         if self.vocab_size == 0 {
             return bad("DecoderConfig.vocab_size", "must be at least 1");
         }
@@ -52,7 +57,10 @@ impl DecoderConfig {
             return bad("DecoderConfig.layers", "must be at least 1");
         }
         if self.attention.is_empty() {
-            return bad("DecoderConfig.attention", "needs at least one attention kind");
+            return bad(
+                "DecoderConfig.attention",
+                "needs at least one attention kind",
+            );
         }
         if self.heads == 0 || self.d_model % self.heads != 0 {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
@@ -61,7 +69,9 @@ impl DecoderConfig {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
         }
         for layer in 0..self.layers {
-            self.kind_of(layer).validate(self.heads, self.kv_heads).map_err(in_layer(layer))?;
+            self.kind_of(layer)
+                .validate(self.heads, self.kv_heads)
+                .map_err(in_layer(layer))?;
         }
         Ok(())
     }
@@ -73,12 +83,21 @@ impl DecoderConfig {
         let blocks = (0..self.layers)
             .map(|l| {
                 let kind = self.kind_of(l).clone();
-                Block::new(self.d_model, self.heads, self.kv_heads, kind, self.rope_base, device)
-                    .map_err(in_layer(l))
+                Block::new(
+                    self.d_model,
+                    self.heads,
+                    self.kv_heads,
+                    kind,
+                    self.rope_base,
+                    device,
+                )
+                .map_err(in_layer(l))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let head = (!self.tie_embeddings).then(|| {
-            LinearConfig::new(self.d_model, self.vocab_size).with_bias(false).init(device)
+            LinearConfig::new(self.d_model, self.vocab_size)
+                .with_bias(false)
+                .init(device)
         });
         Ok(Decoder {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
@@ -99,10 +118,82 @@ pub struct Decoder<B: Backend> {
     head: Option<Linear<B>>,
 }
 
+/// The decoding state of every layer (SEMANTICS §7), made by [`Decoder::cache`].
+pub struct DecoderCache<B: Backend> {
+    layers: Vec<LayerCache<B>>,
+    len: usize,
+}
+
+impl<B: Backend> DecoderCache<B> {
+    /// Tokens decoded so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token has been decoded yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held by every layer's cached keys and values or recurrent state. Constant once
+    /// the windows are full, for every kind but full attention.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(LayerCache::bytes).sum()
+    }
+}
+
 impl<B: Backend> Decoder<B> {
     /// The blocks, in order.
     pub fn blocks(&self) -> &[Block<B>] {
         &self.blocks
+    }
+
+    /// The vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.embedding.weight.dims()[0]
+    }
+
+    /// An empty decoding state for `batch` sequences. `positions` chooses StreamingLLM's
+    /// position shift for sink layers ([`CachePositions::Streaming`]) or absolute positions,
+    /// which reproduce [`Decoder::forward`]. Fails, naming the layer, for an encoder layer.
+    pub fn cache(
+        &self,
+        batch: usize,
+        positions: CachePositions,
+        device: &B::Device,
+    ) -> Result<DecoderCache<B>, ModelError> {
+        let layers = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(l, b)| {
+                b.attention()
+                    .cache(batch, positions, device)
+                    .map_err(in_layer(l))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(DecoderCache { layers, len: 0 })
+    }
+
+    /// One decoding step: `tokens: [batch]` at the cache's next position → logits
+    /// `[batch, vocab]`, the same as that position's row of [`Decoder::forward`] over the
+    /// whole prefix (with absolute positions).
+    pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2> {
+        let mut x = self.embedding.forward(tokens.unsqueeze_dim(1));
+        for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
+            x = block.step(x, layer);
+        }
+        cache.len += 1;
+        self.logits(x).squeeze_dim(1)
+    }
+
+    /// The final norm and LM head: `x: [batch, N, d]` → `[batch, N, vocab]`.
+    fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = self.norm.forward(x);
+        match &self.head {
+            Some(head) => head.forward(x),
+            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+        }
     }
 }
 
@@ -113,10 +204,6 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
         for (l, block) in self.blocks.iter().enumerate() {
             x = block.forward(x).map_err(in_layer(l))?;
         }
-        let x = self.norm.forward(x);
-        Ok(match &self.head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
-        })
+        Ok(self.logits(x))
     }
 }

@@ -7,14 +7,17 @@
 mod block;
 mod decoder;
 mod error;
+mod generate;
 mod info;
 mod mlp;
 mod norm;
 pub mod presets;
+pub mod sampling;
 
 pub use block::Block;
-pub use decoder::{Decoder, DecoderConfig};
+pub use decoder::{Decoder, DecoderCache, DecoderConfig};
 pub use error::ModelError;
+pub use generate::GenerateConfig;
 pub use info::ModelInfo;
 pub use mlp::{SwiGlu, SwiGluConfig};
 pub use norm::{RmsNorm, RmsNormConfig};

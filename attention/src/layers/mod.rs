@@ -7,8 +7,10 @@
 //! - [`longnet`]: LongNet's branches and their mixture;
 //! - [`longformer`]: Longformer's global rows;
 //! - [`linear`]: Taylor linear attention;
+//! - [`cache`]: the bounded KV cache for decoding;
 //! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism.
 
+pub mod cache;
 pub mod kind;
 pub mod linear;
 pub mod longformer;
@@ -16,5 +18,6 @@ pub mod longnet;
 pub mod mswa;
 pub mod self_attention;
 
+pub use cache::{CachePositions, KvCache};
 pub use kind::AttentionKind;
-pub use self_attention::{SelfAttention, SelfAttentionConfig};
+pub use self_attention::{LayerCache, SelfAttention, SelfAttentionConfig};

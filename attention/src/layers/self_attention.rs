@@ -5,9 +5,13 @@ use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
+use crate::layers::cache::{CachePositions, KvCache};
+use crate::layers::linear::{LinearAttention, LinearAttentionConfig, LinearState};
 use crate::layers::{AttentionKind, longformer, longnet};
-use crate::{AttentionError, Rope, RopeConfig, WindowedAttentionBackend, windowed_attention};
+use crate::{
+    AttentionError, Rope, RopeConfig, ScoreOptions, WindowSpec, WindowedAttentionBackend,
+    windowed_attention,
+};
 
 /// Configuration of [`SelfAttention`].
 #[derive(Config, Debug)]
@@ -99,8 +103,11 @@ impl SelfAttentionConfig {
             layer.global = Some(local.copy());
         }
         layer.local = Some(local);
-        layer.output =
-            Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
+        layer.output = Some(
+            LinearConfig::new(heads * head_dim, d)
+                .with_bias(false)
+                .init(device),
+        );
         Ok(layer)
     }
 }
@@ -112,7 +119,11 @@ impl<B: Backend> Projections<B> {
             weight: Param::from_tensor(l.weight.val()),
             bias: l.bias.as_ref().map(|b| Param::from_tensor(b.val())),
         };
-        Self { query: copy(&self.query), key: copy(&self.key), value: copy(&self.value) }
+        Self {
+            query: copy(&self.query),
+            key: copy(&self.key),
+            value: copy(&self.value),
+        }
     }
 }
 
@@ -128,10 +139,12 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let [batch, n, _] = x.dims();
         let (local, output) = (self.local.as_ref(), self.output.as_ref());
         let (q, k, v) = self.project(local.expect("windowed layers have projections"), x.clone());
+        let (q, k) = (self.rope.forward(q, 0), self.rope.forward(k, 0));
         let out = match &self.kind {
-            AttentionKind::LongNet { segments, dilations } => {
-                longnet::longnet_attention(q, k, v, segments, dilations)?
-            }
+            AttentionKind::LongNet {
+                segments,
+                dilations,
+            } => longnet::longnet_attention(q, k, v, segments, dilations)?,
             kind => {
                 let spec = kind.spec(self.heads, self.kv_heads)?;
                 let opts = kind.score_options(self.heads)?;
@@ -139,17 +152,136 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
                 match &self.global {
                     Some(global) => {
                         let (q_g, k_g, v_g) = self.project(global, x);
+                        let (q_g, k_g) = (self.rope.forward(q_g, 0), self.rope.forward(k_g, 0));
                         longformer::replace_global_rows(out, q_g, k_g, v_g, &spec)
                     }
                     None => out,
                 }
             }
         };
-        let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
-        Ok(output.expect("windowed layers have an output projection").forward(merged))
+        let merged = out
+            .swap_dims(1, 2)
+            .reshape([batch, n, self.heads * self.head_dim]);
+        Ok(output
+            .expect("windowed layers have an output projection")
+            .forward(merged))
     }
 
-    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, with RoPE on q and k.
+    /// The layer's attention kind.
+    pub fn kind(&self) -> &AttentionKind {
+        &self.kind
+    }
+}
+
+/// A layer's decoding state (SEMANTICS §7), made by [`SelfAttention::cache`].
+pub enum LayerCache<B: Backend> {
+    /// Windowed kinds: the bounded cache of the local projections, and for Longformer's global
+    /// rows a cache of the global projections, kept only until the last global position.
+    Windowed {
+        /// Keys and values of the layer's ordinary projections.
+        local: KvCache<B>,
+        /// Keys and values of `Wk_g, Wv_g`, with the global positions.
+        global: Option<(KvCache<B>, Vec<usize>)>,
+    },
+    /// Linear attention's recurrent state (SEMANTICS §6).
+    Linear(LinearState<B>),
+}
+
+impl<B: Backend> LayerCache<B> {
+    /// Bytes held by the cached keys and values or the recurrent state.
+    pub fn bytes(&self) -> usize {
+        let bytes = |t: &Tensor<B, 3>| t.shape().num_elements() * t.dtype().size();
+        match self {
+            LayerCache::Windowed { local, global } => {
+                local.bytes() + global.as_ref().map_or(0, |(cache, _)| cache.bytes())
+            }
+            LayerCache::Linear(state) => {
+                let kv = state.kv.shape().num_elements() * state.kv.dtype().size();
+                kv + bytes(&state.k_sum)
+            }
+        }
+    }
+}
+
+impl<B: Backend> SelfAttention<B> {
+    /// An empty decoding state for `batch` sequences. `positions` matters for sinks, where
+    /// [`CachePositions::Streaming`] is StreamingLLM's position shift. Fails for an encoder
+    /// (bidirectional Longformer), which cannot decode.
+    pub fn cache(
+        &self,
+        batch: usize,
+        positions: CachePositions,
+        device: &B::Device,
+    ) -> Result<LayerCache<B>, AttentionError> {
+        if let Some(linear) = &self.linear {
+            return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
+        }
+        let specs = match &self.kind {
+            AttentionKind::LongNet {
+                segments,
+                dilations,
+            } => longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?,
+            kind => vec![kind.spec(self.heads, self.kv_heads)?],
+        };
+        let opts = self.kind.score_options(self.heads)?;
+        let globals = specs[0].globals().to_vec();
+        let local = KvCache::new(specs, opts, positions)?;
+        let global = match globals.is_empty() {
+            true => None,
+            false => {
+                let spec = WindowSpec::full(self.heads, self.kv_heads)?;
+                Some((
+                    KvCache::new(vec![spec], ScoreOptions::softmax(), positions)?,
+                    globals,
+                ))
+            }
+        };
+        Ok(LayerCache::Windowed { local, global })
+    }
+
+    /// One decoding step: `x: [batch, 1, d_model]` at the cache's next position →
+    /// `[batch, 1, d_model]`, the same as row `position` of [`SelfAttention::forward`] over the
+    /// whole prefix (with [`CachePositions::Absolute`]).
+    pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
+        let (local, global) = match (cache, &self.linear) {
+            (LayerCache::Linear(state), Some(linear)) => {
+                let (y, next) = linear.step(x, state.clone());
+                *state = next;
+                return y;
+            }
+            (LayerCache::Windowed { local, global }, None) => (local, global),
+            _ => unreachable!("a layer's cache is made by its own `cache`"),
+        };
+        let batch = x.dims()[0];
+        let position = local.len();
+        let projections = self
+            .local
+            .as_ref()
+            .expect("windowed layers have projections");
+        let (q, k, v) = self.project(projections, x.clone());
+        local.append(k, v, &self.rope);
+        let mut out = local.attend(q, &self.rope);
+        if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &self.global) {
+            let (q_g, k_g, v_g) = self.project(projections, x);
+            cache.append(k_g, v_g, &self.rope);
+            if globals.contains(&position) {
+                out = cache.attend(q_g, &self.rope);
+            }
+            // No query after the last global position reads the global keys again.
+            if globals.last() <= Some(&position) {
+                *global = None;
+            }
+        }
+        let merged = out
+            .swap_dims(1, 2)
+            .reshape([batch, 1, self.heads * self.head_dim]);
+        self.output
+            .as_ref()
+            .expect("windowed layers have an output projection")
+            .forward(merged)
+    }
+
+    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, before RoPE.
     fn project(
         &self,
         p: &Projections<B>,
@@ -162,11 +294,6 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let q = split(p.query.forward(x.clone()), self.heads);
         let k = split(p.key.forward(x.clone()), self.kv_heads);
         let v = split(p.value.forward(x), self.kv_heads);
-        (self.rope.forward(q, 0), self.rope.forward(k, 0), v)
-    }
-
-    /// The layer's attention kind.
-    pub fn kind(&self) -> &AttentionKind {
-        &self.kind
+        (q, k, v)
     }
 }

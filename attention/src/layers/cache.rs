@@ -1,0 +1,321 @@
+//! The bounded KV cache of one attention layer, for token-by-token decoding (SEMANTICS §7).
+//!
+//! Key/value heads are grouped by the *reach* of the query heads that read them
+//! ([`crate::HeadWindow::reach`]): the span of the window, or the current LongNet segment. A
+//! group keeps only its last `reach` positions in a ring of slots, so MSWA heads get buffers of
+//! their own sizes and memory stops growing once the windows are full. Positions that every
+//! later query sees (sinks, Longformer globals) are pinned for good. Which cached key a query
+//! sees is asked of the window spec ([`WindowSpec::visible`]); the cache never re-derives a
+//! mask. Full attention has no reach, and its cache grows.
+
+use std::collections::VecDeque;
+
+use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
+use serde::{Deserialize, Serialize};
+
+use crate::entry::expand_kv;
+use crate::layers::longnet::mix_branches;
+use crate::scores::{Alibi, attend};
+use crate::{AttentionError, Rope, ScoreOptions, WindowSpec};
+
+/// The positions RoPE and ALiBi give the cached keys and the query (SEMANTICS §4, §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CachePositions {
+    /// Absolute token positions: decoding reproduces the forward pass.
+    #[default]
+    Absolute,
+    /// StreamingLLM's position shift: every cached key sits at its slot index in the cache
+    /// (positions in order, sinks first) and the query at its own. Keys are cached before RoPE
+    /// and rotated at every step.
+    Streaming,
+}
+
+/// The cache of one layer: one buffer per group of kv heads that share a reach.
+pub struct KvCache<B: Backend> {
+    /// One spec, or one per LongNet branch (mixed by their denominators, SEMANTICS §5).
+    specs: Vec<WindowSpec>,
+    opts: ScoreOptions,
+    positions: CachePositions,
+    buffers: Vec<Buffer<B>>,
+    /// Tokens appended so far; the next one sits at this position.
+    len: usize,
+}
+
+/// The keys and values of the kv heads that share one reach.
+struct Buffer<B: Backend> {
+    /// The kv heads kept here, and the query heads that read them (GQA), in order.
+    kv_heads: Vec<usize>,
+    heads: Vec<usize>,
+    /// How many recent (unpinned) positions to keep; `None` keeps them all.
+    reach: Option<usize>,
+    /// `[batch, kv_heads, slots, d]`: keys rotated at their absolute position, or not rotated
+    /// under [`CachePositions::Streaming`]. `None` before the first token.
+    keys: Option<Tensor<B, 4>>,
+    values: Option<Tensor<B, 4>>,
+    /// The position held by each slot.
+    slots: Vec<usize>,
+    /// The slots of the recent positions, oldest first.
+    recent: VecDeque<usize>,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// An empty cache for a causal layer whose core call(s) use `specs` and `opts`.
+    pub fn new(
+        specs: Vec<WindowSpec>,
+        opts: ScoreOptions,
+        positions: CachePositions,
+    ) -> Result<Self, AttentionError> {
+        let first = specs.first().ok_or(AttentionError::NoHeads)?;
+        let (heads, kv_heads) = (first.num_heads(), first.kv_heads());
+        if specs.iter().any(|s| !s.is_causal()) {
+            return Err(AttentionError::NotCausal {
+                what: "the layer's window spec",
+            });
+        }
+        opts.check(heads)?;
+        let ratio = heads / kv_heads;
+        let reach_of = |c: usize| -> Option<usize> {
+            let mut reach = Some(0);
+            for spec in &specs {
+                for window in &spec.heads()[c * ratio..(c + 1) * ratio] {
+                    reach = reach.zip(window.reach()).map(|(a, b)| a.max(b));
+                }
+            }
+            reach
+        };
+        let mut buffers: Vec<Buffer<B>> = Vec::new();
+        for c in 0..kv_heads {
+            let reach = reach_of(c);
+            let buffer = match buffers.iter_mut().find(|b| b.reach == reach) {
+                Some(buffer) => buffer,
+                None => {
+                    buffers.push(Buffer::new(reach));
+                    buffers.last_mut().expect("just pushed")
+                }
+            };
+            buffer.kv_heads.push(c);
+            buffer.heads.extend(c * ratio..(c + 1) * ratio);
+        }
+        Ok(Self {
+            specs,
+            opts,
+            positions,
+            buffers,
+            len: 0,
+        })
+    }
+
+    /// Tokens appended so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token has been appended yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held by the cached keys and values.
+    pub fn bytes(&self) -> usize {
+        let bytes = |t: &Option<Tensor<B, 4>>| {
+            t.as_ref()
+                .map_or(0, |t| t.shape().num_elements() * t.dtype().size())
+        };
+        self.buffers
+            .iter()
+            .map(|b| bytes(&b.keys) + bytes(&b.values))
+            .sum()
+    }
+
+    /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE.
+    pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: &Rope) {
+        let position = self.len;
+        let spec = &self.specs[0];
+        let pinned = position < spec.sinks() || spec.is_global(position);
+        for buffer in &mut self.buffers {
+            let (k, v) = (
+                select_heads(k.clone(), &buffer.kv_heads),
+                select_heads(v.clone(), &buffer.kv_heads),
+            );
+            let k = match self.positions {
+                CachePositions::Absolute => rope.forward(k, position),
+                CachePositions::Streaming => k,
+            };
+            buffer.store(position, pinned, k, v);
+        }
+        self.len += 1;
+    }
+
+    /// Attends the query of the latest appended position, `q: [batch, H, 1, d]` before RoPE,
+    /// to the keys its head sees → `[batch, H, 1, d]`. Call [`KvCache::append`] first.
+    pub fn attend(&self, q: Tensor<B, 4>, rope: &Rope) -> Tensor<B, 4> {
+        let heads = q.dims()[1];
+        let outputs: Vec<_> = self
+            .buffers
+            .iter()
+            .map(|b| self.attend_buffer(b, q.clone(), rope))
+            .collect();
+        let out = Tensor::cat(outputs, 1);
+        let order: Vec<usize> = self
+            .buffers
+            .iter()
+            .flat_map(|b| b.heads.iter().copied())
+            .collect();
+        if order.iter().enumerate().all(|(i, &h)| i == h) {
+            return out;
+        }
+        let mut inverse = vec![0i64; heads];
+        for (i, &h) in order.iter().enumerate() {
+            inverse[h] = i as i64;
+        }
+        let index =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(inverse, [heads]), &out.device());
+        out.select(1, index)
+    }
+
+    /// One buffer's query heads against its slots, through every spec.
+    fn attend_buffer(&self, buffer: &Buffer<B>, q: Tensor<B, 4>, rope: &Rope) -> Tensor<B, 4> {
+        let (keys, values) = (buffer.keys.clone(), buffer.values.clone());
+        let (keys, values) = keys.zip(values).expect("append comes before attend");
+        let device = keys.device();
+        let t = self.len - 1;
+        let (query_position, key_positions) = match self.positions {
+            CachePositions::Absolute => (t, buffer.slots.clone()),
+            CachePositions::Streaming => buffer.slot_ranks(),
+        };
+        let q = rope.forward_at(select_heads(q, &buffer.heads), &[query_position]);
+        let keys = match self.positions {
+            CachePositions::Absolute => keys,
+            CachePositions::Streaming => rope.forward_at(keys, &key_positions),
+        };
+        let rows = buffer.heads.len();
+        let (keys, values) = (expand_kv(keys, rows), expand_kv(values, rows));
+        let slots = buffer.slots.len();
+        let alibi = self.opts.alibi.as_ref().map(|slopes| {
+            let distance = key_positions
+                .iter()
+                .map(|&j| query_position as f32 - j as f32)
+                .collect();
+            let slopes = buffer.heads.iter().map(|&h| slopes[h]).collect();
+            (distance, slopes)
+        });
+        let (mut outs, mut lses) = (Vec::new(), Vec::new());
+        for spec in &self.specs {
+            let mask: Vec<bool> = buffer
+                .heads
+                .iter()
+                .flat_map(|&h| {
+                    buffer
+                        .slots
+                        .iter()
+                        .map(move |&j| spec.visible(h, t, j, t + 1))
+                })
+                .collect();
+            let mask = Tensor::<B, 4, Bool>::from_data(
+                TensorData::new(mask, [1, rows, 1, slots]),
+                &device,
+            );
+            let alibi = alibi
+                .clone()
+                .map(|(distance, slopes): (Vec<f32>, Vec<f32>)| Alibi {
+                    distance: Tensor::from_data(
+                        TensorData::new(distance, [1, 1, 1, slots]),
+                        &device,
+                    ),
+                    slopes: Tensor::from_data(TensorData::new(slopes, [1, rows, 1, 1]), &device),
+                });
+            let (o, lse) = attend(
+                q.clone(),
+                keys.clone(),
+                values.clone(),
+                mask,
+                alibi,
+                &self.opts,
+            );
+            outs.push(o);
+            lses.push(lse);
+        }
+        match outs.len() {
+            1 => outs.remove(0),
+            _ => mix_branches(outs, lses),
+        }
+    }
+}
+
+impl<B: Backend> Buffer<B> {
+    fn new(reach: Option<usize>) -> Self {
+        let (keys, values) = (None, None);
+        Self {
+            kv_heads: Vec::new(),
+            heads: Vec::new(),
+            reach,
+            keys,
+            values,
+            slots: Vec::new(),
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// Writes position `position` into a new slot, or over the oldest recent one once `reach`
+    /// recent positions are kept.
+    fn store(&mut self, position: usize, pinned: bool, k: Tensor<B, 4>, v: Tensor<B, 4>) {
+        let full = self.reach.is_some_and(|reach| self.recent.len() >= reach);
+        let reuse = if !pinned && full {
+            self.recent.pop_front()
+        } else {
+            None
+        };
+        let slot = match reuse {
+            Some(slot) => {
+                let [batch, heads, _, d] = k.dims();
+                let range = [0..batch, 0..heads, slot..slot + 1, 0..d];
+                self.keys = self
+                    .keys
+                    .take()
+                    .map(|keys| keys.slice_assign(range.clone(), k));
+                self.values = self
+                    .values
+                    .take()
+                    .map(|values| values.slice_assign(range, v));
+                self.slots[slot] = position;
+                slot
+            }
+            None => {
+                let grow = |cache: Option<Tensor<B, 4>>, x| match cache {
+                    Some(cache) => Tensor::cat(vec![cache, x], 2),
+                    None => x,
+                };
+                self.keys = Some(grow(self.keys.take(), k));
+                self.values = Some(grow(self.values.take(), v));
+                self.slots.push(position);
+                self.slots.len() - 1
+            }
+        };
+        if !pinned {
+            self.recent.push_back(slot);
+        }
+    }
+
+    /// StreamingLLM positions: the query's slot index and each slot's index in position order.
+    fn slot_ranks(&self) -> (usize, Vec<usize>) {
+        let mut order: Vec<usize> = (0..self.slots.len()).collect();
+        order.sort_by_key(|&s| self.slots[s]);
+        let mut ranks = vec![0; self.slots.len()];
+        for (rank, &slot) in order.iter().enumerate() {
+            ranks[slot] = rank;
+        }
+        (self.slots.len() - 1, ranks)
+    }
+}
+
+/// The heads `heads` (sorted, distinct) of `x: [batch, all, rows, d]`; `x` itself when they are
+/// all of them.
+fn select_heads<B: Backend>(x: Tensor<B, 4>, heads: &[usize]) -> Tensor<B, 4> {
+    if heads.len() == x.dims()[1] {
+        return x;
+    }
+    let index: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
+    let index = Tensor::<B, 1, Int>::from_data(TensorData::new(index, [heads.len()]), &x.device());
+    x.select(1, index)
+}
