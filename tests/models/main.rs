@@ -5,6 +5,7 @@ mod decode;
 mod decoder;
 mod layers;
 mod presets;
+mod training;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};

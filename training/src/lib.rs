@@ -1,5 +1,22 @@
 //! # swa-training
 //!
-//! Training, evaluation and the `swa-zoo` CLI, built on [`swa_models`]. This crate is empty
-//! until the issue «Training with Burn's dashboard, data, evaluation, and the swa-zoo CLI»
-//! fills it.
+//! Training, evaluation, data and the `swa-zoo` CLI, built on [`swa_models`]:
+//! - [`corpus`]: byte- and word-level corpora, with an embedded default;
+//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval);
+//! - [`loader`]: reproducible batches for the Learner;
+//! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
+//! - [`eval`]: evaluation at several lengths and windows;
+//! - [`plot`]: CSV and SVG figures;
+//! - [`cli`]: the `swa-zoo` command line.
+
+pub mod cli;
+pub mod corpus;
+pub mod eval;
+pub mod language_model;
+pub mod loader;
+pub mod metrics;
+pub mod plot;
+pub mod renderer;
+pub mod schedule;
+pub mod tasks;
+pub mod train;

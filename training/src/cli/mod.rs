@@ -1,0 +1,69 @@
+//! The `swa-zoo` command line: `train`, `eval`, `generate`, `info` and `bench`.
+//!
+//! Window conventions, as in SEMANTICS §2: a causal window `W` sees the W keys `i−W+1 … i`, the
+//! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
+//! config value is two-sided, 2w).
+
+mod backend;
+mod commands;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use backend::BackendChoice;
+
+/// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
+#[derive(Parser, Debug)]
+#[command(name = "swa-zoo", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
+    Train(commands::TrainArgs),
+    /// Loss, perplexity and bits per byte at several lengths, and the window × length grid.
+    Eval(commands::EvalArgs),
+    /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
+    Generate(commands::GenerateArgs),
+    /// Parameters, Σ windows, relative cost and KV-cache bytes of a model; `--list` the presets.
+    Info(commands::InfoArgs),
+    /// A quick training-step throughput run.
+    Bench(commands::BenchArgs),
+}
+
+/// Which model: a preset or a JSON config, overridable by flags of the command.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A preset name (see `swa-zoo info --list`), e.g. `mswa-table2-mswa-tiny`.
+    #[arg(long, default_value = "mswa-table2-mswa-tiny")]
+    preset: String,
+    /// A model config as JSON (`DecoderConfig`), instead of the preset.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Where to run.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Backend: flex (CPU, default), ndarray (CPU), wgpu (Vulkan/Metal/DX12), cuda.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
+    backend: BackendChoice,
+    /// Device index for wgpu (discrete GPU n) and cuda.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+/// Parses the arguments and runs the command; the error names the problem.
+pub fn main() -> Result<(), String> {
+    match Cli::parse().command {
+        Command::Train(args) => commands::train(args),
+        Command::Eval(args) => commands::eval(args),
+        Command::Generate(args) => commands::generate(args),
+        Command::Info(args) => commands::info(args),
+        Command::Bench(args) => commands::bench(args),
+    }
+}

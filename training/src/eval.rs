@@ -1,0 +1,71 @@
+//! Evaluation: loss, perplexity and bits per byte at several lengths with windowed inference,
+//! optionally with an evaluation window other than the training one (SWAT Table 2's "Eval
+//! Window"), and the window × length grid of SWAT's Figure 2.
+
+use std::sync::Arc;
+
+use burn::module::Module;
+use burn::tensor::ElementConversion;
+use burn::tensor::backend::Backend;
+use swa_attention::WindowedAttentionBackend;
+use swa_attention::layers::AttentionKind;
+use swa_models::{Decoder, DecoderConfig};
+
+use crate::language_model::LanguageModel;
+use crate::loader::{Sampling, WindowLoader};
+use crate::train::TrainError;
+
+/// The model's configuration with every local window set to `window` keys and, when `sinks`
+/// is not 0, `sinks` attention sinks (StreamingLLM). Full, sliding, sinks and SWAT layers have
+/// the same weights whatever their window, so a trained model runs under the new config as is;
+/// other kinds are an error naming the layer.
+pub fn with_eval_window(config: &DecoderConfig, window: usize, sinks: usize) -> Result<DecoderConfig, TrainError> {
+    let mut config = config.clone();
+    let kinds = (0..config.layers).map(|l| {
+        let kind = match config.kind_of(l) {
+            AttentionKind::Full | AttentionKind::Sliding { .. } | AttentionKind::Sinks { .. } => match sinks {
+                0 => AttentionKind::Sliding { window },
+                sinks => AttentionKind::Sinks { sinks, window },
+            },
+            AttentionKind::Swat { distance_heads, magnitudes, beta, .. } if sinks == 0 => {
+                AttentionKind::Swat { window, distance_heads: *distance_heads, magnitudes: *magnitudes, beta: *beta }
+            }
+            other => {
+                return Err(TrainError(format!(
+                    "layer {l}: an evaluation window applies to full, sliding, sinks and SWAT layers (and sinks not to SWAT), not {other:?}"
+                )));
+            }
+        };
+        Ok(kind)
+    });
+    config.attention = kinds.collect::<Result<_, _>>()?;
+    Ok(config)
+}
+
+/// The same weights under another configuration with the same parameters.
+pub fn rebuild<B: Backend>(model: &Decoder<B>, config: &DecoderConfig, device: &B::Device) -> Result<Decoder<B>, TrainError> {
+    let fresh = config.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
+    Ok(fresh.load_record(model.clone().into_record()))
+}
+
+/// Mean next-token loss (nats) over up to `batches` batches of `batch` consecutive windows of
+/// `len` tokens from `tokens`.
+pub fn mean_loss<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    tokens: Arc<Vec<u32>>,
+    len: usize,
+    batch: usize,
+    batches: usize,
+    device: &B::Device,
+) -> Result<f64, TrainError> {
+    let loader = WindowLoader::<B>::new(tokens, len, batch, batches, Sampling::Sequential, 0, device.clone())
+        .map_err(|e| TrainError(format!("evaluation at length {len}: {e}")))?;
+    let scorer = LanguageModel { decoder: model.clone() };
+    let (mut total, mut count) = (0.0, 0);
+    for batch in burn::data::dataloader::DataLoader::iter(&loader) {
+        let out = scorer.loss(batch);
+        total += out.loss.into_scalar().elem::<f64>() * out.tokens as f64;
+        count += out.tokens;
+    }
+    Ok(total / count.max(1) as f64)
+}

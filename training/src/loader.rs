@@ -1,0 +1,157 @@
+//! Batches of token windows for the Learner, reproducible from the seed, the epoch and the
+//! step alone, so that a resumed run reads exactly the data it would have read.
+//!
+//! Burn's own data loader reshuffles from a generator whose state a checkpoint does not keep.
+//! Here training batch `s` of epoch `e` is drawn from `(seed, e, s)`, and the loader counts its
+//! epochs from the checkpoint it resumes, which is all the data position there is.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+
+/// Inputs and next-token targets, both `[batch, N]`.
+#[derive(Clone, Debug)]
+pub struct TokenBatch<B: Backend> {
+    /// Tokens `t_0 … t_{N−1}`.
+    pub inputs: Tensor<B, 2, Int>,
+    /// Tokens `t_1 … t_N`.
+    pub targets: Tensor<B, 2, Int>,
+}
+
+/// How a loader picks its windows.
+#[derive(Clone, Copy, Debug)]
+pub enum Sampling {
+    /// Random windows, drawn from the seed, epoch and step.
+    Random {
+        /// The run's seed.
+        seed: u64,
+    },
+    /// Consecutive non-overlapping windows from the start, the same every epoch (validation).
+    Sequential,
+}
+
+/// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch.
+#[derive(Clone)]
+pub struct WindowLoader<B: Backend> {
+    tokens: Arc<Vec<u32>>,
+    len: usize,
+    batch: usize,
+    steps: usize,
+    /// The step index of this loader's first batch: a slice of a loader (one device's share)
+    /// reads its own steps.
+    first_step: usize,
+    sampling: Sampling,
+    /// The next epoch to hand out, shared by the loader's copies.
+    epoch: Arc<AtomicUsize>,
+    device: B::Device,
+}
+
+impl<B: Backend> WindowLoader<B> {
+    /// A loader over `tokens`; `first_epoch` is the number of epochs already trained (the
+    /// checkpoint resumed from, or 0). Sequential loaders are cut to the windows that exist.
+    /// Fails when the split is too short for one window.
+    pub fn new(
+        tokens: Arc<Vec<u32>>,
+        len: usize,
+        batch: usize,
+        steps: usize,
+        sampling: Sampling,
+        first_epoch: usize,
+        device: B::Device,
+    ) -> Result<Self, String> {
+        if tokens.len() < len + 1 || len == 0 || batch == 0 {
+            return Err(format!(
+                "a split of {} tokens cannot give windows of {} tokens (sequence length + 1) in batches of {batch}",
+                tokens.len(),
+                len + 1
+            ));
+        }
+        let steps = match sampling {
+            Sampling::Random { .. } => steps,
+            Sampling::Sequential => steps.min(((tokens.len() - 1) / len / batch).max(1)),
+        };
+        let epoch = Arc::new(AtomicUsize::new(first_epoch));
+        Ok(Self { tokens, len, batch, steps, first_step: 0, sampling, epoch, device })
+    }
+
+    /// Start offset of window `row` of step `step` in epoch `epoch`.
+    fn offset(&self, epoch: usize, step: usize, row: usize) -> usize {
+        let room = self.tokens.len() - self.len - 1;
+        match self.sampling {
+            Sampling::Random { seed } => {
+                let key = [seed, epoch as u64, step as u64, row as u64];
+                (key.iter().fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k)) % (room as u64 + 1)) as usize
+            }
+            Sampling::Sequential => ((step * self.batch + row) * self.len) % (room + 1),
+        }
+    }
+
+    /// Batch `step` of epoch `epoch`.
+    pub fn batch(&self, epoch: usize, step: usize) -> TokenBatch<B> {
+        let width = self.len + 1;
+        let mut ids = Vec::with_capacity(self.batch * width);
+        for row in 0..self.batch {
+            let start = self.offset(epoch, step, row);
+            ids.extend(self.tokens[start..start + width].iter().map(|&t| t as i64));
+        }
+        let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, width]), &self.device);
+        TokenBatch { inputs: all.clone().narrow(1, 0, self.len), targets: all.narrow(1, 1, self.len) }
+    }
+}
+
+/// SplitMix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+struct Iter<'a, B: Backend> {
+    loader: &'a WindowLoader<B>,
+    epoch: usize,
+    step: usize,
+}
+
+impl<B: Backend> Iterator for Iter<'_, B> {
+    type Item = TokenBatch<B>;
+
+    fn next(&mut self) -> Option<TokenBatch<B>> {
+        (self.step < self.loader.steps).then(|| {
+            self.step += 1;
+            self.loader.batch(self.epoch, self.loader.first_step + self.step - 1)
+        })
+    }
+}
+
+impl<B: Backend> DataLoaderIterator<TokenBatch<B>> for Iter<'_, B> {
+    fn progress(&self) -> Progress {
+        Progress::new(self.step * self.loader.batch, self.loader.steps * self.loader.batch)
+    }
+}
+
+impl<B: Backend> DataLoader<B, TokenBatch<B>> for WindowLoader<B> {
+    fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<TokenBatch<B>> + 'a> {
+        let epoch = match self.sampling {
+            Sampling::Random { .. } => self.epoch.fetch_add(1, Ordering::SeqCst),
+            Sampling::Sequential => 0,
+        };
+        Box::new(Iter { loader: self, epoch, step: 0 })
+    }
+
+    fn num_items(&self) -> usize {
+        self.steps * self.batch
+    }
+
+    fn to_device(&self, device: &B::Device) -> Arc<dyn DataLoader<B, TokenBatch<B>>> {
+        Arc::new(Self { device: device.clone(), ..self.clone() })
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<B, TokenBatch<B>>> {
+        let steps = (end.min(self.num_items()) - start.min(end)) / self.batch;
+        let first_step = self.first_step + start / self.batch;
+        Arc::new(Self { steps: steps.max(1), first_step, ..self.clone() })
+    }
+}

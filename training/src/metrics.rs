@@ -1,0 +1,147 @@
+//! The training dashboard's metrics: loss, perplexity, bits per byte/character, tokens per
+//! second (the learning rate is Burn's own `LearningRateMetric`).
+//!
+//! Every metric reads [`StepStats`], the loss of a step already synced to the host, so a step
+//! costs one device read however many metrics are shown.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::train::metric::state::{FormatOptions, NumericMetricState};
+use burn::train::metric::{
+    Adaptor, Metric, MetricAttributes, MetricMetadata, MetricName, Numeric, NumericAttributes, NumericEntry,
+    SerializedEntry,
+};
+
+/// What one step reports: the mean loss per predicted token and how many tokens it predicted.
+#[derive(Clone, Copy, Debug)]
+pub struct StepStats {
+    /// Mean cross-entropy, in nats per token.
+    pub loss: f64,
+    /// Tokens predicted in the step.
+    pub tokens: usize,
+}
+
+impl Adaptor<StepStats> for StepStats {
+    fn adapt(&self) -> StepStats {
+        *self
+    }
+}
+
+/// Which quantity a [`StatMetric`] shows.
+#[derive(Clone, Copy, Debug)]
+pub enum Stat {
+    /// Cross-entropy in nats.
+    Loss,
+    /// `exp(loss)`.
+    Perplexity,
+    /// `loss / ln 2`: bits per byte (bits per character on enwik8) for byte-level corpora.
+    BitsPerToken,
+}
+
+/// A numeric metric computed from [`StepStats`].
+#[derive(Clone)]
+pub struct StatMetric {
+    stat: Stat,
+    name: MetricName,
+    state: NumericMetricState,
+}
+
+impl StatMetric {
+    /// The metric of `stat`, named `name` on the dashboard (e.g. "Bits per byte").
+    pub fn new(stat: Stat, name: &str) -> Self {
+        Self { stat, name: Arc::new(name.to_string()), state: NumericMetricState::new() }
+    }
+}
+
+impl Metric for StatMetric {
+    type Input = StepStats;
+
+    fn update(&mut self, item: &StepStats, _metadata: &MetricMetadata) -> SerializedEntry {
+        let value = match self.stat {
+            Stat::Loss => item.loss,
+            Stat::Perplexity => item.loss.exp(),
+            Stat::BitsPerToken => item.loss / std::f64::consts::LN_2,
+        };
+        self.state.update(value, item.tokens, FormatOptions::new(self.name()).precision(4))
+    }
+
+    fn clear(&mut self) {
+        self.state.reset()
+    }
+
+    fn name(&self) -> MetricName {
+        self.name.clone()
+    }
+
+    fn attributes(&self) -> MetricAttributes {
+        NumericAttributes { unit: None, higher_is_better: false }.into()
+    }
+}
+
+impl Numeric for StatMetric {
+    fn value(&self) -> NumericEntry {
+        self.state.current_value()
+    }
+
+    fn running_value(&self) -> NumericEntry {
+        self.state.running_value()
+    }
+}
+
+/// Tokens per second, measured between consecutive steps.
+#[derive(Clone)]
+pub struct TokensPerSecond {
+    name: MetricName,
+    last: Option<Instant>,
+    state: NumericMetricState,
+}
+
+impl TokensPerSecond {
+    /// A new meter; its first step has no interval and reports 0.
+    pub fn new() -> Self {
+        Self { name: Arc::new("Tokens/s".to_string()), last: None, state: NumericMetricState::new() }
+    }
+}
+
+impl Default for TokensPerSecond {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metric for TokensPerSecond {
+    type Input = StepStats;
+
+    fn update(&mut self, item: &StepStats, _metadata: &MetricMetadata) -> SerializedEntry {
+        let now = Instant::now();
+        let rate = match self.last.replace(now) {
+            Some(last) => item.tokens as f64 / now.duration_since(last).as_secs_f64().max(1e-9),
+            None => 0.0,
+        };
+        self.state.update(rate, 1, FormatOptions::new(self.name()).precision(0))
+    }
+
+    fn clear(&mut self) {
+        self.last = None;
+        self.state.reset()
+    }
+
+    fn name(&self) -> MetricName {
+        self.name.clone()
+    }
+
+    fn attributes(&self) -> MetricAttributes {
+        NumericAttributes { unit: Some("tok/s".into()), higher_is_better: true }.into()
+    }
+}
+
+impl Numeric for TokensPerSecond {
+    fn value(&self) -> NumericEntry {
+        self.state.current_value()
+    }
+
+    fn running_value(&self) -> NumericEntry {
+        self.state.running_value()
+    }
+}

@@ -1,0 +1,258 @@
+//! Training with burn-train's Learner: its terminal dashboard (or the plain log when stdout is
+//! not a terminal), AdamW with warmup and cosine decay, gradient accumulation, checkpoints every
+//! `checkpoint_every` steps keeping the last few, and exact resume.
+//!
+//! An epoch of the Learner is `checkpoint_every` steps, since the Learner checkpoints at epoch
+//! ends. Resuming loads the model, optimizer and schedule of the last complete checkpoint, and
+//! the loader draws the next epoch's windows from the seed and epoch number (see
+//! [`crate::loader`]), so a killed and resumed run ends with the same step count and a loss
+//! curve that continues without a jump.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::grad_clipping::GradientClippingConfig;
+use burn::optim::AdamWConfig;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::checkpoint::KeepLastNCheckpoints;
+use burn::train::metric::LearningRateMetric;
+use burn::train::{Learner, SupervisedTraining};
+use swa_attention::WindowedAttentionBackend;
+use swa_attention::layers::AttentionKind;
+use swa_models::{Decoder, DecoderConfig};
+
+use crate::corpus::Corpus;
+use crate::language_model::LanguageModel;
+use crate::loader::{Sampling, WindowLoader};
+use crate::metrics::{Stat, StatMetric, TokensPerSecond};
+use crate::renderer::{PlainRenderer, dashboard_available};
+use crate::schedule::WarmupCosine;
+
+/// Configuration of a training run, saved as `train.json` in the run's folder.
+#[derive(Config, Debug)]
+pub struct TrainConfig {
+    /// The model.
+    pub model: DecoderConfig,
+    /// Training sequence length, independent of the windows (SWAT's sliding-window training
+    /// uses 4·W).
+    pub seq_len: usize,
+    /// Sequences per step.
+    #[config(default = 8)]
+    pub batch_size: usize,
+    /// Training steps (batches) in all.
+    #[config(default = 1000)]
+    pub steps: usize,
+    /// Steps between checkpoints (one Learner epoch).
+    #[config(default = 100)]
+    pub checkpoint_every: usize,
+    /// Checkpoints kept; older ones are deleted.
+    #[config(default = 3)]
+    pub keep_checkpoints: usize,
+    /// Batches whose gradients are summed before one optimizer update.
+    #[config(default = 1)]
+    pub grad_accumulation: usize,
+    /// Peak learning rate of AdamW.
+    #[config(default = 1e-3)]
+    pub learning_rate: f64,
+    /// Final learning rate, as a fraction of the peak.
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Linear warmup, in optimizer updates.
+    #[config(default = 100)]
+    pub warmup_steps: usize,
+    /// AdamW's decoupled weight decay.
+    #[config(default = 0.1)]
+    pub weight_decay: f32,
+    /// Gradient norm clipping.
+    #[config(default = 1.0)]
+    pub grad_clip: f32,
+    /// Validation batches at the end of each epoch.
+    #[config(default = 8)]
+    pub valid_batches: usize,
+    /// Seed of the data order (and of nothing else: weights come from Burn's seeded RNG).
+    #[config(default = 42)]
+    pub seed: u64,
+    /// The text file trained on; `None` is the embedded corpus.
+    #[config(default = "None")]
+    pub corpus: Option<String>,
+    /// Word-level vocabulary of the words seen at least this often; `None` is byte-level.
+    #[config(default = "None")]
+    pub word_min_count: Option<usize>,
+}
+
+/// Why a run could not start.
+#[derive(Debug)]
+pub struct TrainError(pub String);
+
+impl std::fmt::Display for TrainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TrainError {}
+
+impl TrainConfig {
+    /// Checks the run before any work, naming the field at fault.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |field: &str, problem: &str| Err(TrainError(format!("TrainConfig.{field}: {problem}")));
+        self.model.validate().map_err(|e| TrainError(e.to_string()))?;
+        let positive = [
+            ("seq_len", self.seq_len),
+            ("batch_size", self.batch_size),
+            ("steps", self.steps),
+            ("checkpoint_every", self.checkpoint_every),
+            ("keep_checkpoints", self.keep_checkpoints),
+            ("grad_accumulation", self.grad_accumulation),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return bad(field, "must be at least 1");
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return bad("learning_rate", "must be positive and finite");
+        }
+        for l in 0..self.model.layers {
+            if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
+                && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
+            {
+                return bad("seq_len", &format!("layer {l} has global position {g}, past the sequence"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The corpus this run trains on.
+    pub fn load_corpus(&self) -> Result<Corpus, TrainError> {
+        let loaded = match (&self.corpus, self.word_min_count) {
+            (None, _) => Ok(Corpus::embedded()),
+            (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
+            (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
+        };
+        loaded.map_err(|e| TrainError(e.to_string()))
+    }
+
+    /// Learner epochs: `steps / checkpoint_every`, rounded up.
+    pub fn epochs(&self) -> usize {
+        self.steps.div_ceil(self.checkpoint_every)
+    }
+}
+
+/// The last epoch whose model, optimizer and schedule checkpoints all exist in `out`.
+pub fn last_checkpoint(out: &Path) -> Option<usize> {
+    let dir = out.join("checkpoint");
+    let epochs = std::fs::read_dir(&dir).ok()?.filter_map(|entry| {
+        let name = entry.ok()?.file_name().into_string().ok()?;
+        name.strip_prefix("model-")?.strip_suffix(".mpk")?.parse::<usize>().ok()
+    });
+    let complete = |e: &usize| {
+        ["optim", "scheduler"].iter().all(|part| dir.join(format!("{part}-{e}.mpk")).is_file())
+    };
+    epochs.filter(complete).max()
+}
+
+/// The model at the end of a run, and where its files are.
+pub struct TrainOutcome<B: AutodiffBackend> {
+    /// The trained model (without autodiff).
+    pub model: Decoder<B::InnerBackend>,
+    /// The run's folder: `train.json`, `checkpoint/`, the metric logs and `model.mpk`.
+    pub out: PathBuf,
+}
+
+/// Trains `config` on `corpus` into the folder `out`, resuming from its last checkpoint when
+/// `resume` is set. Shows Burn's dashboard on a terminal and the plain log elsewhere.
+pub fn train<B>(
+    config: &TrainConfig,
+    corpus: &Corpus,
+    out: &Path,
+    resume: bool,
+    device: &B::Device,
+) -> Result<TrainOutcome<B>, TrainError>
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+    B::InnerBackend: WindowedAttentionBackend,
+{
+    config.validate()?;
+    if config.model.vocab_size < corpus.vocab_size() {
+        return Err(TrainError(format!(
+            "DecoderConfig.vocab_size: {} is smaller than the corpus's {} tokens",
+            config.model.vocab_size,
+            corpus.vocab_size()
+        )));
+    }
+    let io = |e: std::io::Error| TrainError(format!("{}: {e}", out.display()));
+    std::fs::create_dir_all(out).map_err(io)?;
+    let start = match resume {
+        true => last_checkpoint(out).ok_or_else(|| {
+            TrainError(format!("--resume: no complete checkpoint in {}", out.join("checkpoint").display()))
+        })?,
+        false => 0,
+    };
+    config.save(out.join("train.json")).map_err(io)?;
+    let loader_error = |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
+    let train_loader = WindowLoader::<B>::new(
+        Arc::new(corpus.train().to_vec()),
+        config.seq_len,
+        config.batch_size,
+        config.checkpoint_every,
+        Sampling::Random { seed: config.seed },
+        start,
+        device.clone(),
+    )
+    .map_err(loader_error("train"))?;
+    let valid_loader = WindowLoader::<B::InnerBackend>::new(
+        Arc::new(corpus.valid().to_vec()),
+        config.seq_len,
+        config.batch_size,
+        config.valid_batches,
+        Sampling::Sequential,
+        0,
+        device.clone(),
+    )
+    .map_err(loader_error("valid"))?;
+    let decoder = config.model.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
+    let updates = config.steps / config.grad_accumulation;
+    let schedule = WarmupCosine::new(
+        config.learning_rate,
+        config.learning_rate * config.min_lr_ratio,
+        config.warmup_steps,
+        updates.max(1),
+    );
+    let optimizer = AdamWConfig::new()
+        .with_weight_decay(config.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.grad_clip)))
+        .init();
+    let bits = match corpus.unit() {
+        crate::corpus::Unit::Byte => "Bits per byte",
+        crate::corpus::Unit::Word => "Bits per word",
+    };
+    let mut training = SupervisedTraining::new(out, Arc::new(train_loader), Arc::new(valid_loader))
+        .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_train_numeric(TokensPerSecond::new())
+        .metric_train_numeric(LearningRateMetric::new())
+        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
+        .grads_accumulation(config.grad_accumulation)
+        .num_epochs(config.epochs())
+        .summary();
+    if !dashboard_available() {
+        training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
+    }
+    if start > 0 {
+        training = training.checkpoint(start);
+    }
+    let result = training.launch(Learner::new(LanguageModel { decoder }, optimizer, schedule));
+    let model = result.model.decoder;
+    model
+        .clone()
+        .save_file(out.join("model"), &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+        .map_err(|e| TrainError(format!("saving the model: {e}")))?;
+    Ok(TrainOutcome { model, out: out.to_path_buf() })
+}
