@@ -2,6 +2,8 @@
 //! binary links Burn.
 
 mod decoder;
+mod layer_forward;
+mod layer_reference;
 mod layers;
 mod presets;
 
