@@ -3,6 +3,8 @@
 
 mod decode;
 mod decoder;
+mod layer_forward;
+mod layer_reference;
 mod layers;
 mod presets;
 mod training;
