@@ -85,7 +85,7 @@ fn bad_training_settings_name_the_field() {
     let dir = run_dir("bad");
     let message = |config: TrainConfig| train::<B>(&config, &corpus, &dir, false, &Default::default()).err().unwrap().to_string();
     assert!(message(tiny(0)).contains("TrainConfig.steps"));
-    assert!(message(tiny(2).with_seq_len(0)).contains("TrainConfig.seq_len"));
+    assert!(message(TrainConfig { seq_len: 0, ..tiny(2) }).contains("TrainConfig.seq_len"));
     let mut small_vocab = tiny(2);
     small_vocab.model.vocab_size = 10;
     assert!(message(small_vocab).contains("vocab_size"));
