@@ -11,6 +11,7 @@ mod info;
 mod mlp;
 mod norm;
 pub mod presets;
+pub mod weights;
 
 pub use block::Block;
 pub use decoder::{Decoder, DecoderConfig};

@@ -4,6 +4,7 @@
 mod decoder;
 mod layers;
 mod presets;
+mod weights;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
