@@ -1,6 +1,7 @@
 //! Errors of model configuration and weights, each naming the problem.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use swa_attention::AttentionError;
 
@@ -21,6 +22,14 @@ pub enum ModelError {
         /// The attention error.
         source: AttentionError,
     },
+    /// A weights file could not be written, or does not hold weights for the configuration.
+    Weights {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong: the I/O error, the corrupt format, or the weight that is missing,
+        /// unexpected or of the wrong shape.
+        problem: String,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -28,6 +37,7 @@ impl fmt::Display for ModelError {
         match self {
             ModelError::Config { field, problem } => write!(f, "{field}: {problem}"),
             ModelError::Layer { layer, source } => write!(f, "layer {layer}: {source}"),
+            ModelError::Weights { path, problem } => write!(f, "{}: {problem}", path.display()),
         }
     }
 }
@@ -36,7 +46,7 @@ impl std::error::Error for ModelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ModelError::Layer { source, .. } => Some(source),
-            ModelError::Config { .. } => None,
+            ModelError::Config { .. } | ModelError::Weights { .. } => None,
         }
     }
 }

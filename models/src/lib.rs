@@ -13,6 +13,7 @@ mod mlp;
 mod norm;
 pub mod presets;
 pub mod sampling;
+pub mod weights;
 
 pub use block::Block;
 pub use decoder::{Decoder, DecoderCache, DecoderConfig};

@@ -70,7 +70,7 @@ fn invalid_configs_name_the_field() {
     let base = || DecoderConfig::new(256, 64, 4, 4, 4, vec![AttentionKind::Full]);
     let field = |c: DecoderConfig| match c.validate() {
         Err(ModelError::Config { field, .. }) => field.to_string(),
-        Err(e @ ModelError::Layer { .. }) => e.to_string(),
+        Err(e) => e.to_string(),
         Ok(()) => "valid".into(),
     };
     assert_eq!(field(DecoderConfig { vocab_size: 0, ..base() }), "DecoderConfig.vocab_size");

@@ -8,6 +8,7 @@ mod layer_reference;
 mod layers;
 mod presets;
 mod training;
+mod weights;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};

@@ -122,7 +122,7 @@ fn evaluation_windows_replace_local_windows_only() {
     let windowed = with_eval_window(&config, 16, 0).unwrap();
     assert_eq!(windowed.attention, vec![AttentionKind::Sliding { window: 16 }, AttentionKind::swat(16)]);
     let sinks = with_eval_window(&DecoderConfig { attention: vec![AttentionKind::Full], ..config.clone() }, 16, 4).unwrap();
-    assert_eq!(sinks.attention, vec![AttentionKind::Sinks { sinks: 4, window: 16 }]);
+    assert_eq!(sinks.attention, vec![AttentionKind::Sinks { sinks: 4, window: 16 }; 2]);
     let linear = DecoderConfig { attention: vec![AttentionKind::Linear { feature_dim: 4 }], ..config };
     assert!(with_eval_window(&linear, 16, 0).unwrap_err().to_string().contains("layer 0"));
 }

@@ -100,7 +100,7 @@ pub struct TokensPerSecond {
 impl TokensPerSecond {
     /// A new meter; its first step has no interval and reports 0.
     pub fn new() -> Self {
-        Self { name: Arc::new("Tokens/s".to_string()), last: None, state: NumericMetricState::new() }
+        Self { name: Arc::new("Tokens per second".to_string()), last: None, state: NumericMetricState::new() }
     }
 }
 

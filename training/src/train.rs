@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::config::Config;
-use burn::module::Module;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
@@ -250,9 +249,6 @@ where
     }
     let result = training.launch(Learner::new(LanguageModel { decoder }, optimizer, schedule));
     let model = result.model.decoder;
-    model
-        .clone()
-        .save_file(out.join("model"), &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-        .map_err(|e| TrainError(format!("saving the model: {e}")))?;
+    swa_models::weights::save_record(&model, &out.join("model.mpk")).map_err(|e| TrainError(e.to_string()))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
 }

@@ -5,8 +5,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn::config::Config;
-use burn::module::Module;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
@@ -136,9 +134,7 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
 fn load_run<B: Backend>(out: &Path, device: &B::Device) -> Result<(TrainConfig, Decoder<B>), String> {
     let file = out.join("train.json");
     let config = TrainConfig::load(&file).map_err(|e| format!("{}: {e} (is --out a training run?)", file.display()))?;
-    let model = config.model.init::<B>(device).map_err(|e| e.to_string())?;
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    let model = model.load_file(out.join("model"), &recorder, device).map_err(|e| format!("{}: {e}", out.join("model.mpk").display()))?;
+    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device).map_err(|e| e.to_string())?;
     Ok((config, model))
 }
 

@@ -1,0 +1,286 @@
+//! Saving and loading the weights of a [`Decoder`], in two formats:
+//!
+//! - **Burn records** ([`save_record`], [`load_record`]): Burn's named MessagePack at full
+//!   precision, as written by `NamedMpkFileRecorder<FullPrecisionSettings>`, in a `.mpk` file.
+//!   It keeps parameter ids, for going on with training in Burn.
+//! - **safetensors** ([`export_safetensors`], [`import_safetensors`]): the weights under the
+//!   stable names below, for other tools.
+//!
+//! Saving writes a temporary file in the target's directory and renames it over the target, so
+//! a failed save leaves an existing file as it was. Loading builds the model from the caller's
+//! [`DecoderConfig`] and accepts the file only when it holds exactly that model's weights, with
+//! the same shapes; otherwise it fails with [`ModelError::Weights`], naming the file and the
+//! problem: the file is missing or corrupt, or a weight is missing, unexpected or of another
+//! shape. Fields that hold no weights (window sizes, RoPE base, …) come from the configuration.
+//!
+//! # Tensor names
+//!
+//! A weight's name is its module path. `{l}` is the block index from 0; `d` the model width,
+//! `d_h = d/H` the head width, `F` the hidden width of the MLP, `d_f` the feature dimension of
+//! linear attention. A linear layer's weight is stored as Burn keeps it, `[d_in, d_out]` (the
+//! transpose of PyTorch's), and has no bias. Tensors keep the backend's float type (f32 on the
+//! reference backend).
+//!
+//! | name | shape | present |
+//! |------|-------|---------|
+//! | `embedding.weight` | `[vocab, d]` | always |
+//! | `blocks.{l}.attention_norm.gamma` | `[d]` | always |
+//! | `blocks.{l}.attention.local.query.weight` | `[d, H·d_h]` | windowed kinds |
+//! | `blocks.{l}.attention.local.{key,value}.weight` | `[d, H_kv·d_h]` | windowed kinds |
+//! | `blocks.{l}.attention.global.query.weight` | `[d, H·d_h]` | Longformer with globals |
+//! | `blocks.{l}.attention.global.{key,value}.weight` | `[d, H_kv·d_h]` | Longformer with globals |
+//! | `blocks.{l}.attention.output.weight` | `[H·d_h, d]` | windowed kinds |
+//! | `blocks.{l}.attention.linear.{query,key}.weight` | `[d, H·d_f]` | `Linear` kind |
+//! | `blocks.{l}.attention.linear.{value,output}.weight` | `[d, d]` | `Linear` kind |
+//! | `blocks.{l}.mlp_norm.gamma` | `[d]` | always |
+//! | `blocks.{l}.mlp.{gate,up}.weight` | `[d, F]` | always |
+//! | `blocks.{l}.mlp.down.weight` | `[F, d]` | always |
+//! | `norm.gamma` | `[d]` | always |
+//! | `head.weight` | `[d, vocab]` | untied embeddings |
+//!
+//! "Windowed kinds" are every [`AttentionKind`](swa_attention::layers::AttentionKind) but
+//! `Linear`.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError};
+use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, SafetensorsStoreError};
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::decoder::{Decoder, DecoderConfig, DecoderRecord};
+use crate::error::ModelError;
+
+/// The extension Burn's named MessagePack recorder gives its files.
+const RECORD_EXTENSION: &str = "mpk";
+
+/// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
+/// recorders do, and returns that path.
+pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBuf, ModelError> {
+    let file = path.with_extension(RECORD_EXTENSION);
+    model.visit(&mut Initialize);
+    write_atomically(&file, |temp| {
+        recorder()
+            .record(model.clone().into_record(), temp.to_path_buf())
+            .map_err(recorder_problem)
+    })?;
+    Ok(file)
+}
+
+/// Loads a model of `config` from the Burn record at `path` with its extension set to `.mpk`.
+pub fn load_record<B: Backend>(
+    config: &DecoderConfig,
+    path: &Path,
+    device: &B::Device,
+) -> Result<Decoder<B>, ModelError> {
+    let file = path.with_extension(RECORD_EXTENSION);
+    let fail = |problem| weights_error(&file, problem);
+    let model = config.init::<B>(device)?;
+    let expected = shapes(&model);
+    let record: DecoderRecord<B> = recorder()
+        .load(file.clone(), device)
+        .map_err(|e| fail(recorder_problem(e)))?;
+    check_record_structure(&record, config, &expected).map_err(fail)?;
+    // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
+    let model = model.load_record(record);
+    compare(&expected, &shapes(&model)).map_err(fail)?;
+    Ok(model)
+}
+
+/// Writes the weights of `model` to the safetensors file `path`, under the names of the module
+/// documentation.
+pub fn export_safetensors<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<(), ModelError> {
+    write_atomically(path, |temp| {
+        model
+            .save_into(&mut SafetensorsStore::from_file(temp))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Loads a model of `config` from the safetensors file `path`.
+pub fn import_safetensors<B: Backend>(
+    config: &DecoderConfig,
+    path: &Path,
+    device: &B::Device,
+) -> Result<Decoder<B>, ModelError> {
+    let fail = |problem| weights_error(path, problem);
+    let mut model = config.init::<B>(device)?;
+    let mut store = SafetensorsStore::from_file(path);
+    let found = store
+        .get_all_snapshots()
+        .map_err(|e| fail(safetensors_problem(e)))?
+        .iter()
+        .map(|(name, tensor)| (name.clone(), tensor.shape.to_vec()))
+        .collect();
+    compare(&shapes(&model), &found).map_err(fail)?;
+    model
+        .load_from(&mut store)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(model)
+}
+
+fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
+    NamedMpkFileRecorder::new()
+}
+
+fn weights_error(path: &Path, problem: String) -> ModelError {
+    ModelError::Weights {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+fn recorder_problem(error: RecorderError) -> String {
+    match error {
+        RecorderError::FileNotFound(e) => format!("cannot open: {e}"),
+        RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => {
+            format!("not a readable Burn record: {e}")
+        }
+    }
+}
+
+fn safetensors_problem(error: SafetensorsStoreError) -> String {
+    match error {
+        SafetensorsStoreError::Io(e) => format!("cannot read: {e}"),
+        e => format!("not a readable safetensors file: {e}"),
+    }
+}
+
+/// Writes `target` through `write`, which creates the file at the path it is given: first a
+/// temporary file in the target's directory, then renamed over the target, so that an existing
+/// file is replaced whole or not at all. The directory must exist.
+fn write_atomically(
+    target: &Path,
+    write: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), ModelError> {
+    static SAVES: AtomicUsize = AtomicUsize::new(0);
+    let fail = |problem| weights_error(target, problem);
+    let dir = match target.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(fail(format!("directory {} does not exist", dir.display())));
+    }
+    let name = target
+        .file_name()
+        .ok_or_else(|| fail("the path names no file".into()))?;
+    let save = SAVES.fetch_add(1, Ordering::Relaxed);
+    let mut temp_name = OsString::from(format!(".tmp-{}-{save}-", std::process::id()));
+    temp_name.push(name);
+    let temp = dir.join(temp_name);
+    let written = write(&temp)
+        .and_then(|()| {
+            OpenOptions::new()
+                .write(true)
+                .open(&temp)
+                .and_then(|file| file.sync_all())
+                .map_err(|e| e.to_string())
+        })
+        .and_then(|()| fs::rename(&temp, target).map_err(|e| e.to_string()));
+    if written.is_err() {
+        // The temporary file may not exist; either way the target is untouched.
+        fs::remove_file(&temp).ok();
+    }
+    written.map_err(fail)
+}
+
+/// Initialises every lazily initialised parameter in place. Burn 0.21 gives the clone of an
+/// uninitialised parameter an initialisation of its own, so a record of a clone taken before
+/// would hold other random weights than the model then has.
+struct Initialize;
+
+impl<B: Backend> ModuleVisitor<B> for Initialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        param.val();
+    }
+}
+
+/// Parameter shapes by dotted module path, the safetensors names.
+type Shapes = BTreeMap<String, Vec<usize>>;
+
+/// Collects [`Shapes`] without initialising lazily initialised parameters.
+#[derive(Default)]
+struct ShapeVisitor {
+    path: Vec<String>,
+    shapes: Shapes,
+}
+
+impl<B: Backend> ModuleVisitor<B> for ShapeVisitor {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.shapes
+            .insert(self.path.join("."), param.lazy_shape().to_vec());
+    }
+}
+
+fn shapes<B: Backend>(model: &Decoder<B>) -> Shapes {
+    let mut visitor = ShapeVisitor::default();
+    model.visit(&mut visitor);
+    visitor.shapes
+}
+
+/// Names the first weight, in name order, that is missing from `found`, unexpected in it, or
+/// of another shape than in `expected`.
+fn compare(expected: &Shapes, found: &Shapes) -> Result<(), String> {
+    for (name, shape) in expected {
+        match found.get(name) {
+            None => return Err(format!("weight `{name}` is missing from the file")),
+            Some(got) if got != shape => {
+                return Err(format!(
+                    "weight `{name}` has shape {got:?} in the file but {shape:?} in the configuration"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    match found.keys().find(|name| !expected.contains_key(*name)) {
+        Some(name) => Err(format!(
+            "the file has weight `{name}`, which the configuration does not have"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What Burn's `load_record` does not check without panicking or losing weights: it panics on
+/// another number of blocks, and drops an optional part that the configured model lacks (the
+/// untied LM head, Longformer's global projections). Parts that the file lacks are caught by
+/// [`compare`] after loading.
+fn check_record_structure<B: Backend>(
+    record: &DecoderRecord<B>,
+    config: &DecoderConfig,
+    expected: &Shapes,
+) -> Result<(), String> {
+    if record.blocks.len() != config.layers {
+        let blocks = record.blocks.len();
+        return Err(format!(
+            "the file has {blocks} blocks; the configuration has `layers` = {}",
+            config.layers
+        ));
+    }
+    let head = ("head".to_string(), record.head.is_some());
+    let globals = record.blocks.iter().enumerate().map(|(l, block)| {
+        let part = format!("blocks.{l}.attention.global");
+        (part, block.attention.global.is_some())
+    });
+    for (part, in_file) in std::iter::once(head).chain(globals) {
+        let prefix = format!("{part}.");
+        if in_file && !expected.keys().any(|name| name.starts_with(&prefix)) {
+            return Err(format!(
+                "the file has `{part}` weights, which the configuration does not have"
+            ));
+        }
+    }
+    Ok(())
+}
