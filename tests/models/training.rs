@@ -64,6 +64,8 @@ fn a_resumed_run_ends_where_the_uninterrupted_run_ends() {
     }
     assert_eq!(last_checkpoint(&interrupted), Some(2));
     let resumed = train::<B>(&tiny(6), &corpus, &interrupted, true, &device).unwrap();
+    let epochs: Vec<_> = std::fs::read_dir(interrupted.join("train")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(epochs, ["epoch-3"], "the resumed epoch's logs are numbered as in the straight run");
     let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
     assert!(error < 1e-5, "resumed run differs from the straight run by {error}");
     for dir in [straight, interrupted] {

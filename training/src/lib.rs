@@ -6,11 +6,12 @@
 //! - [`loader`]: reproducible batches for the Learner;
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
 //! - [`eval`]: evaluation at several lengths and windows;
-//! - [`plot`]: CSV and SVG figures;
+//! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
 //! - [`cli`]: the `swa-zoo` command line.
 
 pub mod cli;
 pub mod corpus;
+pub mod curve;
 pub mod eval;
 pub mod language_model;
 pub mod loader;

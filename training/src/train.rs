@@ -247,8 +247,59 @@ where
     if start > 0 {
         training = training.checkpoint(start);
     }
+    if start > 0 {
+        set_logs_aside(out).map_err(io)?;
+    }
     let result = training.launch(Learner::new(LanguageModel { decoder }, optimizer, schedule));
+    if start > 0 {
+        renumber_resumed_logs(out, start).map_err(io)?;
+    }
     let model = result.model.decoder;
     swa_models::weights::save_record(&model, &out.join("model.mpk")).map_err(|e| TrainError(e.to_string()))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
+}
+
+/// The metric logs of the epochs before a resume, kept aside while the resumed run writes its
+/// own: Burn's Learner numbers a resumed run's log folders from epoch 1 again.
+const LOGS_ASIDE: &str = ".before-resume";
+
+fn set_logs_aside(out: &Path) -> std::io::Result<()> {
+    for split in ["train", "valid"] {
+        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside)?;
+        }
+        if logs.exists() {
+            std::fs::rename(&logs, &aside)?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the resumed run's `epoch-k` log folders to `epoch-(start+k)` among the earlier ones, so
+/// the logs (and the loss curve) read as one run.
+fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
+    for split in ["train", "valid"] {
+        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
+        std::fs::create_dir_all(&aside)?;
+        if logs.exists() {
+            for entry in std::fs::read_dir(&logs)? {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                match name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok()) {
+                    Some(k) => {
+                        let target = aside.join(format!("epoch-{}", start + k));
+                        if target.exists() {
+                            std::fs::remove_dir_all(&target)?;
+                        }
+                        std::fs::rename(entry.path(), target)?;
+                    }
+                    None => std::fs::rename(entry.path(), aside.join(name))?,
+                }
+            }
+            std::fs::remove_dir_all(&logs)?;
+        }
+        std::fs::rename(&aside, &logs)?;
+    }
+    Ok(())
 }

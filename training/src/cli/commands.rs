@@ -124,6 +124,8 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
             let loss = mean_loss(&outcome.model, Arc::new(corpus.valid().to_vec()), config.seq_len, config.batch_size, config.valid_batches, &device)
                 .map_err(|e| e.to_string())?;
             println!("validation: loss {loss:.4}, {:.4} bits per token; model saved to {}", bits_per_unit(loss), out.join("model.mpk").display());
+            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every).map_err(|e| e.to_string())?;
+            println!("loss curve: {}", curve.display());
             Ok(())
         }
     }
