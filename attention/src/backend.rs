@@ -62,6 +62,30 @@ pub trait WindowedKernelBackend: Backend {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> FloatTensor<Self>;
+
+    /// The exact gradients `[dq, dk, dv]` of `L` given `∂L/∂packed`, where `packed` is what
+    /// [`WindowedKernelBackend::windowed_forward`] returned for `q, k, v`: the gradient of `o`
+    /// and of `lse` (which LongNet's mixture differentiates through) arrive together.
+    fn windowed_backward(
+        inputs: KernelBackward<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> [FloatTensor<Self>; 3];
+}
+
+/// What the backward kernels read: the forward's inputs and output, and the output's gradient.
+#[derive(Clone, Debug)]
+pub struct KernelBackward<B: Backend> {
+    /// Queries `[batch, H, N_q, d]`.
+    pub q: FloatTensor<B>,
+    /// Keys `[batch, H_kv, N_k, d]`.
+    pub k: FloatTensor<B>,
+    /// Values `[batch, H_kv, N_k, d]`.
+    pub v: FloatTensor<B>,
+    /// The forward's packed output `[batch, H, N_q, d + 1]`.
+    pub packed: FloatTensor<B>,
+    /// `∂L/∂packed`, same shape: `∂L/∂o` then `∂L/∂lse`.
+    pub grad: FloatTensor<B>,
 }
 
 /// A backend's fused kernels as plain function pointers, so that `Autodiff<B>` can use those of
@@ -76,6 +100,8 @@ pub struct WindowedKernel<B: Backend> {
         &WindowSpec,
         &ScoreOptions,
     ) -> FloatTensor<B>,
+    /// [`WindowedKernelBackend::windowed_backward`].
+    pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> [FloatTensor<B>; 3],
 }
 
 impl<B: Backend> Clone for WindowedKernel<B> {
@@ -107,6 +133,7 @@ impl<B: Backend> WindowedKernel<B> {
     {
         Self {
             forward: B::windowed_forward,
+            backward: B::windowed_backward,
         }
     }
 
@@ -115,7 +142,7 @@ impl<B: Backend> WindowedKernel<B> {
     /// - Global tokens (Longformer): a global query sees every key and every query sees the
     ///   global keys, which breaks the banded tile schedule; the blocked path runs such calls
     ///   whole (its global rows are one dense block).
-    /// - Empty calls, `v`'s head dim differing from `q`'s, `d > `[`MAX_KERNEL_HEAD_DIM`],
+    /// - Calls without a query or a valid key, `v`'s head dim differing from `q`'s, `d > `[`MAX_KERNEL_HEAD_DIM`],
     ///   lengths above [`MAX_KERNEL_LEN`], or more than 65535 heads or batch elements (grid
     ///   limits).
     pub fn runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool {
@@ -125,7 +152,7 @@ impl<B: Backend> WindowedKernel<B> {
         spec.globals().is_empty()
             && batch > 0
             && q_len > 0
-            && keys > 0
+            && spec.valid_keys(keys) > 0
             && (1..=MAX_KERNEL_HEAD_DIM).contains(&dim)
             && v.dims::<4>()[3] == dim
             && q_len.max(keys) <= MAX_KERNEL_LEN
@@ -169,6 +196,16 @@ impl<
     C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy,
 > WindowedAttentionBackend for burn::backend::Autodiff<B, C>
 {
+    #[cfg(feature = "cube")]
+    fn windowed_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        crate::kernel::autodiff::windowed_attention::<B, C>(q, k, v, spec, opts)
+    }
 }
 
 #[cfg(feature = "ndarray")]

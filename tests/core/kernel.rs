@@ -7,8 +7,9 @@
 mod on_wgpu {
     use std::time::Instant;
 
+    use burn::backend::Autodiff;
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
-    use burn::tensor::backend::Backend;
+    use burn::tensor::backend::{AutodiffBackend, Backend};
     use burn::tensor::{Tensor, TensorData};
     use swa_zoo::attention::kernel::probe_visibility;
     use swa_zoo::attention::{
@@ -17,7 +18,9 @@ mod on_wgpu {
     };
 
     use crate::cases::{LENGTHS, matrix, random_case};
-    use crate::common::{Case, F32, Path, Reference, Rng, assert_close, errors, run, values};
+    use crate::common::{
+        Case, F32, Path, Reference, Rng, assert_close, check_within, errors, run, values,
+    };
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
@@ -172,21 +175,64 @@ mod on_wgpu {
         }
         let start = Instant::now();
         let mut worst = [0f32; 2];
-        for n in LENGTHS {
+        for n in [5, 65] {
             let errors = check_forward::<Cube>(&kernel_cases(n, 8));
             worst = [worst[0].max(errors[0]), worst[1].max(errors[1])];
         }
-        let wide: Vec<_> = kernel_cases(70, 128)
-            .into_iter()
-            .filter(|(label, _)| label.starts_with("sliding W=7"))
-            .collect();
-        check_forward::<Cube>(&wide);
         eprintln!(
             "kernel forward on wgpu: largest max-abs errors o {:e}, lse {:e} ({:.1}s)",
             worst[0],
             worst[1],
             start.elapsed().as_secs_f32()
         );
+    }
+
+    /// Forward and backward of the kernel cases at `lengths` (head dim 8), plus a head dim of
+    /// 128 (smaller shared tiles), through `Autodiff<B>` against the dense reference, with a
+    /// loss on `o` and on `lse`.
+    fn check_gradients<B>(name: &str, lengths: &[usize])
+    where
+        B: AutodiffBackend + WindowedAttentionBackend,
+        B::InnerBackend: WindowedAttentionBackend,
+    {
+        let start = Instant::now();
+        let mut worst = [0f32; 3];
+        let mut cases: Vec<(String, Case)> =
+            lengths.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
+        cases.extend(
+            kernel_cases(70, 128)
+                .into_iter()
+                .filter(|(label, _)| label.starts_with("sliding W=7")),
+        );
+        for (label, case) in &cases {
+            let (heads, dim) = (case.spec.num_heads(), case.dim);
+            let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
+            let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
+            let runs = WindowedKernel::<B::InnerBackend>::runs(&case.spec, &q, &k, &k);
+            assert!(
+                B::InnerBackend::windowed_kernel().is_some() && runs,
+                "the kernel must run {label}"
+            );
+            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), F32);
+            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
+        }
+        eprintln!(
+            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
+            cases.len(),
+            worst[0],
+            worst[1],
+            worst[2],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    #[test]
+    fn kernel_gradients_on_cube_backend_match_dense() {
+        if !device_answers::<Cube>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        check_gradients::<Autodiff<Cube>>("kernel on Autodiff<CubeBackend<Wgpu>>", &LENGTHS);
     }
 }
 

@@ -4,8 +4,11 @@ use burn::tensor::ops::FloatTensor;
 use burn_cubecl::element::BoolElement;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 
+use super::backward_launch::backward;
 use super::forward_launch::forward;
-use crate::backend::{WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend};
+use crate::backend::{
+    KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+};
 use crate::{ScoreOptions, WindowSpec};
 
 impl<R, F, I, BT> WindowedKernelBackend for CubeBackend<R, F, I, BT>
@@ -23,6 +26,14 @@ where
         opts: &ScoreOptions,
     ) -> FloatTensor<Self> {
         forward(q, k, v, spec, opts)
+    }
+
+    fn windowed_backward(
+        inputs: KernelBackward<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> [FloatTensor<Self>; 3] {
+        backward(inputs, spec, opts)
     }
 }
 

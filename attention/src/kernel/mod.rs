@@ -11,8 +11,16 @@
 //! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
 //!   a cube visits; [`score`]: scores and weights of a pair.
 //! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
-//! - [`cube`]: the kernels as `CubeBackend`'s core.
+//! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
+//!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
+//! - [`cube`]: the kernels as `CubeBackend`'s core; [`autodiff`]: as one differentiable op of
+//!   `Autodiff<B>`, whose backward runs the backward kernels.
 
+pub(crate) mod autodiff;
+mod backward_keys;
+mod backward_launch;
+mod backward_queries;
+mod backward_rows;
 mod config;
 mod cube;
 mod forward;
