@@ -221,9 +221,3 @@ where
 
 #[cfg(feature = "flex")]
 impl WindowedAttentionBackend for burn::backend::Flex {}
-
-#[cfg(feature = "cube")]
-impl<B: burn_fusion::FusionBackend + WindowedAttentionBackend> WindowedAttentionBackend
-    for burn_fusion::Fusion<B>
-{
-}

@@ -7,8 +7,8 @@
 mod on_wgpu {
     use std::time::Instant;
 
-    use burn::backend::Autodiff;
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::backend::{Autodiff, Wgpu};
     use burn::tensor::backend::{AutodiffBackend, Backend};
     use burn::tensor::{Tensor, TensorData};
     use swa_zoo::attention::kernel::probe_visibility;
@@ -233,6 +233,15 @@ mod on_wgpu {
             return;
         }
         check_gradients::<Autodiff<Cube>>("kernel on Autodiff<CubeBackend<Wgpu>>", &LENGTHS);
+    }
+
+    #[test]
+    fn kernel_gradients_on_fusion_wgpu_match_dense() {
+        if !device_answers::<Wgpu>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        check_gradients::<Autodiff<Wgpu>>("kernel on Autodiff<Wgpu> (fusion)", &LENGTHS);
     }
 }
 

@@ -14,7 +14,8 @@
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
 //! - [`cube`]: the kernels as `CubeBackend`'s core; [`autodiff`]: as one differentiable op of
-//!   `Autodiff<B>`, whose backward runs the backward kernels.
+//!   `Autodiff<B>`, whose backward runs the backward kernels; [`fusion`]: as custom ops of
+//!   `Fusion<B>`.
 
 pub(crate) mod autodiff;
 mod backward_keys;
@@ -25,6 +26,7 @@ mod config;
 mod cube;
 mod forward;
 mod forward_launch;
+mod fusion;
 mod probe;
 mod reach;
 mod score;
