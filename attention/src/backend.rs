@@ -1,10 +1,17 @@
 //! The backend seam of the core: a Burn backend extension, after Burn's
-//! `examples/custom-cubecl-kernel`. Its default method is the blocked path, so every backend
-//! runs (and, through `Autodiff<B>`, differentiates) the core out of the box; a backend with a
-//! custom kernel overrides the method.
+//! `examples/custom-cubecl-kernel`.
+//!
+//! - [`WindowedAttentionBackend`] is what [`crate::windowed_attention`] calls. Its default runs the
+//!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and
+//!   [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise, so every
+//!   backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
+//! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
+//!   returns `o` and `lse` packed in one tensor, and the exact backward of that forward. The
+//!   CubeCL backends implement it (`crate::kernel`, feature `cube`); `Autodiff<B>` turns it into a
+//!   differentiable op whose backward runs the backward kernels.
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
+use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::blocked_attention;
 use crate::{ScoreOptions, WindowSpec};
@@ -15,7 +22,8 @@ use crate::{ScoreOptions, WindowSpec};
 /// may assume the shapes, spec and options agree.
 pub trait WindowedAttentionBackend: Backend {
     /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]`,
-    /// `lse: [batch, H, N_q]`). The default is the blocked O(N·w) path.
+    /// `lse: [batch, H, N_q]`). The default runs the fused kernel where the backend has one and
+    /// it accepts the call, else the blocked O(N·w) path.
     fn windowed_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -23,16 +31,181 @@ pub trait WindowedAttentionBackend: Backend {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let tensor = |t| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(t));
-        let (o, lse) = blocked_attention(tensor(q), tensor(k), tensor(v), spec, opts)
-            .expect("inputs are checked by windowed_attention before they reach a backend");
-        (o.into_primitive().tensor(), lse.into_primitive().tensor())
+        match Self::windowed_kernel() {
+            Some(kernel)
+                if WindowedKernel::<Self>::runs(spec, &q.shape(), &k.shape(), &v.shape()) =>
+            {
+                let dim = q.shape()[3];
+                split_packed::<Self>((kernel.forward)(q, k, v, spec, opts), dim)
+            }
+            _ => blocked_primitives::<Self>(q, k, v, spec, opts),
+        }
+    }
+
+    /// The backend's fused kernels, or `None` (the default) when it has none and the blocked
+    /// path runs. `Autodiff<B>` asks its inner backend, to differentiate through the kernels.
+    fn windowed_kernel() -> Option<WindowedKernel<Self>> {
+        None
     }
 }
 
-impl<B: WindowedAttentionBackend, C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy>
-    WindowedAttentionBackend for burn::backend::Autodiff<B, C>
+/// A backend with fused windowed-attention kernels (the CubeCL backends, `crate::kernel`).
+///
+/// Both methods may assume [`WindowedKernel::runs`] accepted the call.
+pub trait WindowedKernelBackend: Backend {
+    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `[batch, H, N_q, d + 1]`: `o` in
+    /// the first `d` columns, `lse` in the last (SEMANTICS §1).
+    fn windowed_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> FloatTensor<Self>;
+
+    /// The exact gradients `[dq, dk, dv]` of `L` given `∂L/∂packed`, where `packed` is what
+    /// [`WindowedKernelBackend::windowed_forward`] returned for `q, k, v`: the gradient of `o`
+    /// and of `lse` (which LongNet's mixture differentiates through) arrive together.
+    fn windowed_backward(
+        inputs: KernelBackward<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> [FloatTensor<Self>; 3];
+}
+
+/// What the backward kernels read: the forward's inputs and output, and the output's gradient.
+#[derive(Clone, Debug)]
+pub struct KernelBackward<B: Backend> {
+    /// Queries `[batch, H, N_q, d]`.
+    pub q: FloatTensor<B>,
+    /// Keys `[batch, H_kv, N_k, d]`.
+    pub k: FloatTensor<B>,
+    /// Values `[batch, H_kv, N_k, d]`.
+    pub v: FloatTensor<B>,
+    /// The forward's packed output `[batch, H, N_q, d + 1]`.
+    pub packed: FloatTensor<B>,
+    /// `∂L/∂packed`, same shape: `∂L/∂o` then `∂L/∂lse`.
+    pub grad: FloatTensor<B>,
+}
+
+/// A backend's fused kernels as plain function pointers, so that `Autodiff<B>` can use those of
+/// any inner backend `B` that offers them (Rust has no specialisation to ask `B` for the
+/// [`WindowedKernelBackend`] bound instead).
+pub struct WindowedKernel<B: Backend> {
+    /// [`WindowedKernelBackend::windowed_forward`].
+    pub forward: fn(
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        &WindowSpec,
+        &ScoreOptions,
+    ) -> FloatTensor<B>,
+    /// [`WindowedKernelBackend::windowed_backward`].
+    pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> [FloatTensor<B>; 3],
+}
+
+impl<B: Backend> Clone for WindowedKernel<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for WindowedKernel<B> {}
+
+impl<B: Backend> std::fmt::Debug for WindowedKernel<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WindowedKernel")
+    }
+}
+
+/// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
+/// registers, and a tile of keys must fit in shared memory.
+pub const MAX_KERNEL_HEAD_DIM: usize = 256;
+
+/// Largest `N_q` and `N_k` the kernels take: 65535 blocks of 32 rows, the grid limit of wgpu.
+pub const MAX_KERNEL_LEN: usize = 65535 * 32;
+
+impl<B: Backend> WindowedKernel<B> {
+    /// The kernels of a [`WindowedKernelBackend`].
+    pub fn of() -> Self
+    where
+        B: WindowedKernelBackend,
+    {
+        Self {
+            forward: B::windowed_forward,
+            backward: B::windowed_backward,
+        }
+    }
+
+    /// Whether the kernels take this call; otherwise the blocked path runs it.
+    ///
+    /// - Global tokens (Longformer): a global query sees every key and every query sees the
+    ///   global keys, which breaks the banded tile schedule; the blocked path runs such calls
+    ///   whole (its global rows are one dense block).
+    /// - Calls without a query or a valid key, `v`'s head dim differing from `q`'s, `d > `[`MAX_KERNEL_HEAD_DIM`],
+    ///   lengths above [`MAX_KERNEL_LEN`], or more than 65535 heads or batch elements (grid
+    ///   limits).
+    pub fn runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool {
+        let [batch, heads, q_len, dim] = q.dims::<4>();
+        let keys = k.dims::<4>()[2];
+        let positions = spec.query_offset().saturating_add(q_len).max(keys);
+        spec.globals().is_empty()
+            && batch > 0
+            && q_len > 0
+            && spec.valid_keys(keys) > 0
+            && (1..=MAX_KERNEL_HEAD_DIM).contains(&dim)
+            && v.dims::<4>()[3] == dim
+            && q_len.max(keys) <= MAX_KERNEL_LEN
+            && positions < u32::MAX as usize
+            && heads <= 65535
+            && batch <= 65535
+    }
+}
+
+/// The blocked path on raw primitives.
+pub(crate) fn blocked_primitives<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (o, lse) = blocked_attention(tensor::<B>(q), tensor(k), tensor(v), spec, opts)
+        .expect("inputs are checked by windowed_attention before they reach a backend");
+    (o.into_primitive().tensor(), lse.into_primitive().tensor())
+}
+
+/// Splits a kernel's packed `[batch, H, N_q, d + 1]` into `o: [batch, H, N_q, d]` and
+/// `lse: [batch, H, N_q]` (views; on `Autodiff<B>` the split is differentiated like any slice).
+pub(crate) fn split_packed<B: Backend>(
+    packed: FloatTensor<B>,
+    dim: usize,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let packed = tensor::<B>(packed);
+    let o = packed.clone().narrow(3, 0, dim);
+    let lse = packed.narrow(3, dim, 1).squeeze_dim::<3>(3);
+    (o.into_primitive().tensor(), lse.into_primitive().tensor())
+}
+
+fn tensor<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 4> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+impl<
+    B: WindowedAttentionBackend,
+    C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy,
+> WindowedAttentionBackend for burn::backend::Autodiff<B, C>
 {
+    #[cfg(feature = "cube")]
+    fn windowed_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        crate::kernel::autodiff::windowed_attention::<B, C>(q, k, v, spec, opts)
+    }
 }
 
 #[cfg(feature = "ndarray")]
@@ -48,19 +221,3 @@ where
 
 #[cfg(feature = "flex")]
 impl WindowedAttentionBackend for burn::backend::Flex {}
-
-#[cfg(feature = "cube")]
-impl<R, F, I, BT> WindowedAttentionBackend for burn_cubecl::CubeBackend<R, F, I, BT>
-where
-    R: burn_cubecl::CubeRuntime,
-    F: burn_cubecl::FloatElement,
-    I: burn_cubecl::IntElement,
-    BT: burn_cubecl::element::BoolElement,
-{
-}
-
-#[cfg(feature = "cube")]
-impl<B: burn_fusion::FusionBackend + WindowedAttentionBackend> WindowedAttentionBackend
-    for burn_fusion::Fusion<B>
-{
-}

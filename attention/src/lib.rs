@@ -18,6 +18,8 @@ pub mod blocked;
 pub mod layers;
 mod entry;
 mod error;
+#[cfg(feature = "cube")]
+pub mod kernel;
 mod options;
 mod plan;
 mod reciprocal;
@@ -26,7 +28,9 @@ pub mod rope;
 mod scores;
 pub mod window;
 
-pub use backend::WindowedAttentionBackend;
+pub use backend::{
+    MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+};
 pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
 pub use entry::windowed_attention;
 pub use error::AttentionError;

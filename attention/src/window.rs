@@ -325,6 +325,12 @@ impl WindowSpec {
         self.query_offset
     }
 
+    /// Number of valid keys in a call with `keys` key rows: the [`WindowSpec::with_kv_len`]
+    /// value, else all of them.
+    pub fn valid_keys(&self, keys: usize) -> usize {
+        self.kv_len.unwrap_or(keys)
+    }
+
     /// Whether position `i` is a global token.
     pub fn is_global(&self, i: usize) -> bool {
         self.globals.binary_search(&i).is_ok()
@@ -357,7 +363,7 @@ impl WindowSpec {
         if kv_heads != self.kv_heads {
             return Err(mismatch("kv heads", self.kv_heads, kv_heads));
         }
-        let kv_len = self.kv_len.unwrap_or(keys);
+        let kv_len = self.valid_keys(keys);
         if kv_len > keys {
             return Err(AttentionError::KvLenTooLong { kv_len, keys });
         }

@@ -7,6 +7,7 @@ mod common;
 mod blocked;
 mod flex;
 mod gpu;
+mod kernel;
 mod masked;
 mod property;
 mod reference;

@@ -1,0 +1,114 @@
+//! The kernels as one differentiable op of `Autodiff<B>`, after the backward of Burn's
+//! `examples/custom-cubecl-kernel`.
+//!
+//! The op's single output is the packed `[batch, H, N_q, d + 1]` tensor (`o` ‖ `lse`); `o` and
+//! `lse` are slices of it, so autodiff hands the backward one gradient holding `∂L/∂o` and
+//! `∂L/∂lse` (zeros where the loss does not use one of them). The backward runs the inner
+//! backend's backward kernels: exact gradients, no dense fallback (SEMANTICS §1).
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::NodeId;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::TensorMetadata;
+use burn::tensor::ops::FloatTensor;
+
+use crate::backend::{
+    KernelBackward, WindowedAttentionBackend, WindowedKernel, blocked_primitives, split_packed,
+};
+use crate::{ScoreOptions, WindowSpec};
+
+/// [`WindowedAttentionBackend::windowed_attention`] for `Autodiff<B>`: the kernels with their
+/// backward when `B` has them and they take the call, else the blocked path (differentiated op
+/// by op, as on every backend).
+pub(crate) fn windowed_attention<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+    q: FloatTensor<Autodiff<B, C>>,
+    k: FloatTensor<Autodiff<B, C>>,
+    v: FloatTensor<Autodiff<B, C>>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> (FloatTensor<Autodiff<B, C>>, FloatTensor<Autodiff<B, C>>) {
+    let kernel = B::windowed_kernel()
+        .filter(|_| WindowedKernel::<B>::runs(spec, &q.shape(), &k.shape(), &v.shape()));
+    let Some(kernel) = kernel else {
+        return blocked_primitives::<Autodiff<B, C>>(q, k, v, spec, opts);
+    };
+    let dim = q.shape()[3];
+    let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
+    let packed = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(mut prep) => {
+            let inputs = [
+                prep.checkpoint(&q),
+                prep.checkpoint(&k),
+                prep.checkpoint(&v),
+            ];
+            let packed = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
+            let state = KernelState {
+                inputs,
+                packed: packed.clone(),
+                kernel,
+                spec: spec.clone(),
+                opts: opts.clone(),
+            };
+            prep.finish(state, packed)
+        }
+        OpsKind::UnTracked(prep) => prep.finish((kernel.forward)(
+            q.primitive,
+            k.primitive,
+            v.primitive,
+            spec,
+            opts,
+        )),
+    };
+    split_packed::<Autodiff<B, C>>(packed, dim)
+}
+
+/// The backward step of the kernel op; everything it needs is in [`KernelState`].
+#[derive(Debug)]
+struct KernelOp;
+
+/// What the backward keeps from the forward: the inputs (checkpointed), the packed output, the
+/// kernels, and the call's spec and options.
+#[derive(Clone, Debug)]
+struct KernelState<B: WindowedAttentionBackend> {
+    inputs: [NodeId; 3],
+    packed: FloatTensor<B>,
+    kernel: WindowedKernel<B>,
+    spec: WindowSpec,
+    opts: ScoreOptions,
+}
+
+impl<B: WindowedAttentionBackend> Backward<B, 3> for KernelOp {
+    type State = KernelState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
+        let grad = grads.consume::<B>(&ops.node);
+        let KernelState {
+            inputs: [q, k, v],
+            packed,
+            kernel,
+            spec,
+            opts,
+        } = ops.state;
+        let inputs = KernelBackward {
+            q: checkpointer.retrieve_node_output(q),
+            k: checkpointer.retrieve_node_output(k),
+            v: checkpointer.retrieve_node_output(v),
+            packed,
+            grad,
+        };
+        let gradients = (kernel.backward)(inputs, &spec, &opts);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, gradient);
+            }
+        }
+    }
+}

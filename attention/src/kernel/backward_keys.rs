@@ -1,0 +1,151 @@
+//! The dK/dV kernel (FlashAttention-2's, parallel over key blocks, no atomics; SEMANTICS §1;
+//! reference: `crate::reference::dense_attention`, differentiated).
+//!
+//! A cube of [`ROWS`] threads owns [`ROWS`] key rows of one kv head; each thread keeps its key,
+//! value and both accumulators in registers. For every query head of the kv head's GQA group it
+//! streams the query tiles of [`query_tiles`] (queries, `dO`, `lse` and the row coefficients)
+//! through shared memory, recomputes each visible pair's weight, and sums
+//! `dv_j = Σ_i w_ij·dO_i` and `dk_j = Σ_i ∂L/∂s_ij · chain_ij · scale · q_i`. Keys past `kv_len`
+//! get zero gradients.
+
+use cubecl::prelude::*;
+
+use super::config::{Call, ROWS, Variant};
+use super::reach::{nth_tile, query_tiles};
+use super::score::{score, weight};
+use super::visibility::{load_window, visible};
+
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `grad: [batch, H, N_q, d + 1]`,
+/// `terms: [batch, H, N_q, 2]` → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks, H_kv,
+/// batch).
+#[cube(launch)]
+pub(crate) fn key_grads_kernel<F: Float>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    grad: &Tensor<F>,
+    terms: &Tensor<f32>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    call: Call,
+    #[comptime] variant: Variant,
+    #[define(F)] _dtype: StorageType,
+) {
+    let dim = variant.head_dim;
+    let tile = variant.tile;
+    let unit = UNIT_POS_X as usize;
+    let kv_head = CUBE_POS_Y as usize;
+    let batch = CUBE_POS_Z as usize;
+    let q_len = q.shape(2);
+    let block = CUBE_POS_X as usize * ROWS;
+    let key = block + unit;
+    let seen_key = key < call.kv_len as usize;
+    let group = q.shape(1) / k.shape(1);
+
+    let mut k_row = Array::<f32>::new(dim);
+    let mut v_row = Array::<f32>::new(dim);
+    let mut dk_acc = Array::<f32>::new(dim);
+    let mut dv_acc = Array::<f32>::new(dim);
+    let k_base = batch * k.stride(0) + kv_head * k.stride(1) + key * k.stride(2);
+    let v_base = batch * v.stride(0) + kv_head * v.stride(1) + key * v.stride(2);
+    for c in 0..dim {
+        k_row[c] = 0.0;
+        v_row[c] = 0.0;
+        dk_acc[c] = 0.0;
+        dv_acc[c] = 0.0;
+        if seen_key {
+            k_row[c] = f32::cast_from(k[k_base + c * k.stride(3)]);
+            v_row[c] = f32::cast_from(v[v_base + c * v.stride(3)]);
+        }
+    }
+
+    let mut q_tile = SharedMemory::<f32>::new(tile * dim);
+    let mut g_tile = SharedMemory::<f32>::new(tile * dim);
+    let mut lse_tile = SharedMemory::<f32>::new(tile);
+    let mut coefficient_tile = SharedMemory::<f32>::new(tile);
+    if block < call.kv_len as usize {
+        let first = block as u32;
+        let last = (min(block + ROWS, call.kv_len as usize) - 1) as u32;
+        for member in 0..group {
+            let head = kv_head * group + member;
+            let window = load_window(windows, head);
+            let slope = slopes[head];
+            let tiles = query_tiles(
+                &window,
+                first,
+                last,
+                q_len as u32,
+                &call,
+                tile,
+                variant.causal,
+            );
+            let q_base = batch * q.stride(0) + head * q.stride(1);
+            let g_base = batch * grad.stride(0) + head * grad.stride(1);
+            let t_base = batch * terms.stride(0) + head * terms.stride(1);
+            for t in 0..tiles.count {
+                let i0 = nth_tile(&tiles, t) as usize * tile;
+                let mut e = unit;
+                while e < tile * dim {
+                    let i = i0 + e / dim;
+                    let c = e % dim;
+                    q_tile[e] = 0.0;
+                    g_tile[e] = 0.0;
+                    if i < q_len {
+                        q_tile[e] = f32::cast_from(q[q_base + i * q.stride(2) + c * q.stride(3)]);
+                        g_tile[e] =
+                            f32::cast_from(grad[g_base + i * grad.stride(2) + c * grad.stride(3)]);
+                    }
+                    e += ROWS;
+                }
+                let mut r = unit;
+                while r < tile {
+                    lse_tile[r] = 0.0;
+                    coefficient_tile[r] = 0.0;
+                    if i0 + r < q_len {
+                        let at = t_base + (i0 + r) * terms.stride(2);
+                        lse_tile[r] = terms[at];
+                        coefficient_tile[r] = terms[at + terms.stride(3)];
+                    }
+                    r += ROWS;
+                }
+                sync_cube();
+
+                if seen_key {
+                    for r in 0..tile {
+                        let i = i0 + r;
+                        let position = call.query_offset + i as u32;
+                        if i < q_len
+                            && visible(&window, position, key as u32, &call, variant.causal)
+                        {
+                            let mut dot = 0.0f32;
+                            let mut d_p = 0.0f32;
+                            for c in 0..dim {
+                                dot += q_tile[r * dim + c] * k_row[c];
+                                d_p += g_tile[r * dim + c] * v_row[c];
+                            }
+                            let s = score(dot, position, key as u32, slope, &call, variant);
+                            let w = weight(s.value, lse_tile[r], &call, variant);
+                            let d_raw = w.gate * (d_p + coefficient_tile[r]) * s.chain * call.scale;
+                            for c in 0..dim {
+                                dv_acc[c] += w.value * g_tile[r * dim + c];
+                                dk_acc[c] += d_raw * q_tile[r * dim + c];
+                            }
+                        }
+                    }
+                }
+                sync_cube();
+            }
+        }
+    }
+
+    if key < k.shape(2) {
+        let dk_base = batch * dk.stride(0) + kv_head * dk.stride(1) + key * dk.stride(2);
+        let dv_base = batch * dv.stride(0) + kv_head * dv.stride(1) + key * dv.stride(2);
+        for c in 0..dim {
+            dk[dk_base + c * dk.stride(3)] = F::cast_from(dk_acc[c]);
+            dv[dv_base + c * dv.stride(3)] = F::cast_from(dv_acc[c]);
+        }
+    }
+}

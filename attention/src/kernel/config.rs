@@ -1,0 +1,171 @@
+//! What every kernel of the core receives besides its tensors: the compile-time [`Variant`], the
+//! runtime scalars of a call ([`Call`]) and the per-head windows and ALiBi slopes, laid out on
+//! the host from the [`WindowSpec`] and [`ScoreOptions`] (SEMANTICS §1, §2, §4).
+
+use burn::tensor::{DType, Shape};
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use crate::{ScoreFn, ScoreOptions, WindowSpec};
+
+/// Threads per cube. Each thread owns one row: a query row in the forward and dQ kernels, a
+/// key row in the dK/dV kernel.
+pub(crate) const ROWS: usize = 32;
+
+/// Most rows of a shared-memory tile: the forward keeps which keys of a tile a row sees in one
+/// `u32` bit mask.
+const MAX_TILE: usize = 32;
+
+/// Shared memory a kernel may use, at most: the static limit of CUDA and below what desktop
+/// wgpu adapters offer; smaller adapters lower it further.
+const SHARED_BUDGET: usize = 48 * 1024;
+
+/// The compile-time part of a call: one compiled kernel per distinct value.
+#[derive(CubeType, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Variant {
+    /// Head dimension `d`.
+    pub head_dim: usize,
+    /// Rows of a shared-memory tile (keys in the forward and dQ kernels, queries in dK/dV).
+    pub tile: usize,
+    /// `j ≤ i` (SEMANTICS §2).
+    pub causal: bool,
+    /// Sigmoid scores instead of softmax (SEMANTICS §1).
+    pub sigmoid: bool,
+    /// Softcap `c·tanh(s/c)` (SEMANTICS §1).
+    pub softcap: bool,
+    /// ALiBi bias `−m_h·(i − j)` (SEMANTICS §4).
+    pub alibi: bool,
+}
+
+/// The runtime scalars of a call.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Call {
+    /// Valid keys; keys at or past it are padding.
+    pub kv_len: u32,
+    /// Absolute position of query row 0.
+    pub query_offset: u32,
+    /// Sink positions `0 … sinks − 1`.
+    pub sinks: u32,
+    /// Multiplier of `q·k`.
+    pub scale: f32,
+    /// Softcap `c` (1 when unused).
+    pub cap: f32,
+    /// Sigmoid bias `β` (0 for softmax).
+    pub beta: f32,
+    /// `−∞`, passed at run time: WGSL has no infinite literals.
+    pub neg_inf: f32,
+}
+
+/// Words per head in the windows array: `left, right, dilation, segment (0 = none), phase`, then
+/// the reach `dilation·left` back and `dilation·right` forward, saturated to `u32::MAX`.
+pub(crate) const WINDOW_WORDS: usize = 7;
+
+/// A call laid out for the kernels.
+pub(crate) struct Layout<R: CubeRuntime> {
+    pub variant: Variant,
+    /// `[H · WINDOW_WORDS]` u32.
+    pub windows: CubeTensor<R>,
+    /// `[H]` f32 ALiBi slopes (zeros without ALiBi).
+    pub slopes: CubeTensor<R>,
+    kv_len: u32,
+    query_offset: u32,
+    sinks: u32,
+    scale: f32,
+    cap: f32,
+    beta: f32,
+}
+
+impl<R: CubeRuntime> Layout<R> {
+    /// Lays out a call of `head_dim` and `keys` key rows for `client`'s device. The kernels
+    /// only run calls [`crate::WindowedKernel::runs`] accepted, so positions fit in `u32`.
+    pub fn new(
+        client: &ComputeClient<R>,
+        device: &R::Device,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+        head_dim: usize,
+        keys: usize,
+    ) -> Self {
+        let words: Vec<u32> = spec
+            .heads()
+            .iter()
+            .flat_map(|w| {
+                let reach = |steps: usize| narrow(w.dilation.saturating_mul(steps));
+                [
+                    narrow(w.left),
+                    narrow(w.right),
+                    narrow(w.dilation),
+                    w.segment.map_or(0, narrow),
+                    narrow(w.phase),
+                    reach(w.left),
+                    reach(w.right),
+                ]
+            })
+            .collect();
+        let slopes = opts
+            .alibi
+            .clone()
+            .unwrap_or_else(|| vec![0.0; spec.num_heads()]);
+        let upload = |bytes: &[u8], len: usize, dtype: DType| {
+            let handle = client.create_from_slice(bytes);
+            CubeTensor::new_contiguous(
+                client.clone(),
+                device.clone(),
+                Shape::new([len]),
+                handle,
+                dtype,
+            )
+        };
+        let max_shared = client.properties().hardware.max_shared_memory_size;
+        let beta = match opts.score_fn {
+            ScoreFn::Softmax => 0.0,
+            ScoreFn::Sigmoid { beta } => beta,
+        };
+        Self {
+            variant: Variant {
+                head_dim,
+                tile: tile_rows(head_dim, max_shared),
+                causal: spec.is_causal(),
+                sigmoid: matches!(opts.score_fn, ScoreFn::Sigmoid { .. }),
+                softcap: opts.softcap.is_some(),
+                alibi: opts.alibi.is_some(),
+            },
+            windows: upload(u32::as_bytes(&words), words.len(), DType::U32),
+            slopes: upload(f32::as_bytes(&slopes), slopes.len(), DType::F32),
+            kv_len: narrow(spec.valid_keys(keys)),
+            query_offset: narrow(spec.query_offset()),
+            sinks: narrow(spec.sinks()),
+            scale: opts.scale_for(head_dim),
+            cap: opts.softcap.unwrap_or(1.0),
+            beta,
+        }
+    }
+
+    /// The runtime scalars as a launch argument.
+    pub fn call(&self) -> CallLaunch<R> {
+        CallLaunch::new(
+            self.kv_len,
+            self.query_offset,
+            self.sinks,
+            self.scale,
+            self.cap,
+            self.beta,
+            f32::NEG_INFINITY,
+        )
+    }
+}
+
+/// `x` as `u32`, saturated: `usize::MAX` (an unbounded window) becomes `u32::MAX`, which the
+/// kernels treat the same way since every position is below it.
+fn narrow(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+/// Rows per shared tile for head dimension `d`: two `[tile, d]` f32 tiles and two `[tile]` f32
+/// vectors must fit the budget; a power of two up to [`MAX_TILE`], at least 1.
+fn tile_rows(head_dim: usize, max_shared: usize) -> usize {
+    let fit = SHARED_BUDGET.min(max_shared) / (8 * head_dim + 8);
+    let tile = fit.clamp(1, MAX_TILE);
+    1 << tile.ilog2()
+}

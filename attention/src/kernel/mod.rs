@@ -1,0 +1,35 @@
+//! CubeCL kernels of the windowed core, forward and backward, for every CubeCL runtime (wgpu,
+//! CUDA): the fast path of [`crate::windowed_attention`] on `CubeBackend`, on `Fusion` around it
+//! (Burn's default `Wgpu` and `Cuda` types) and on `Autodiff` around either.
+//!
+//! They compute exactly what the dense reference [`crate::reference::dense_attention`]
+//! computes (SEMANTICS §1–§2, §4), and the tests compare them with it
+//! (`tests/core/kernel.rs`). Calls they do not take ([`crate::WindowedKernel::runs`]: global
+//! tokens, big head dims) run the blocked path.
+//!
+//! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
+//! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
+//!   a cube visits; [`score`]: scores and weights of a pair.
+//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
+//! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
+//!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
+//! - [`cube`]: the kernels as `CubeBackend`'s core; [`autodiff`]: as one differentiable op of
+//!   `Autodiff<B>`, whose backward runs the backward kernels; [`fusion`]: as custom ops of
+//!   `Fusion<B>`.
+
+pub(crate) mod autodiff;
+mod backward_keys;
+mod backward_launch;
+mod backward_queries;
+mod backward_rows;
+mod config;
+mod cube;
+mod forward;
+mod forward_launch;
+mod fusion;
+mod probe;
+mod reach;
+mod score;
+mod visibility;
+
+pub use probe::probe_visibility;

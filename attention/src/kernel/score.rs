@@ -1,0 +1,76 @@
+//! Scores and weights of one (query, key) pair, shared by the forward and backward kernels so
+//! that both compute the same thing as `crate::scores::attend` (SEMANTICS §1, §4):
+//! `s = c·tanh(scale·q·k / c) − m_h·(i − j)`, then `exp(s − m)` (softmax) or `σ(s + β)`.
+
+use cubecl::prelude::*;
+
+use super::config::{Call, Variant};
+
+/// A pair's score and `∂s/∂(scale·q·k)`: `1 − tanh²` under a softcap, else 1.
+#[derive(CubeType)]
+pub(crate) struct Score {
+    pub value: f32,
+    pub chain: f32,
+}
+
+/// The score of query position `i` and key position `j` from `dot = q_i·k_j`, with ALiBi slope
+/// `slope`; softcap before ALiBi, as `crate::scores::attend`.
+#[cube]
+pub(crate) fn score(
+    dot: f32,
+    i: u32,
+    j: u32,
+    slope: f32,
+    call: &Call,
+    #[comptime] variant: Variant,
+) -> Score {
+    let raw = dot * call.scale;
+    let mut score = Score {
+        value: raw,
+        chain: 1.0,
+    };
+    if comptime![variant.softcap] {
+        let t = (raw / call.cap).tanh();
+        score.value = call.cap * t;
+        score.chain = 1.0 - t * t;
+    }
+    if comptime![variant.alibi] {
+        score.value -= slope * (f32::cast_from(i) - f32::cast_from(j));
+    }
+    score
+}
+
+/// `σ(x) = 1 / (1 + e^−x)`.
+#[cube]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// A visible pair's weight as the backward recomputes it from the row's `lse`, and its gate:
+/// softmax `p = exp(s − lse)` with `∂L/∂s = p·(dP + c)`; sigmoid `w = σ(s + β)` with
+/// `∂L/∂s = σ(1 − σ)·(dP + c)`. The row coefficient `c` carries `D` and `∂L/∂lse`
+/// (`super::backward_rows`).
+#[derive(CubeType)]
+pub(crate) struct Weight {
+    pub value: f32,
+    pub gate: f32,
+}
+
+/// The weight and gate of score `s` in a row with log-normaliser `lse`.
+#[cube]
+pub(crate) fn weight(s: f32, lse: f32, call: &Call, #[comptime] variant: Variant) -> Weight {
+    let mut weight = Weight {
+        value: 0.0,
+        gate: 0.0,
+    };
+    if comptime![variant.sigmoid] {
+        let w = sigmoid(s + call.beta);
+        weight.value = w;
+        weight.gate = w * (1.0 - w);
+    } else {
+        let p = (s - lse).exp();
+        weight.value = p;
+        weight.gate = p;
+    }
+    weight
+}

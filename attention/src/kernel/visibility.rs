@@ -1,0 +1,81 @@
+//! The cube-side twin of THE visibility rule (SEMANTICS §2): [`visible`] is
+//! [`crate::WindowSpec::visible`] and [`contains`] is [`crate::HeadWindow::contains`], clause for
+//! clause, on `u32` positions. Global tokens are not part of it: calls with globals run the
+//! blocked path ([`crate::WindowedKernel::runs`]). `tests/core/kernel.rs` checks this rule
+//! against `WindowSpec::visible` exhaustively on small shapes through [`super::probe`].
+
+use cubecl::prelude::*;
+
+use super::config::{Call, WINDOW_WORDS};
+
+/// One head's window (the words of [`WINDOW_WORDS`]).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Window {
+    /// Steps back; `u32::MAX` for unbounded.
+    pub left: u32,
+    /// Steps forward; `u32::MAX` for unbounded.
+    pub right: u32,
+    /// `δ ≥ 1`.
+    pub dilation: u32,
+    /// LongNet segment length, 0 for none.
+    pub segment: u32,
+    /// LongNet offset.
+    pub phase: u32,
+    /// `δ·left`, saturated: how far back the window reaches.
+    pub back: u32,
+    /// `δ·right`, saturated: how far forward it reaches.
+    pub forward: u32,
+}
+
+/// Head `head`'s window from the windows array.
+#[cube]
+pub(crate) fn load_window(windows: &Array<u32>, head: usize) -> Window {
+    let base = head * WINDOW_WORDS;
+    Window {
+        left: windows[base],
+        right: windows[base + 1],
+        dilation: windows[base + 2],
+        segment: windows[base + 3],
+        phase: windows[base + 4],
+        back: windows[base + 5],
+        forward: windows[base + 6],
+    }
+}
+
+/// The window part of the rule: is key `j` in the window of the query at position `i`?
+/// As `HeadWindow::contains`: `j = i + δ·m` for `m ∈ [−left, right]`, and with a segment, `i`
+/// and `j` in one segment with `i` at the head's offset.
+#[cube]
+pub(crate) fn contains(window: &Window, i: u32, j: u32) -> bool {
+    let before = j <= i;
+    let distance = if before { i - j } else { j - i };
+    let limit = if before { window.left } else { window.right };
+    let mut on_grid = true;
+    let mut steps = distance;
+    if window.dilation != 1 {
+        on_grid = distance % window.dilation == 0;
+        steps = distance / window.dilation;
+    }
+    let mut in_segment = true;
+    if window.segment != 0 {
+        let segment = window.segment;
+        in_segment = i / segment == j / segment && (i % segment) % window.dilation == window.phase;
+    }
+    on_grid && steps <= limit && in_segment
+}
+
+/// THE rule without globals: `j < kv_len ∧ (¬causal ∨ j ≤ i) ∧ (window(i, j) ∨ j < S)`.
+#[cube]
+pub(crate) fn visible(
+    window: &Window,
+    i: u32,
+    j: u32,
+    call: &Call,
+    #[comptime] causal: bool,
+) -> bool {
+    let mut seen = j < call.kv_len && (contains(window, i, j) || j < call.sinks);
+    if causal {
+        seen = seen && j <= i;
+    }
+    seen
+}

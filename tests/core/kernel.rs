@@ -1,0 +1,252 @@
+//! The CubeCL kernels of the core (`swa_attention::kernel`) on wgpu against the dense reference
+//! on ndarray, and their visibility rule against `WindowSpec::visible`. Each test runs only when
+//! the `wgpu` feature is compiled in and an adapter answers (lavapipe counts); otherwise it says
+//! why it skipped.
+
+#[cfg(feature = "wgpu")]
+mod on_wgpu {
+    use std::time::Instant;
+
+    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::backend::{Autodiff, Wgpu};
+    use burn::tensor::backend::{AutodiffBackend, Backend};
+    use burn::tensor::{Tensor, TensorData};
+    use swa_zoo::attention::kernel::probe_visibility;
+    use swa_zoo::attention::{
+        HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, WindowedKernel, alibi,
+        windowed_attention,
+    };
+
+    use crate::cases::{LENGTHS, matrix, random_case};
+    use crate::common::{
+        Case, F32, Path, Reference, Rng, assert_close, check_within, errors, run, values,
+    };
+
+    /// Burn's wgpu backend without the fusion wrapper.
+    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+
+    /// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics).
+    fn device_answers<B: Backend>() -> bool {
+        std::panic::catch_unwind(|| {
+            Tensor::<B, 1>::zeros([1], &Default::default()).into_data();
+        })
+        .is_ok()
+    }
+
+    /// The specs of [`matrix`] that the kernels take (no global tokens), and cases the matrix
+    /// lacks: everything but globals, decoding offsets with padded keys, bidirectional sigmoid.
+    pub fn kernel_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+        let mut cases: Vec<(String, Case)> = matrix(n)
+            .into_iter()
+            .filter(|(_, spec, _)| spec.globals().is_empty())
+            .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
+            .collect();
+        let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+        let everything = WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2)
+            .unwrap()
+            .with_sinks(2);
+        let opts = ScoreOptions::softmax()
+            .with_softcap(2.0)
+            .with_alibi(balanced.clone());
+        cases.push((
+            "everything but globals".into(),
+            Case::new(n, dim, everything, opts),
+        ));
+        let offset = n / 2;
+        let decode = WindowSpec::sliding(4, 2, 5)
+            .unwrap()
+            .with_sinks(1)
+            .with_query_offset(offset)
+            .with_kv_len(n);
+        let decode = Case {
+            q_len: n - offset,
+            keys: n + 3,
+            ..Case::new(n, dim, decode, ScoreOptions::softmax())
+        };
+        cases.push(("decoding offset + padded keys".into(), decode));
+        let windows = vec![HeadWindow::longformer(2, 1), HeadWindow::longformer(3, 2)];
+        let encoder = WindowSpec::new(windows, 1)
+            .unwrap()
+            .with_causal(false)
+            .with_sinks(1);
+        let sigmoid = ScoreOptions::sigmoid(-1.0)
+            .with_alibi(vec![0.5, -0.25])
+            .with_softcap(3.0);
+        cases.push((
+            "bidirectional sigmoid + ALiBi + softcap".into(),
+            Case::new(n, dim, encoder, sigmoid),
+        ));
+        cases
+    }
+
+    /// `o` and `lse` of `case` through [`windowed_attention`] on `B`, from the inputs
+    /// [`run`] draws for the same case.
+    fn forward<B: WindowedAttentionBackend>(
+        case: &Case,
+        device: &B::Device,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = Rng::new(case.seed);
+        let mut tensor = |shape: [usize; 4]| {
+            let data = TensorData::new(rng.values(shape.iter().product()), shape);
+            Tensor::<B, 4>::from_data(data, device)
+        };
+        let (heads, kv_heads) = (case.spec.num_heads(), case.spec.kv_heads());
+        let q = tensor([case.batch, heads, case.q_len, case.dim]);
+        let k = tensor([case.batch, kv_heads, case.keys, case.dim]);
+        let v = tensor([case.batch, kv_heads, case.keys, case.dim]);
+        let kernel_runs = WindowedKernel::<B>::runs(&case.spec, &q.shape(), &k.shape(), &v.shape());
+        assert!(
+            B::windowed_kernel().is_some() && kernel_runs,
+            "the kernel must run {case:?}"
+        );
+        let (o, lse) = windowed_attention(q, k, v, &case.spec, &case.opts).unwrap();
+        (values(o), values(lse))
+    }
+
+    /// Forward of `cases` on `B` against the dense reference; returns the largest errors of `o`
+    /// and `lse`.
+    fn check_forward<B: WindowedAttentionBackend>(cases: &[(String, Case)]) -> [f32; 2] {
+        let mut worst = [0f32; 2];
+        for (label, case) in cases {
+            let want = run::<Reference>(case, Path::Dense, &Default::default());
+            let (out, lse) = forward::<B>(case, &Default::default());
+            assert_close(&format!("o ({label})"), case, &out, &want.out, F32.out);
+            assert_close(&format!("lse ({label})"), case, &lse, &want.lse, F32.lse);
+            worst = [
+                worst[0].max(errors(&out, &want.out).0),
+                worst[1].max(errors(&lse, &want.lse).0),
+            ];
+        }
+        worst
+    }
+
+    #[test]
+    fn kernel_visibility_is_window_spec_visible() {
+        if !device_answers::<Cube>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        let device = WgpuDevice::default();
+        let mut specs: Vec<(WindowSpec, usize, usize)> = Vec::new();
+        for n in 1..=12 {
+            for (_, spec, _) in matrix(n) {
+                specs.push((spec.clone().with_causal(!spec.is_causal()), n, n));
+                specs.push((spec, n, n));
+            }
+        }
+        let mut rng = Rng::new(0x0B5E_55ED);
+        while specs.len() < 800 {
+            let n = 1 + rng.below(16);
+            let case = random_case(&mut rng, n);
+            specs.push((case.spec, case.q_len, case.keys));
+        }
+        let mut pairs = 0;
+        for (spec, q_len, keys) in specs {
+            let got = probe_visibility::<WgpuRuntime>(&device, &spec, q_len, keys).unwrap();
+            let kv_len = spec.valid_keys(keys);
+            let mut index = 0;
+            for h in 0..spec.num_heads() {
+                for i in 0..q_len {
+                    let p = spec.query_offset() + i;
+                    for j in 0..keys {
+                        let global = spec.is_global(p) || spec.is_global(j);
+                        let want = spec.visible(h, p, j, kv_len);
+                        assert!(
+                            global || got[index] == want,
+                            "head {h}, query {p}, key {j}: kernel {} vs visible {want} for {spec:?}",
+                            got[index]
+                        );
+                        index += 1;
+                    }
+                }
+            }
+            pairs += index;
+        }
+        eprintln!(
+            "kernel visibility matched WindowSpec::visible on {pairs} (head, query, key) triples"
+        );
+    }
+
+    #[test]
+    fn kernel_forward_matches_dense() {
+        if !device_answers::<Cube>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        let start = Instant::now();
+        let mut worst = [0f32; 2];
+        for n in [5, 65] {
+            let errors = check_forward::<Cube>(&kernel_cases(n, 8));
+            worst = [worst[0].max(errors[0]), worst[1].max(errors[1])];
+        }
+        eprintln!(
+            "kernel forward on wgpu: largest max-abs errors o {:e}, lse {:e} ({:.1}s)",
+            worst[0],
+            worst[1],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    /// Forward and backward of the kernel cases at `lengths` (head dim 8), plus a head dim of
+    /// 128 (smaller shared tiles), through `Autodiff<B>` against the dense reference, with a
+    /// loss on `o` and on `lse`.
+    fn check_gradients<B>(name: &str, lengths: &[usize])
+    where
+        B: AutodiffBackend + WindowedAttentionBackend,
+        B::InnerBackend: WindowedAttentionBackend,
+    {
+        let start = Instant::now();
+        let mut worst = [0f32; 3];
+        let mut cases: Vec<(String, Case)> =
+            lengths.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
+        cases.extend(
+            kernel_cases(70, 128)
+                .into_iter()
+                .filter(|(label, _)| label.starts_with("sliding W=7")),
+        );
+        for (label, case) in &cases {
+            let (heads, dim) = (case.spec.num_heads(), case.dim);
+            let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
+            let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
+            let runs = WindowedKernel::<B::InnerBackend>::runs(&case.spec, &q, &k, &k);
+            assert!(
+                B::InnerBackend::windowed_kernel().is_some() && runs,
+                "the kernel must run {label}"
+            );
+            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), F32);
+            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
+        }
+        eprintln!(
+            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
+            cases.len(),
+            worst[0],
+            worst[1],
+            worst[2],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    #[test]
+    fn kernel_gradients_on_cube_backend_match_dense() {
+        if !device_answers::<Cube>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        check_gradients::<Autodiff<Cube>>("kernel on Autodiff<CubeBackend<Wgpu>>", &LENGTHS);
+    }
+
+    #[test]
+    fn kernel_gradients_on_fusion_wgpu_match_dense() {
+        if !device_answers::<Wgpu>() {
+            eprintln!("skipped: no wgpu adapter answers on this machine");
+            return;
+        }
+        check_gradients::<Autodiff<Wgpu>>("kernel on Autodiff<Wgpu> (fusion)", &LENGTHS);
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+#[test]
+fn kernel_tests_need_wgpu() {
+    eprintln!("skipped: built without the `wgpu` feature");
+}
