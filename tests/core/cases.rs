@@ -103,5 +103,5 @@ pub fn random_case(rng: &mut Rng, n: usize) -> Case {
         opts = opts.with_scale(0.3);
     }
     let dim = rng.pick(&[1, 4, 8, 16]);
-    Case { batch: 1 + rng.below(2), q_len, keys, dim, spec, opts, seed: rng.next_u64() }
+    Case { batch: 1 + rng.below(2), q_len, keys, dim, spec, opts, seed: rng.next_u64(), half: false }
 }

@@ -31,6 +31,28 @@ pub const F32: Tolerance = Tolerance { out: 2e-5, lse: 2e-5, grad: 1e-4 };
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub const TF32: Tolerance = Tolerance { out: 4e-3, lse: 4e-3, grad: 1e-2 };
 
+/// f16 tensors with f32 accumulation, on inputs already rounded to f16 (`Case::half`), so only
+/// the rounding of the outputs to f16 differs: about one f16 ulp of the largest value of each
+/// quantity (sigmoid outputs up to 2: 2⁻¹⁰; lse up to 8: 2⁻⁸; gradients up to 16: 2⁻⁷), and twice
+/// the largest errors measured on lavapipe (o 9.7e-4, lse 6.6e-3, gradients 1.2e-2).
+pub const F16: Tolerance = Tolerance { out: 2e-3, lse: 1.6e-2, grad: 2.5e-2 };
+
+/// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics);
+/// prints why the calling test skips when not. With `SWA_REQUIRE_WGPU` set (CI, which
+/// installs lavapipe), a wgpu device that does not answer fails the test instead.
+pub fn device_answers<B: Backend>(name: &str) -> bool {
+    let answers = std::panic::catch_unwind(|| {
+        Tensor::<B, 1>::zeros([1], &Default::default()).into_data();
+    })
+    .is_ok();
+    if !answers {
+        let required = name == "wgpu" && std::env::var_os("SWA_REQUIRE_WGPU").is_some();
+        assert!(!required, "SWA_REQUIRE_WGPU is set but no wgpu adapter answers");
+        eprintln!("skipped: no {name} device answers on this machine");
+    }
+    answers
+}
+
 /// SplitMix64: a small seeded generator, so every case is reproducible from its seed.
 pub struct Rng(u64);
 
@@ -74,11 +96,14 @@ pub struct Case {
     pub spec: WindowSpec,
     pub opts: ScoreOptions,
     pub seed: u64,
+    /// Round every input to f16 first, so that an f32 reference sees exactly what a half
+    /// precision backend sees.
+    pub half: bool,
 }
 
 impl Case {
     pub fn new(n: usize, dim: usize, spec: WindowSpec, opts: ScoreOptions) -> Self {
-        Self { batch: 1, q_len: n, keys: n, dim, spec, opts, seed: n as u64 }
+        Self { batch: 1, q_len: n, keys: n, dim, spec, opts, seed: n as u64, half: false }
     }
 }
 
@@ -109,9 +134,15 @@ where
     let heads = case.spec.num_heads();
     let kv_heads = case.spec.kv_heads();
     let mut rng = Rng::new(case.seed);
+    // Burn 0.21 keeps one default float dtype per device, shared by every backend type on it
+    // (`Wgpu<f16>` and `Wgpu<f32>` alike): ask for the backend's own float type explicitly.
+    let dtype = <B::FloatElem as burn::tensor::Element>::dtype();
     let mut tensor = |shape: [usize; 4]| {
-        let data = TensorData::new(rng.values(shape.iter().product()), shape);
-        Tensor::<B, 4>::from_data(data, device)
+        let mut values = rng.values(shape.iter().product());
+        if case.half {
+            values.iter_mut().for_each(|x| *x = burn::tensor::f16::from_f32(*x).to_f32());
+        }
+        Tensor::<B, 4>::from_data(TensorData::new(values, shape), (device, dtype))
     };
     let q = tensor([case.batch, heads, case.q_len, case.dim]).require_grad();
     let k = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
@@ -126,6 +157,7 @@ where
         Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
     };
     let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
+    assert_eq!(out.dtype(), dtype, "the output keeps the inputs' float type");
     let finite_lse = lse.clone().mask_fill(lse.clone().equal_elem(f32::NEG_INFINITY), 0.0);
     let loss = (out.clone() * g_out).sum() + (finite_lse * g_lse).sum();
     let grads = loss.backward();

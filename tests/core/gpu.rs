@@ -3,32 +3,21 @@
 //! it skipped.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::cases::{LENGTHS, matrix};
+use crate::cases::matrix;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::common::{Case, Path, Tolerance, check_within};
-
-/// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn device_answers<B: burn::tensor::backend::Backend>() -> bool {
-    std::panic::catch_unwind(|| {
-        burn::tensor::Tensor::<B, 1>::zeros([1], &Default::default()).into_data();
-    })
-    .is_ok()
-}
+use crate::common::{Case, Path, Tolerance, check_within, device_answers};
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn check_backend<B>(name: &str, tol: Tolerance)
+fn check_backend<B>(name: &str, lengths: &[usize], tol: Tolerance)
 where
     B: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::WindowedAttentionBackend,
 {
-    if !device_answers::<B>() {
-        eprintln!("skipped: no {name} device answers on this machine");
+    if !device_answers::<B>(name) {
         return;
     }
     let mut worst = [0f32; 3];
-    for n in LENGTHS {
-        for (label, spec, opts) in matrix(n) {
-            eprintln!("{name}: {label} n={n}");
+    for &n in lengths {
+        for (_, spec, opts) in matrix(n) {
             let errors = check_within::<B>(&Case::new(n, 8, spec, opts), Path::Dispatch, &Default::default(), tol);
             worst = std::array::from_fn(|i| worst[i].max(errors[i]));
         }
@@ -39,7 +28,9 @@ where
 #[test]
 fn core_on_wgpu_matches_dense_on_ndarray() {
     #[cfg(feature = "wgpu")]
-    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>("wgpu", crate::common::F32);
+    // The kernels' own tests (`kernel.rs`) cover every length; here the blocked path of global
+    // tokens and the dispatch between the two paths, at lengths below, across and past a block.
+    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>("wgpu", &[5, 65, 257], crate::common::F32);
     #[cfg(not(feature = "wgpu"))]
     eprintln!("skipped: built without the `wgpu` feature");
 }
@@ -47,7 +38,7 @@ fn core_on_wgpu_matches_dense_on_ndarray() {
 #[test]
 fn core_on_cuda_matches_dense_on_ndarray() {
     #[cfg(feature = "cuda")]
-    check_backend::<burn::backend::Autodiff<burn::backend::Cuda>>("cuda", crate::common::TF32);
+    check_backend::<burn::backend::Autodiff<burn::backend::Cuda>>("cuda", &crate::cases::LENGTHS, crate::common::TF32);
     #[cfg(not(feature = "cuda"))]
     eprintln!("skipped: built without the `cuda` feature");
 }

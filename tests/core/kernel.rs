@@ -10,7 +10,7 @@ mod on_wgpu {
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
     use burn::backend::{Autodiff, Wgpu};
     use burn::tensor::backend::{AutodiffBackend, Backend};
-    use burn::tensor::{Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::kernel::probe_visibility;
     use swa_zoo::attention::{
         HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, WindowedKernel, alibi,
@@ -19,19 +19,12 @@ mod on_wgpu {
 
     use crate::cases::{LENGTHS, matrix, random_case};
     use crate::common::{
-        Case, F32, Path, Reference, Rng, assert_close, check_within, errors, run, values,
+        Case, F16, F32, Path, Reference, Rng, Tolerance, assert_close, check_within,
+        device_answers, errors, run, values,
     };
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
-
-    /// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics).
-    fn device_answers<B: Backend>() -> bool {
-        std::panic::catch_unwind(|| {
-            Tensor::<B, 1>::zeros([1], &Default::default()).into_data();
-        })
-        .is_ok()
-    }
 
     /// The specs of [`matrix`] that the kernels take (no global tokens), and cases the matrix
     /// lacks: everything but globals, decoding offsets with padded keys, bidirectional sigmoid.
@@ -122,8 +115,7 @@ mod on_wgpu {
 
     #[test]
     fn kernel_visibility_is_window_spec_visible() {
-        if !device_answers::<Cube>() {
-            eprintln!("skipped: no wgpu adapter answers on this machine");
+        if !device_answers::<Cube>("wgpu") {
             return;
         }
         let device = WgpuDevice::default();
@@ -169,8 +161,7 @@ mod on_wgpu {
 
     #[test]
     fn kernel_forward_matches_dense() {
-        if !device_answers::<Cube>() {
-            eprintln!("skipped: no wgpu adapter answers on this machine");
+        if !device_answers::<Cube>("wgpu") {
             return;
         }
         let start = Instant::now();
@@ -187,24 +178,28 @@ mod on_wgpu {
         );
     }
 
-    /// Forward and backward of the kernel cases at `lengths` (head dim 8), plus a head dim of
-    /// 128 (smaller shared tiles), through `Autodiff<B>` against the dense reference, with a
-    /// loss on `o` and on `lse`.
-    fn check_gradients<B>(name: &str, lengths: &[usize])
+    /// The kernel cases at every length of the matrix (head dim 8), plus a head dim of 128
+    /// (smaller shared tiles).
+    fn gradient_cases() -> Vec<(String, Case)> {
+        let mut cases: Vec<(String, Case)> = LENGTHS.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
+        cases.extend(
+            kernel_cases(70, 128)
+                .into_iter()
+                .filter(|(label, _)| label.starts_with("sliding W=7")),
+        );
+        cases
+    }
+
+    /// Forward and backward of `cases` through `Autodiff<B>` against the dense reference within
+    /// `tol`, with a loss on `o` and on `lse`.
+    fn check_gradients<B>(name: &str, cases: &[(String, Case)], tol: Tolerance)
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
         let start = Instant::now();
         let mut worst = [0f32; 3];
-        let mut cases: Vec<(String, Case)> =
-            lengths.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
-        cases.extend(
-            kernel_cases(70, 128)
-                .into_iter()
-                .filter(|(label, _)| label.starts_with("sliding W=7")),
-        );
-        for (label, case) in &cases {
+        for (label, case) in cases {
             let (heads, dim) = (case.spec.num_heads(), case.dim);
             let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
             let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
@@ -213,7 +208,7 @@ mod on_wgpu {
                 B::InnerBackend::windowed_kernel().is_some() && runs,
                 "the kernel must run {label}"
             );
-            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), F32);
+            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), tol);
             worst = std::array::from_fn(|i| worst[i].max(errors[i]));
         }
         eprintln!(
@@ -228,20 +223,47 @@ mod on_wgpu {
 
     #[test]
     fn kernel_gradients_on_cube_backend_match_dense() {
-        if !device_answers::<Cube>() {
-            eprintln!("skipped: no wgpu adapter answers on this machine");
+        if !device_answers::<Cube>("wgpu") {
             return;
         }
-        check_gradients::<Autodiff<Cube>>("kernel on Autodiff<CubeBackend<Wgpu>>", &LENGTHS);
+        let name = "kernel on Autodiff<CubeBackend<Wgpu>>";
+        check_gradients::<Autodiff<Cube>>(name, &gradient_cases(), F32);
     }
 
     #[test]
     fn kernel_gradients_on_fusion_wgpu_match_dense() {
-        if !device_answers::<Wgpu>() {
-            eprintln!("skipped: no wgpu adapter answers on this machine");
+        if !device_answers::<Wgpu>("wgpu") {
             return;
         }
-        check_gradients::<Autodiff<Wgpu>>("kernel on Autodiff<Wgpu> (fusion)", &LENGTHS);
+        let name = "kernel on Autodiff<Wgpu> (fusion)";
+        check_gradients::<Autodiff<Wgpu>>(name, &gradient_cases(), F32);
+    }
+
+    /// f16 tensors, f32 accumulation: the kernels on `Wgpu<f16>` (fusion) against the dense
+    /// reference in f32 on the same f16-rounded inputs, where the adapter offers f16 shaders
+    /// (lavapipe does). wgpu has no bf16.
+    #[test]
+    fn kernel_in_f16_matches_dense() {
+        type Half = Wgpu<f16, i32>;
+        if !device_answers::<Half>("wgpu") {
+            return;
+        }
+        if !Half::supports_dtype(&Default::default(), DType::F16) {
+            eprintln!("skipped: this wgpu adapter has no f16 shaders");
+            return;
+        }
+        // Every compiled variant of the score (softmax, sigmoid, softcap, ALiBi, dilation, sinks)
+        // at a length past two blocks; each f16 variant compiles anew, which lavapipe does slowly.
+        let mut cases: Vec<(String, Case)> = kernel_cases(65, 8)
+            .into_iter()
+            .filter(|(label, _)| {
+                ["sliding W=7", "everything", "bidirectional sigmoid", "sigmoid + balanced"]
+                    .iter()
+                    .any(|name| label.starts_with(name))
+            })
+            .collect();
+        cases.iter_mut().for_each(|(_, case)| case.half = true);
+        check_gradients::<Autodiff<Half>>("kernel on Autodiff<Wgpu<f16>>", &cases, F16);
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod decode;
 mod decoder;
+mod kernel_training;
 mod layer_forward;
 mod layer_reference;
 mod layers;

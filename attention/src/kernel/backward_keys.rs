@@ -13,6 +13,7 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::reach::{nth_tile, query_tiles};
 use super::score::{score, weight};
+use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `grad: [batch, H, N_q, d + 1]`,
@@ -86,19 +87,7 @@ pub(crate) fn key_grads_kernel<F: Float>(
             let t_base = batch * terms.stride(0) + head * terms.stride(1);
             for t in 0..tiles.count {
                 let i0 = nth_tile(&tiles, t) as usize * tile;
-                let mut e = unit;
-                while e < tile * dim {
-                    let i = i0 + e / dim;
-                    let c = e % dim;
-                    q_tile[e] = 0.0;
-                    g_tile[e] = 0.0;
-                    if i < q_len {
-                        q_tile[e] = f32::cast_from(q[q_base + i * q.stride(2) + c * q.stride(3)]);
-                        g_tile[e] =
-                            f32::cast_from(grad[g_base + i * grad.stride(2) + c * grad.stride(3)]);
-                    }
-                    e += ROWS;
-                }
+                load_tiles(q, q_base, grad, g_base, i0, q_len, &mut q_tile, &mut g_tile, tile, dim);
                 let mut r = unit;
                 while r < tile {
                     lse_tile[r] = 0.0;

@@ -12,6 +12,7 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::reach::{key_tiles, nth_tile};
 use super::score::{score, sigmoid};
+use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `packed: [batch, H, N_q, d + 1]`
@@ -66,18 +67,8 @@ pub(crate) fn forward_kernel<F: Float>(
 
     for t in 0..tiles.before + tiles.count {
         let j0 = nth_tile(&tiles, t) as usize * tile;
-        let mut e = unit;
-        while e < tile * dim {
-            let j = j0 + e / dim;
-            let c = e % dim;
-            k_tile[e] = 0.0;
-            v_tile[e] = 0.0;
-            if j < call.kv_len as usize {
-                k_tile[e] = f32::cast_from(k[k_base + j * k.stride(2) + c * k.stride(3)]);
-                v_tile[e] = f32::cast_from(v[v_base + j * v.stride(2) + c * v.stride(3)]);
-            }
-            e += ROWS;
-        }
+        let kv_len = call.kv_len as usize;
+        load_tiles(k, k_base, v, v_base, j0, kv_len, &mut k_tile, &mut v_tile, tile, dim);
         sync_cube();
 
         if live {

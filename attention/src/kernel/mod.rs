@@ -9,7 +9,7 @@
 //!
 //! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
 //! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
-//!   a cube visits; [`score`]: scores and weights of a pair.
+//!   a cube visits; [`score`]: scores and weights of a pair; [`tile`]: the shared-memory copies.
 //! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
@@ -30,6 +30,7 @@ mod fusion;
 mod probe;
 mod reach;
 mod score;
+mod tile;
 mod visibility;
 
 pub use probe::probe_visibility;
