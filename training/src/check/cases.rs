@@ -1,5 +1,6 @@
 //! The models the suite compares: one tiny decoder per attention kind (width 32, 4 query heads
-//! over 2 kv heads so that every kind also runs GQA, 2 layers, 48 tokens), or a named preset.
+//! over 2 kv heads so that every windowed kind also runs GQA, 2 layers, 48 tokens), or a named
+//! preset.
 
 use swa_attention::layers::AttentionKind;
 use swa_models::{DecoderConfig, Preset};
