@@ -1,6 +1,7 @@
 //! Tests of the attention layers and the decoder model zoo. One binary, since every test
 //! binary links Burn.
 
+mod backends;
 mod decode;
 mod decoder;
 mod kernel_training;

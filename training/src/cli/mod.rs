@@ -1,10 +1,11 @@
-//! The `swa-zoo` command line: `train`, `eval`, `generate`, `info` and `bench`.
+//! The `swa-zoo` command line: `train`, `eval`, `generate`, `info`, `bench` and `check-backends`.
 //!
 //! Window conventions, as in SEMANTICS §2: a causal window `W` sees the W keys `i−W+1 … i`, the
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
 //! config value is two-sided, 2w).
 
 mod backend;
+mod check;
 mod commands;
 
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ enum Command {
     Info(commands::InfoArgs),
     /// A quick training-step throughput run.
     Bench(commands::BenchArgs),
+    /// Compare every attention kind on each backend of this build with ndarray (f32):
+    /// logits, loss, gradients, one AdamW step and greedy decoding.
+    CheckBackends(check::CheckArgs),
 }
 
 /// Which model: a preset or a JSON config, overridable by flags of the command.
@@ -65,5 +69,6 @@ pub fn main() -> Result<(), String> {
         Command::Generate(args) => commands::generate(args),
         Command::Info(args) => commands::info(args),
         Command::Bench(args) => commands::bench(args),
+        Command::CheckBackends(args) => check::check_backends(args),
     }
 }
