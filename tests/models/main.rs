@@ -1,6 +1,7 @@
 //! Tests of the attention layers and the decoder model zoo. One binary, since every test
 //! binary links Burn.
 
+mod bench;
 mod decode;
 mod decoder;
 mod layer_forward;

@@ -7,8 +7,10 @@
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
 //! - [`eval`]: evaluation at several lengths and windows;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
+//! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
 //! - [`cli`]: the `swa-zoo` command line.
 
+pub mod bench;
 pub mod cli;
 pub mod corpus;
 pub mod curve;
