@@ -60,3 +60,29 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
     let markdown = tables[3].1.markdown();
     assert!(markdown.contains("skipped: one layer's H·N² f32 scores"), "{markdown}");
 }
+
+/// The quick suite of `swa-zoo bench` on flex, printed; run by hand:
+/// `cargo test --features flex --test models quick_efficiency_suite -- --ignored --nocapture`.
+#[cfg(feature = "flex")]
+#[test]
+#[ignore = "a measurement (minutes), not a check"]
+fn quick_efficiency_suite_on_flex() {
+    let device = Default::default();
+    run::<burn::backend::Autodiff<burn::backend::Flex>>(&Suite::quick(), &Part::ALL, &device, |title, table| {
+        println!("{title}\n\n{}", table.markdown())
+    })
+    .expect("the quick suite runs");
+}
+
+/// Time per token against the position up to 16k with the CPU model of the full suite, printed:
+/// `cargo test --features flex --test models flatness_to_16k -- --ignored --nocapture`.
+#[cfg(feature = "flex")]
+#[test]
+#[ignore = "a measurement (minutes), not a check"]
+fn flatness_to_16k_on_flex() {
+    let suite = Suite::full(swa_zoo::training::bench::BenchModel::cpu(), 8192);
+    run::<burn::backend::Autodiff<burn::backend::Flex>>(&suite, &[Part::Flatness], &Default::default(), |title, table| {
+        println!("{title}\n\n{}", table.markdown())
+    })
+    .expect("the flatness run");
+}
