@@ -2,6 +2,7 @@
 //! binary links Burn.
 
 mod backends;
+mod bench;
 mod decode;
 mod decoder;
 mod kernel_training;

@@ -8,8 +8,10 @@
 //! - [`eval`]: evaluation at several lengths and windows;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
 //! - [`check`]: the cross-backend equivalence check;
+//! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
 //! - [`cli`]: the `swa-zoo` command line.
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod corpus;

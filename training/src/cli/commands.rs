@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use burn::config::Config;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig, GenerateConfig, Preset, Scale};
 
 use super::backend::{Job, dispatch};
 use super::{DeviceArgs, ModelArgs};
+use crate::bench::suite::{self, Part, Suite};
 use crate::corpus::{Corpus, bits_per_unit};
 use crate::eval::{mean_loss, rebuild, with_eval_window};
 use crate::language_model::LanguageModel;
@@ -347,9 +348,32 @@ pub struct BenchArgs {
     /// Timed steps, after one warm-up step.
     #[arg(long, default_value_t = 5)]
     steps: usize,
+    /// What to run: the quick efficiency suite (decode latency and KV bytes, time per token
+    /// against the position, StreamingLLM, training throughput; `cargo bench --bench efficiency`
+    /// runs the full one), one part of it, or only the --preset throughput line.
+    #[arg(long, value_enum, default_value_t = BenchSuite::All)]
+    suite: BenchSuite,
 }
 
-/// `bench`: forward+backward steps per second on the embedded corpus.
+/// The parts `bench --suite` chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchSuite {
+    /// Every part of the quick suite, then the --preset throughput line.
+    All,
+    /// Decode latency and KV bytes per kind, window and batch (MSWA Figure 3).
+    Decode,
+    /// Time per token against the position.
+    Flatness,
+    /// SWA and SWAT against a vanilla model run with StreamingLLM's sinks.
+    Streaming,
+    /// Training-step throughput per kind and sequence length.
+    Training,
+    /// Only the forward+backward throughput of --preset on the embedded corpus.
+    Preset,
+}
+
+/// `bench`: the quick efficiency suite, then forward+backward steps per second of --preset on
+/// the embedded corpus.
 pub fn bench(args: BenchArgs) -> Result<(), String> {
     struct Run(BenchArgs);
     impl Job for Run {
@@ -359,6 +383,21 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             B::InnerBackend: WindowedAttentionBackend,
         {
             let args = self.0;
+            let parts: Vec<Part> = match args.suite {
+                BenchSuite::All => Part::ALL.to_vec(),
+                BenchSuite::Decode => vec![Part::Decode],
+                BenchSuite::Flatness => vec![Part::Flatness],
+                BenchSuite::Streaming => vec![Part::Streaming],
+                BenchSuite::Training => vec![Part::Training],
+                BenchSuite::Preset => vec![],
+            };
+            if !parts.is_empty() {
+                println!("quick efficiency suite on {} (the full one: cargo bench --bench efficiency)\n", B::name(&device));
+                suite::run::<B>(&Suite::quick(), &parts, &device, |title, table| println!("{title}\n\n{}", table.markdown()))?;
+            }
+            if !matches!(args.suite, BenchSuite::All | BenchSuite::Preset) {
+                return Ok(());
+            }
             let corpus = Corpus::embedded();
             let (config, train_len, name) = model_config(&args.model, corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);

@@ -32,7 +32,7 @@ enum Command {
     Generate(commands::GenerateArgs),
     /// Parameters, Σ windows, relative cost and KV-cache bytes of a model; `--list` the presets.
     Info(commands::InfoArgs),
-    /// A quick training-step throughput run.
+    /// The quick efficiency suite (decode latency, KV bytes, StreamingLLM, training throughput).
     Bench(commands::BenchArgs),
     /// Compare every attention kind on each backend of this build with ndarray (f32):
     /// logits, loss, gradients, one AdamW step and greedy decoding.
