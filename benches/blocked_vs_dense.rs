@@ -5,8 +5,6 @@
 //! only where its N² scores fit in memory. Peak memory is the most heap the call held above
 //! what was live before it, measured by a counting allocator. Prints a Markdown table.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use burn::tensor::backend::Backend;
@@ -14,27 +12,10 @@ use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, blocked_attention, dense_attention, scheduled_scores,
 };
-
-/// The system allocator, counting live and peak bytes.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use swa_zoo::training::bench::memory::{CountingAllocator, peak_during};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const HEADS: usize = 8;
 const DIM: usize = 64;
@@ -50,10 +31,7 @@ struct Measure {
 
 /// Median time of `runs` calls after one warm-up, and the peak heap of the warm-up.
 fn measure(runs: usize, mut call: impl FnMut()) -> Measure {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    call();
-    let peak_bytes = PEAK.load(Ordering::Relaxed) - base;
+    let ((), peak) = peak_during(&mut call);
     let mut times: Vec<Duration> = (0..runs)
         .map(|_| {
             let start = Instant::now();
@@ -62,7 +40,7 @@ fn measure(runs: usize, mut call: impl FnMut()) -> Measure {
         })
         .collect();
     times.sort();
-    Measure { time: times[runs / 2], peak_bytes }
+    Measure { time: times[runs / 2], peak_bytes: peak.expect("this binary counts its allocations") }
 }
 
 /// Prints one table row per length and returns the scaling summary of the blocked path.
