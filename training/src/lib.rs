@@ -2,14 +2,17 @@
 //!
 //! Training, evaluation, data and the `swa-zoo` CLI, built on [`swa_models`]:
 //! - [`corpus`]: byte- and word-level corpora, with an embedded default;
-//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval);
+//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval); [`synthetic`]: training
+//!   on them and their accuracy;
 //! - [`loader`]: reproducible batches for the Learner;
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
 //! - [`eval`]: evaluation at several lengths and windows;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
+//! - [`config_file`]: strict reading of JSON configurations;
 //! - [`cli`]: the `swa-zoo` command line.
 
 pub mod cli;
+pub mod config_file;
 pub mod corpus;
 pub mod curve;
 pub mod eval;
@@ -19,5 +22,6 @@ pub mod metrics;
 pub mod plot;
 pub mod renderer;
 pub mod schedule;
+pub mod synthetic;
 pub mod tasks;
 pub mod train;
