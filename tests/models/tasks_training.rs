@@ -24,7 +24,7 @@ fn run_dir(name: &str) -> PathBuf {
 
 /// A 4-layer model of window 32: reach (32 − 1)·4 = 124.
 fn model() -> DecoderConfig {
-    DecoderConfig::new(256, 16, 2, 2, 4, vec![AttentionKind::Sliding { window: 32 }])
+    DecoderConfig::new(256, 16, 4, 2, 2, vec![AttentionKind::Sliding { window: 32 }])
 }
 
 fn on_task(task: SyntheticTask, seq_len: usize) -> TrainConfig {

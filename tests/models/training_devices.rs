@@ -10,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
 use swa_zoo::attention::WindowedAttentionBackend;
 use swa_zoo::attention::layers::AttentionKind;
-use swa_zoo::models::DecoderConfig;
+use swa_zoo::models::{Decoder, DecoderConfig};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::mean_loss;
 use swa_zoo::training::train::{TrainConfig, last_checkpoint, train_with};
@@ -40,11 +40,11 @@ where
 {
     let (config, corpus, dir) = (tiny(), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
-    let loss = |model| mean_loss::<B::InnerBackend>(model, corpus.valid(), 16, 4, 2, &device).unwrap();
-    let before = loss(&config.model.init::<B::InnerBackend>(&device).unwrap());
+    let loss = |model: Decoder<B::InnerBackend>| mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap();
+    let before = loss(config.model.init::<B::InnerBackend>(&device).unwrap());
     let outcome = train_with(&config, &corpus, &dir, false, strategy).unwrap();
     assert_eq!(last_checkpoint(&dir), Some(1));
-    let after = loss(&outcome.model);
+    let after = loss(outcome.model);
     eprintln!("{name}: validation loss {before:.4} → {after:.4}");
     assert!(before.is_finite() && after.is_finite(), "{before} → {after}");
     let _ = std::fs::remove_dir_all(dir);

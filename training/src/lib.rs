@@ -5,12 +5,14 @@
 //! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval); [`synthetic`]: training
 //!   on them and their accuracy;
 //! - [`loader`]: reproducible batches for the Learner;
-//! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
+//! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
+//!   training run;
 //! - [`eval`]: evaluation at several lengths and windows;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
 //! - [`config_file`]: strict reading of JSON configurations;
 //! - [`cli`]: the `swa-zoo` command line.
 
+pub mod checkpoint;
 pub mod cli;
 pub mod config_file;
 pub mod corpus;

@@ -247,8 +247,8 @@ where
     }
     if start > 0 {
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
-        swa_models::weights::load_record::<B>(&config.model, &checkpoint, device)
-            .map_err(|e| TrainError(format!("--resume: the last checkpoint cannot be loaded into the run's model: {e}")))?;
+        crate::checkpoint::check_model_checkpoint::<B>(&config.model, &checkpoint, device)
+            .map_err(|e| TrainError(format!("--resume: {e}")))?;
     }
     config.save(out.join("train.json")).map_err(io)?;
     let loader_error = |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));

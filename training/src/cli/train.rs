@@ -123,9 +123,16 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
             let Run(config, out, resume) = self;
             let device = strategy.main_device().clone();
             let corpus = config.load_corpus().map_err(|e| e.to_string())?;
-            let info = config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?.info(&config.model, config.seq_len);
+            config.validate().map_err(|e| e.to_string())?;
+            let untrained = config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?;
+            let info = untrained.info(&config.model, config.seq_len);
             let data = config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
             println!("training {data} on {} ({} parameters) into {}", B::name(&device), info.parameters, out.display());
+            if config.task.is_none() && !resume {
+                let loss = mean_loss(&untrained, corpus.valid(), config.seq_len, config.batch_size, config.valid_batches, &device)
+                    .map_err(|e| e.to_string())?;
+                println!("validation before training (an untrained model of this config): loss {loss:.4}, {:.4} bits per token", bits_per_unit(loss));
+            }
             let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy).map_err(|e| e.to_string())?;
             match &config.task {
                 Some(task) => super::tasks::report(&config, task, &outcome.model, 64, &device)?,
