@@ -2,10 +2,9 @@
 //! record of another configuration without a word (it takes every tensor as it is) or panic on
 //! a truncated file, so `--resume` first reads the file here and compares every weight's shape.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::module::{Module, ModuleVisitor, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -13,20 +12,31 @@ use swa_models::DecoderConfig;
 
 use crate::language_model::{LanguageModel, LanguageModelRecord};
 
-/// Every float weight's dotted name and shape.
+/// Every float weight's dotted name and shape, in visiting order.
 #[derive(Default)]
-struct Shapes(BTreeMap<String, Vec<usize>>);
+struct Shapes {
+    path: Vec<String>,
+    found: Vec<(String, Vec<usize>)>,
+}
 
 impl<B: Backend> ModuleVisitor<B> for Shapes {
-    fn visit_float_with_path<const D: usize>(&mut self, path: &[String], _id: ParamId, tensor: &Tensor<B, D>) {
-        self.0.insert(path.join("."), tensor.dims().to_vec());
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.found.push((self.path.join("."), param.val().dims().to_vec()));
     }
 }
 
-fn shapes<B: Backend>(model: &LanguageModel<B>) -> BTreeMap<String, Vec<usize>> {
+fn shapes<B: Backend>(model: &LanguageModel<B>) -> Vec<(String, Vec<usize>)> {
     let mut visitor = Shapes::default();
     model.visit(&mut visitor);
-    visitor.0
+    visitor.found
 }
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
@@ -39,11 +49,10 @@ pub fn check_model_checkpoint<B: Backend>(config: &DecoderConfig, path: &Path, d
         .map_err(|e| fail(format!("not a readable checkpoint of this model: {e}")))?;
     let expected = shapes(&fresh);
     let found = shapes(&fresh.load_record(record));
-    match expected.iter().find(|(name, shape)| found.get(*name) != Some(shape)) {
-        Some((name, shape)) => Err(fail(match found.get(name) {
-            Some(got) => format!("weight `{name}` has shape {got:?} in the checkpoint but {shape:?} in the configuration"),
-            None => format!("weight `{name}` of the configuration is missing from the checkpoint"),
-        })),
+    match expected.iter().zip(&found).find(|(e, f)| e.1 != f.1) {
+        Some(((name, shape), (_, got))) => Err(fail(format!(
+            "weight `{name}` has shape {got:?} in the checkpoint but {shape:?} in the configuration"
+        ))),
         None => Ok(()),
     }
 }
