@@ -10,7 +10,10 @@ mod layer_forward;
 mod layer_reference;
 mod layers;
 mod presets;
+mod tasks_training;
 mod training;
+mod training_devices;
+mod training_errors;
 mod weights;
 
 use burn::backend::{Autodiff, NdArray};

@@ -1,9 +1,12 @@
-//! The decoder as a Learner model: next-token cross-entropy for training and validation.
+//! The decoder as a Learner model: next-token cross-entropy for training and validation, over
+//! every position (language modelling) or over the scored positions of a synthetic task, whose
+//! accuracy it counts too.
 
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, Transaction};
+use burn::tensor::{Int, Tensor, Transaction};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
@@ -20,28 +23,36 @@ pub struct LanguageModel<B: Backend> {
 
 /// The loss of a step, still on the device, and how many tokens it covers.
 pub struct LossOutput<B: Backend> {
-    /// Mean cross-entropy, `[1]`.
+    /// Mean cross-entropy over the scored positions, `[1]`.
     pub loss: Tensor<B, 1>,
-    /// Tokens predicted.
+    /// Tokens read.
     pub tokens: usize,
+    /// For a synthetic task: scored positions whose most likely token is the target, `[1]`,
+    /// and how many positions are scored.
+    pub hits: Option<(Tensor<B, 1, Int>, usize)>,
 }
 
 impl<B: Backend> ItemLazy for LossOutput<B> {
     type ItemSync = StepStats;
 
     fn sync(self) -> StepStats {
-        let [loss] = Transaction::default()
-            .register(self.loss)
-            .execute()
-            .try_into()
-            .expect("one tensor registered");
-        let loss = loss.convert::<f64>().to_vec::<f64>().expect("f64 loss")[0];
-        StepStats { loss, tokens: self.tokens }
+        let mut transaction = Transaction::default().register(self.loss);
+        if let Some((correct, _)) = &self.hits {
+            transaction = transaction.register(correct.clone());
+        }
+        let values = transaction.execute();
+        let first = |i: usize| values[i].clone().convert::<f64>().to_vec::<f64>().expect("a scalar")[0];
+        let (correct, scored) = match self.hits {
+            Some((_, scored)) => (first(1) as usize, scored),
+            None => (0, 0),
+        };
+        StepStats { loss: first(0), tokens: self.tokens, correct, scored }
     }
 }
 
 impl<B: WindowedAttentionBackend> LanguageModel<B> {
-    /// Mean next-token cross-entropy of `batch` (`[batch, N]` inputs and targets).
+    /// Mean next-token cross-entropy of `batch` (`[batch, N]` inputs and targets), over the
+    /// scored positions when the batch has a mask (with the count of right answers there).
     ///
     /// The configuration and sequence length are checked before training starts, so the
     /// forward pass cannot fail here.
@@ -49,10 +60,16 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
         let [rows, n] = batch.inputs.dims();
         let logits = self.decoder.forward(batch.inputs).expect("checked before training");
         let vocab = logits.dims()[2];
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
-        LossOutput { loss, tokens: rows * n }
+        let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
+        let Some((scored, count)) = batch.scored else {
+            let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
+            return LossOutput { loss, tokens: rows * n, hits: None };
+        };
+        let (scored, count) = (scored.reshape([rows * n]), count.max(1));
+        let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
+        let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
+        let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
+        LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
     }
 }
 

@@ -2,18 +2,23 @@
 //!
 //! Training, evaluation, data and the `swa-zoo` CLI, built on [`swa_models`]:
 //! - [`corpus`]: byte- and word-level corpora, with an embedded default;
-//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval);
+//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval); [`synthetic`]: training
+//!   on them and their accuracy;
 //! - [`loader`]: reproducible batches for the Learner;
-//! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`]: the training run;
+//! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
+//!   training run;
 //! - [`eval`]: evaluation at several lengths and windows;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
+//! - [`config_file`]: strict reading of JSON configurations;
 //! - [`check`]: the cross-backend equivalence check;
 //! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
 //! - [`cli`]: the `swa-zoo` command line.
 
 pub mod bench;
 pub mod check;
+pub mod checkpoint;
 pub mod cli;
+pub mod config_file;
 pub mod corpus;
 pub mod curve;
 pub mod eval;
@@ -23,5 +28,6 @@ pub mod metrics;
 pub mod plot;
 pub mod renderer;
 pub mod schedule;
+pub mod synthetic;
 pub mod tasks;
 pub mod train;

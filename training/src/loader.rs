@@ -3,13 +3,16 @@
 //!
 //! Burn's own data loader reshuffles from a generator whose state a checkpoint does not keep.
 //! Here training batch `s` of epoch `e` is drawn from `(seed, e, s)`, and the loader counts its
-//! epochs from the checkpoint it resumes, which is all the data position there is.
+//! epochs from the checkpoint it resumes, which is all the data position there is. A loader
+//! of a [`SyntheticTask`] draws example `hash(seed, e, s, row)` the same way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+
+use crate::synthetic::{SyntheticTask, batch as task_batch};
 
 /// Inputs and next-token targets, both `[batch, N]`.
 #[derive(Clone, Debug)]
@@ -18,6 +21,18 @@ pub struct TokenBatch<B: Backend> {
     pub inputs: Tensor<B, 2, Int>,
     /// Tokens `t_1 … t_N`.
     pub targets: Tensor<B, 2, Int>,
+    /// A synthetic task's answers: `[batch, N]`, 1 at the positions the loss covers and 0
+    /// elsewhere, and how many there are. `None` is every position (language modelling).
+    pub scored: Option<(Tensor<B, 2, Int>, usize)>,
+}
+
+/// What a loader reads.
+#[derive(Clone, Debug)]
+enum Source {
+    /// Windows of a token stream.
+    Text(Arc<Vec<u32>>),
+    /// Examples of a synthetic task, drawn under `seed`.
+    Task { task: SyntheticTask, seed: u64 },
 }
 
 /// How a loader picks its windows.
@@ -35,7 +50,7 @@ pub enum Sampling {
 /// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch.
 #[derive(Clone)]
 pub struct WindowLoader<B: Backend> {
-    tokens: Arc<Vec<u32>>,
+    source: Source,
     len: usize,
     batch: usize,
     steps: usize,
@@ -73,31 +88,59 @@ impl<B: Backend> WindowLoader<B> {
             Sampling::Sequential => steps.min(((tokens.len() - 1) / len / batch).max(1)),
         };
         let epoch = Arc::new(AtomicUsize::new(first_epoch));
-        Ok(Self { tokens, len, batch, steps, first_step: 0, sampling, epoch, device })
+        Ok(Self { source: Source::Text(tokens), len, batch, steps, first_step: 0, sampling, epoch, device })
     }
 
-    /// Start offset of window `row` of step `step` in epoch `epoch`.
-    fn offset(&self, epoch: usize, step: usize, row: usize) -> usize {
-        let room = self.tokens.len() - self.len - 1;
+    /// A loader of `steps` batches of `batch` examples of `task`, `len` tokens each, drawn
+    /// under `seed`. Fails when the task has no example of that length.
+    #[allow(clippy::too_many_arguments)]
+    pub fn task(
+        task: SyntheticTask,
+        seed: u64,
+        len: usize,
+        batch: usize,
+        steps: usize,
+        sampling: Sampling,
+        first_epoch: usize,
+        device: B::Device,
+    ) -> Result<Self, String> {
+        task.validate(len).map_err(|e| e.to_string())?;
+        if batch == 0 {
+            return Err("a task loader needs a batch of at least 1".into());
+        }
+        let epoch = Arc::new(AtomicUsize::new(first_epoch));
+        Ok(Self { source: Source::Task { task, seed }, len, batch, steps, first_step: 0, sampling, epoch, device })
+    }
+
+    /// The key of row `row` of step `step` in epoch `epoch`: a window offset (modulo the room)
+    /// or an example index.
+    fn key(&self, epoch: usize, step: usize, row: usize) -> u64 {
         match self.sampling {
             Sampling::Random { seed } => {
-                let key = [seed, epoch as u64, step as u64, row as u64];
-                (key.iter().fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k)) % (room as u64 + 1)) as usize
+                [seed, epoch as u64, step as u64, row as u64].iter().fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k))
             }
-            Sampling::Sequential => ((step * self.batch + row) * self.len) % (room + 1),
+            Sampling::Sequential => ((step * self.batch + row) * self.len) as u64,
         }
     }
 
     /// Batch `step` of epoch `epoch`.
     pub fn batch(&self, epoch: usize, step: usize) -> TokenBatch<B> {
+        let tokens = match &self.source {
+            Source::Text(tokens) => tokens,
+            Source::Task { task, seed } => {
+                let example = |row| task.example(self.len, *seed, self.key(epoch, step, row)).expect("checked by WindowLoader::task");
+                return task_batch((0..self.batch).map(example).collect::<Vec<_>>().as_slice(), &self.device);
+            }
+        };
         let width = self.len + 1;
+        let room = (tokens.len() - width) as u64 + 1;
         let mut ids = Vec::with_capacity(self.batch * width);
         for row in 0..self.batch {
-            let start = self.offset(epoch, step, row);
-            ids.extend(self.tokens[start..start + width].iter().map(|&t| t as i64));
+            let start = (self.key(epoch, step, row) % room) as usize;
+            ids.extend(tokens[start..start + width].iter().map(|&t| t as i64));
         }
         let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, width]), &self.device);
-        TokenBatch { inputs: all.clone().narrow(1, 0, self.len), targets: all.narrow(1, 1, self.len) }
+        TokenBatch { inputs: all.clone().narrow(1, 0, self.len), targets: all.narrow(1, 1, self.len), scored: None }
     }
 }
 
@@ -152,6 +195,8 @@ impl<B: Backend> DataLoader<B, TokenBatch<B>> for WindowLoader<B> {
     fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<B, TokenBatch<B>>> {
         let steps = (end.min(self.num_items()) - start.min(end)) / self.batch;
         let first_step = self.first_step + start / self.batch;
-        Arc::new(Self { steps: steps.max(1), first_step, ..self.clone() })
+        // Each slice (one device's share) counts its epochs itself, from where this loader is.
+        let epoch = Arc::new(AtomicUsize::new(self.epoch.load(Ordering::SeqCst)));
+        Arc::new(Self { steps: steps.max(1), first_step, epoch, ..self.clone() })
     }
 }

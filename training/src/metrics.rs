@@ -13,13 +13,18 @@ use burn::train::metric::{
     SerializedEntry,
 };
 
-/// What one step reports: the mean loss per predicted token and how many tokens it predicted.
+/// What one step reports: the mean loss per scored token, how many tokens it read and, for a
+/// synthetic task, how many of its scored positions it got right.
 #[derive(Clone, Copy, Debug)]
 pub struct StepStats {
     /// Mean cross-entropy, in nats per token.
     pub loss: f64,
-    /// Tokens predicted in the step.
+    /// Tokens read in the step.
     pub tokens: usize,
+    /// Scored positions whose most likely token is the target (synthetic tasks; else 0).
+    pub correct: usize,
+    /// Scored positions (synthetic tasks; else 0).
+    pub scored: usize,
 }
 
 impl Adaptor<StepStats> for StepStats {
@@ -37,6 +42,8 @@ pub enum Stat {
     Perplexity,
     /// `loss / ln 2`: bits per byte (bits per character on enwik8) for byte-level corpora.
     BitsPerToken,
+    /// Fraction of a synthetic task's answers predicted right.
+    Accuracy,
 }
 
 /// A numeric metric computed from [`StepStats`].
@@ -58,12 +65,13 @@ impl Metric for StatMetric {
     type Input = StepStats;
 
     fn update(&mut self, item: &StepStats, _metadata: &MetricMetadata) -> SerializedEntry {
-        let value = match self.stat {
-            Stat::Loss => item.loss,
-            Stat::Perplexity => item.loss.exp(),
-            Stat::BitsPerToken => item.loss / std::f64::consts::LN_2,
+        let (value, weight) = match self.stat {
+            Stat::Loss => (item.loss, item.tokens),
+            Stat::Perplexity => (item.loss.exp(), item.tokens),
+            Stat::BitsPerToken => (item.loss / std::f64::consts::LN_2, item.tokens),
+            Stat::Accuracy => (item.correct as f64 / item.scored.max(1) as f64, item.scored.max(1)),
         };
-        self.state.update(value, item.tokens, FormatOptions::new(self.name()).precision(4))
+        self.state.update(value, weight, FormatOptions::new(self.name()).precision(4))
     }
 
     fn clear(&mut self) {
@@ -75,7 +83,7 @@ impl Metric for StatMetric {
     }
 
     fn attributes(&self) -> MetricAttributes {
-        NumericAttributes { unit: None, higher_is_better: false }.into()
+        NumericAttributes { unit: None, higher_is_better: matches!(self.stat, Stat::Accuracy) }.into()
     }
 }
 

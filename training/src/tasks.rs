@@ -196,6 +196,17 @@ impl Passkey {
         digits.saturating_add(KEY_TAIL.len() + QUESTION.len())
     }
 
+    /// The longest distance that fits in `seq_len` bytes with `digits` digits (the key at the
+    /// very start); below [`Passkey::min_distance`] when nothing fits.
+    pub fn max_distance(seq_len: usize, digits: usize) -> usize {
+        seq_len.saturating_sub(digits.saturating_add(KEY_HEAD.len()))
+    }
+
+    /// The shortest sequence holding a key `distance` bytes before its answer.
+    pub fn shortest_seq_len(distance: usize, digits: usize) -> usize {
+        distance.saturating_add(digits).saturating_add(KEY_HEAD.len())
+    }
+
     /// Whether the setting can produce examples: `digits >= 1` and
     /// `digits + 53 <= distance <= seq_len - digits - 16`.
     pub fn validate(&self) -> Result<(), TaskError> {
@@ -207,7 +218,7 @@ impl Passkey {
         if distance < min {
             return bad(format!("Passkey.distance: {distance} is below {min}, the shortest for {digits} digits"));
         }
-        let max = seq_len.saturating_sub(digits.saturating_add(KEY_HEAD.len()));
+        let max = Passkey::max_distance(seq_len, digits);
         if distance > max {
             return bad(format!("Passkey.distance: {distance} does not fit in seq_len {seq_len} (at most {max} for {digits} digits)"));
         }

@@ -7,6 +7,9 @@
 //! the loader draws the next epoch's windows from the seed and epoch number (see
 //! [`crate::loader`]), so a killed and resumed run ends with the same step count and a loss
 //! curve that continues without a jump.
+//!
+//! [`train_with`] takes Burn's execution strategy: one device, Burn's multi-device data
+//! parallelism, or (feature `ddp`, CUDA) burn-train's distributed data parallel strategy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +21,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
-use burn::train::{Learner, SupervisedTraining};
+use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
@@ -29,6 +32,7 @@ use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::schedule::WarmupCosine;
+use crate::synthetic::SyntheticTask;
 
 /// Configuration of a training run, saved as `train.json` in the run's folder.
 #[derive(Config, Debug)]
@@ -59,7 +63,7 @@ pub struct TrainConfig {
     /// Final learning rate, as a fraction of the peak.
     #[config(default = 0.1)]
     pub min_lr_ratio: f64,
-    /// Linear warmup, in optimizer updates.
+    /// Linear warmup, in steps (batches).
     #[config(default = 100)]
     pub warmup_steps: usize,
     /// AdamW's decoupled weight decay.
@@ -80,6 +84,9 @@ pub struct TrainConfig {
     /// Word-level vocabulary of the words seen at least this often; `None` is byte-level.
     #[config(default = "None")]
     pub word_min_count: Option<usize>,
+    /// A synthetic task to train on instead of the corpus; `None` is language modelling.
+    #[config(default = "None")]
+    pub task: Option<SyntheticTask>,
 }
 
 /// Why a run could not start.
@@ -113,7 +120,18 @@ impl TrainConfig {
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
             return bad("learning_rate", "must be positive and finite");
         }
+        if let Some(task) = &self.task {
+            task.validate(self.seq_len).map_err(|e| TrainError(format!("TrainConfig.task: {e}")))?;
+        }
         for l in 0..self.model.layers {
+            if let Some(w) = smallest_window(self.model.kind_of(l))
+                && w > self.seq_len
+            {
+                return bad("seq_len", &format!(
+                    "layer {l}'s window of {w} keys is larger than the training length {}, so it never slides; train with --seq-len {w} or more, or use full attention",
+                    self.seq_len
+                ));
+            }
             if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
                 && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
             {
@@ -139,6 +157,15 @@ impl TrainConfig {
     }
 }
 
+/// The smallest causal window of a sliding, SWAT, sinks or MSWA layer.
+fn smallest_window(kind: &AttentionKind) -> Option<usize> {
+    match kind {
+        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } | AttentionKind::Sinks { window, .. } => Some(*window),
+        AttentionKind::MultiScale { windows } => windows.iter().copied().min(),
+        _ => None,
+    }
+}
+
 /// The last epoch whose model, optimizer and schedule checkpoints all exist in `out`.
 pub fn last_checkpoint(out: &Path) -> Option<usize> {
     let dir = out.join("checkpoint");
@@ -160,8 +187,9 @@ pub struct TrainOutcome<B: AutodiffBackend> {
     pub out: PathBuf,
 }
 
-/// Trains `config` on `corpus` into the folder `out`, resuming from its last checkpoint when
-/// `resume` is set. Shows Burn's dashboard on a terminal and the plain log elsewhere.
+/// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
+/// resuming from its last checkpoint when `resume` is set. Shows Burn's dashboard on a
+/// terminal and the plain log elsewhere.
 pub fn train<B>(
     config: &TrainConfig,
     corpus: &Corpus,
@@ -173,7 +201,29 @@ where
     B: AutodiffBackend + WindowedAttentionBackend,
     B::InnerBackend: WindowedAttentionBackend,
 {
+    train_with(config, corpus, out, resume, ExecutionStrategy::SingleDevice(device.clone()))
+}
+
+/// [`train`] under one of Burn's execution strategies. The learning-rate schedule counts
+/// the scheduler steps the strategy takes: one per batch on one device and under DDP, one
+/// per round of one batch per device under Burn's multi-device strategy.
+pub fn train_with<B>(
+    config: &TrainConfig,
+    corpus: &Corpus,
+    out: &Path,
+    resume: bool,
+    strategy: ExecutionStrategy<B>,
+) -> Result<TrainOutcome<B>, TrainError>
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+    B::InnerBackend: WindowedAttentionBackend,
+{
     config.validate()?;
+    let device = &strategy.main_device().clone();
+    let scheduler_steps = match &strategy {
+        ExecutionStrategy::MultiDevice(devices, _) => config.steps.div_ceil(devices.len()),
+        _ => config.steps,
+    };
     if config.model.vocab_size < corpus.vocab_size() {
         return Err(TrainError(format!(
             "DecoderConfig.vocab_size: {} is smaller than the corpus's {} tokens",
@@ -189,35 +239,38 @@ where
         })?,
         false => 0,
     };
+    if start == 0 && out.join("train.json").exists() {
+        return Err(TrainError(format!(
+            "{} already holds a training run (train.json); continue it with --resume or choose another --out",
+            out.display()
+        )));
+    }
+    if start > 0 {
+        let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
+        crate::checkpoint::check_model_checkpoint::<B>(&config.model, &checkpoint, device)
+            .map_err(|e| TrainError(format!("--resume: {e}")))?;
+    }
     config.save(out.join("train.json")).map_err(io)?;
     let loader_error = |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
-    let train_loader = WindowLoader::<B>::new(
-        Arc::new(corpus.train().to_vec()),
-        config.seq_len,
-        config.batch_size,
-        config.checkpoint_every,
-        Sampling::Random { seed: config.seed },
-        start,
-        device.clone(),
-    )
-    .map_err(loader_error("train"))?;
-    let valid_loader = WindowLoader::<B::InnerBackend>::new(
-        Arc::new(corpus.valid().to_vec()),
-        config.seq_len,
-        config.batch_size,
-        config.valid_batches,
-        Sampling::Sequential,
-        0,
-        device.clone(),
-    )
-    .map_err(loader_error("valid"))?;
+    let (len, batch) = (config.seq_len, config.batch_size);
+    let train_sampling = Sampling::Random { seed: config.seed };
+    let (train_loader, valid_loader) = match &config.task {
+        None => (
+            WindowLoader::<B>::new(corpus.train(), len, batch, config.checkpoint_every, train_sampling, start, device.clone()),
+            WindowLoader::<B::InnerBackend>::new(corpus.valid(), len, batch, config.valid_batches, Sampling::Sequential, 0, device.clone()),
+        ),
+        Some(task) => (
+            WindowLoader::<B>::task(task.clone(), config.seed, len, batch, config.checkpoint_every, train_sampling, start, device.clone()),
+            WindowLoader::<B::InnerBackend>::task(task.clone(), config.seed.wrapping_add(1), len, batch, config.valid_batches, Sampling::Sequential, 0, device.clone()),
+        ),
+    };
+    let (train_loader, valid_loader) = (train_loader.map_err(loader_error("train"))?, valid_loader.map_err(loader_error("valid"))?);
     let decoder = config.model.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
-    let updates = config.steps / config.grad_accumulation;
     let schedule = WarmupCosine::new(
         config.learning_rate,
         config.learning_rate * config.min_lr_ratio,
         config.warmup_steps,
-        updates.max(1),
+        scheduler_steps.max(1),
     );
     let optimizer = AdamWConfig::new()
         .with_weight_decay(config.weight_decay)
@@ -240,7 +293,13 @@ where
         .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
         .grads_accumulation(config.grad_accumulation)
         .num_epochs(config.epochs())
+        .with_training_strategy(TrainingStrategy::Default(strategy))
         .summary();
+    if config.task.is_some() {
+        training = training
+            .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
+            .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
+    }
     if !dashboard_available() {
         training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
     }

@@ -1,7 +1,10 @@
-//! Running a job on the backend chosen on the command line.
+//! Running a job on the backend, precision and devices chosen on the command line.
 
 use burn::backend::Autodiff;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
+use burn::train::ExecutionStrategy;
 use clap::ValueEnum;
 use swa_attention::WindowedAttentionBackend;
 
@@ -18,36 +21,159 @@ pub enum BackendChoice {
     Cuda,
 }
 
+/// The float type of weights, activations and gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Precision {
+    /// 32-bit floats, on every backend.
+    F32,
+    /// IEEE half precision, on wgpu (where the adapter has shader-f16) and CUDA.
+    F16,
+    /// bfloat16, on CUDA.
+    Bf16,
+}
+
+impl Precision {
+    /// The flag's value: `f32`, `f16` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// Where a job runs: a backend, its device indices (one, or several for data-parallel
+/// training) and a precision.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The backend.
+    pub backend: BackendChoice,
+    /// Device indices; the first is the main device.
+    pub devices: Vec<usize>,
+    /// The float type.
+    pub precision: Precision,
+}
+
 /// A job generic over the training backend.
-pub trait Job {
+pub trait Job: Sized {
     /// Runs on backend `B` (with autodiff) and its device.
     fn run<B>(self, device: B::Device) -> Result<(), String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend;
+
+    /// Runs under one of Burn's execution strategies; only training uses several devices.
+    fn run_with<B>(self, strategy: ExecutionStrategy<B>) -> Result<(), String>
+    where
+        B: AutodiffBackend + WindowedAttentionBackend,
+        B::InnerBackend: WindowedAttentionBackend,
+    {
+        match strategy {
+            ExecutionStrategy::SingleDevice(device) => self.run::<B>(device),
+            _ => Err("only `train` runs on several devices".into()),
+        }
+    }
 }
 
-/// Runs `job` on `choice`, device `index`.
-pub fn dispatch(choice: BackendChoice, index: usize, job: impl Job) -> Result<(), String> {
-    let missing = |feature: &str| {
-        Err(format!("this build has no {feature} backend; rebuild with `--features {feature}`"))
+/// Runs `job` where `place` says, or names what this build or backend cannot do.
+pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
+    use BackendChoice::*;
+    use Precision::*;
+    let missing = |feature: &str| Err(format!("this build has no {feature} backend; rebuild with `--features {feature}`"));
+    let cpu = |name: &str| match (place.precision, place.devices.len()) {
+        (F32, 1) => Ok(()),
+        (F32, _) => Err(format!("{name} runs on one device, the CPU; --devices needs --backend wgpu or cuda")),
+        (p, _) => Err(format!("--precision {}: {name} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)", p.name())),
     };
-    let _ = index;
-    match choice {
+    match (place.backend, place.precision) {
         #[cfg(feature = "flex")]
-        BackendChoice::Flex => job.run::<Autodiff<burn::backend::Flex>>(Default::default()),
-        BackendChoice::Ndarray => job.run::<Autodiff<burn::backend::NdArray>>(Default::default()),
+        (Flex, _) => cpu("flex").and_then(|_| job.run::<Autodiff<burn::backend::Flex>>(Default::default())),
+        (Ndarray, _) => cpu("ndarray").and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
         #[cfg(feature = "wgpu")]
-        BackendChoice::Wgpu => {
-            let device = match index {
-                0 => burn::backend::wgpu::WgpuDevice::DefaultDevice,
-                n => burn::backend::wgpu::WgpuDevice::DiscreteGpu(n),
-            };
-            job.run::<Autodiff<burn::backend::Wgpu>>(device)
-        }
+        (Wgpu, F32) => launch::<Autodiff<burn::backend::Wgpu>>(wgpu_strategy(place), F32, job),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, F16) => launch::<Autodiff<burn::backend::Wgpu<burn::tensor::f16>>>(wgpu_strategy(place), F16, job),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, Bf16) => Err("--precision bf16: WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into()),
         #[cfg(feature = "cuda")]
-        BackendChoice::Cuda => job.run::<Autodiff<burn::backend::Cuda>>(burn::backend::cuda::CudaDevice::new(index)),
+        (Cuda, F32) => launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), F32, job),
+        #[cfg(feature = "cuda")]
+        (Cuda, F16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::f16>>>(cuda_strategy(place), F16, job),
+        #[cfg(feature = "cuda")]
+        (Cuda, Bf16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::bf16>>>(cuda_strategy(place), Bf16, job),
         #[allow(unreachable_patterns)]
-        other => missing(&format!("{other:?}").to_lowercase()),
+        (other, _) => missing(&format!("{other:?}").to_lowercase()),
+    }
+}
+
+/// Runs `job` under `strategy` once the main device is known to compute in `precision`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn launch<B>(strategy: ExecutionStrategy<B>, precision: Precision, job: impl Job) -> Result<(), String>
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+    B::InnerBackend: WindowedAttentionBackend,
+{
+    let device = strategy.main_device();
+    if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
+        return Err(format!("--precision {}: {} does not support it", precision.name(), B::name(device)));
+    }
+    job.run_with(strategy)
+}
+
+/// wgpu devices: index 0 is the default adapter, `n` the n-th discrete GPU. Several run under
+/// Burn's multi-device data parallelism: burn-train's DDP needs an all-reduce, which Burn 0.21
+/// has on CUDA only (cubecl-wgpu implements no collective operation).
+#[cfg(feature = "wgpu")]
+fn wgpu_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::Backend<Device = burn::backend::wgpu::WgpuDevice>,
+{
+    use burn::backend::wgpu::WgpuDevice;
+    match place.devices.as_slice() {
+        [0] => ExecutionStrategy::SingleDevice(WgpuDevice::DefaultDevice),
+        [n] => ExecutionStrategy::SingleDevice(WgpuDevice::DiscreteGpu(*n)),
+        many => ExecutionStrategy::MultiDevice(
+            many.iter().map(|&n| WgpuDevice::DiscreteGpu(n)).collect(),
+            burn::train::MultiDeviceOptim::OptimMainDevice,
+        ),
+    }
+}
+
+/// CUDA devices. Several run under burn-train's DDP (one worker thread per GPU, gradients
+/// averaged by an NCCL all-reduce after each backward pass).
+#[cfg(all(feature = "cuda", feature = "ddp"))]
+fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::distributed::DistributedBackend<Device = burn::backend::cuda::CudaDevice>,
+{
+    use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};
+    let devices: Vec<_> = place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
+    match devices.len() {
+        1 => ExecutionStrategy::SingleDevice(devices[0].clone()),
+        _ => ExecutionStrategy::ddp(devices, DistributedConfig { all_reduce_op: ReduceOperation::Mean }),
+    }
+}
+
+/// CUDA devices. Without the `ddp` feature, several run under Burn's multi-device data
+/// parallelism.
+#[cfg(all(feature = "cuda", not(feature = "ddp")))]
+fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::Backend<Device = burn::backend::cuda::CudaDevice>,
+{
+    let devices: Vec<_> = place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
+    match devices.len() {
+        1 => ExecutionStrategy::SingleDevice(devices[0].clone()),
+        _ => ExecutionStrategy::MultiDevice(devices, burn::train::MultiDeviceOptim::OptimMainDevice),
     }
 }

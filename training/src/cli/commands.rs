@@ -1,16 +1,14 @@
 //! The commands behind the CLI's flags.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
-use burn::config::Config;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig, GenerateConfig, Preset, Scale};
 
-use super::backend::{Job, dispatch};
+use super::backend::{Job, run_on};
 use super::{DeviceArgs, ModelArgs};
 use crate::bench::suite::{self, Part, Suite};
 use crate::corpus::{Corpus, bits_per_unit};
@@ -18,61 +16,12 @@ use crate::eval::{mean_loss, rebuild, with_eval_window};
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
 use crate::plot::{heat_map, write_csv};
-use crate::train::{TrainConfig, train as run_training};
-
-/// Flags of `train`.
-#[derive(Args, Debug)]
-pub struct TrainArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    device: DeviceArgs,
-    /// Text file to train on, byte-level (the enwik8 split and bits per character when the
-    /// file is named `enwik8`). Default: the embedded Book of Genesis (KJV), no download.
-    #[arg(long)]
-    corpus: Option<PathBuf>,
-    /// Word-level vocabulary (WikiText style) of the words seen at least this often.
-    #[arg(long)]
-    words: Option<usize>,
-    /// Run folder: train.json, checkpoint/, metric logs and model.mpk. Default: runs/<preset>.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Continue the run in --out from its last checkpoint, with its saved train.json.
-    #[arg(long)]
-    resume: bool,
-    /// Training sequence length, independent of the windows (default: the preset's; SWAT's is 4·W).
-    #[arg(long)]
-    seq_len: Option<usize>,
-    /// Sequences per step.
-    #[arg(long)]
-    batch_size: Option<usize>,
-    /// Training steps in all.
-    #[arg(long)]
-    steps: Option<usize>,
-    /// Peak learning rate (AdamW, warmup then cosine decay).
-    #[arg(long)]
-    lr: Option<f64>,
-    /// Warmup updates.
-    #[arg(long)]
-    warmup: Option<usize>,
-    /// Steps between checkpoints.
-    #[arg(long)]
-    checkpoint_every: Option<usize>,
-    /// Checkpoints kept.
-    #[arg(long)]
-    keep: Option<usize>,
-    /// Batches accumulated per optimizer update.
-    #[arg(long)]
-    grad_accumulation: Option<usize>,
-    /// Seed of the data order.
-    #[arg(long)]
-    seed: Option<u64>,
-}
+use crate::train::TrainConfig;
 
 /// The model config of `--config`, or of `--preset` with its training length.
-fn model_config(args: &ModelArgs, vocab: usize) -> Result<(DecoderConfig, usize, String), String> {
+pub(super) fn model_config(args: &ModelArgs, vocab: usize) -> Result<(DecoderConfig, usize, String), String> {
     if let Some(path) = &args.config {
-        let config = DecoderConfig::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let config: DecoderConfig = crate::config_file::load(path)?;
         let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         return Ok((config, 512, name));
     }
@@ -81,62 +30,10 @@ fn model_config(args: &ModelArgs, vocab: usize) -> Result<(DecoderConfig, usize,
     Ok((preset.config, preset.train_len, preset.name))
 }
 
-/// `train`.
-pub fn train(args: TrainArgs) -> Result<(), String> {
-    let (out, mut config) = match args.resume {
-        true => {
-            let out = args.out.clone().ok_or("--resume needs --out, the run's folder")?;
-            let file = out.join("train.json");
-            let config = TrainConfig::load(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            (out, config)
-        }
-        false => {
-            let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
-            let mut probe = TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
-            probe.word_min_count = args.words;
-            let vocab = probe.load_corpus().map_err(|e| e.to_string())?.vocab_size();
-            let (model, train_len, name) = model_config(&args.model, vocab)?;
-            let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
-            (out, TrainConfig { model, seq_len: train_len, ..probe })
-        }
-    };
-    let set = |target: &mut usize, value: Option<usize>| *target = value.unwrap_or(*target);
-    set(&mut config.seq_len, args.seq_len);
-    set(&mut config.batch_size, args.batch_size);
-    set(&mut config.steps, args.steps);
-    set(&mut config.warmup_steps, args.warmup);
-    set(&mut config.checkpoint_every, args.checkpoint_every);
-    set(&mut config.keep_checkpoints, args.keep);
-    set(&mut config.grad_accumulation, args.grad_accumulation);
-    config.learning_rate = args.lr.unwrap_or(config.learning_rate);
-    config.seed = args.seed.unwrap_or(config.seed);
-    struct Run(TrainConfig, PathBuf, bool);
-    impl Job for Run {
-        fn run<B>(self, device: B::Device) -> Result<(), String>
-        where
-            B: AutodiffBackend + WindowedAttentionBackend,
-            B::InnerBackend: WindowedAttentionBackend,
-        {
-            let Run(config, out, resume) = self;
-            let corpus = config.load_corpus().map_err(|e| e.to_string())?;
-            let info = config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?.info(&config.model, config.seq_len);
-            println!("training {} on {} ({} parameters) into {}", corpus.name(), B::name(&device), info.parameters, out.display());
-            let outcome = run_training::<B>(&config, &corpus, &out, resume, &device).map_err(|e| e.to_string())?;
-            let loss = mean_loss(&outcome.model, Arc::new(corpus.valid().to_vec()), config.seq_len, config.batch_size, config.valid_batches, &device)
-                .map_err(|e| e.to_string())?;
-            println!("validation: loss {loss:.4}, {:.4} bits per token; model saved to {}", bits_per_unit(loss), out.join("model.mpk").display());
-            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every).map_err(|e| e.to_string())?;
-            println!("loss curve: {}", curve.display());
-            Ok(())
-        }
-    }
-    dispatch(args.device.backend, args.device.device, Run(config, out, args.resume))
-}
-
 /// A trained run's config and model, from `out/train.json` and `out/model.mpk`.
 fn load_run<B: Backend>(out: &Path, device: &B::Device) -> Result<(TrainConfig, Decoder<B>), String> {
     let file = out.join("train.json");
-    let config = TrainConfig::load(&file).map_err(|e| format!("{}: {e} (is --out a training run?)", file.display()))?;
+    let config: TrainConfig = crate::config_file::load(&file).map_err(|e| format!("{e} (is --out a training run?)"))?;
     let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device).map_err(|e| e.to_string())?;
     Ok((config, model))
 }
@@ -162,6 +59,13 @@ pub struct EvalArgs {
     /// Sequences per length.
     #[arg(long, default_value_t = 4)]
     sequences: usize,
+    /// Runs trained on passkey retrieval: the distances to test. Default: W/2, W, 2W and the
+    /// stack's reach (W − 1)·L, for the largest window W and L layers.
+    #[arg(long, value_delimiter = ',')]
+    distances: Vec<usize>,
+    /// Runs trained on a synthetic task: examples per setting.
+    #[arg(long, default_value_t = 64)]
+    examples: usize,
 }
 
 /// `eval`.
@@ -175,6 +79,10 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
         {
             let args = self.0;
             let (config, model) = load_run::<B::InnerBackend>(&args.out, &device)?;
+            if let Some(task) = &config.task {
+                let (windows, lengths, distances) = (&args.windows, &args.lengths, &args.distances);
+                return super::tasks::eval(&args.out, &config, task, &model, windows, lengths, distances, args.examples, &device);
+            }
             let corpus = config.load_corpus().map_err(|e| e.to_string())?;
             let lengths = match args.lengths.is_empty() {
                 true => [1, 2, 4, 8, 16].iter().map(|m| m * config.seq_len).collect(),
@@ -184,7 +92,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
                 true => vec![None],
                 false => args.windows.iter().map(|&w| Some(w)).collect(),
             };
-            let test = Arc::new(corpus.test().to_vec());
+            let test = corpus.test();
             let (mut rows, mut cells) = (Vec::new(), Vec::new());
             for window in &windows {
                 let model = match window {
@@ -216,7 +124,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
             Ok(())
         }
     }
-    dispatch(args.device.backend, args.device.device, Run(args))
+    run_on(&args.device.placement(), Run(args))
 }
 
 /// Flags of `generate`.
@@ -282,7 +190,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), String> {
             Ok(())
         }
     }
-    dispatch(args.device.backend, args.device.device, Run(args))
+    run_on(&args.device.placement(), Run(args))
 }
 
 /// Flags of `info`.
@@ -402,7 +310,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             let (config, train_len, name) = model_config(&args.model, corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);
             let model = LanguageModel { decoder: config.init::<B>(&device).map_err(|e| e.to_string())? };
-            let loader = WindowLoader::<B>::new(Arc::new(corpus.train().to_vec()), len, args.batch_size, args.steps + 1, Sampling::Random { seed: 0 }, 0, device.clone())?;
+            let loader = WindowLoader::<B>::new(corpus.train(), len, args.batch_size, args.steps + 1, Sampling::Random { seed: 0 }, 0, device.clone())?;
             let mut start = Instant::now();
             for step in 0..=args.steps {
                 let out = model.loss(loader.batch(0, step));
@@ -418,5 +326,5 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             Ok(())
         }
     }
-    dispatch(args.device.backend, args.device.device, Run(args))
+    run_on(&args.device.placement(), Run(args))
 }

@@ -7,12 +7,14 @@
 mod backend;
 mod check;
 mod commands;
+mod tasks;
+mod train;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use backend::BackendChoice;
+pub use backend::{BackendChoice, Placement, Precision};
 
 /// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
 #[derive(Parser, Debug)]
@@ -25,7 +27,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
-    Train(commands::TrainArgs),
+    Train(train::TrainArgs),
     /// Loss, perplexity and bits per byte at several lengths, and the window × length grid.
     Eval(commands::EvalArgs),
     /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
@@ -59,12 +61,23 @@ pub struct DeviceArgs {
     /// Device index for wgpu (discrete GPU n) and cuda.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Float type: f32, or half precision on GPU backends (f16 on wgpu where the adapter has
+    /// shader-f16; f16 or bf16 on cuda). The windowed-attention kernels accumulate in f32.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+}
+
+impl DeviceArgs {
+    /// One device, in the chosen precision.
+    fn placement(&self) -> Placement {
+        Placement { backend: self.backend, devices: vec![self.device], precision: self.precision }
+    }
 }
 
 /// Parses the arguments and runs the command; the error names the problem.
 pub fn main() -> Result<(), String> {
     match Cli::parse().command {
-        Command::Train(args) => commands::train(args),
+        Command::Train(args) => train::train(args),
         Command::Eval(args) => commands::eval(args),
         Command::Generate(args) => commands::generate(args),
         Command::Info(args) => commands::info(args),

@@ -1,0 +1,80 @@
+//! Training beyond one f32 device: Burn's multi-device data parallelism (two CPU "devices" of
+//! ndarray, which is what this machine has), and half precision on wgpu where the adapter
+//! supports f16. burn-train's DDP needs an all-reduce, which Burn 0.21 implements on CUDA
+//! only (NCCL), so it has no CPU test; the README gives its recipe.
+
+use std::path::PathBuf;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{ExecutionStrategy, MultiDeviceOptim};
+use swa_zoo::attention::WindowedAttentionBackend;
+use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::{Decoder, DecoderConfig};
+use swa_zoo::training::corpus::Corpus;
+use swa_zoo::training::eval::mean_loss;
+use swa_zoo::training::train::{TrainConfig, last_checkpoint, train_with};
+
+fn run_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("swa-zoo-devices-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn tiny() -> TrainConfig {
+    let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    TrainConfig::new(model, 16)
+        .with_batch_size(4)
+        .with_steps(8)
+        .with_checkpoint_every(8)
+        .with_warmup_steps(1)
+        .with_learning_rate(1e-2)
+        .with_valid_batches(2)
+}
+
+/// Validation loss of a fresh model and of the model `strategy` trained, both finite.
+fn losses_before_and_after<B>(name: &str, strategy: ExecutionStrategy<B>) -> (f64, f64)
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+    B::InnerBackend: WindowedAttentionBackend,
+{
+    let (config, corpus, dir) = (tiny(), Corpus::embedded(), run_dir(name));
+    let device = strategy.main_device().clone();
+    let loss = |model: Decoder<B::InnerBackend>| mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap();
+    let before = loss(config.model.init::<B::InnerBackend>(&device).unwrap());
+    let outcome = train_with(&config, &corpus, &dir, false, strategy).unwrap();
+    assert_eq!(last_checkpoint(&dir), Some(1));
+    let after = loss(outcome.model);
+    eprintln!("{name}: validation loss {before:.4} → {after:.4}");
+    assert!(before.is_finite() && after.is_finite(), "{before} → {after}");
+    let _ = std::fs::remove_dir_all(dir);
+    (before, after)
+}
+
+#[test]
+fn burns_multi_device_strategy_trains_on_two_cpu_devices() {
+    let devices = vec![Default::default(); 2];
+    let (before, after) = losses_before_and_after::<Autodiff<NdArray>>("multi", ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice));
+    assert!(after < before - 0.1, "{before} → {after}");
+}
+
+#[test]
+fn half_precision_trains_on_wgpu_where_the_adapter_has_f16() {
+    #[cfg(feature = "wgpu")]
+    {
+        use burn::backend::Wgpu;
+        use burn::tensor::{DType, f16};
+        type H = Autodiff<Wgpu<f16, i32>>;
+        let answers = std::panic::catch_unwind(|| <H as burn::tensor::backend::Backend>::supports_dtype(&Default::default(), DType::F16));
+        match answers {
+            Err(_) => eprintln!("skipped: no wgpu device answers on this machine"),
+            Ok(false) => eprintln!("skipped: the wgpu adapter does not support f16 (shader-f16)"),
+            Ok(true) => {
+                let (before, after) = losses_before_and_after::<H>("f16", ExecutionStrategy::SingleDevice(Default::default()));
+                assert!(after < before, "{before} → {after}");
+            }
+        }
+    }
+    #[cfg(not(feature = "wgpu"))]
+    eprintln!("skipped: built without the `wgpu` feature");
+}

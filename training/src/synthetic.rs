@@ -1,0 +1,166 @@
+//! The synthetic tasks of [`crate::tasks`] as training data and as an accuracy test.
+//!
+//! A [`SyntheticTask`] is saved in a run's `train.json`; the loader draws its examples from
+//! `(seed, index)` like text windows, and the loss covers the scored positions only (the MQAR
+//! values asked for, the passkey's digits). [`accuracy`] runs a model on fresh examples and
+//! counts the scored positions whose most likely token is the answer.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+use swa_attention::WindowedAttentionBackend;
+use swa_attention::layers::AttentionKind;
+use swa_models::{Decoder, DecoderConfig};
+
+use crate::loader::TokenBatch;
+use crate::tasks::{Example, Mqar, Passkey, SplitMix64, TaskError, exact_match};
+
+/// A synthetic task to train on, with its sequence length given by the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyntheticTask {
+    /// Multi-query associative recall: `pairs` key-value pairs, every key asked for once
+    /// afterwards ([`Mqar`] with `queries = pairs`).
+    Mqar {
+        /// Key-value pairs per example.
+        pairs: usize,
+        /// Distinct key tokens.
+        key_vocab: usize,
+        /// Distinct value tokens.
+        value_vocab: usize,
+    },
+    /// Passkey retrieval of a `digits`-digit key, at a distance drawn per example among all
+    /// that fit in the sequence ([`Passkey`]).
+    Passkey {
+        /// Digits of the key.
+        digits: usize,
+    },
+}
+
+impl SyntheticTask {
+    /// MQAR with `pairs` pairs over 64 keys and 64 values.
+    pub fn mqar(pairs: usize) -> Self {
+        SyntheticTask::Mqar { pairs, key_vocab: 64, value_vocab: 64 }
+    }
+
+    /// Passkey retrieval of `digits` digits.
+    pub fn passkey(digits: usize) -> Self {
+        SyntheticTask::Passkey { digits }
+    }
+
+    /// Whether examples of `seq_len` tokens exist, naming the field at fault.
+    pub fn validate(&self, seq_len: usize) -> Result<(), TaskError> {
+        match *self {
+            SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
+                Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab).map(|_| ())
+            }
+            SyntheticTask::Passkey { digits } => {
+                Passkey::new(seq_len, Passkey::min_distance(digits), digits).map(|_| ())
+            }
+        }
+    }
+
+    /// Example `index` of `seq_len` tokens under `seed`.
+    pub fn example(&self, seq_len: usize, seed: u64, index: u64) -> Result<Example, TaskError> {
+        match *self {
+            SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
+                Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab)?.sample(seed, index)
+            }
+            SyntheticTask::Passkey { digits } => {
+                let (min, max) = (Passkey::min_distance(digits), Passkey::max_distance(seq_len, digits));
+                let mut rng = SplitMix64::for_example(seed ^ 0xD157_A4CE, index);
+                let distance = min + rng.below(max.saturating_sub(min) + 1);
+                Passkey::new(seq_len, distance, digits)?.sample(seed, index)
+            }
+        }
+    }
+}
+
+/// A batch of examples: the tokens as inputs, the answers as targets where scored (0
+/// elsewhere), and the mask of scored positions.
+pub fn batch<B: Backend>(examples: &[Example], device: &B::Device) -> TokenBatch<B> {
+    let (rows, len) = (examples.len(), examples[0].tokens.len());
+    let ids = examples.iter().flat_map(|e| e.tokens.iter().map(|&t| t as i64)).collect::<Vec<_>>();
+    let targets = examples.iter().flat_map(|e| e.targets.iter().map(|t| t.unwrap_or(0) as i64)).collect::<Vec<_>>();
+    let scored = examples.iter().flat_map(|e| e.targets.iter().map(|t| t.is_some() as i64)).collect::<Vec<_>>();
+    let count = scored.iter().sum::<i64>() as usize;
+    let tensor = |values: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(values, [rows, len]), device);
+    TokenBatch { inputs: tensor(ids), targets: tensor(targets), scored: Some((tensor(scored), count)) }
+}
+
+/// What a model got right on a set of examples.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Accuracy {
+    /// Scored positions predicted right.
+    pub correct: usize,
+    /// Scored positions.
+    pub scored: usize,
+    /// Examples whose scored positions are all right (the whole passkey).
+    pub exact: usize,
+    /// Examples.
+    pub examples: usize,
+}
+
+impl Accuracy {
+    /// Fraction of scored positions right (MQAR recall accuracy; passkey digit accuracy).
+    pub fn token_accuracy(&self) -> f64 {
+        self.correct as f64 / self.scored.max(1) as f64
+    }
+
+    /// Fraction of examples entirely right (passkey retrieval accuracy).
+    pub fn exact_rate(&self) -> f64 {
+        self.exact as f64 / self.examples.max(1) as f64
+    }
+}
+
+/// The model's accuracy on `examples`, run `batch_size` at a time: the prediction at a
+/// position is its most likely next token.
+pub fn accuracy<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    examples: &[Example],
+    batch_size: usize,
+    device: &B::Device,
+) -> Result<Accuracy, String> {
+    let mut total = Accuracy::default();
+    for chunk in examples.chunks(batch_size.max(1)) {
+        let inputs = batch::<B>(chunk, device).inputs;
+        let logits = model.forward(inputs).map_err(|e| e.to_string())?;
+        let [rows, len, _] = logits.dims();
+        let predicted = logits.argmax(2).reshape([rows * len]).into_data().convert::<i64>();
+        let predicted: Vec<u32> = predicted.to_vec::<i64>().map_err(|e| format!("{e:?}"))?.into_iter().map(|t| t as u32).collect();
+        for (example, row) in chunk.iter().zip(predicted.chunks(len)) {
+            let (correct, scored) = crate::tasks::accuracy(row, example);
+            total.correct += correct;
+            total.scored += scored;
+            total.exact += usize::from(exact_match(row, example));
+            total.examples += 1;
+        }
+    }
+    Ok(total)
+}
+
+/// The largest causal window `W` of the model's local layers and the number of layers `L`:
+/// information can travel `(W − 1)·L` positions through the stack. `None` when a layer sees
+/// the whole past (full or linear attention, LongNet, Longformer's globals).
+pub fn receptive_field(config: &DecoderConfig) -> Option<(usize, usize)> {
+    let window = |l: usize| match config.kind_of(l) {
+        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } | AttentionKind::Sinks { window, .. } => Some(*window),
+        AttentionKind::MultiScale { windows } => windows.iter().copied().max(),
+        _ => None,
+    };
+    let windows = (0..config.layers).map(window).collect::<Option<Vec<_>>>()?;
+    Some((windows.into_iter().max()?, config.layers))
+}
+
+/// Default passkey distances for a model: inside the window, at it, beyond it, and at the
+/// stack's reach `(W − 1)·L`, kept to those at least [`Passkey::min_distance`]. Without a
+/// window, fractions of `seq_len`.
+pub fn passkey_distances(config: &DecoderConfig, seq_len: usize, digits: usize) -> Vec<usize> {
+    let mut distances = match receptive_field(config) {
+        Some((w, l)) => vec![w / 2, w, 2 * w, (w - 1) * l],
+        None => vec![seq_len / 4, seq_len / 2, Passkey::max_distance(seq_len, digits)],
+    };
+    distances.retain(|&d| d >= Passkey::min_distance(digits));
+    distances.sort_unstable();
+    distances.dedup();
+    distances
+}
