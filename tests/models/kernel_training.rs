@@ -50,7 +50,7 @@ mod on_wgpu {
             .map(|x| ((x + 1.0) * 128.0) as i64)
             .collect();
         let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, len + 1]), device);
-        TokenBatch { inputs: all.clone().narrow(1, 0, len), targets: all.narrow(1, 1, len) }
+        TokenBatch { inputs: all.clone().narrow(1, 0, len), targets: all.narrow(1, 1, len), scored: None }
     }
 
     /// The losses of `STEPS` AdamW steps on `B`, from the weights saved at `weights`.

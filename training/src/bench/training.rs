@@ -106,7 +106,7 @@ where
         let data: Vec<i64> = (0..batch * len).map(|i| ((i + shift) as i64 * 7919) % vocab).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(data, [batch, len]), device)
     };
-    let out = model.loss(TokenBatch { inputs: ids(0), targets: ids(1) });
+    let out = model.loss(TokenBatch { inputs: ids(0), targets: ids(1), scored: None });
     let grads = out.loss.backward();
     drop(grads);
     B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))

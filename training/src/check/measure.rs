@@ -83,7 +83,7 @@ fn token_batch<B: Backend>(rows: &[Vec<usize>], device: &B::Device) -> TokenBatc
         let ids: Vec<i64> = rows.iter().flat_map(|row| row[range.clone()].iter().map(|&t| t as i64)).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows.len(), columns]), device)
     };
-    TokenBatch { inputs: tensor(0..columns), targets: tensor(1..columns + 1) }
+    TokenBatch { inputs: tensor(0..columns), targets: tensor(1..columns + 1), scored: None }
 }
 
 /// Feeds `prompt` through the cache (StreamingLLM's position shift for sink layers, as
