@@ -127,6 +127,12 @@ where
     if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
         return Err(format!("--precision {}: {} does not support it", precision.name(), B::name(device)));
     }
+    // Burn 0.21 keeps one default float type per device, fixed by the first backend type that
+    // touches it; new tensors take it, whatever `B`'s own float type is.
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    if float != precision.dtype() {
+        return Err(format!("--precision {}: the device already computes in {float:?}", precision.name()));
+    }
     job.run_with(strategy)
 }
 
