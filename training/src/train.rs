@@ -8,8 +8,8 @@
 //! [`crate::loader`]), so a killed and resumed run ends with the same step count and a loss
 //! curve that continues without a jump.
 //!
-//! [`train_with`] takes Burn's execution strategy: one device, Burn's multi-device data
-//! parallelism, or (feature `ddp`, CUDA) burn-train's distributed data parallel strategy.
+//! [`train_with`] takes Burn's execution strategy: one device, or Burn's multi-device data
+//! parallelism.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

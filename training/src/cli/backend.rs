@@ -137,8 +137,7 @@ where
 }
 
 /// wgpu devices: index 0 is the default adapter, `n` the n-th discrete GPU. Several run under
-/// Burn's multi-device data parallelism: burn-train's DDP needs an all-reduce, which Burn 0.21
-/// has on CUDA only (cubecl-wgpu implements no collective operation).
+/// Burn's multi-device data parallelism.
 #[cfg(feature = "wgpu")]
 fn wgpu_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
 where
@@ -155,24 +154,9 @@ where
     }
 }
 
-/// CUDA devices. Several run under burn-train's DDP (one worker thread per GPU, gradients
-/// averaged by an NCCL all-reduce after each backward pass).
-#[cfg(all(feature = "cuda", feature = "ddp"))]
-fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
-where
-    B: burn::tensor::backend::distributed::DistributedBackend<Device = burn::backend::cuda::CudaDevice>,
-{
-    use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};
-    let devices: Vec<_> = place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
-    match devices.len() {
-        1 => ExecutionStrategy::SingleDevice(devices[0].clone()),
-        _ => ExecutionStrategy::ddp(devices, DistributedConfig { all_reduce_op: ReduceOperation::Mean }),
-    }
-}
-
-/// CUDA devices. Without the `ddp` feature, several run under Burn's multi-device data
-/// parallelism.
-#[cfg(all(feature = "cuda", not(feature = "ddp")))]
+/// CUDA devices; several run under Burn's multi-device data parallelism (burn-train's DDP is
+/// not wired: see the README's "Several devices").
+#[cfg(feature = "cuda")]
 fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
 where
     B: burn::tensor::backend::Backend<Device = burn::backend::cuda::CudaDevice>,

@@ -24,8 +24,8 @@ pub struct TrainArgs {
     model: ModelArgs,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Devices for data-parallel training, e.g. `0,1` (wgpu, cuda): burn-train's DDP on CUDA
-    /// with `--features ddp`, else Burn's multi-device strategy. Replaces --device.
+    /// Devices for data-parallel training, e.g. `0,1` (wgpu, cuda), under Burn's multi-device
+    /// strategy. Replaces --device.
     #[arg(long, value_delimiter = ',')]
     devices: Vec<usize>,
     #[command(flatten)]
