@@ -80,14 +80,14 @@ pub fn load_record<B: Backend>(
     let file = path.with_extension(RECORD_EXTENSION);
     let fail = |problem| weights_error(&file, problem);
     let model = config.init::<B>(device)?;
-    let expected = shapes(&model);
+    let expected = parameter_shapes(&model);
     let record: DecoderRecord<B> = recorder()
         .load(file.clone(), device)
         .map_err(|e| fail(recorder_problem(e)))?;
     check_record_structure(&record, config, &expected).map_err(fail)?;
     // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
     let model = model.load_record(record);
-    compare(&expected, &shapes(&model)).map_err(fail)?;
+    compare_shapes(&expected, &parameter_shapes(&model)).map_err(fail)?;
     Ok(model)
 }
 
@@ -116,7 +116,7 @@ pub fn import_safetensors<B: Backend>(
         .iter()
         .map(|(name, tensor)| (name.clone(), tensor.shape.to_vec()))
         .collect();
-    compare(&shapes(&model), &found).map_err(fail)?;
+    compare_shapes(&parameter_shapes(&model), &found).map_err(fail)?;
     model
         .load_from(&mut store)
         .map_err(|e| fail(e.to_string()))?;
@@ -225,15 +225,20 @@ impl<B: Backend> ModuleVisitor<B> for ShapeVisitor {
     }
 }
 
-fn shapes<B: Backend>(model: &Decoder<B>) -> Shapes {
+/// Every float parameter of `module` by its dotted name (as in the module documentation), with
+/// its shape; reads no lazily initialised parameter.
+pub fn parameter_shapes<B: Backend, M: Module<B>>(module: &M) -> BTreeMap<String, Vec<usize>> {
     let mut visitor = ShapeVisitor::default();
-    model.visit(&mut visitor);
+    module.visit(&mut visitor);
     visitor.shapes
 }
 
-/// Names the first weight, in name order, that is missing from `found`, unexpected in it, or
-/// of another shape than in `expected`.
-fn compare(expected: &Shapes, found: &Shapes) -> Result<(), String> {
+/// Names the first weight, in name order, that is missing from `found` (a file's), unexpected
+/// in it, or of another shape than in `expected` (the configuration's).
+pub fn compare_shapes(
+    expected: &BTreeMap<String, Vec<usize>>,
+    found: &BTreeMap<String, Vec<usize>>,
+) -> Result<(), String> {
     for (name, shape) in expected {
         match found.get(name) {
             None => return Err(format!("weight `{name}` is missing from the file")),
@@ -256,7 +261,7 @@ fn compare(expected: &Shapes, found: &Shapes) -> Result<(), String> {
 /// What Burn's `load_record` does not check without panicking or losing weights: it panics on
 /// another number of blocks, and drops an optional part that the configured model lacks (the
 /// untied LM head, Longformer's global projections). Parts that the file lacks are caught by
-/// [`compare`] after loading.
+/// [`compare_shapes`] after loading.
 fn check_record_structure<B: Backend>(
     record: &DecoderRecord<B>,
     config: &DecoderConfig,

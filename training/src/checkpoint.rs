@@ -4,40 +4,13 @@
 
 use std::path::Path;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
+use swa_models::weights::{compare_shapes, parameter_shapes};
 
 use crate::language_model::{LanguageModel, LanguageModelRecord};
-
-/// Every float weight's dotted name and shape, in visiting order.
-#[derive(Default)]
-struct Shapes {
-    path: Vec<String>,
-    found: Vec<(String, Vec<usize>)>,
-}
-
-impl<B: Backend> ModuleVisitor<B> for Shapes {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.found.push((self.path.join("."), param.val().dims().to_vec()));
-    }
-}
-
-fn shapes<B: Backend>(model: &LanguageModel<B>) -> Vec<(String, Vec<usize>)> {
-    let mut visitor = Shapes::default();
-    model.visit(&mut visitor);
-    visitor.found
-}
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
 /// holds the weights of `config`: a readable record of the same structure and shapes.
@@ -47,12 +20,7 @@ pub fn check_model_checkpoint<B: Backend>(config: &DecoderConfig, path: &Path, d
     let record: LanguageModelRecord<B> = NamedMpkFileRecorder::<FullPrecisionSettings>::new()
         .load(path.to_path_buf(), device)
         .map_err(|e| fail(format!("not a readable checkpoint of this model: {e}")))?;
-    let expected = shapes(&fresh);
-    let found = shapes(&fresh.load_record(record));
-    match expected.iter().zip(&found).find(|(e, f)| e.1 != f.1) {
-        Some(((name, shape), (_, got))) => Err(fail(format!(
-            "weight `{name}` has shape {got:?} in the checkpoint but {shape:?} in the configuration"
-        ))),
-        None => Ok(()),
-    }
+    let expected = parameter_shapes(&fresh);
+    let found = parameter_shapes(&fresh.load_record(record));
+    compare_shapes(&expected, &found).map_err(fail)
 }
