@@ -5,13 +5,14 @@
 //! only where its N² scores fit in memory. Peak memory is the most heap the call held above
 //! what was live before it, measured by a counting allocator. Prints a Markdown table.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, blocked_attention, dense_attention, scheduled_scores,
 };
+use swa_zoo::training::bench::median_ms;
 use swa_zoo::training::bench::memory::{CountingAllocator, peak_during};
 
 #[global_allocator]
@@ -32,15 +33,8 @@ struct Measure {
 /// Median time of `runs` calls after one warm-up, and the peak heap of the warm-up.
 fn measure(runs: usize, mut call: impl FnMut()) -> Measure {
     let ((), peak) = peak_during(&mut call);
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            call();
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    Measure { time: times[runs / 2], peak_bytes: peak.expect("this binary counts its allocations") }
+    let time = Duration::from_secs_f64(median_ms(runs, call) / 1e3);
+    Measure { time, peak_bytes: peak.expect("this binary counts its allocations") }
 }
 
 /// Prints one table row per length and returns the scaling summary of the blocked path.

@@ -7,14 +7,13 @@
 //! lengths and between paths are what this measures, not GPU speed. Each time is the median of
 //! 5 synchronised calls after a warm-up (which compiles the kernels). Prints a Markdown table.
 
-use std::time::{Duration, Instant};
-
 use burn::backend::{Autodiff, Wgpu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, blocked_attention, dense_attention, windowed_attention,
 };
+use swa_zoo::training::bench::median_ms;
 
 const HEADS: usize = 4;
 const DIM: usize = 64;
@@ -25,18 +24,10 @@ const RUNS: usize = 5;
 /// for the softmax's copies): it runs up to N = 2048 here.
 const DENSE_MAX_SCORES: usize = HEADS * 2048 * 2048;
 
-/// Median time of [`RUNS`] calls after one warm-up.
-fn median(mut call: impl FnMut()) -> Duration {
+/// Median time in ms of [`RUNS`] calls after one warm-up (which compiles the kernels).
+fn median(mut call: impl FnMut()) -> f64 {
     call();
-    let mut times: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let start = Instant::now();
-            call();
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[RUNS / 2]
+    median_ms(RUNS, call)
 }
 
 /// A `[1, HEADS, n, DIM]` tensor of deterministic values in [−1, 1).
@@ -78,19 +69,18 @@ fn main() {
                 o.into_data();
             })
         });
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let (dense_ms, dense_ratio) = match dense {
-            Some(d) => (format!("{:.1}", ms(d)), format!("{:.1}×", ms(d) / ms(kernel))),
+            Some(d) => (format!("{:.1}", d), format!("{:.1}×", d / kernel)),
             None => ("— (scores exceed a wgpu buffer)".into(), "—".into()),
         };
         println!(
             "| {n} | {:.1} | {:.1} | {:.1} | {dense_ms} | {:.1}× | {dense_ratio} |",
-            ms(kernel),
-            ms(train),
-            ms(blocked),
-            ms(blocked) / ms(kernel),
+            kernel,
+            train,
+            blocked,
+            blocked / kernel,
         );
-        kernel_times.push((ms(kernel), ms(train)));
+        kernel_times.push((kernel, train));
     }
     let (first, last) = (kernel_times[0], kernel_times[LENGTHS.len() - 1]);
     println!(

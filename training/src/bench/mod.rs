@@ -122,6 +122,17 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     values[(values.len() - 1) / 2]
 }
 
+/// The median wall time, in milliseconds, of `runs` calls of `call` (warm it up first: the first
+/// call of a kernel compiles it).
+pub fn median_ms(runs: usize, mut call: impl FnMut()) -> f64 {
+    let times = (0..runs).map(|_| {
+        let start = std::time::Instant::now();
+        call();
+        start.elapsed().as_secs_f64() * 1e3
+    });
+    median(times.collect())
+}
+
 /// A table of results: printed as Markdown, written as CSV.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
