@@ -3,12 +3,15 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::AttentionError;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{AttentionKind, CachePositions, SelfAttentionConfig};
+use swa_zoo::attention::layers::{
+    AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions,
+};
+use swa_zoo::attention::{AttentionError, ScoreFn};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 
+use crate::layer_forward::swat_ablation;
 use crate::{max_abs, to_vec, values};
 
 type B = NdArray;
@@ -23,7 +26,8 @@ fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
         window: 5,
         distance_heads: Some(1),
         magnitudes: SlopeMagnitudes::Code,
-        beta: 0.0,
+        score_fn: ScoreFn::Sigmoid { beta: 0.0 },
+        positions: SwatPositions::AliRope,
     };
     vec![
         ("sliding", vec![AttentionKind::Sliding { window: 4 }], 4),
@@ -190,6 +194,42 @@ fn sinks_shift_positions_to_cache_slots() {
         let rows = cached.dims()[1];
         let want = to_vec(layer.forward(cached).unwrap().narrow(1, rows - 1, 1));
         assert!(max_abs(&got, &want) <= DECODE_TOLERANCE, "step {t}");
+    }
+}
+
+/// SWAT's Table 3 ablation (§4, §7): with every score function and positional encoding, the
+/// layer decodes like its forward pass with absolute positions, and under StreamingLLM's shift
+/// like its forward pass over the cached tokens alone, `x_{t−W+1} … x_t` at `0 … W−1`. GQA.
+#[test]
+fn swat_ablation_decodes_like_the_forward_pass() {
+    let device = Default::default();
+    let (window, d, n) = (4, 16, 11);
+    let x = Tensor::<B, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), &device);
+    for kind in swat_ablation(window) {
+        let layer = SelfAttentionConfig::new(d, 4, 2, kind.clone())
+            .init::<B>(&device)
+            .unwrap();
+        let forward = to_vec(layer.forward(x.clone()).unwrap());
+        let mut absolute = layer.cache(1, CachePositions::Absolute, &device).unwrap();
+        let mut streaming = layer.cache(1, CachePositions::Streaming, &device).unwrap();
+        for t in 0..n {
+            let token = x.clone().narrow(1, t, 1);
+            let got = to_vec(layer.step(token.clone(), &mut absolute));
+            let error = max_abs(&got, &forward[t * d..(t + 1) * d]);
+            assert!(
+                error <= DECODE_TOLERANCE,
+                "{kind:?}, absolute, step {t}: {error}"
+            );
+            let got = to_vec(layer.step(token, &mut streaming));
+            let start = (t + 1).saturating_sub(window);
+            let cached = x.clone().narrow(1, start, t + 1 - start);
+            let want = to_vec(layer.forward(cached).unwrap().narrow(1, t - start, 1));
+            let error = max_abs(&got, &want);
+            assert!(
+                error <= DECODE_TOLERANCE,
+                "{kind:?}, streaming, step {t}: {error}"
+            );
+        }
     }
 }
 

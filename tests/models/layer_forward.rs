@@ -7,8 +7,9 @@
 //! segment, `w mod r ≠ 0`, uncovered LongNet rows, and a Longformer global inside a window.
 
 use burn::module::Module;
+use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig};
+use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 
 use crate::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
@@ -16,7 +17,7 @@ use crate::to_vec;
 
 /// Builds the layer with seeded weights, runs `forward` on a seeded `[batch, n, d]` and asserts
 /// that the largest `|layer − reference|` is within [`TOLERANCE`].
-fn check(d: usize, heads: usize, kv_heads: usize, kind: AttentionKind, batch: usize, n: usize) {
+pub fn check(d: usize, heads: usize, kv_heads: usize, kind: AttentionKind, batch: usize, n: usize) {
     let layer = seeded_layer(d, heads, kv_heads, kind.clone());
     let (x, x64) = input(batch, n, d);
     let got = layer.forward(x).unwrap_or_else(|e| panic!("{kind:?} n={n}: {e}"));
@@ -94,7 +95,13 @@ fn multi_scale_layers() {
 /// `2^-k` magnitudes with `β = −ln W`, all distance (0:4) and all recency (4:0) heads, N = 1.
 #[test]
 fn swat_layer() {
-    let swat = |window, distance_heads, magnitudes, beta| AttentionKind::Swat { window, distance_heads, magnitudes, beta };
+    let swat = |window, distance_heads, magnitudes, beta| AttentionKind::Swat {
+        window,
+        distance_heads,
+        magnitudes,
+        score_fn: ScoreFn::Sigmoid { beta },
+        positions: SwatPositions::AliRope,
+    };
     check(16, 4, 4, AttentionKind::swat(3), 2, 11);
     check(12, 3, 3, AttentionKind::swat(4), 1, 10);
     check(24, 6, 3, swat(5, Some(2), SlopeMagnitudes::Code, 0.0), 2, 14);
@@ -102,6 +109,34 @@ fn swat_layer() {
     check(16, 4, 4, swat(6, Some(4), SlopeMagnitudes::Code, 0.0), 1, 9);
     check(16, 4, 4, swat(6, Some(0), SlopeMagnitudes::Code, 0.0), 1, 9);
     check(16, 4, 4, AttentionKind::swat(6), 1, 1);
+}
+
+/// SWAT's Table 3 ablation over windows of `window` keys with the balanced split: sigmoid with
+/// β = 0 (SWAT's), sigmoid with β = −ln W, and softmax, each with ALiBi and RoPE together,
+/// ALiBi alone and RoPE alone.
+pub fn swat_ablation(window: usize) -> Vec<AttentionKind> {
+    let score_fns = [ScoreFn::Sigmoid { beta: 0.0 }, ScoreFn::Sigmoid { beta: -(window as f32).ln() }, ScoreFn::Softmax];
+    let positions = [SwatPositions::AliRope, SwatPositions::Alibi, SwatPositions::Rope];
+    let swat = |score_fn, positions| AttentionKind::Swat {
+        window,
+        distance_heads: None,
+        magnitudes: SlopeMagnitudes::Code,
+        score_fn,
+        positions,
+    };
+    score_fns.into_iter().flat_map(|score_fn| positions.map(|p| swat(score_fn, p))).collect()
+}
+
+/// SWAT's Table 3 ablation (§1, §4): every score function with every positional encoding
+/// matches the reference, which rotates q and k only with RoPE and adds the ALiBi bias only
+/// with ALiBi. GQA with W < N, one head per kv head, N = 1.
+#[test]
+fn swat_ablation_layers() {
+    for kind in swat_ablation(4) {
+        check(16, 4, 2, kind.clone(), 2, 11);
+        check(24, 6, 6, kind.clone(), 1, 9);
+        check(16, 4, 4, kind, 1, 1);
+    }
 }
 
 /// Attention sinks (§2): positions `0 … S−1` stay visible beside the window of W keys; sinks
@@ -182,10 +217,19 @@ fn linear_attention_layer() {
 
 /// The tolerance has teeth: a layer is far outside it from the reference of a neighbouring
 /// configuration: a window of W+1 keys (MSWA's equation 4 and candle's count), a sink fewer, a
-/// LongNet branch fewer, a Longformer dilation of 1 instead of 2, and SWAT's split reversed.
+/// LongNet branch fewer, a Longformer dilation of 1 instead of 2, SWAT's split reversed, and
+/// SWAT without RoPE, without ALiBi, or with softmax instead of sigmoid.
 #[test]
 fn neighbouring_configurations_are_told_apart() {
     let (batch, n, heads) = (1, 16, 4);
+    let swat = |distance_heads, score_fn, positions| AttentionKind::Swat {
+        window: 5,
+        distance_heads: Some(distance_heads),
+        magnitudes: SlopeMagnitudes::Code,
+        score_fn,
+        positions,
+    };
+    let sigmoid = ScoreFn::Sigmoid { beta: 0.0 };
     let pairs = [
         (AttentionKind::Sliding { window: 4 }, AttentionKind::Sliding { window: 5 }),
         (AttentionKind::Sinks { sinks: 2, window: 3 }, AttentionKind::Sinks { sinks: 1, window: 3 }),
@@ -197,10 +241,10 @@ fn neighbouring_configurations_are_told_apart() {
             AttentionKind::Longformer { window: 2, dilations: vec![2; 4], globals: vec![], causal: true },
             AttentionKind::Longformer { window: 2, dilations: vec![1; 4], globals: vec![], causal: true },
         ),
-        (
-            AttentionKind::Swat { window: 5, distance_heads: Some(1), magnitudes: SlopeMagnitudes::Code, beta: 0.0 },
-            AttentionKind::Swat { window: 5, distance_heads: Some(3), magnitudes: SlopeMagnitudes::Code, beta: 0.0 },
-        ),
+        (swat(1, sigmoid, SwatPositions::AliRope), swat(3, sigmoid, SwatPositions::AliRope)),
+        (swat(1, sigmoid, SwatPositions::AliRope), swat(1, sigmoid, SwatPositions::Alibi)),
+        (swat(1, sigmoid, SwatPositions::AliRope), swat(1, sigmoid, SwatPositions::Rope)),
+        (swat(1, sigmoid, SwatPositions::AliRope), swat(1, ScoreFn::Softmax, SwatPositions::AliRope)),
     ];
     for (kind, neighbour) in pairs {
         let layer = seeded_layer(16, heads, heads, kind.clone());

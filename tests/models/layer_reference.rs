@@ -9,8 +9,9 @@
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Tensor, TensorData};
+use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
+use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig, SwatPositions};
 
 use crate::values;
 
@@ -179,12 +180,20 @@ fn keys(kind: &AttentionKind, h: usize, i: usize, n: usize) -> Vec<usize> {
     }
 }
 
-/// How each head scores: SWAT's sigmoid with β and its ALiBi split of SEMANTICS §4 (the first
-/// D heads distance heads `−x^-1 … −x^-D`, the last R recency heads `x^-R … x^-1`,
-/// `x = 2^(8/H)`, or 2 for the paper's magnitudes); softmax without ALiBi for the other kinds.
+/// How each head scores: SWAT's score function (sigmoid with β, or softmax) and, unless it uses
+/// RoPE alone, its ALiBi split of SEMANTICS §4 (the first D heads distance heads
+/// `−x^-1 … −x^-D`, the last R recency heads `x^-R … x^-1`, `x = 2^(8/H)`, or 2 for the paper's
+/// magnitudes); softmax without ALiBi for the other kinds.
 fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
     match kind {
-        AttentionKind::Swat { distance_heads, magnitudes, beta, .. } => {
+        AttentionKind::Swat { distance_heads, magnitudes, score_fn, positions, .. } => {
+            let sigmoid = match score_fn {
+                ScoreFn::Sigmoid { beta } => Some(f64::from(*beta)),
+                ScoreFn::Softmax => None,
+            };
+            if *positions == SwatPositions::Rope {
+                return vec![Score { slope: 0.0, sigmoid }; heads];
+            }
             let distance = distance_heads.unwrap_or(heads / 2);
             let recency = heads - distance;
             let x = match magnitudes {
@@ -195,7 +204,7 @@ fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
                 true => -x.powi(-(h as i32 + 1)),
                 false => x.powi(-((recency - (h - distance)) as i32)),
             };
-            (0..heads).map(|h| Score { slope: slope(h), sigmoid: Some(f64::from(*beta)) }).collect()
+            (0..heads).map(|h| Score { slope: slope(h), sigmoid }).collect()
         }
         _ => vec![SOFTMAX; heads],
     }
@@ -210,15 +219,18 @@ pub fn reference(layer: &SelfAttention<B>, heads: usize, kv_heads: usize, x: &[f
         let v = Heads::new(x, &linear.value.weight, n, heads);
         return project(&linear_attention(&q, &k, &v, batch), &linear.output.weight);
     }
+    // RoPE on q and k (SEMANTICS §4), for every kind but SWAT with ALiBi alone.
+    let rope = !matches!(kind, AttentionKind::Swat { positions: SwatPositions::Alibi, .. });
+    let rotate = |heads: Heads| if rope { heads.rotated() } else { heads };
     let local = record.local.expect("windowed layers have projections");
-    let q = Heads::new(x, &local.query.weight, n, heads).rotated();
-    let k = Heads::new(x, &local.key.weight, n, kv_heads).rotated();
+    let q = rotate(Heads::new(x, &local.query.weight, n, heads));
+    let k = rotate(Heads::new(x, &local.key.weight, n, kv_heads));
     let v = Heads::new(x, &local.value.weight, n, kv_heads);
     // Longformer's global rows (SEMANTICS §2): the global projections over every key, causal
     // in a decoder.
     let global = record.global.map(|g| {
-        let q = Heads::new(x, &g.query.weight, n, heads).rotated();
-        let k = Heads::new(x, &g.key.weight, n, kv_heads).rotated();
+        let q = rotate(Heads::new(x, &g.query.weight, n, heads));
+        let k = rotate(Heads::new(x, &g.key.weight, n, kv_heads));
         (q, k, Heads::new(x, &g.value.weight, n, kv_heads))
     });
     let (globals, causal) = match &kind {

@@ -1,12 +1,15 @@
 //! Each mechanism against a test built from the dense reference and the SEMANTICS formulas.
 
 use burn::backend::NdArray;
+use burn::config::{Config, config_to_json};
+use swa_zoo::attention::alibi::{self, SlopeMagnitudes};
 use swa_zoo::attention::layers::longformer::replace_global_rows;
 use swa_zoo::attention::layers::longnet::{branch_specs, longnet_attention};
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig};
-use swa_zoo::attention::{AttentionError, ScoreOptions, WindowSpec, dense_attention};
+use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
+use swa_zoo::attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec, dense_attention};
 
+use crate::layer_forward::swat_ablation;
 use crate::{max_abs, tensor, to_vec};
 
 type B = NdArray;
@@ -106,6 +109,54 @@ fn swat_kind_is_sigmoid_with_balanced_alibi_on_a_sliding_window() {
     let slopes = opts.alibi.clone().unwrap();
     assert!(slopes[..4].iter().all(|&m| m < 0.0) && slopes[4..].iter().all(|&m| m > 0.0));
     assert!(matches!(opts.score_fn, swa_zoo::attention::ScoreFn::Sigmoid { beta } if beta == 0.0));
+}
+
+/// SWAT's Table 3 knobs (SEMANTICS §4): the score function is `score_fn`'s, the balanced ALiBi
+/// split is there unless RoPE is used alone, q and k are rotated unless ALiBi is used alone,
+/// and the split is checked whenever ALiBi is used.
+#[test]
+fn swat_knobs_set_score_options_and_rope() {
+    let balanced = alibi::split(4, 4, 8, SlopeMagnitudes::Code).unwrap();
+    for kind in swat_ablation(8) {
+        let AttentionKind::Swat { score_fn, positions, .. } = kind else { unreachable!("SWAT kinds") };
+        let opts = kind.score_options(8).unwrap();
+        assert_eq!(opts.score_fn, score_fn, "{kind:?}");
+        assert_eq!(opts.alibi, (positions != SwatPositions::Rope).then(|| balanced.clone()), "{kind:?}");
+        assert_eq!(kind.rotates(), positions != SwatPositions::Alibi, "{kind:?}");
+        let mut too_many_distance_heads = kind.clone();
+        if let AttentionKind::Swat { distance_heads, .. } = &mut too_many_distance_heads {
+            *distance_heads = Some(9);
+        }
+        let checked = too_many_distance_heads.validate(8, 8).is_err();
+        assert_eq!(checked, positions != SwatPositions::Rope, "{kind:?}");
+    }
+}
+
+/// A config written before SWAT's `score_fn` and `positions` existed, with its `"beta"`, still
+/// loads as that SWAT (sigmoid with that β, ALiBi and RoPE), and every ablation setting
+/// round-trips through JSON.
+#[test]
+fn swat_configs_without_the_ablation_knobs_still_load() {
+    let old = |beta: &str| {
+        let kind = format!(r#"{{"kind": "swat", "window": 8, "distance_heads": null, "magnitudes": "Code", "beta": {beta}}}"#);
+        format!(r#"{{"d_model": 16, "heads": 4, "kv_heads": 4, "kind": {kind}, "rope_base": 10000.0}}"#)
+    };
+    let load = |json: &str| SelfAttentionConfig::load_binary(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}")).kind;
+    assert_eq!(load(&old("0.0")), AttentionKind::swat(8));
+    let apple = AttentionKind::Swat {
+        window: 8,
+        distance_heads: None,
+        magnitudes: SlopeMagnitudes::Code,
+        score_fn: ScoreFn::Sigmoid { beta: -1.5 },
+        positions: SwatPositions::AliRope,
+    };
+    assert_eq!(load(&old("-1.5")), apple);
+    for kind in swat_ablation(8) {
+        let json = config_to_json(&SelfAttentionConfig::new(16, 4, 4, kind.clone()));
+        assert_eq!(load(&json), kind, "{json}");
+    }
+    let json = config_to_json(&SelfAttentionConfig::new(16, 4, 4, swat_ablation(8)[1].clone()));
+    assert!(json.contains(r#""positions": "alibi""#), "{json}");
 }
 
 #[test]

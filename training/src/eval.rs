@@ -27,8 +27,14 @@ pub fn with_eval_window(config: &DecoderConfig, window: usize, sinks: usize) -> 
                 0 => AttentionKind::Sliding { window },
                 sinks => AttentionKind::Sinks { sinks, window },
             },
-            AttentionKind::Swat { distance_heads, magnitudes, beta, .. } if sinks == 0 => {
-                AttentionKind::Swat { window, distance_heads: *distance_heads, magnitudes: *magnitudes, beta: *beta }
+            AttentionKind::Swat { distance_heads, magnitudes, score_fn, positions, .. } if sinks == 0 => {
+                AttentionKind::Swat {
+                    window,
+                    distance_heads: *distance_heads,
+                    magnitudes: *magnitudes,
+                    score_fn: *score_fn,
+                    positions: *positions,
+                }
             }
             other => {
                 return Err(TrainError(format!(

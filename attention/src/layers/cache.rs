@@ -50,7 +50,7 @@ struct Buffer<B: Backend> {
     /// How many recent (unpinned) positions to keep; `None` keeps them all.
     reach: Option<usize>,
     /// `[batch, kv_heads, slots, d]`: keys rotated at their absolute position, or not rotated
-    /// under [`CachePositions::Streaming`]. `None` before the first token.
+    /// under [`CachePositions::Streaming`] or without RoPE. `None` before the first token.
     keys: Option<Tensor<B, 4>>,
     values: Option<Tensor<B, 4>>,
     /// The position held by each slot.
@@ -128,8 +128,9 @@ impl<B: Backend> KvCache<B> {
             .sum()
     }
 
-    /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE.
-    pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: &Rope) {
+    /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE;
+    /// `rope` is the layer's rotation, `None` for a layer without RoPE.
+    pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>) {
         let position = self.len;
         let spec = &self.specs[0];
         let pinned = position < spec.sinks() || spec.is_global(position);
@@ -138,9 +139,9 @@ impl<B: Backend> KvCache<B> {
                 select_heads(k.clone(), &buffer.kv_heads),
                 select_heads(v.clone(), &buffer.kv_heads),
             );
-            let k = match self.positions {
-                CachePositions::Absolute => rope.forward(k, position),
-                CachePositions::Streaming => k,
+            let k = match (self.positions, rope) {
+                (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
+                _ => k,
             };
             buffer.store(position, pinned, k, v);
         }
@@ -148,8 +149,9 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// Attends the query of the latest appended position, `q: [batch, H, 1, d]` before RoPE,
-    /// to the keys its head sees → `[batch, H, 1, d]`. Call [`KvCache::append`] first.
-    pub fn attend(&self, q: Tensor<B, 4>, rope: &Rope) -> Tensor<B, 4> {
+    /// to the keys its head sees → `[batch, H, 1, d]`, with the same `rope` as
+    /// [`KvCache::append`], which comes first.
+    pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4> {
         let heads = q.dims()[1];
         let outputs: Vec<_> = self
             .buffers
@@ -175,7 +177,12 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// One buffer's query heads against its slots, through every spec.
-    fn attend_buffer(&self, buffer: &Buffer<B>, q: Tensor<B, 4>, rope: &Rope) -> Tensor<B, 4> {
+    fn attend_buffer(
+        &self,
+        buffer: &Buffer<B>,
+        q: Tensor<B, 4>,
+        rope: Option<&Rope>,
+    ) -> Tensor<B, 4> {
         let (keys, values) = (buffer.keys.clone(), buffer.values.clone());
         let (keys, values) = keys.zip(values).expect("append comes before attend");
         let device = keys.device();
@@ -184,10 +191,14 @@ impl<B: Backend> KvCache<B> {
             CachePositions::Absolute => (t, buffer.slots.clone()),
             CachePositions::Streaming => buffer.slot_ranks(),
         };
-        let q = rope.forward_at(select_heads(q, &buffer.heads), &[query_position]);
+        let rotate = |x: Tensor<B, 4>, positions: &[usize]| match rope {
+            Some(rope) => rope.forward_at(x, positions),
+            None => x,
+        };
+        let q = rotate(select_heads(q, &buffer.heads), &[query_position]);
         let keys = match self.positions {
             CachePositions::Absolute => keys,
-            CachePositions::Streaming => rope.forward_at(keys, &key_positions),
+            CachePositions::Streaming => rotate(keys, &key_positions),
         };
         let rows = buffer.heads.len();
         let (keys, values) = (expand_kv(keys, rows), expand_kv(values, rows));

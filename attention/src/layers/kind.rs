@@ -1,9 +1,9 @@
 //! The attention kind of a layer, as data: which mechanism of SEMANTICS §2–§6 it runs.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::alibi::{self, SlopeMagnitudes};
-use crate::{AttentionError, ScoreOptions, WindowSpec};
+use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// Which attention a layer runs. Serialised with a `"kind"` tag, e.g.
 /// `{"kind": "sliding", "window": 256}`.
@@ -22,7 +22,8 @@ pub enum AttentionKind {
         /// Keys each head sees, one entry per query head.
         windows: Vec<usize>,
     },
-    /// SWAT (SEMANTICS §4): sliding window, sigmoid scores, ALiBi split `R:D`, RoPE.
+    /// SWAT (SEMANTICS §4): sliding window, sigmoid scores, ALiBi split `R:D`, RoPE. The score
+    /// function and the positional encoding can be changed for SWAT's Table 3 ablation.
     Swat {
         /// Keys each query sees.
         window: usize,
@@ -31,8 +32,14 @@ pub enum AttentionKind {
         distance_heads: Option<usize>,
         /// ALiBi slope magnitudes: SWAT's code (default) or its paper text.
         magnitudes: SlopeMagnitudes,
-        /// Sigmoid bias β (SWAT's code: 0).
-        beta: f32,
+        /// Sigmoid with its β (SWAT; its code uses β = 0, the default) or softmax (the
+        /// ablation's baseline). Configs written before this field held a plain `"beta": β`,
+        /// which still reads as sigmoid with that β.
+        #[serde(default = "swat_score_fn", alias = "beta", deserialize_with = "score_fn_or_beta")]
+        score_fn: ScoreFn,
+        /// ALiBi and RoPE together (the default), or one of them alone.
+        #[serde(default)]
+        positions: SwatPositions,
     },
     /// A sliding window plus attention sinks (StreamingLLM; SEMANTICS §2, §7).
     Sinks {
@@ -66,10 +73,58 @@ pub enum AttentionKind {
     },
 }
 
+/// The positional encoding of a SWAT layer (SEMANTICS §4), the second knob of SWAT's Table 3
+/// ablation. Serialised in lower case: `"alirope"`, `"alibi"`, `"rope"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SwatPositions {
+    /// ALiBi bias and RoPE on q and k together, "AliRoPE" (SEMANTICS §4; SWAT Table 3): SWAT's
+    /// attention as published, and the default.
+    #[default]
+    AliRope,
+    /// The ALiBi bias of SEMANTICS §4 alone: q and k are not rotated (SWAT Table 3).
+    Alibi,
+    /// RoPE of SEMANTICS §4 alone: no ALiBi bias (SWAT Table 3).
+    Rope,
+}
+
+/// SWAT's score function when a config does not name one: sigmoid with β = 0 (SEMANTICS §1).
+fn swat_score_fn() -> ScoreFn {
+    ScoreFn::Sigmoid { beta: 0.0 }
+}
+
+/// Reads `Swat.score_fn`, or the plain number of the field `beta` it replaced, which meant
+/// sigmoid with that β.
+fn score_fn_or_beta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ScoreFn, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ScoreFnOrBeta {
+        Beta(f32),
+        ScoreFn(ScoreFn),
+    }
+    Ok(match ScoreFnOrBeta::deserialize(deserializer)? {
+        ScoreFnOrBeta::Beta(beta) => ScoreFn::Sigmoid { beta },
+        ScoreFnOrBeta::ScoreFn(score_fn) => score_fn,
+    })
+}
+
 impl AttentionKind {
-    /// SWAT with the balanced split, code magnitudes and β = 0, as in SWAT's released code.
+    /// SWAT with the balanced split, code magnitudes, sigmoid with β = 0, ALiBi and RoPE, as in
+    /// SWAT's released code.
     pub fn swat(window: usize) -> Self {
-        Self::Swat { window, distance_heads: None, magnitudes: SlopeMagnitudes::Code, beta: 0.0 }
+        Self::Swat {
+            window,
+            distance_heads: None,
+            magnitudes: SlopeMagnitudes::Code,
+            score_fn: swat_score_fn(),
+            positions: SwatPositions::AliRope,
+        }
+    }
+
+    /// Whether the layer rotates q and k with RoPE (SEMANTICS §4): every kind but SWAT with
+    /// ALiBi alone.
+    pub fn rotates(&self) -> bool {
+        !matches!(self, Self::Swat { positions: SwatPositions::Alibi, .. })
     }
 
     /// The window spec of one call of the core for `heads` query heads over `kv_heads`, for
@@ -96,10 +151,15 @@ impl AttentionKind {
         }
     }
 
-    /// The score options of the kind: softmax, except SWAT's sigmoid with ALiBi.
+    /// The score options of the kind: softmax, except SWAT's score function, with its ALiBi
+    /// split unless the layer uses RoPE alone.
     pub fn score_options(&self, heads: usize) -> Result<ScoreOptions, AttentionError> {
         match self {
-            Self::Swat { distance_heads, magnitudes, beta, .. } => {
+            Self::Swat { distance_heads, magnitudes, score_fn, positions, .. } => {
+                let opts = ScoreOptions { score_fn: *score_fn, ..ScoreOptions::softmax() };
+                if *positions == SwatPositions::Rope {
+                    return Ok(opts);
+                }
                 let distance = distance_heads.unwrap_or(heads / 2);
                 let recency = heads.checked_sub(distance).ok_or(AttentionError::BadAlibiSplit {
                     recency: 0,
@@ -107,7 +167,7 @@ impl AttentionKind {
                     heads,
                 })?;
                 let slopes = alibi::split(recency, distance, heads, *magnitudes)?;
-                Ok(ScoreOptions::sigmoid(*beta).with_alibi(slopes))
+                Ok(opts.with_alibi(slopes))
             }
             _ => Ok(ScoreOptions::softmax()),
         }

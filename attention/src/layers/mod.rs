@@ -19,5 +19,5 @@ pub mod mswa;
 pub mod self_attention;
 
 pub use cache::{CachePositions, KvCache};
-pub use kind::AttentionKind;
+pub use kind::{AttentionKind, SwatPositions};
 pub use self_attention::{LayerCache, SelfAttention, SelfAttentionConfig};

@@ -24,7 +24,8 @@ pub struct SelfAttentionConfig {
     pub kv_heads: usize,
     /// The mechanism, as data.
     pub kind: AttentionKind,
-    /// RoPE base (SEMANTICS §4); RoPE is applied to q and k of every kind.
+    /// RoPE base (SEMANTICS §4); RoPE is applied to q and k of every kind but SWAT with ALiBi
+    /// alone.
     #[config(default = "10000.0")]
     pub rope_base: f64,
 }
@@ -139,7 +140,12 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let [batch, n, _] = x.dims();
         let (local, output) = (self.local.as_ref(), self.output.as_ref());
         let (q, k, v) = self.project(local.expect("windowed layers have projections"), x.clone());
-        let (q, k) = (self.rope.forward(q, 0), self.rope.forward(k, 0));
+        let rope = self.rope();
+        let rotate = |t: Tensor<B, 4>| match rope {
+            Some(rope) => rope.forward(t, 0),
+            None => t,
+        };
+        let (q, k) = (rotate(q), rotate(k));
         let out = match &self.kind {
             AttentionKind::LongNet {
                 segments,
@@ -152,7 +158,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
                 match &self.global {
                     Some(global) => {
                         let (q_g, k_g, v_g) = self.project(global, x);
-                        let (q_g, k_g) = (self.rope.forward(q_g, 0), self.rope.forward(k_g, 0));
+                        let (q_g, k_g) = (rotate(q_g), rotate(k_g));
                         longformer::replace_global_rows(out, q_g, k_g, v_g, &spec)
                     }
                     None => out,
@@ -259,13 +265,13 @@ impl<B: Backend> SelfAttention<B> {
             .as_ref()
             .expect("windowed layers have projections");
         let (q, k, v) = self.project(projections, x.clone());
-        local.append(k, v, &self.rope);
-        let mut out = local.attend(q, &self.rope);
+        local.append(k, v, self.rope());
+        let mut out = local.attend(q, self.rope());
         if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &self.global) {
             let (q_g, k_g, v_g) = self.project(projections, x);
-            cache.append(k_g, v_g, &self.rope);
+            cache.append(k_g, v_g, self.rope());
             if globals.contains(&position) {
-                out = cache.attend(q_g, &self.rope);
+                out = cache.attend(q_g, self.rope());
             }
             // No query after the last global position reads the global keys again.
             if globals.last() <= Some(&position) {
@@ -279,6 +285,11 @@ impl<B: Backend> SelfAttention<B> {
             .as_ref()
             .expect("windowed layers have an output projection")
             .forward(merged)
+    }
+
+    /// The rotation of q and k, or `None` for a kind without RoPE ([`AttentionKind::rotates`]).
+    fn rope(&self) -> Option<&Rope> {
+        self.kind.rotates().then_some(&self.rope)
     }
 
     /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, before RoPE.
