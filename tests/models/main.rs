@@ -5,6 +5,7 @@ mod backends;
 mod bench;
 mod decode;
 mod decoder;
+mod examples;
 mod example_longnet;
 mod kernel_training;
 mod layer_forward;

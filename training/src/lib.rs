@@ -12,6 +12,7 @@
 //! - [`config_file`]: strict reading of JSON configurations;
 //! - [`check`]: the cross-backend equivalence check;
 //! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
+//! - [`study`]: what the per-paper examples share (flags, runs, tables);
 //! - [`cli`]: the `swa-zoo` command line.
 
 pub mod bench;
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod plot;
 pub mod renderer;
 pub mod schedule;
+pub mod study;
 pub mod synthetic;
 pub mod tasks;
 pub mod train;

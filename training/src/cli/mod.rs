@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use backend::{BackendChoice, Placement, Precision};
+pub use backend::{BackendChoice, Job, Placement, Precision, run_on};
 
 /// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
 #[derive(Parser, Debug)]
