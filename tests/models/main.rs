@@ -6,6 +6,7 @@ mod bench;
 mod decode;
 mod decoder;
 mod examples;
+mod example_longformer;
 mod example_longnet;
 mod kernel_training;
 mod layer_forward;

@@ -2,8 +2,10 @@
 //!
 //! A [`SyntheticTask`] is saved in a run's `train.json`; the loader draws its examples from
 //! `(seed, index)` like text windows, and the loss covers the scored positions only (the MQAR
-//! values asked for, the passkey's digits). [`accuracy`] runs a model on fresh examples and
-//! counts the scored positions whose most likely token is the answer.
+//! values asked for, the passkey's digits, the majority's class at the CLS token). [`accuracy`]
+//! runs a model on fresh examples and counts the scored positions whose most likely token is
+//! the answer. [`influence`] says which positions can reach a given one through the stack's
+//! masks: what a windowed model can know at the position it is scored.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -13,7 +15,7 @@ use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::loader::TokenBatch;
-use crate::tasks::{Example, Mqar, Passkey, SplitMix64, TaskError, exact_match};
+use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, TaskError, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +36,15 @@ pub enum SyntheticTask {
         /// Digits of the key.
         digits: usize,
     },
+    /// Majority vote ([`Majority`]): `markers` markers A or B spread over the sequence among
+    /// random filler, and the marker that occurs more often asked at the CLS token, position 0.
+    /// For encoders: a causal model sees nothing after position 0.
+    Majority {
+        /// Markers per example (odd).
+        markers: usize,
+        /// Distinct filler tokens.
+        filler_vocab: usize,
+    },
 }
 
 impl SyntheticTask {
@@ -47,6 +58,11 @@ impl SyntheticTask {
         SyntheticTask::Passkey { digits }
     }
 
+    /// Majority vote over `markers` markers among 64 filler tokens.
+    pub fn majority(markers: usize) -> Self {
+        SyntheticTask::Majority { markers, filler_vocab: 64 }
+    }
+
     /// Whether examples of `seq_len` tokens exist, naming the field at fault.
     pub fn validate(&self, seq_len: usize) -> Result<(), TaskError> {
         match *self {
@@ -56,6 +72,7 @@ impl SyntheticTask {
             SyntheticTask::Passkey { digits } => {
                 Passkey::new(seq_len, Passkey::min_distance(digits), digits).map(|_| ())
             }
+            SyntheticTask::Majority { markers, filler_vocab } => Majority::new(seq_len, markers, filler_vocab).map(|_| ()),
         }
     }
 
@@ -71,6 +88,7 @@ impl SyntheticTask {
                 let distance = min + rng.below(max.saturating_sub(min) + 1);
                 Passkey::new(seq_len, distance, digits)?.sample(seed, index)
             }
+            SyntheticTask::Majority { markers, filler_vocab } => Majority::new(seq_len, markers, filler_vocab)?.sample(seed, index),
         }
     }
 }
@@ -163,4 +181,39 @@ pub fn passkey_distances(config: &DecoderConfig, seq_len: usize, digits: usize) 
     distances.sort_unstable();
     distances.dedup();
     distances
+}
+
+/// Which positions of a sequence of `n` tokens can reach position `query`'s output through
+/// the stack (SEMANTICS §2): going down from the last layer, a position is reached when some
+/// head of the layer shows it to a position already reached (the residual stream keeps those
+/// too). Sinks, globals and dilation count, so this is the exact receptive field of a
+/// windowed stack, dilated heads' gaps included; LongNet layers count as full attention, a
+/// superset of their branches.
+pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<bool>, String> {
+    if query >= n {
+        return Err(format!("influence: position {query} is past a sequence of {n} tokens"));
+    }
+    let mut reached = vec![false; n];
+    reached[query] = true;
+    for l in (0..config.layers).rev() {
+        if reached.iter().all(|&r| r) {
+            break;
+        }
+        let spec = config.kind_of(l).spec(config.heads, config.kv_heads).map_err(|e| format!("layer {l}: {e}"))?;
+        let extra = spec.extra_keys(n);
+        let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
+        for i in from {
+            for h in 0..spec.num_heads() {
+                let keys: Vec<usize> = match (spec.is_global(i), spec.window_range(h, i, n)) {
+                    (true, _) => (0..n).collect(),
+                    (false, Some((lo, hi))) => (lo..=hi).chain(extra.iter().copied()).collect(),
+                    (false, None) => extra.clone(),
+                };
+                for j in keys {
+                    reached[j] |= spec.visible(h, i, j, n);
+                }
+            }
+        }
+    }
+    Ok(reached)
 }

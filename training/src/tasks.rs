@@ -3,14 +3,22 @@
 //! - [`Mqar`]: multi-query associative recall (Zoology, Arora et al. 2023; Based): key-value
 //!   pairs, then queries of earlier keys whose answers are the paired values;
 //! - [`Passkey`]: passkey retrieval (Mohtashami & Jaggi 2023): a number hidden in filler text,
-//!   asked for at the end, at a chosen distance.
+//!   asked for at the end, at a chosen distance;
+//! - [`Majority`]: which of two markers spread over the sequence occurs more often, asked at a
+//!   CLS token at position 0: a classification task for encoders with global tokens
+//!   (Longformer, Beltagy et al. 2020).
 //!
 //! Every token is below 256, so the byte-level language models train and evaluate on these
 //! tasks unchanged. An [`Example`] is aligned with the model's outputs: `targets[t]`, when set,
-//! is the token the model must predict at position `t` from `tokens[..=t]`, and always equals
-//! `tokens[t + 1]`; [`accuracy`] scores the predictions at those positions.
+//! is the token the model must predict at position `t`. In MQAR and passkey it is the next
+//! token `tokens[t + 1]`, predicted from `tokens[..=t]`; in [`Majority`] it is the class at
+//! the CLS position. [`accuracy`] scores the predictions at those positions.
 
 use std::fmt;
+
+mod majority;
+
+pub use majority::{MAJORITY_CLS, MAJORITY_MARKERS, Majority};
 
 /// A setting that cannot produce examples, naming the field and the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +83,8 @@ impl SplitMix64 {
 pub struct Example {
     /// The input tokens, all below 256.
     pub tokens: Vec<u32>,
-    /// Per position, the token to predict there (`tokens[t + 1]`), or `None` where unscored.
+    /// Per position, the token to predict there (`tokens[t + 1]` in MQAR and passkey, the
+    /// class at the CLS position in [`Majority`]), or `None` where unscored.
     pub targets: Vec<Option<u32>>,
 }
 

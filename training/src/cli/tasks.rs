@@ -93,10 +93,10 @@ pub fn eval<B: WindowedAttentionBackend>(
     if let Some((w, l)) = receptive_field(&config.model) {
         println!("largest window W = {w}, layers L = {l}: reach (W − 1)·L = {}", (w - 1) * l);
     }
-    // (length, distance) settings: MQAR at each length; passkey at each distance, in the
-    // training length or the shortest sequence that holds it.
+    // (length, distance) settings: MQAR and majority at each length; passkey at each distance,
+    // in the training length or the shortest sequence that holds it.
     let settings: Vec<(usize, Option<usize>)> = match task {
-        SyntheticTask::Mqar { .. } => match lengths.is_empty() {
+        SyntheticTask::Mqar { .. } | SyntheticTask::Majority { .. } => match lengths.is_empty() {
             true => vec![(config.seq_len, None)],
             false => lengths.iter().map(|&n| (n, None)).collect(),
         },
