@@ -1,11 +1,17 @@
-//! Smoke tests of the per-paper examples that train language models: each runs its whole
-//! study with `--smoke` (three steps per model on the embedded corpus, small evaluations) and
-//! must write its tables and figures.
+//! Smoke tests of the per-paper examples in `examples/`: each runs its whole study with
+//! `--smoke` (three steps per model on the embedded corpus, small evaluations) and must write
+//! its tables and figures.
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
+#[path = "../../examples/longformer.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod longformer;
+#[path = "../../examples/longnet.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod longnet;
 #[path = "../../examples/mswa.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod mswa;
@@ -65,4 +71,20 @@ fn swat_example_runs_end_to_end() {
     let out = out_dir("swat");
     swat::run(swat::Flags::parse_from(smoke_flags("swat", &out))).unwrap();
     assert_wrote(&out, &["table2.csv", "table2.svg", "table3.csv", "passkey.csv"]);
+}
+
+#[test]
+fn longnet_example_runs_end_to_end() {
+    let out = out_dir("longnet");
+    longnet::run(longnet::Flags::parse_from(smoke_flags("longnet", &out))).unwrap();
+    assert_wrote(&out, &["scaling.csv", "scaling_ratios.csv", "lm.csv", "scaling_time.svg"]);
+}
+
+#[test]
+fn longformer_example_runs_end_to_end() {
+    let out = out_dir("longformer");
+    longformer::run(longformer::Flags::parse_from(smoke_flags("longformer", &out))).unwrap();
+    let csv = std::fs::read_to_string(out.join("accuracy.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 5, "a header and five models:\n{csv}");
+    assert_wrote(&out, &["accuracy.csv", "accuracy.svg"]);
 }

@@ -6,8 +6,6 @@ mod bench;
 mod decode;
 mod decoder;
 mod examples;
-mod example_longformer;
-mod example_longnet;
 mod kernel_training;
 mod layer_forward;
 mod layer_reference;

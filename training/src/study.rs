@@ -146,7 +146,7 @@ impl Study {
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
-        self.run::<B>(name, self.config(model, seq_len, steps), device)
+        self.train_config::<B>(name, self.config(model, seq_len, steps), device)
     }
 
     /// [`Study::train`] on examples of a synthetic `task` instead of the corpus: the loss and
@@ -156,11 +156,12 @@ impl Study {
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
-        self.run::<B>(name, self.config(model, seq_len, steps).with_task(Some(task.clone())), device)
+        self.train_config::<B>(name, self.config(model, seq_len, steps).with_task(Some(task.clone())), device)
     }
 
-    /// The run of `model` the flags describe.
-    fn config(&self, model: &DecoderConfig, seq_len: usize, steps: usize) -> TrainConfig {
+    /// The run of `model` the flags describe, for an example to adjust before
+    /// [`Study::train_config`] (e.g. a larger batch, for equal tokens per step).
+    pub fn config(&self, model: &DecoderConfig, seq_len: usize, steps: usize) -> TrainConfig {
         TrainConfig::new(model.clone(), seq_len)
             .with_steps(steps)
             .with_batch_size(self.args.batch_size)
@@ -173,7 +174,7 @@ impl Study {
     }
 
     /// Trains `config` into `out/runs/<name>`.
-    fn run<B>(&self, name: &str, config: TrainConfig, device: &B::Device) -> Result<Trained<B::InnerBackend>, String>
+    pub fn train_config<B>(&self, name: &str, config: TrainConfig, device: &B::Device) -> Result<Trained<B::InnerBackend>, String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
