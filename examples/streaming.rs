@@ -6,16 +6,19 @@
 //! StreamingLLM repairs it by keeping a few *sink* tokens visible (SEMANTICS §2, §7). This
 //! example trains, for the same token budget on real text:
 //! - a vanilla model (full causal softmax attention, trained at length `T`), evaluated with
-//!   full attention, with a sliding window, and with the window plus 4 sinks;
+//!   full attention, with a sliding window, and with the window plus 4 sinks: in parallel
+//!   with absolute positions, and decoded token by token as StreamingLLM does, its cached
+//!   keys numbered by cache slot (SEMANTICS §7);
 //! - a SWAT model (sigmoid, balanced ALiBi, RoPE; window `T/4`, trained at `T`), evaluated
 //!   with the same windows;
 //!
 //! at evaluation lengths from `T` to `8T`, and prints validation bits per byte per window and
-//! length. Positions are absolute in this parallel evaluation, so a sink's RoPE distance grows
-//! with the length; StreamingLLM's decoder re-numbers cache slots instead (SEMANTICS §7).
+//! length. With absolute positions a sink's RoPE distance grows with the length, past any
+//! distance seen in training; StreamingLLM's slot positions keep it within the window.
 //!
 //! Writes `grid.csv` (every row of the table) and one heat map of window × length per model
-//! and mode (`vanilla-window.svg`, `vanilla-sinks.svg`, `swat-window.svg`) to `--out`
+//! and mode (`vanilla-window.svg`, `vanilla-sinks.svg`, `vanilla-streaming.svg`,
+//! `swat-window.svg`) to `--out`
 //! (default `target/examples/streaming`).
 //!
 //! Run (about 4 minutes on a 2-core CPU, on `../shared/data/kjv.txt`):
@@ -29,11 +32,12 @@
 
 use clap::Parser;
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::AttentionKind;
+use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig, Preset};
 use swa_training::bench::Table;
 use swa_training::cli::{Job, run_on};
-use swa_training::eval::{rebuild, with_eval_window};
+use swa_training::corpus::bits_per_unit;
+use swa_training::eval::{decoded_loss, rebuild, with_eval_window};
 use swa_training::plot::heat_map;
 use swa_training::study::{Study, StudyArgs};
 
@@ -81,14 +85,18 @@ struct StreamingStudy {
 }
 
 impl StreamingStudy {
-    /// Bits per byte of `model` run under `config` at each evaluation length.
-    fn row<B: WindowedAttentionBackend>(&self, model: &Decoder<B>, config: &DecoderConfig, lengths: &[usize], device: &B::Device) -> Result<Vec<f64>, String> {
+    /// Bits per byte of `model` run under `config` at each evaluation length: in parallel with
+    /// absolute positions, or decoded token by token with StreamingLLM's slot positions.
+    fn row<B: WindowedAttentionBackend>(&self, model: &Decoder<B>, config: &DecoderConfig, lengths: &[usize], streaming: bool, device: &B::Device) -> Result<Vec<f64>, String> {
         let model = rebuild(model, config, device).map_err(|e| e.to_string())?;
         let tokens = self.study.pick(8 * lengths[lengths.len() - 1], lengths[0]);
-        lengths
-            .iter()
-            .map(|&len| self.study.bits(&model, len, (tokens / len).max(1), 1, device))
-            .collect()
+        let bits = |len: usize| match streaming {
+            false => self.study.bits(&model, len, (tokens / len).max(1), 1, device),
+            true => decoded_loss(&model, self.study.corpus().valid(), len, self.study.pick(8, 1), CachePositions::Streaming, device)
+                .map(bits_per_unit)
+                .map_err(|e| e.to_string()),
+        };
+        lengths.iter().map(|&len| bits(len)).collect()
     }
 }
 
@@ -117,17 +125,24 @@ impl Job for StreamingStudy {
             table.rows.push([model.to_string(), inference].into_iter().chain(cells).collect());
         };
 
-        let full = self.row(&vanilla_model, &vanilla.config, &lengths, &device)?;
+        let full = self.row(&vanilla_model, &vanilla.config, &lengths, false, &device)?;
         push("vanilla", "full attention".into(), &full);
-        let modes = [("vanilla", "window", &vanilla_model, &vanilla.config, 0), ("vanilla", "sinks", &vanilla_model, &vanilla.config, self.sinks), ("swat", "window", &swat_model, &swat, 0)];
-        for (name, mode, model, config, sinks) in modes {
+        let s = self.sinks;
+        let modes = [
+            ("vanilla", "window", &vanilla_model, &vanilla.config, 0, false),
+            ("vanilla", "sinks", &vanilla_model, &vanilla.config, s, false),
+            ("vanilla", "streaming", &vanilla_model, &vanilla.config, s, true),
+            ("swat", "window", &swat_model, &swat, 0, false),
+        ];
+        for (name, mode, model, config, sinks, streaming) in modes {
             let mut cells = Vec::new();
             for &w in &windows {
                 let config = with_eval_window(config, w, sinks).map_err(|e| e.to_string())?;
-                let bits = self.row(model, &config, &lengths, &device)?;
-                let inference = match sinks {
-                    0 => format!("window {w}"),
-                    s => format!("window {w} + {s} sinks"),
+                let bits = self.row(model, &config, &lengths, streaming, &device)?;
+                let inference = match (sinks, streaming) {
+                    (0, _) => format!("window {w}"),
+                    (s, false) => format!("window {w} + {s} sinks, absolute positions"),
+                    (s, true) => format!("window {w} + {s} sinks, StreamingLLM (decoded, slot positions)"),
                 };
                 push(name, inference, &bits);
                 cells.push(bits);

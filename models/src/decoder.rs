@@ -2,7 +2,7 @@
 //! is given per layer as data, a final RMSNorm and the LM head (SEMANTICS §8).
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use swa_attention::WindowedAttentionBackend;
@@ -76,8 +76,8 @@ impl DecoderConfig {
         Ok(())
     }
 
-    /// Builds the model with random weights; fails, naming the field or layer, on an invalid
-    /// configuration.
+    /// Builds the model with random weights, drawn now (see [`Materialize`]); fails, naming
+    /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
         self.validate()?;
         let blocks = (0..self.layers)
@@ -99,12 +99,26 @@ impl DecoderConfig {
                 .with_bias(false)
                 .init(device)
         });
-        Ok(Decoder {
+        let model = Decoder {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
             blocks,
             norm: RmsNormConfig::new(self.d_model).init(device),
             head,
-        })
+        };
+        model.visit(&mut Materialize);
+        Ok(model)
+    }
+}
+
+/// Draws every parameter's value at once. Burn 0.21 initialises parameters lazily, and a clone
+/// of a parameter not yet drawn draws its own values: evaluating a clone of a fresh model (as
+/// an evaluation or a rebuild under another config does) would score other weights than the
+/// model's own.
+struct Materialize;
+
+impl<B: Backend> ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        param.val();
     }
 }
 

@@ -82,3 +82,14 @@ fn invalid_configs_name_the_field() {
         DecoderConfig { attention: vec![AttentionKind::Full, AttentionKind::Sliding { window: 0 }], ..base() };
     assert!(field(bad_layer).starts_with("layer 1: head 0: window size 0"));
 }
+
+/// A fresh model's weights are drawn at `init`: a clone computes what the model computes (with
+/// Burn's lazy parameters, a clone would draw weights of its own).
+#[test]
+fn a_clone_of_a_fresh_model_has_its_weights() {
+    let device = Default::default();
+    let model = DecoderConfig::new(64, 16, 1, 2, 2, vec![AttentionKind::Full]).init::<Reference>(&device).unwrap();
+    let copy = model.clone();
+    let (a, b) = (model.forward(tokens(1, 5, 64)).unwrap(), copy.forward(tokens(1, 5, 64)).unwrap());
+    assert!(crate::max_abs(&crate::to_vec(a), &crate::to_vec(b)) == 0.0);
+}

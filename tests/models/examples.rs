@@ -63,7 +63,7 @@ fn mswa_linear_example_runs_end_to_end() {
 fn streaming_example_runs_end_to_end() {
     let out = out_dir("streaming");
     streaming::run(streaming::Flags::parse_from(smoke_flags("streaming", &out))).unwrap();
-    assert_wrote(&out, &["grid.csv", "vanilla-window.svg", "vanilla-sinks.svg", "swat-window.svg"]);
+    assert_wrote(&out, &["grid.csv", "vanilla-window.svg", "vanilla-sinks.svg", "vanilla-streaming.svg", "swat-window.svg"]);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Training: exact resume from a checkpoint, checkpoint rotation, the schedule, the loader, and
-//! evaluation windows.
+//! evaluation (windows, and decoded token by token).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -127,4 +127,24 @@ fn evaluation_windows_replace_local_windows_only() {
     assert_eq!(sinks.attention, vec![AttentionKind::Sinks { sinks: 4, window: 16 }; 2]);
     let linear = DecoderConfig { attention: vec![AttentionKind::Linear { feature_dim: 4 }], ..config };
     assert!(with_eval_window(&linear, 16, 0).unwrap_err().to_string().contains("layer 0"));
+}
+
+/// Decoding token by token with absolute positions scores exactly what one batch of the
+/// parallel evaluation scores; StreamingLLM's slot positions change a sink model's score only
+/// once the sequence outgrows sinks + window.
+#[test]
+fn decoded_loss_matches_the_parallel_evaluation() {
+    use swa_zoo::attention::layers::CachePositions;
+    use swa_zoo::training::eval::{decoded_loss, mean_loss};
+    let device = Default::default();
+    let corpus = Corpus::embedded();
+    let config = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sinks { sinks: 2, window: 4 }]);
+    let model = config.init::<NdArray>(&device).unwrap();
+    let parallel = mean_loss(&model, corpus.valid(), 12, 3, 1, &device).unwrap();
+    let decoded = decoded_loss(&model, corpus.valid(), 12, 3, CachePositions::Absolute, &device).unwrap();
+    assert!((parallel - decoded).abs() < 1e-5, "parallel {parallel}, decoded {decoded}");
+    let short = |positions| decoded_loss(&model, corpus.valid(), 6, 3, positions, &device).unwrap();
+    assert!((short(CachePositions::Absolute) - short(CachePositions::Streaming)).abs() < 1e-5);
+    let streaming = decoded_loss(&model, corpus.valid(), 12, 3, CachePositions::Streaming, &device).unwrap();
+    assert!((streaming - decoded).abs() > 1e-4, "slot positions should change the score past sinks + window");
 }

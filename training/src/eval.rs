@@ -1,14 +1,16 @@
 //! Evaluation: loss, perplexity and bits per byte at several lengths with windowed inference,
 //! optionally with an evaluation window other than the training one (SWAT Table 2's "Eval
-//! Window"), and the window × length grid of SWAT's Figure 2.
+//! Window"), and the window × length grid of SWAT's Figure 2. [`decoded_loss`] scores token
+//! by token through the KV cache, for StreamingLLM's position shift (SEMANTICS §7).
 
 use std::sync::Arc;
 
 use burn::module::Module;
-use burn::tensor::ElementConversion;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn::tensor::backend::Backend;
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::AttentionKind;
+use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::language_model::LanguageModel;
@@ -74,4 +76,35 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
         count += out.tokens;
     }
     Ok(total / count.max(1) as f64)
+}
+
+/// Mean next-token loss (nats) of `model` decoding, one token at a time through its KV cache
+/// with `positions`, the same windows as one batch of [`mean_loss`]: `batch` consecutive
+/// windows of `len` tokens from `tokens`. With [`CachePositions::Absolute`] it equals
+/// [`mean_loss`] over one batch; with [`CachePositions::Streaming`] sink layers number their
+/// keys by cache slot, as StreamingLLM decodes (SEMANTICS §7).
+pub fn decoded_loss<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    tokens: Arc<Vec<u32>>,
+    len: usize,
+    batch: usize,
+    positions: CachePositions,
+    device: &B::Device,
+) -> Result<f64, TrainError> {
+    let loader = WindowLoader::<B>::new(tokens, len, batch, 1, Sampling::Sequential, 0, device.clone())
+        .map_err(|e| TrainError(format!("decoded evaluation at length {len}: {e}")))?;
+    let windows = loader.batch(0, 0);
+    let [rows, _] = windows.inputs.dims();
+    let host = |t: Tensor<B, 2, Int>| t.into_data().convert::<i64>().to_vec::<i64>().map_err(|e| TrainError(format!("{e:?}")));
+    let (inputs, targets) = (host(windows.inputs)?, host(windows.targets)?);
+    let column = |values: &[i64], n: usize| (0..rows).map(|r| values[r * len + n]).collect::<Vec<_>>();
+    let mut cache = model.cache(rows, positions, device).map_err(|e| TrainError(e.to_string()))?;
+    let mut total = 0.0;
+    for n in 0..len {
+        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(column(&inputs, n), [rows]), device);
+        let logits = model.step(tokens, &mut cache);
+        let next = Tensor::<B, 2, Int>::from_data(TensorData::new(column(&targets, n), [rows, 1]), device);
+        total -= log_softmax(logits, 1).gather(1, next).sum().into_scalar().elem::<f64>();
+    }
+    Ok(total / (rows * len) as f64)
 }
