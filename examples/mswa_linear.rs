@@ -76,7 +76,7 @@ impl Job for HybridStudy {
         let reference = models[3].1.window_sum(len);
         let mut rows = Vec::new();
         for (name, config) in &models {
-            let trained = study.train::<B>(name, config, len, study.steps(600), &device)?;
+            let trained = study.train::<B>(name, config, len, study.steps(400), &device)?;
             let bits = study.bits(&trained.model, len, 8, study.pick(16, 1), &device)?;
             rows.push(CostRow { name: name.to_string(), window_sum: config.window_sum(len), bits, seconds: trained.seconds });
         }

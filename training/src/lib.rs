@@ -2,12 +2,12 @@
 //!
 //! Training, evaluation, data and the `swa-zoo` CLI, built on [`swa_models`]:
 //! - [`corpus`]: byte- and word-level corpora, with an embedded default;
-//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval); [`synthetic`]: training
-//!   on them and their accuracy;
+//! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval, the majority vote of
+//!   Longformer's example); [`synthetic`]: training on them and their accuracy;
 //! - [`loader`]: reproducible batches for the Learner;
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
 //!   training run;
-//! - [`eval`]: evaluation at several lengths and windows;
+//! - [`eval`]: evaluation at several lengths and windows, in parallel or decoded;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
 //! - [`config_file`]: strict reading of JSON configurations;
 //! - [`check`]: the cross-backend equivalence check;
