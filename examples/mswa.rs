@@ -11,36 +11,38 @@
 //! Writes `table2.csv`, `table5.csv`, `table6.csv` and `table5.svg` (bits per byte against
 //! base window) to `--out` (default `target/examples/mswa`).
 //!
-//! Run (11 models of 400 steps; see the time below), on `../shared/data/kjv.txt`:
+//! Run (11 models of 400 steps, about 13 minutes on an idle 2-core CPU), on
+//! `../shared/data/kjv.txt`:
 //! `cargo run --release --example mswa`
 //!
 //! On a GPU, at the paper's width and depth:
 //! `cargo run --release --features cuda --example mswa -- --backend cuda --scale paper --steps 20000 --batch-size 32 --corpus enwik8`
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//! `cargo run --example mswa`: 20 min 52 s wall, 10 min 16 s of CPU time, on a machine busy
-//! with two other trainings and builds the whole time (an idle one should take about half the
-//! wall time). Tiny models: d = 64, 4 heads, 4 layers, length 128, batch 8, 400 steps.
+//! `cargo run --example mswa` on an otherwise idle machine: 13 min 19 s wall, 12 min 26 s
+//! CPU. Tiny models: d = 64, 4 heads, 4 layers, length 128, batch 8, 400 steps.
 //!
 //! | Table 2 | Σ windows | relative cost | valid bits/byte |
 //! |---|---|---|---|
-//! | SWA w=16 | 256 | 1.14 | 2.461 |
-//! | MSWA-h w=16 | 240 | 1.07 | 2.436 |
-//! | MSWA-l w=16 | 240 | 1.07 | 2.382 |
-//! | MSWA w=16 | 225 | 1.00 | **2.359** |
-//! | full attention | 2048 | 9.10 | 2.743 |
+//! | SWA w=16 | 256 | 1.14 | 2.480 |
+//! | MSWA-h w=16 | 240 | 1.07 | 2.433 |
+//! | MSWA-l w=16 | 240 | 1.07 | 2.416 |
+//! | MSWA w=16 | 225 | 1.00 | **2.342** |
+//! | full attention | 2048 | 9.10 | 2.733 |
 //!
 //! | Table 5 | w = 16 | w = 32 | w = 64 |
 //! |---|---|---|---|
-//! | SWA | 2.461 | 2.562 | 2.642 |
-//! | MSWA | 2.359 | 2.403 | 2.503 |
+//! | SWA | 2.480 | 2.557 | 2.706 |
+//! | MSWA | 2.342 | 2.381 | 2.540 |
 //!
 //! | Table 6 | relative cost | valid bits/byte |
 //! |---|---|---|
-//! | geometric | 1.00 | 2.359 |
-//! | reversed | 1.00 | 2.407 |
-//! | arithmetic | 0.87 | 2.416 |
+//! | geometric | 1.00 | 2.342 |
+//! | reversed | 1.00 | 2.422 |
+//! | arithmetic | 0.87 | 2.414 |
 //!
+//! An earlier run under load gave the same order in every table (Table 2: 2.461, 2.436,
+//! 2.382, 2.359, 2.743).
 //! - As in the paper, MSWA beats SWA at lower cost, and each of MSWA-h and MSWA-l lies between
 //!   them; the geometric allocation beats the reversed and arithmetic ones (Table 6).
 //! - Unlike the paper, larger base windows and full attention are *worse* here: at 400 steps
