@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{ElementConversion, Int, Tensor};
 use burn::tensor::backend::Backend;
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
@@ -95,16 +95,12 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
         .map_err(|e| TrainError(format!("decoded evaluation at length {len}: {e}")))?;
     let windows = loader.batch(0, 0);
     let [rows, _] = windows.inputs.dims();
-    let host = |t: Tensor<B, 2, Int>| t.into_data().convert::<i64>().to_vec::<i64>().map_err(|e| TrainError(format!("{e:?}")));
-    let (inputs, targets) = (host(windows.inputs)?, host(windows.targets)?);
-    let column = |values: &[i64], n: usize| (0..rows).map(|r| values[r * len + n]).collect::<Vec<_>>();
+    let column = |t: &Tensor<B, 2, Int>, n: usize| t.clone().narrow(1, n, 1);
     let mut cache = model.cache(rows, positions, device).map_err(|e| TrainError(e.to_string()))?;
     let mut total = 0.0;
     for n in 0..len {
-        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(column(&inputs, n), [rows]), device);
-        let logits = model.step(tokens, &mut cache);
-        let next = Tensor::<B, 2, Int>::from_data(TensorData::new(column(&targets, n), [rows, 1]), device);
-        total -= log_softmax(logits, 1).gather(1, next).sum().into_scalar().elem::<f64>();
+        let logits = model.step(column(&windows.inputs, n).reshape([rows]), &mut cache);
+        total -= log_softmax(logits, 1).gather(1, column(&windows.targets, n)).sum().into_scalar().elem::<f64>();
     }
     Ok(total / (rows * len) as f64)
 }
