@@ -12,7 +12,7 @@
 //!
 //! Flags: `--backend flex|ndarray|wgpu|cuda`, `--paper` (MSWA's 32 layers, 16 heads, d = 1024,
 //! instead of the CPU model), `--parts decode,flatness,streaming,training`, `--lengths` (training
-//! lengths), `--full-max P` (the last position full attention decodes to in the flatness run),
+//! lengths), `--windows` and `--batches` (the decode grid's), `--full-max P` (the last position full attention decodes to in the flatness run),
 //! `--out DIR` (default `benches/results/<backend>`). Prints Markdown tables and writes one CSV
 //! per part, `decode_latency.svg` (ms per token against the batch, one line per kind and
 //! window, like Figure 3) and `decode_flatness.svg`.
@@ -35,15 +35,18 @@ struct Options {
     paper: bool,
     parts: Vec<Part>,
     lengths: Option<Vec<usize>>,
+    windows: Option<Vec<usize>>,
+    batches: Option<Vec<usize>>,
     full_max: usize,
     out: Option<PathBuf>,
 }
 
 fn parse() -> Result<Options, String> {
     let mut options =
-        Options { backend: "flex".into(), paper: false, parts: Part::ALL.to_vec(), lengths: None, full_max: 16384, out: None };
+        Options { backend: "flex".into(), paper: false, parts: Part::ALL.to_vec(), lengths: None, windows: None, batches: None, full_max: 16384, out: None };
     let mut args = std::env::args().skip(1);
     let number = |flag: &str, value: &str| value.parse::<usize>().map_err(|_| format!("{flag} takes a number, not `{value}`"));
+    let numbers = |flag: &str, value: String| value.split(',').map(|v| number(flag, v)).collect::<Result<Vec<_>, _>>();
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -61,7 +64,9 @@ fn parse() -> Result<Options, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--lengths" => options.lengths = Some(value()?.split(',').map(|v| number("--lengths", v)).collect::<Result<_, _>>()?),
+            "--lengths" => options.lengths = Some(numbers("--lengths", value()?)?),
+            "--windows" => options.windows = Some(numbers("--windows", value()?)?),
+            "--batches" => options.batches = Some(numbers("--batches", value()?)?),
             "--full-max" => options.full_max = number("--full-max", &value()?)?,
             "--out" => options.out = Some(PathBuf::from(value()?)),
             // cargo bench passes --bench to every harness = false target.
@@ -96,6 +101,12 @@ where
     let mut suite = Suite::full(model, options.full_max);
     if let Some(lengths) = &options.lengths {
         suite.training.lengths = lengths.clone();
+    }
+    if let Some(windows) = &options.windows {
+        suite.decode.windows = windows.clone();
+    }
+    if let Some(batches) = &options.batches {
+        suite.decode.batches = batches.clone();
     }
     let out = options.out.clone().unwrap_or_else(|| Path::new("benches/results").join(&options.backend));
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
