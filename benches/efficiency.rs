@@ -12,8 +12,8 @@
 //!
 //! Flags: `--backend flex|ndarray|wgpu|cuda`, `--paper` (MSWA's 32 layers, 16 heads, d = 1024,
 //! instead of the CPU model), `--parts decode,flatness,streaming,training`, `--lengths` (training
-//! lengths), `--windows` and `--batches` (the decode grid's), `--full-max P` (the last position full attention decodes to in the flatness run),
-//! `--out DIR` (default `benches/results/<backend>`). Prints Markdown tables and writes one CSV
+//! lengths), `--windows` and `--batches` (the decode grid's), `--full-max P` (the last position
+//! full attention decodes to in the flatness run), `--out DIR` (default `benches/results/<backend>`). Prints Markdown tables and writes one CSV
 //! per part, `decode_latency.svg` (ms per token against the batch, one line per kind and
 //! window, like Figure 3) and `decode_flatness.svg`.
 

@@ -7,8 +7,10 @@ use crate::cases::matrix;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::common::{Case, Path, Tolerance, check_within, device_answers};
 
+/// Every case of `cases` through the dispatch on `B` against the dense reference within `tol`;
+/// prints the largest errors under `name` (the device's, for `device_answers`).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn check_backend<B>(name: &str, lengths: &[usize], tol: Tolerance)
+fn check_backend<B>(name: &str, cases: impl Iterator<Item = Case>, tol: Tolerance)
 where
     B: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::WindowedAttentionBackend,
 {
@@ -16,13 +18,17 @@ where
         return;
     }
     let mut worst = [0f32; 3];
-    for &n in lengths {
-        for (_, spec, opts) in matrix(n) {
-            let errors = check_within::<B>(&Case::new(n, 8, spec, opts), Path::Dispatch, &Default::default(), tol);
-            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
-        }
+    for case in cases {
+        let errors = check_within::<B>(&case, Path::Dispatch, &Default::default(), tol);
+        worst = std::array::from_fn(|i| worst[i].max(errors[i]));
     }
-    eprintln!("{name}: largest max-abs errors: o {:e}, lse {:e}, gradients {:e}", worst[0], worst[1], worst[2]);
+    eprintln!("{name} ({}): largest max-abs errors: o {:e}, lse {:e}, gradients {:e}", B::name(&Default::default()), worst[0], worst[1], worst[2]);
+}
+
+/// Every spec of the matrix at each of `lengths`, head dim 8.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn matrix_cases(lengths: &[usize]) -> impl Iterator<Item = Case> + '_ {
+    lengths.iter().flat_map(|&n| matrix(n).into_iter().map(move |(_, spec, opts)| Case::new(n, 8, spec, opts)))
 }
 
 #[test]
@@ -30,7 +36,7 @@ fn core_on_wgpu_matches_dense_on_ndarray() {
     #[cfg(feature = "wgpu")]
     // The kernels' own tests (`kernel.rs`) cover every length; here the blocked path of global
     // tokens and the dispatch between the two paths, at lengths below, across and past a block.
-    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>("wgpu", &[5, 65, 257], crate::common::F32);
+    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>("wgpu", matrix_cases(&[5, 65, 257]), crate::common::F32);
     #[cfg(not(feature = "wgpu"))]
     eprintln!("skipped: built without the `wgpu` feature");
 }
@@ -44,26 +50,11 @@ fn core_on_wgpu_matches_dense_on_ndarray() {
 fn core_on_cuda_matches_dense_on_ndarray() {
     #[cfg(feature = "cuda")]
     {
-        check_backend::<burn::backend::Autodiff<burn::backend::Cuda>>("cuda", &crate::cases::LENGTHS, crate::common::TF32);
-        check_cuda_f16();
+        use burn::backend::{Autodiff, Cuda};
+        check_backend::<Autodiff<Cuda>>("cuda", matrix_cases(&crate::cases::LENGTHS), crate::common::TF32);
+        let half = matrix_cases(&[65]).filter(|case| case.spec.globals().is_empty()).map(|case| Case { half: true, ..case });
+        check_backend::<Autodiff<Cuda<burn::tensor::f16>>>("cuda", half, crate::common::F16);
     }
     #[cfg(not(feature = "cuda"))]
     eprintln!("skipped: built without the `cuda` feature");
-}
-
-/// The f16 half of [`core_on_cuda_matches_dense_on_ndarray`], at a length past two blocks.
-#[cfg(feature = "cuda")]
-fn check_cuda_f16() {
-    type Half = burn::backend::Autodiff<burn::backend::Cuda<burn::tensor::f16>>;
-    if !device_answers::<Half>("cuda") {
-        return;
-    }
-    let mut worst = [0f32; 3];
-    for (_, spec, opts) in matrix(65).into_iter().filter(|(_, spec, _)| spec.globals().is_empty()) {
-        let mut case = Case::new(65, 8, spec, opts);
-        case.half = true;
-        let errors = check_within::<Half>(&case, Path::Dispatch, &Default::default(), crate::common::F16);
-        worst = std::array::from_fn(|i| worst[i].max(errors[i]));
-    }
-    eprintln!("cuda f16: largest max-abs errors: o {:e}, lse {:e}, gradients {:e}", worst[0], worst[1], worst[2]);
 }
