@@ -10,6 +10,7 @@ mod kernel_training;
 mod layer_forward;
 mod layer_reference;
 mod layers;
+mod mixed_precision;
 mod presets;
 mod tasks_training;
 mod training;

@@ -1,6 +1,7 @@
 //! The decoder as a Learner model: next-token cross-entropy for training and validation, over
 //! every position (language modelling) or over the scored positions of a synthetic task, whose
-//! accuracy it counts too.
+//! accuracy it counts too. [`ScaledLanguageModel`] is the same model for half-precision
+//! training, whose backward pass starts from the loss times the loss scale.
 
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -13,6 +14,7 @@ use swa_models::Decoder;
 
 use crate::loader::TokenBatch;
 use crate::metrics::StepStats;
+use crate::mixed_precision::LossScale;
 
 /// A decoder trained on next-token prediction.
 #[derive(Module, Debug)]
@@ -57,20 +59,25 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
     /// The configuration and sequence length are checked before training starts, so the
     /// forward pass cannot fail here.
     pub fn loss(&self, batch: TokenBatch<B>) -> LossOutput<B> {
-        let [rows, n] = batch.inputs.dims();
-        let logits = self.decoder.forward(batch.inputs).expect("checked before training");
-        let vocab = logits.dims()[2];
-        let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
-        let Some((scored, count)) = batch.scored else {
-            let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
-            return LossOutput { loss, tokens: rows * n, hits: None };
-        };
-        let (scored, count) = (scored.reshape([rows * n]), count.max(1));
-        let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
-        let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
-        let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
-        LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
+        decoder_loss(&self.decoder, batch)
     }
+}
+
+/// [`LanguageModel::loss`] of `decoder`.
+fn decoder_loss<B: WindowedAttentionBackend>(decoder: &Decoder<B>, batch: TokenBatch<B>) -> LossOutput<B> {
+    let [rows, n] = batch.inputs.dims();
+    let logits = decoder.forward(batch.inputs).expect("checked before training");
+    let vocab = logits.dims()[2];
+    let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
+    let Some((scored, count)) = batch.scored else {
+        let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
+        return LossOutput { loss, tokens: rows * n, hits: None };
+    };
+    let (scored, count) = (scored.reshape([rows * n]), count.max(1));
+    let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
+    let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
+    let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
+    LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
 }
 
 impl<B> TrainStep for LanguageModel<B>
@@ -93,5 +100,41 @@ impl<B: WindowedAttentionBackend> InferenceStep for LanguageModel<B> {
 
     fn step(&self, batch: TokenBatch<B>) -> LossOutput<B> {
         self.loss(batch)
+    }
+}
+
+/// A decoder trained in half precision with [`crate::mixed_precision::MixedPrecision`]: the loss
+/// of [`LanguageModel`], whose gradients are taken of the loss times the shared loss scale (the
+/// metrics see the unscaled loss). Its record is [`LanguageModel`]'s, since the scale is not
+/// saved with the model (the optimizer's record holds it).
+#[derive(Module, Debug)]
+pub struct ScaledLanguageModel<B: Backend> {
+    /// The model.
+    pub decoder: Decoder<B>,
+    /// The loss scale, shared with the optimizer.
+    #[module(skip)]
+    pub loss_scale: LossScale,
+}
+
+impl<B> TrainStep for ScaledLanguageModel<B>
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    type Input = TokenBatch<B>;
+    type Output = LossOutput<B>;
+
+    fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LossOutput<B>> {
+        let output = decoder_loss(&self.decoder, batch);
+        let grads = output.loss.clone().mul_scalar(self.loss_scale.factor()).backward();
+        TrainOutput::new(self, grads, output)
+    }
+}
+
+impl<B: WindowedAttentionBackend> InferenceStep for ScaledLanguageModel<B> {
+    type Input = TokenBatch<B>;
+    type Output = LossOutput<B>;
+
+    fn step(&self, batch: TokenBatch<B>) -> LossOutput<B> {
+        decoder_loss(&self.decoder, batch)
     }
 }

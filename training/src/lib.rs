@@ -6,7 +6,8 @@
 //!   Longformer's example); [`synthetic`]: training on them and their accuracy;
 //! - [`loader`]: reproducible batches for the Learner;
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
-//!   training run;
+//!   training run; [`mixed_precision`]: f16 and bf16 training on f32 master weights with loss
+//!   scaling;
 //! - [`eval`]: evaluation at several lengths and windows, in parallel or decoded;
 //! - [`plot`], [`curve`]: CSV and SVG figures, the loss curve of a run;
 //! - [`config_file`]: strict reading of JSON configurations;
@@ -26,6 +27,7 @@ pub mod eval;
 pub mod language_model;
 pub mod loader;
 pub mod metrics;
+pub mod mixed_precision;
 pub mod plot;
 pub mod renderer;
 pub mod schedule;

@@ -10,26 +10,32 @@
 //!
 //! [`train_with`] takes Burn's execution strategy: one device, or Burn's multi-device data
 //! parallelism.
+//!
+//! A device computing in f16 or bf16 trains with [`crate::mixed_precision`]: f32 master weights
+//! stepped by AdamW, and loss scaling in f16.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::config::Config;
 use burn::grad_clipping::GradientClippingConfig;
-use burn::optim::AdamWConfig;
+use burn::module::AutodiffModule;
+use burn::optim::{AdamWConfig, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
-use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
+use burn::train::{ExecutionStrategy, InferenceStep, Learner, SupervisedTraining, TrainStep, TrainingStrategy};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::corpus::Corpus;
-use crate::language_model::LanguageModel;
-use crate::loader::{Sampling, WindowLoader};
+use crate::language_model::{LanguageModel, LossOutput, ScaledLanguageModel};
+use crate::loader::{Sampling, TokenBatch, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
+use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::schedule::WarmupCosine;
 use crate::synthetic::SyntheticTask;
@@ -272,50 +278,87 @@ where
         config.warmup_steps,
         scheduler_steps.max(1),
     );
-    let optimizer = AdamWConfig::new()
-        .with_weight_decay(config.weight_decay)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.grad_clip)))
-        .init();
-    let bits = match corpus.unit() {
-        crate::corpus::Unit::Byte => "Bits per byte",
-        crate::corpus::Unit::Word => "Bits per word",
-    };
-    let mut training = SupervisedTraining::new(out, Arc::new(train_loader), Arc::new(valid_loader))
-        .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
-        .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
-        .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-        .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-        .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-        .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-        .metric_train_numeric(TokensPerSecond::new())
-        .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-        .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
-        .grads_accumulation(config.grad_accumulation)
-        .num_epochs(config.epochs())
-        .with_training_strategy(TrainingStrategy::Default(strategy))
-        .summary();
-    if config.task.is_some() {
-        training = training
-            .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
-            .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
-    }
-    if !dashboard_available() {
-        training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
-    }
-    if start > 0 {
-        training = training.checkpoint(start);
-    }
+    let adamw = AdamWConfig::new().with_weight_decay(config.weight_decay);
+    let clipping = GradientClippingConfig::Norm(config.grad_clip);
+    let run = Run { config, out, start, unit: corpus.unit(), strategy, train_loader, valid_loader, schedule };
     if start > 0 {
         set_logs_aside(out).map_err(io)?;
     }
-    let result = training.launch(Learner::new(LanguageModel { decoder }, optimizer, schedule));
+    // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    let model = match float {
+        DType::F32 => run.launch(LanguageModel { decoder }, adamw.with_grad_clipping(Some(clipping)).init()).decoder,
+        half => {
+            let loss_scale = LossScale::new(LossScaler::for_dtype(half));
+            let optimizer = MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
+            run.launch(ScaledLanguageModel { decoder, loss_scale }, optimizer).decoder
+        }
+    };
     if start > 0 {
         renumber_resumed_logs(out, start).map_err(io)?;
     }
-    let model = result.model.decoder;
     swa_models::weights::save_record(&model, &out.join("model.mpk")).map_err(|e| TrainError(e.to_string()))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
+}
+
+/// What a run's Learner needs besides its model and optimizer.
+struct Run<'a, B: AutodiffBackend> {
+    config: &'a TrainConfig,
+    out: &'a Path,
+    start: usize,
+    unit: crate::corpus::Unit,
+    strategy: ExecutionStrategy<B>,
+    train_loader: WindowLoader<B>,
+    valid_loader: WindowLoader<B::InnerBackend>,
+    schedule: WarmupCosine,
+}
+
+impl<B> Run<'_, B>
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+    B::InnerBackend: WindowedAttentionBackend,
+{
+    /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
+    /// metrics, checkpoints, resume from `start`); returns the trained model without autodiff.
+    fn launch<M, O>(self, model: M, optimizer: O) -> M::InnerModule
+    where
+        M: TrainStep<Input = TokenBatch<B>, Output = LossOutput<B>> + AutodiffModule<B> + std::fmt::Display + 'static,
+        M::InnerModule: InferenceStep<Input = TokenBatch<B::InnerBackend>, Output = LossOutput<B::InnerBackend>>,
+        O: Optimizer<M, B> + 'static,
+    {
+        let config = self.config;
+        let bits = match self.unit {
+            crate::corpus::Unit::Byte => "Bits per byte",
+            crate::corpus::Unit::Word => "Bits per word",
+        };
+        let mut training = SupervisedTraining::new(self.out, Arc::new(self.train_loader), Arc::new(self.valid_loader))
+            .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
+            .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
+            .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+            .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+            .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+            .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+            .metric_train_numeric(TokensPerSecond::new())
+            .metric_train_numeric(LearningRateMetric::new())
+            .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+            .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
+            .grads_accumulation(config.grad_accumulation)
+            .num_epochs(config.epochs())
+            .with_training_strategy(TrainingStrategy::Default(self.strategy))
+            .summary();
+        if config.task.is_some() {
+            training = training
+                .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
+                .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
+        }
+        if !dashboard_available() {
+            training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
+        }
+        if self.start > 0 {
+            training = training.checkpoint(self.start);
+        }
+        training.launch(Learner::new(model, optimizer, self.schedule)).model
+    }
 }
 
 /// The metric logs of the epochs before a resume, kept aside while the resumed run writes its
