@@ -21,7 +21,8 @@ pub enum BackendChoice {
     Cuda,
 }
 
-/// The float type of weights, activations and gradients.
+/// The float type of the model's weights, activations and gradients (training in half precision
+/// keeps an f32 master copy of the weights: see [`crate::mixed_precision`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Precision {
     /// 32-bit floats, on every backend.

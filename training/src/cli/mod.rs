@@ -62,7 +62,8 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Float type: f32, or half precision on GPU backends (f16 on wgpu where the adapter has
-    /// shader-f16; f16 or bf16 on cuda). The windowed-attention kernels accumulate in f32.
+    /// shader-f16; f16 or bf16 on cuda). The windowed-attention kernels accumulate in f32;
+    /// training in half precision keeps f32 master weights for AdamW (and scales f16 losses).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
 }
