@@ -59,7 +59,7 @@ fn burns_multi_device_strategy_trains_on_two_cpu_devices() {
 
 /// f16 training on wgpu's CPU adapter (lavapipe, which has shader-f16) learns: with f32 master
 /// weights and loss scaling, 8 steps bring the validation loss well below the uniform guess
-/// (ln 256) and near the same run in f32 (on ndarray).
+/// (ln 256), by at least half as much as the same run in f32 (on ndarray).
 #[test]
 fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
     #[cfg(feature = "wgpu")]
@@ -85,10 +85,13 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
             Ok(true) => {
                 assert_eq!(Tensor::<H, 1>::zeros([1], &device).dtype(), DType::F16, "the run is in f16");
                 let (before, after) = losses_before_and_after::<H>("f16", ExecutionStrategy::SingleDevice(device));
-                let (_, in_f32) = losses_before_and_after::<Autodiff<NdArray>>("f32", ExecutionStrategy::SingleDevice(Default::default()));
+                let (f32_before, f32_after) = losses_before_and_after::<Autodiff<NdArray>>("f32", ExecutionStrategy::SingleDevice(Default::default()));
                 let uniform = 256f64.ln();
-                assert!(after < before - 0.1 && after < uniform - 0.1, "f16 did not learn: {before} → {after}");
-                assert!((after - in_f32).abs() < 0.1, "f16 ends at {after}, f32 at {in_f32}");
+                assert!(after < uniform - 0.3, "f16 did not learn: {before} → {after}");
+                // The two runs start from different random weights (Burn's RNG is shared with
+                // the tests running beside this one), so their drops are compared, not their ends.
+                let (drop, f32_drop) = (before - after, f32_before - f32_after);
+                assert!(drop > 0.5 * f32_drop, "f16 fell by {drop}, f32 by {f32_drop}");
             }
         }
     }

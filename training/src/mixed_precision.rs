@@ -153,13 +153,12 @@ impl<M, B: AutodiffBackend> MixedPrecision<M, B> {
     pub fn new(adamw: AdamW, clipping: Option<GradientClipping>, loss_scale: LossScale) -> Self {
         Self { adamw, clipping, masters: HashMap::new(), loss_scale, module: PhantomData }
     }
+}
 
+impl<M: AutodiffModule<B>, B: AutodiffBackend> MixedPrecision<M, B> {
     /// Unscales the gradients into f32, skips the update when one is not finite, and otherwise
     /// steps the masters and refreshes the model from them.
-    fn step_common<Mo>(&mut self, lr: LearningRate, module: Mo, mut grads: GradAdaptor) -> Mo
-    where
-        Mo: AutodiffModule<B>,
-    {
+    fn step_common(&mut self, lr: LearningRate, module: M, mut grads: GradAdaptor) -> M {
         let mut unscale = Unscale::<B> { grads: &mut grads, scale: self.loss_scale.factor(), found: HashMap::new() };
         module.visit(&mut unscale);
         let found = unscale.found;
