@@ -132,7 +132,9 @@ pub struct Decoder<B: Backend> {
     head: Option<Linear<B>>,
 }
 
-/// The decoding state of every layer (SEMANTICS §7), made by [`Decoder::cache`].
+/// The decoding state of every layer (SEMANTICS §7), made by [`Decoder::cache`]. A clone is an
+/// independent copy: decoding can fork from any position.
+#[derive(Clone)]
 pub struct DecoderCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
     len: usize,

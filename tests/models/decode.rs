@@ -127,6 +127,28 @@ fn decoding_reproduces_the_forward_pass_with_constant_memory() {
     }
 }
 
+/// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
+/// both give the same logits for the same tokens (the flatness benchmark forks caches so).
+#[test]
+fn a_forked_cache_decodes_independently() {
+    let device = Default::default();
+    for (name, attention, reach) in windowed_kinds() {
+        let model = config(attention).init::<B>(&device).unwrap();
+        let ids = token_ids(2 * reach + 6);
+        let (prefix, rest) = ids.split_at(reach + 3);
+        let token = |id: i64| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
+        let mut original = model.cache(1, CachePositions::Absolute, &device).unwrap();
+        for &id in prefix {
+            model.step(token(id), &mut original);
+        }
+        let mut fork = original.clone();
+        let forked: Vec<f32> = rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut fork))).collect();
+        assert_eq!(original.len(), prefix.len(), "{name}: stepping the fork moved the original");
+        let resumed: Vec<f32> = rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut original))).collect();
+        assert_eq!(forked, resumed, "{name}: the fork and the original decode differently");
+    }
+}
+
 #[test]
 fn full_attention_decodes_exactly_and_its_cache_grows() {
     let model = config(vec![AttentionKind::Full])

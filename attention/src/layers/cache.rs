@@ -32,6 +32,7 @@ pub enum CachePositions {
 }
 
 /// The cache of one layer: one buffer per group of kv heads that share a reach.
+#[derive(Clone)]
 pub struct KvCache<B: Backend> {
     /// One spec, or one per LongNet branch (mixed by their denominators, SEMANTICS §5).
     specs: Vec<WindowSpec>,
@@ -43,6 +44,7 @@ pub struct KvCache<B: Backend> {
 }
 
 /// The keys and values of the kv heads that share one reach.
+#[derive(Clone)]
 struct Buffer<B: Backend> {
     /// The kv heads kept here, and the query heads that read them (GQA), in order.
     kv_heads: Vec<usize>,

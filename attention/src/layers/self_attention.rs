@@ -179,7 +179,9 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     }
 }
 
-/// A layer's decoding state (SEMANTICS §7), made by [`SelfAttention::cache`].
+/// A layer's decoding state (SEMANTICS §7), made by [`SelfAttention::cache`]. A clone is an
+/// independent copy (tensors are shared until one of the copies writes).
+#[derive(Clone)]
 pub enum LayerCache<B: Backend> {
     /// Windowed kinds: the bounded cache of the local projections, and for Longformer's global
     /// rows a cache of the global projections, kept only until the last global position.

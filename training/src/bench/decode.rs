@@ -8,7 +8,7 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::layers::CachePositions;
-use swa_models::Decoder;
+use swa_models::{Decoder, DecoderCache};
 
 use super::{BenchModel, Family, Table, median, mib, ms};
 
@@ -129,8 +129,7 @@ pub fn time_steps<B: Backend>(
             B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))?;
         }
         let start = Instant::now();
-        let logits = model.step(tokens, &mut cache);
-        tokens = logits.argmax(1).reshape([batch]);
+        tokens = greedy_step(model, tokens, &mut cache);
         if let Some(i) = timed {
             tokens.to_data();
             samples[i].push(start.elapsed().as_secs_f64() * 1e3);
@@ -171,7 +170,7 @@ pub struct FlatnessBench {
     /// Full attention is measured only at positions up to this one (its steps grow with the
     /// position, so reaching the last one costs the most).
     pub full_max: usize,
-    /// Steps timed from each position on, their median taken.
+    /// Rounds of interleaved steps timed at every position, their median taken.
     pub repeats: usize,
 }
 
@@ -192,7 +191,11 @@ impl FlatnessRow {
     }
 }
 
-/// Runs the flatness benchmark.
+/// Runs the flatness benchmark. Each kind decodes once up to its last position, forking its
+/// cache at every measured position; then rounds step every fork once in turn, so the machine's
+/// slow and fast spells fall on all positions alike (timing them one after the other left
+/// single positions 1.4× off at random on a shared VM), and the time at a position is the median
+/// over the rounds.
 pub fn run_flatness<B: Backend>(bench: &FlatnessBench, device: &B::Device) -> Result<Vec<FlatnessRow>, String> {
     let mut rows = Vec::new();
     for &family in &bench.families {
@@ -200,13 +203,45 @@ pub fn run_flatness<B: Backend>(bench: &FlatnessBench, device: &B::Device) -> Re
         let model = config.init::<B>(device).map_err(|e| e.to_string())?;
         let limit = if family.windowed() { usize::MAX } else { bench.full_max };
         let at: Vec<usize> = bench.positions.iter().copied().filter(|&p| p <= limit).collect();
-        let steps = at.last().map_or(0, |p| p + bench.repeats);
-        let timing = time_steps(&model, 1, CachePositions::Absolute, &at, bench.repeats, steps, device)?;
-        let mut times = timing.per_position_ms.into_iter();
+        let mut times = interleaved_ms(&model, &at, bench.repeats, device)?.into_iter();
         let ms = bench.positions.iter().map(|p| at.contains(p).then(|| times.next()).flatten()).collect();
         rows.push(FlatnessRow { family, ms });
     }
     Ok(rows)
+}
+
+/// Milliseconds per decoding step, batch 1, at each of the increasing positions `at`: the
+/// median over `rounds` interleaved rounds, after one untimed round in which each fork takes
+/// buffers of its own.
+fn interleaved_ms<B: Backend>(model: &Decoder<B>, at: &[usize], rounds: usize, device: &B::Device) -> Result<Vec<f64>, String> {
+    let mut cache = model.cache(1, CachePositions::Absolute, device).map_err(|e| e.to_string())?;
+    let mut tokens = Tensor::<B, 1, Int>::zeros([1], device);
+    let mut forks = Vec::with_capacity(at.len());
+    for &position in at {
+        while cache.len() < position {
+            tokens = greedy_step(model, tokens, &mut cache);
+        }
+        forks.push((cache.clone(), tokens.clone()));
+    }
+    let mut samples = vec![Vec::with_capacity(rounds); at.len()];
+    for round in 0..=rounds {
+        for ((cache, tokens), samples) in forks.iter_mut().zip(&mut samples) {
+            B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))?;
+            let start = Instant::now();
+            *tokens = greedy_step(model, tokens.clone(), cache);
+            tokens.to_data();
+            if round > 0 {
+                samples.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    Ok(samples.into_iter().map(median).collect())
+}
+
+/// One decoding step of `tokens: [batch]`, returning the most likely next tokens `[batch]`.
+fn greedy_step<B: Backend>(model: &Decoder<B>, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 1, Int> {
+    let batch = tokens.dims()[0];
+    model.step(tokens, cache).argmax(1).reshape([batch])
 }
 
 /// The flatness table: ms per token at each position, and last over first.

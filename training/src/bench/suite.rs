@@ -53,7 +53,7 @@ impl Suite {
                 window: 256,
                 positions: vec![2048, 4096, 8192, 16384],
                 full_max,
-                repeats: 9,
+                repeats: 41,
             },
             streaming: StreamingBench {
                 model: model.clone(),
@@ -88,7 +88,7 @@ impl Suite {
         suite.decode.repeats = 3;
         suite.flatness.window = 64;
         suite.flatness.positions = vec![256, 512, 1024, 2048];
-        suite.flatness.repeats = 5;
+        suite.flatness.repeats = 15;
         suite.streaming.window = 64;
         suite.streaming.positions = vec![512, 1024];
         suite.streaming.repeats = 3;

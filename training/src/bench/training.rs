@@ -26,8 +26,9 @@ pub struct TrainBench {
     pub lengths: Vec<usize>,
     /// Sequences per step.
     pub batch: usize,
-    /// Timed steps per length (their median is reported), after one untimed warm-up step per
-    /// kind at the first length.
+    /// Timed steps per length (their median is reported), after one untimed warm-up step at
+    /// that length: CubeCL backends compile kernels and autotune matmuls per shape, which would
+    /// otherwise land in the first timed step of each new length.
     pub steps: usize,
     /// Full attention is skipped where one layer's `H·N²` f32 scores would exceed this many
     /// bytes (its backward pass keeps them).
@@ -64,7 +65,6 @@ where
     for &family in &bench.families {
         let config = bench.model.config(family, bench.window)?;
         let model = LanguageModel { decoder: config.init::<B>(device).map_err(|e| e.to_string())? };
-        let mut warm = false;
         for &len in &bench.lengths {
             let score_bytes = bench.model.heads * len * len * 4;
             if family == Family::Full && score_bytes > bench.full_score_bytes {
@@ -73,10 +73,7 @@ where
                 rows.push(TrainRow { family, len, skipped, ms: f64::NAN, tokens_per_s: f64::NAN, peak_bytes: None });
                 continue;
             }
-            if !warm {
-                step(&model, bench.batch, len, device)?;
-                warm = true;
-            }
+            step(&model, bench.batch, len, device)?;
             let mut times = Vec::new();
             let mut peak_bytes = None;
             for i in 0..bench.steps.max(1) {
