@@ -20,24 +20,28 @@ fn run_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn tiny() -> TrainConfig {
+/// A tiny sliding-window run of `steps` steps, checkpointed once at the end.
+fn tiny(steps: usize) -> TrainConfig {
     let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
     TrainConfig::new(model, 16)
         .with_batch_size(4)
-        .with_steps(8)
-        .with_checkpoint_every(8)
+        .with_steps(steps)
+        .with_checkpoint_every(steps)
         .with_warmup_steps(1)
         .with_learning_rate(1e-2)
         .with_valid_batches(2)
 }
 
-/// Validation loss of a fresh model and of the model `strategy` trained, both finite.
-fn losses_before_and_after<B>(name: &str, strategy: ExecutionStrategy<B>) -> (f64, f64)
+/// Validation loss of a fresh model and of the model `strategy` trained for `steps` steps, both
+/// finite. The fresh model is drawn apart from the trained one's initial weights (Burn's RNG is
+/// shared with the tests running beside it), so `before` is a typical starting loss, not that
+/// run's own.
+fn losses_before_and_after<B>(name: &str, steps: usize, strategy: ExecutionStrategy<B>) -> (f64, f64)
 where
     B: AutodiffBackend + WindowedAttentionBackend,
     B::InnerBackend: WindowedAttentionBackend,
 {
-    let (config, corpus, dir) = (tiny(), Corpus::embedded(), run_dir(name));
+    let (config, corpus, dir) = (tiny(steps), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
     let loss = |model: Decoder<B::InnerBackend>| mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap();
     let before = loss(config.model.init::<B::InnerBackend>(&device).unwrap());
@@ -53,8 +57,10 @@ where
 #[test]
 fn burns_multi_device_strategy_trains_on_two_cpu_devices() {
     let devices = vec![Default::default(); 2];
-    let (before, after) = losses_before_and_after::<Autodiff<NdArray>>("multi", ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice));
-    assert!(after < before - 0.1, "{before} → {after}");
+    // 24 steps: after 8, two runs ended 0.3 and 0.06 below their fresh model's loss, which was
+    // drawn apart from their own initial weights.
+    let (before, after) = losses_before_and_after::<Autodiff<NdArray>>("multi", 24, ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice));
+    assert!(after < before - 0.3, "{before} → {after}");
 }
 
 /// f16 training on wgpu's CPU adapter (lavapipe, which has shader-f16) learns: with f32 master
@@ -84,8 +90,8 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
             Ok(false) => eprintln!("skipped: the wgpu adapter does not support f16 (shader-f16)"),
             Ok(true) => {
                 assert_eq!(Tensor::<H, 1>::zeros([1], &device).dtype(), DType::F16, "the run is in f16");
-                let (before, after) = losses_before_and_after::<H>("f16", ExecutionStrategy::SingleDevice(device));
-                let (f32_before, f32_after) = losses_before_and_after::<Autodiff<NdArray>>("f32", ExecutionStrategy::SingleDevice(Default::default()));
+                let (before, after) = losses_before_and_after::<H>("f16", 8, ExecutionStrategy::SingleDevice(device));
+                let (f32_before, f32_after) = losses_before_and_after::<Autodiff<NdArray>>("f32", 8, ExecutionStrategy::SingleDevice(Default::default()));
                 let uniform = 256f64.ln();
                 assert!(after < uniform - 0.3, "f16 did not learn: {before} → {after}");
                 // The two runs start from different random weights (Burn's RNG is shared with
