@@ -59,7 +59,7 @@ mod on_wgpu {
         B: AutodiffBackend + WindowedAttentionBackend,
     {
         let decoder = load_record::<B>(config, weights, device).expect("weights just saved");
-        let mut model = LanguageModel { decoder };
+        let mut model = LanguageModel::new(decoder);
         let mut optim = AdamWConfig::new().init();
         let mut losses = Vec::new();
         for _ in 0..STEPS {

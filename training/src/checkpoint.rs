@@ -16,7 +16,7 @@ use crate::language_model::{LanguageModel, LanguageModelRecord};
 /// holds the weights of `config`: a readable record of the same structure and shapes.
 pub fn check_model_checkpoint<B: Backend>(config: &DecoderConfig, path: &Path, device: &B::Device) -> Result<(), String> {
     let fail = |problem: String| format!("{}: {problem}", path.display());
-    let fresh = LanguageModel { decoder: config.init::<B>(device).map_err(|e| e.to_string())? };
+    let fresh = LanguageModel::new(config.init::<B>(device).map_err(|e| e.to_string())?);
     let record: LanguageModelRecord<B> = NamedMpkFileRecorder::<FullPrecisionSettings>::new()
         .load(path.to_path_buf(), device)
         .map_err(|e| fail(format!("not a readable checkpoint of this model: {e}")))?;

@@ -68,7 +68,7 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
 ) -> Result<f64, TrainError> {
     let loader = WindowLoader::<B>::new(tokens, len, batch, batches, Sampling::Sequential, 0, device.clone())
         .map_err(|e| TrainError(format!("evaluation at length {len}: {e}")))?;
-    let scorer = LanguageModel { decoder: model.clone() };
+    let scorer = LanguageModel::new(model.clone());
     let (mut total, mut count) = (0.0, 0);
     for batch in burn::data::dataloader::DataLoader::iter(&loader) {
         let out = scorer.loss(batch);

@@ -1,7 +1,7 @@
 //! The decoder as a Learner model: next-token cross-entropy for training and validation, over
 //! every position (language modelling) or over the scored positions of a synthetic task, whose
-//! accuracy it counts too. [`ScaledLanguageModel`] is the same model for half-precision
-//! training, whose backward pass starts from the loss times the loss scale.
+//! accuracy it counts too. In half-precision training its backward pass starts from the loss
+//! times the loss scale of [`crate::mixed_precision`].
 
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -21,6 +21,11 @@ use crate::mixed_precision::LossScale;
 pub struct LanguageModel<B: Backend> {
     /// The model.
     pub decoder: Decoder<B>,
+    /// The loss scale shared with [`crate::mixed_precision::MixedPrecision`] in half-precision
+    /// training; `None` (f32) takes gradients of the loss itself. Not part of the record (the
+    /// optimizer's record holds it).
+    #[module(skip)]
+    pub loss_scale: Option<LossScale>,
 }
 
 /// The loss of a step, still on the device, and how many tokens it covers.
@@ -52,6 +57,13 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
     }
 }
 
+impl<B: Backend> LanguageModel<B> {
+    /// `decoder` trained in f32, without loss scaling.
+    pub fn new(decoder: Decoder<B>) -> Self {
+        Self { decoder, loss_scale: None }
+    }
+}
+
 impl<B: WindowedAttentionBackend> LanguageModel<B> {
     /// Mean next-token cross-entropy of `batch` (`[batch, N]` inputs and targets), over the
     /// scored positions when the batch has a mask (with the count of right answers there).
@@ -59,25 +71,20 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
     /// The configuration and sequence length are checked before training starts, so the
     /// forward pass cannot fail here.
     pub fn loss(&self, batch: TokenBatch<B>) -> LossOutput<B> {
-        decoder_loss(&self.decoder, batch)
+        let [rows, n] = batch.inputs.dims();
+        let logits = self.decoder.forward(batch.inputs).expect("checked before training");
+        let vocab = logits.dims()[2];
+        let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
+        let Some((scored, count)) = batch.scored else {
+            let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
+            return LossOutput { loss, tokens: rows * n, hits: None };
+        };
+        let (scored, count) = (scored.reshape([rows * n]), count.max(1));
+        let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
+        let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
+        let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
+        LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
     }
-}
-
-/// [`LanguageModel::loss`] of `decoder`.
-fn decoder_loss<B: WindowedAttentionBackend>(decoder: &Decoder<B>, batch: TokenBatch<B>) -> LossOutput<B> {
-    let [rows, n] = batch.inputs.dims();
-    let logits = decoder.forward(batch.inputs).expect("checked before training");
-    let vocab = logits.dims()[2];
-    let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
-    let Some((scored, count)) = batch.scored else {
-        let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
-        return LossOutput { loss, tokens: rows * n, hits: None };
-    };
-    let (scored, count) = (scored.reshape([rows * n]), count.max(1));
-    let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
-    let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
-    let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
-    LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
 }
 
 impl<B> TrainStep for LanguageModel<B>
@@ -89,7 +96,10 @@ where
 
     fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LossOutput<B>> {
         let output = self.loss(batch);
-        let grads = output.loss.backward();
+        let grads = match &self.loss_scale {
+            Some(scale) => output.loss.clone().mul_scalar(scale.factor()).backward(),
+            None => output.loss.backward(),
+        };
         TrainOutput::new(self, grads, output)
     }
 }
@@ -100,41 +110,5 @@ impl<B: WindowedAttentionBackend> InferenceStep for LanguageModel<B> {
 
     fn step(&self, batch: TokenBatch<B>) -> LossOutput<B> {
         self.loss(batch)
-    }
-}
-
-/// A decoder trained in half precision with [`crate::mixed_precision::MixedPrecision`]: the loss
-/// of [`LanguageModel`], whose gradients are taken of the loss times the shared loss scale (the
-/// metrics see the unscaled loss). Its record is [`LanguageModel`]'s, since the scale is not
-/// saved with the model (the optimizer's record holds it).
-#[derive(Module, Debug)]
-pub struct ScaledLanguageModel<B: Backend> {
-    /// The model.
-    pub decoder: Decoder<B>,
-    /// The loss scale, shared with the optimizer.
-    #[module(skip)]
-    pub loss_scale: LossScale,
-}
-
-impl<B> TrainStep for ScaledLanguageModel<B>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-{
-    type Input = TokenBatch<B>;
-    type Output = LossOutput<B>;
-
-    fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LossOutput<B>> {
-        let output = decoder_loss(&self.decoder, batch);
-        let grads = output.loss.clone().mul_scalar(self.loss_scale.factor()).backward();
-        TrainOutput::new(self, grads, output)
-    }
-}
-
-impl<B: WindowedAttentionBackend> InferenceStep for ScaledLanguageModel<B> {
-    type Input = TokenBatch<B>;
-    type Output = LossOutput<B>;
-
-    fn step(&self, batch: TokenBatch<B>) -> LossOutput<B> {
-        decoder_loss(&self.decoder, batch)
     }
 }

@@ -8,7 +8,7 @@
 //! tensors, so the update is the f32 run's).
 //!
 //! f16 needs dynamic loss scaling as well: the loss is multiplied by [`LossScale::factor`]
-//! before backward (by [`crate::language_model::ScaledLanguageModel`]), gradients are divided by
+//! before backward (by [`crate::language_model::LanguageModel`]), gradients are divided by
 //! it in f32, and a step whose gradients are not finite is skipped and halves the scale, while
 //! [`GROWTH_INTERVAL`] good steps in a row double it. bf16 has f32's exponent range and runs
 //! with a fixed scale of 1.

@@ -19,21 +19,20 @@ use std::sync::Arc;
 
 use burn::config::Config;
 use burn::grad_clipping::GradientClippingConfig;
-use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
-use burn::train::{ExecutionStrategy, InferenceStep, Learner, SupervisedTraining, TrainStep, TrainingStrategy};
+use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::corpus::Corpus;
-use crate::language_model::{LanguageModel, LossOutput, ScaledLanguageModel};
-use crate::loader::{Sampling, TokenBatch, WindowLoader};
+use crate::language_model::LanguageModel;
+use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
@@ -287,11 +286,11 @@ where
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let model = match float {
-        DType::F32 => run.launch(LanguageModel { decoder }, adamw.with_grad_clipping(Some(clipping)).init()).decoder,
+        DType::F32 => run.launch(LanguageModel::new(decoder), adamw.with_grad_clipping(Some(clipping)).init()),
         half => {
             let loss_scale = LossScale::new(LossScaler::for_dtype(half));
             let optimizer = MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
-            run.launch(ScaledLanguageModel { decoder, loss_scale }, optimizer).decoder
+            run.launch(LanguageModel { decoder, loss_scale: Some(loss_scale) }, optimizer)
         }
     };
     if start > 0 {
@@ -319,12 +318,10 @@ where
     B::InnerBackend: WindowedAttentionBackend,
 {
     /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
-    /// metrics, checkpoints, resume from `start`); returns the trained model without autodiff.
-    fn launch<M, O>(self, model: M, optimizer: O) -> M::InnerModule
+    /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
+    fn launch<O>(self, model: LanguageModel<B>, optimizer: O) -> Decoder<B::InnerBackend>
     where
-        M: TrainStep<Input = TokenBatch<B>, Output = LossOutput<B>> + AutodiffModule<B> + std::fmt::Display + 'static,
-        M::InnerModule: InferenceStep<Input = TokenBatch<B::InnerBackend>, Output = LossOutput<B::InnerBackend>>,
-        O: Optimizer<M, B> + 'static,
+        O: Optimizer<LanguageModel<B>, B> + 'static,
     {
         let config = self.config;
         let bits = match self.unit {
@@ -357,7 +354,7 @@ where
         if self.start > 0 {
             training = training.checkpoint(self.start);
         }
-        training.launch(Learner::new(model, optimizer, self.schedule)).model
+        training.launch(Learner::new(model, optimizer, self.schedule)).model.decoder
     }
 }
 

@@ -64,7 +64,7 @@ where
     let mut rows = Vec::new();
     for &family in &bench.families {
         let config = bench.model.config(family, bench.window)?;
-        let model = LanguageModel { decoder: config.init::<B>(device).map_err(|e| e.to_string())? };
+        let model = LanguageModel::new(config.init::<B>(device).map_err(|e| e.to_string())?);
         for &len in &bench.lengths {
             let score_bytes = bench.model.heads * len * len * 4;
             if family == Family::Full && score_bytes > bench.full_score_bytes {

@@ -57,7 +57,7 @@ where
     let decoded = decode(&decoder.valid(), &tokens[0][..case.prompt_len], case.decode_steps, device);
 
     let batch = token_batch::<B>(&tokens, device);
-    let model = LanguageModel { decoder };
+    let model = LanguageModel::new(decoder);
     let logits = model.decoder.forward(batch.inputs.clone()).map_err(|e| e.to_string())?;
     let loss = model.loss(batch).loss;
     let loss_value = values(loss.clone())[0];

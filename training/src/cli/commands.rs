@@ -309,7 +309,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             let corpus = Corpus::embedded();
             let (config, train_len, name) = model_config(&args.model, corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);
-            let model = LanguageModel { decoder: config.init::<B>(&device).map_err(|e| e.to_string())? };
+            let model = LanguageModel::new(config.init::<B>(&device).map_err(|e| e.to_string())?);
             let loader = WindowLoader::<B>::new(corpus.train(), len, args.batch_size, args.steps + 1, Sampling::Random { seed: 0 }, 0, device.clone())?;
             let mut start = Instant::now();
             for step in 0..=args.steps {
