@@ -44,8 +44,9 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
     let mut blocked_times = Vec::new();
     for n in LENGTHS {
         let tensor = |seed: u64| {
-            let values: Vec<f32> =
-                (0..HEADS * n * DIM).map(|i| ((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0).collect();
+            let values: Vec<f32> = (0..HEADS * n * DIM)
+                .map(|i| ((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
             Tensor::<B, 4>::from_data(TensorData::new(values, [1, HEADS, n, DIM]), device)
         };
         let (q, k, v) = (tensor(1), tensor(2), tensor(3));
@@ -59,15 +60,27 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
         });
         let dense = (HEADS * n * n <= DENSE_MAX_SCORES).then(|| {
             measure(runs, || {
-                let (o, _) = dense_attention(q.clone(), k.clone(), v.clone(), &spec, &opts).unwrap();
+                let (o, _) =
+                    dense_attention(q.clone(), k.clone(), v.clone(), &spec, &opts).unwrap();
                 o.into_data();
             })
         });
         let ms = |m: &Measure| m.time.as_secs_f64() * 1e3;
         let mib = |m: &Measure| m.peak_bytes as f64 / (1 << 20) as f64;
         let (dense_ms, dense_mib, speedup) = match &dense {
-            Some(d) => (format!("{:.1}", ms(d)), format!("{:.0}", mib(d)), format!("{:.1}×", ms(d) / ms(&blocked))),
-            None => ("—".into(), format!("({:.0} for one H·N² f32 tensor)", (HEADS * n * n * 4) as f64 / (1 << 20) as f64), "—".into()),
+            Some(d) => (
+                format!("{:.1}", ms(d)),
+                format!("{:.0}", mib(d)),
+                format!("{:.1}×", ms(d) / ms(&blocked)),
+            ),
+            None => (
+                "—".into(),
+                format!(
+                    "({:.0} for one H·N² f32 tensor)",
+                    (HEADS * n * n * 4) as f64 / (1 << 20) as f64
+                ),
+                "—".into(),
+            ),
         };
         println!(
             "| {name} | {n} | {:.1} | {:.1} | {dense_ms} | {speedup} | {:.0} | {dense_mib} |",
@@ -78,14 +91,20 @@ fn bench_backend<B: Backend>(name: &str, device: &B::Device) -> String {
         blocked_times.push((n, ms(&blocked)));
     }
     let time_of = |n: usize| blocked_times.iter().find(|t| t.0 == n).map(|t| t.1).unwrap();
-    format!("{name}: blocked time(16384) / time(4096) = {:.2} (linear: 4.0)", time_of(16384) / time_of(4096))
+    format!(
+        "{name}: blocked time(16384) / time(4096) = {:.2} (linear: 4.0)",
+        time_of(16384) / time_of(4096)
+    )
 }
 
 fn main() {
     println!("B=1, H={HEADS}, d={DIM}, W={WINDOW}, forward, f32\n");
-    println!("| backend | N | blocked ms | of which schedule ms | dense ms | dense / blocked | blocked peak MiB | dense peak MiB |");
+    println!(
+        "| backend | N | blocked ms | of which schedule ms | dense ms | dense / blocked | blocked peak MiB | dense peak MiB |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
-    let mut summaries = vec![bench_backend::<burn::backend::NdArray>("ndarray", &Default::default())];
+    let mut summaries =
+        vec![bench_backend::<burn::backend::NdArray>("ndarray", &Default::default())];
     #[cfg(feature = "flex")]
     summaries.push(bench_backend::<burn::backend::Flex>("flex", &Default::default()));
     println!();

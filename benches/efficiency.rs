@@ -42,11 +42,23 @@ struct Options {
 }
 
 fn parse() -> Result<Options, String> {
-    let mut options =
-        Options { backend: "flex".into(), paper: false, parts: Part::ALL.to_vec(), lengths: None, windows: None, batches: None, full_max: 16384, out: None };
+    let mut options = Options {
+        backend: "flex".into(),
+        paper: false,
+        parts: Part::ALL.to_vec(),
+        lengths: None,
+        windows: None,
+        batches: None,
+        full_max: 16384,
+        out: None,
+    };
     let mut args = std::env::args().skip(1);
-    let number = |flag: &str, value: &str| value.parse::<usize>().map_err(|_| format!("{flag} takes a number, not `{value}`"));
-    let numbers = |flag: &str, value: String| value.split(',').map(|v| number(flag, v)).collect::<Result<Vec<_>, _>>();
+    let number = |flag: &str, value: &str| {
+        value.parse::<usize>().map_err(|_| format!("{flag} takes a number, not `{value}`"))
+    };
+    let numbers = |flag: &str, value: String| {
+        value.split(',').map(|v| number(flag, v)).collect::<Result<Vec<_>, _>>()
+    };
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -60,7 +72,9 @@ fn parse() -> Result<Options, String> {
                         "flatness" => Ok(Part::Flatness),
                         "streaming" => Ok(Part::Streaming),
                         "training" => Ok(Part::Training),
-                        other => Err(format!("no part `{other}`: decode, flatness, streaming, training")),
+                        other => {
+                            Err(format!("no part `{other}`: decode, flatness, streaming, training"))
+                        }
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -108,13 +122,25 @@ where
     if let Some(batches) = &options.batches {
         suite.decode.batches = batches.clone();
     }
-    let out = options.out.clone().unwrap_or_else(|| Path::new("benches/results").join(&options.backend));
+    let out =
+        options.out.clone().unwrap_or_else(|| Path::new("benches/results").join(&options.backend));
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    println!("efficiency suite on {} ({}), results in {}\n", B::name(&device), options.backend, out.display());
+    println!(
+        "efficiency suite on {} ({}), results in {}\n",
+        B::name(&device),
+        options.backend,
+        out.display()
+    );
     suite.training.host_memory = host_memory;
-    let results = suite::run::<B>(&suite, &options.parts, &device, |title, table| println!("{title}\n\n{}", table.markdown()))?;
+    let results = suite::run::<B>(&suite, &options.parts, &device, |title, table| {
+        println!("{title}\n\n{}", table.markdown())
+    })?;
     if !results.training.is_empty() {
-        let memory = if host_memory { "peak MiB: the most heap held above the step's start" } else { "device memory not counted" };
+        let memory = if host_memory {
+            "peak MiB: the most heap held above the step's start"
+        } else {
+            "device memory not counted"
+        };
         println!("({memory})\n");
     }
     write(&out, &suite, &results)
@@ -142,8 +168,12 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
             }
         }
         let path = out.join("decode_latency.svg");
-        let title = format!("Decode latency at positions 500–2000 of 2048 ({})", suite.decode.model.describe());
-        line_plot(&path, &title, "batch size", "ms per token", &series, true, true).map_err(|e| e.to_string())?;
+        let title = format!(
+            "Decode latency at positions 500–2000 of 2048 ({})",
+            suite.decode.model.describe()
+        );
+        line_plot(&path, &title, "batch size", "ms per token", &series, true, true)
+            .map_err(|e| e.to_string())?;
         println!("wrote {}", path.display());
     }
     if !results.flatness.is_empty() {
@@ -152,7 +182,13 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
             .flatness
             .iter()
             .map(|row| {
-                let points = suite.flatness.positions.iter().zip(&row.ms).filter_map(|(&p, t)| t.map(|t| (p as f64, t))).collect();
+                let points = suite
+                    .flatness
+                    .positions
+                    .iter()
+                    .zip(&row.ms)
+                    .filter_map(|(&p, t)| t.map(|t| (p as f64, t)))
+                    .collect();
                 let name = match row.family {
                     Family::Full => "full".to_string(),
                     family => format!("{} W={}", family.name(), suite.flatness.window),
@@ -161,8 +197,16 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
             })
             .collect();
         let path = out.join("decode_flatness.svg");
-        line_plot(&path, "Time per token against the position, batch 1", "position", "ms per token", &series, true, true)
-            .map_err(|e| e.to_string())?;
+        line_plot(
+            &path,
+            "Time per token against the position, batch 1",
+            "position",
+            "ms per token",
+            &series,
+            true,
+            true,
+        )
+        .map_err(|e| e.to_string())?;
         println!("wrote {}", path.display());
     }
     if !results.streaming.is_empty() {

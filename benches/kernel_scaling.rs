@@ -41,8 +41,12 @@ fn input<B: Backend>(n: usize, seed: u64) -> Tensor<B, 4> {
 fn main() {
     let spec = WindowSpec::sliding(HEADS, HEADS, WINDOW).expect("valid spec");
     let opts = ScoreOptions::softmax();
-    println!("wgpu (default adapter), B=1, H={HEADS}, d={DIM}, W={WINDOW}, f32, median of {RUNS}\n");
-    println!("| N | kernel fwd ms | kernel fwd+bwd ms | blocked fwd ms | dense fwd ms | blocked / kernel | dense / kernel |");
+    println!(
+        "wgpu (default adapter), B=1, H={HEADS}, d={DIM}, W={WINDOW}, f32, median of {RUNS}\n"
+    );
+    println!(
+        "| N | kernel fwd ms | kernel fwd+bwd ms | blocked fwd ms | dense fwd ms | blocked / kernel | dense / kernel |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let mut kernel_times = Vec::new();
     for n in LENGTHS {
@@ -52,9 +56,8 @@ fn main() {
             o.into_data();
         });
         let train = median(|| {
-            let [q, k, v] = [&q, &k, &v].map(|t| {
-                Tensor::<Autodiff<Wgpu>, 4>::from_inner(t.clone()).require_grad()
-            });
+            let [q, k, v] = [&q, &k, &v]
+                .map(|t| Tensor::<Autodiff<Wgpu>, 4>::from_inner(t.clone()).require_grad());
             let (o, _) = windowed_attention(q.clone(), k, v, &spec, &opts).unwrap();
             let grads = o.sum().backward();
             q.grad(&grads).expect("q is tracked").into_data();
@@ -65,7 +68,8 @@ fn main() {
         });
         let dense = (HEADS * n * n <= DENSE_MAX_SCORES).then(|| {
             median(|| {
-                let (o, _) = dense_attention(q.clone(), k.clone(), v.clone(), &spec, &opts).unwrap();
+                let (o, _) =
+                    dense_attention(q.clone(), k.clone(), v.clone(), &spec, &opts).unwrap();
                 o.into_data();
             })
         });

@@ -2,7 +2,7 @@
 //!
 //! Longformer's windows are local, so the CLS token of a classifier cannot see a long document
 //! through them; the paper makes CLS a *global* token, with its own projections, that attends
-//! to every position and is attended to by all (§3.1, §6; SEMANTICS §2). This example trains
+//! to every position and is attended to by all (§3.1, §6; docs/semantics.md §2). This example trains
 //! Longformer encoders (`causal: false`) for the same steps on the synthetic majority task
 //! ([`swa_training::tasks::Majority`]): `--markers` markers A or B at random positions of the
 //! whole sequence among random filler, and the answer (which marker occurs more often) asked at
@@ -69,7 +69,9 @@ use swa_training::tasks::{Example, Majority};
 
 /// Flags of the Longformer example.
 #[derive(Parser, Debug)]
-#[command(about = "Longformer: a global CLS token against windows and dilation on a classification task")]
+#[command(
+    about = "Longformer: a global CLS token against windows and dilation on a classification task"
+)]
 pub struct Flags {
     #[command(flatten)]
     pub study: StudyArgs,
@@ -110,13 +112,24 @@ struct Variant {
 /// The preset Longformer encoder, without its global CLS, with other dilations, and full
 /// bidirectional attention (a window as long as the sequence).
 fn variants(preset: &Preset) -> Result<Vec<Variant>, String> {
-    let AttentionKind::Longformer { window, dilations, .. } = preset.config.kind_of(0).clone() else {
+    let AttentionKind::Longformer { window, dilations, .. } = preset.config.kind_of(0).clone()
+    else {
         return Err(format!("{} is not a Longformer preset", preset.name));
     };
     let heads = dilations.len();
     // Dilation on the last two heads: the preset's 2, 2, or 2 then 4.
     let last_two = |second_last: usize, last: usize| -> Vec<usize> {
-        (0..heads).map(|h| if h + 1 == heads { last } else if h + 2 == heads { second_last } else { 1 }).collect()
+        (0..heads)
+            .map(|h| {
+                if h + 1 == heads {
+                    last
+                } else if h + 2 == heads {
+                    second_last
+                } else {
+                    1
+                }
+            })
+            .collect()
     };
     let encoder = |window: usize, dilations: Vec<usize>, globals: Vec<usize>| DecoderConfig {
         attention: vec![AttentionKind::Longformer { window, dilations, globals, causal: false }],
@@ -126,8 +139,14 @@ fn variants(preset: &Preset) -> Result<Vec<Variant>, String> {
         Variant { name: "Longformer, global CLS", config: preset.config.clone() },
         Variant { name: "no global", config: encoder(window, dilations.clone(), vec![]) },
         Variant { name: "no global, no dilation", config: encoder(window, vec![1; heads], vec![]) },
-        Variant { name: "no global, dilation 2 and 4", config: encoder(window, last_two(2, 4), vec![]) },
-        Variant { name: "full bidirectional", config: encoder(preset.train_len, vec![1; heads], vec![]) },
+        Variant {
+            name: "no global, dilation 2 and 4",
+            config: encoder(window, last_two(2, 4), vec![]),
+        },
+        Variant {
+            name: "full bidirectional",
+            config: encoder(preset.train_len, vec![1; heads], vec![]),
+        },
     ])
 }
 
@@ -136,7 +155,11 @@ fn describe(config: &DecoderConfig) -> (String, String, String) {
     match config.kind_of(0) {
         AttentionKind::Longformer { window, dilations, globals, .. } => {
             let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(" ");
-            (window.to_string(), list(dilations), if globals.is_empty() { "-".into() } else { list(globals) })
+            (
+                window.to_string(),
+                list(dilations),
+                if globals.is_empty() { "-".into() } else { list(globals) },
+            )
         }
         other => (format!("{other:?}"), String::new(), String::new()),
     }
@@ -167,14 +190,25 @@ impl Job for LongformerStudy {
         let task = SyntheticTask::majority(self.markers);
         task.validate(len).map_err(|e| e.to_string())?;
         // Held out: the training stream is seed 42, validation 43.
-        let held_out: Vec<Example> = (0..self.examples as u64).map(|i| task.example(len, 7, i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        let held_out: Vec<Example> = (0..self.examples as u64)
+            .map(|i| task.example(len, 7, i))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         let steps = self.study.steps(500);
 
         let mut rows = Vec::new();
         for variant in variants(&preset)? {
             let seen = influence(&variant.config, len, 0)?;
-            let best = held_out.iter().map(|e| Majority::best_accuracy(e, &seen)).sum::<f64>() / held_out.len() as f64;
-            let trained = self.study.train_task::<B>(variant.name, &variant.config, &task, len, steps, &device)?;
+            let best = held_out.iter().map(|e| Majority::best_accuracy(e, &seen)).sum::<f64>()
+                / held_out.len() as f64;
+            let trained = self.study.train_task::<B>(
+                variant.name,
+                &variant.config,
+                &task,
+                len,
+                steps,
+                &device,
+            )?;
             let score = accuracy(&trained.model, &held_out, 32, &device)?;
             rows.push(Outcome {
                 name: variant.name,
@@ -187,7 +221,17 @@ impl Job for LongformerStudy {
             });
         }
 
-        let mut table = Table::new(&["model", "window w", "dilations", "globals", &format!("positions CLS reads (of {len})"), "farthest", "best possible", "accuracy", "train s"]);
+        let mut table = Table::new(&[
+            "model",
+            "window w",
+            "dilations",
+            "globals",
+            &format!("positions CLS reads (of {len})"),
+            "farthest",
+            "best possible",
+            "accuracy",
+            "train s",
+        ]);
         for row in &rows {
             let (window, dilations, globals) = describe(&row.config);
             table.rows.push(vec![
@@ -213,13 +257,23 @@ impl Job for LongformerStudy {
 
         let mut sorted: Vec<&Outcome> = rows.iter().collect();
         sorted.sort_by_key(|r| r.read);
-        let points = |value: fn(&Outcome) -> f64| sorted.iter().map(|r| (r.read as f64, value(r))).collect::<Vec<_>>();
+        let points = |value: fn(&Outcome) -> f64| {
+            sorted.iter().map(|r| (r.read as f64, value(r))).collect::<Vec<_>>()
+        };
         let series = vec![
             ("trained model".to_string(), points(|r| r.accuracy)),
             ("best possible from those positions".to_string(), points(|r| r.best)),
             ("chance".to_string(), points(|_| 0.5)),
         ];
-        line_plot(self.study.path("accuracy.svg"), "Longformer: majority vote at CLS", "positions CLS reads", "held-out accuracy", &series, false, false)
-            .map_err(|e| e.to_string())
+        line_plot(
+            self.study.path("accuracy.svg"),
+            "Longformer: majority vote at CLS",
+            "positions CLS reads",
+            "held-out accuracy",
+            &series,
+            false,
+            false,
+        )
+        .map_err(|e| e.to_string())
     }
 }

@@ -1,7 +1,7 @@
 //! # LongNet (Ding et al., 2023): dilated attention scales linearly, at small scale
 //!
 //! LongNet splits the sequence into segments of `w_b` tokens and keeps every `r_b`-th row and
-//! key of a segment, over several branches mixed by their softmax denominators (SEMANTICS §5),
+//! key of a segment, over several branches mixed by their softmax denominators (docs/semantics.md §5),
 //! so each query sees about `Σ_b w_b / r_b` keys whatever the length `N`. This example
 //! reproduces, at the size of `Preset::longnet(Tiny)` (d = 48, 6 heads, segments (16, 32, 64),
 //! dilations (1, 2, 4)):
@@ -91,7 +91,8 @@ use swa_training::study::{Study, StudyArgs};
 /// (its memory cells read n/a).
 #[cfg(not(test))]
 #[global_allocator]
-static ALLOC: swa_training::bench::memory::CountingAllocator = swa_training::bench::memory::CountingAllocator;
+static ALLOC: swa_training::bench::memory::CountingAllocator =
+    swa_training::bench::memory::CountingAllocator;
 
 /// Flags of the LongNet example.
 #[derive(Parser, Debug)]
@@ -129,7 +130,10 @@ pub fn run(flags: Flags) -> Result<(), String> {
         return Err("--lengths needs at least one length, each at least 1".into());
     }
     if flags.lengths.iter().all(|&n| n > flags.full_max) {
-        return Err(format!("--full-max {} is below every --lengths value: full attention would not run", flags.full_max));
+        return Err(format!(
+            "--full-max {} is below every --lengths value: full attention would not run",
+            flags.full_max
+        ));
     }
     let batch_size = flags.study.batch_size;
     let study = Study::open("longnet", flags.study)?;
@@ -171,7 +175,10 @@ struct Cell {
 
 /// Runs `call` once to warm up, then `repeats` times under the allocation counter: the median
 /// time and the peak heap of the calls (the same for each call, as each frees what it holds).
-fn measure(repeats: usize, mut call: impl FnMut() -> Result<(), String>) -> Result<(f64, Option<usize>), String> {
+fn measure(
+    repeats: usize,
+    mut call: impl FnMut() -> Result<(), String>,
+) -> Result<(f64, Option<usize>), String> {
     call()?;
     let mut failure = None;
     let (ms, peak) = peak_during(|| {
@@ -197,7 +204,9 @@ fn number(value: f64, decimals: usize) -> String {
 /// LongNet's segments `w` and dilations `r`, or the kind as debug text.
 fn branches(kind: &AttentionKind) -> String {
     match kind {
-        AttentionKind::LongNet { segments, dilations } => format!("w = {segments:?}, r = {dilations:?}"),
+        AttentionKind::LongNet { segments, dilations } => {
+            format!("w = {segments:?}, r = {dilations:?}")
+        }
         other => format!("{other:?}"),
     }
 }
@@ -206,7 +215,8 @@ fn branches(kind: &AttentionKind) -> String {
 /// the points (1: linear, 2: quadratic); NaN for fewer than two lengths.
 fn log_log_slope(points: &[(f64, f64)]) -> f64 {
     let logs: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x.ln(), y.ln())).collect();
-    let mean = |part: fn(&(f64, f64)) -> f64| logs.iter().map(part).sum::<f64>() / logs.len() as f64;
+    let mean =
+        |part: fn(&(f64, f64)) -> f64| logs.iter().map(part).sum::<f64>() / logs.len() as f64;
     let (mx, my) = (mean(|p| p.0), mean(|p| p.1));
     let covariance: f64 = logs.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
     let variance: f64 = logs.iter().map(|(x, _)| (x - mx).powi(2)).sum();
@@ -221,15 +231,32 @@ fn mib(bytes: Option<usize>) -> String {
 impl LongNetStudy {
     /// Time and memory of one `kind` layer at length `len`; memory only where `host` (the
     /// backend's tensors live in the counted heap).
-    fn cell<B>(&self, kind: &'static str, attention: &AttentionKind, len: usize, config: &DecoderConfig, host: bool, device: &B::Device) -> Result<Cell, String>
+    fn cell<B>(
+        &self,
+        kind: &'static str,
+        attention: &AttentionKind,
+        len: usize,
+        config: &DecoderConfig,
+        host: bool,
+        device: &B::Device,
+    ) -> Result<Cell, String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
-        let layer: SelfAttention<B> = SelfAttentionConfig::new(config.d_model, config.heads, config.kv_heads, attention.clone())
-            .init(device)
-            .map_err(|e| format!("{kind} layer: {e}"))?;
-        let x = Tensor::<B, 3>::random([1, len, config.d_model], Distribution::Normal(0.0, 1.0), device);
+        let layer: SelfAttention<B> = SelfAttentionConfig::new(
+            config.d_model,
+            config.heads,
+            config.kv_heads,
+            attention.clone(),
+        )
+        .init(device)
+        .map_err(|e| format!("{kind} layer: {e}"))?;
+        let x = Tensor::<B, 3>::random(
+            [1, len, config.d_model],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
         let (inference, x_inner) = (layer.valid(), x.clone().inner());
         let at = |e: swa_attention::AttentionError| format!("{kind} attention at N = {len}: {e}");
         let (forward_ms, forward_bytes) = measure(self.repeats, || {
@@ -240,9 +267,18 @@ impl LongNetStudy {
             drop(layer.forward(x.clone()).map_err(at)?.sum().backward());
             sync::<B>(device)
         })?;
-        println!("{kind:>7} N = {len:>6}: forward {forward_ms:9.2} ms, forward+backward {backward_ms:9.2} ms");
+        println!(
+            "{kind:>7} N = {len:>6}: forward {forward_ms:9.2} ms, forward+backward {backward_ms:9.2} ms"
+        );
         let host = |bytes: Option<usize>| bytes.filter(|_| host);
-        Ok(Cell { kind, len, forward_ms, backward_ms, forward_bytes: host(forward_bytes), backward_bytes: host(backward_bytes) })
+        Ok(Cell {
+            kind,
+            len,
+            forward_ms,
+            backward_ms,
+            forward_bytes: host(forward_bytes),
+            backward_bytes: host(backward_bytes),
+        })
     }
 
     /// Both kinds at every length, full attention up to `full_max`, in the order lengths × kinds.
@@ -251,13 +287,22 @@ impl LongNetStudy {
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
-        let host = matches!(self.study.placement().backend, BackendChoice::Flex | BackendChoice::Ndarray) && counting();
+        let host =
+            matches!(self.study.placement().backend, BackendChoice::Flex | BackendChoice::Ndarray)
+                && counting();
         let dilated = config.kind_of(0).clone();
         let mut cells = Vec::new();
         for &len in &self.lengths {
             cells.push(self.cell::<B>(KINDS[0], &dilated, len, config, host, device)?);
             if len <= self.full_max {
-                cells.push(self.cell::<B>(KINDS[1], &AttentionKind::Full, len, config, host, device)?);
+                cells.push(self.cell::<B>(
+                    KINDS[1],
+                    &AttentionKind::Full,
+                    len,
+                    config,
+                    host,
+                    device,
+                )?);
             }
         }
         Ok(cells)
@@ -265,7 +310,14 @@ impl LongNetStudy {
 
     /// The scaling table, its end-to-end ratios, and the log-log figures.
     fn report_scaling(&self, cells: &[Cell], layer: &str) -> Result<(), String> {
-        let mut table = Table::new(&["N", "attention", "forward ms", "fwd+bwd ms", "forward MiB", "fwd+bwd MiB"]);
+        let mut table = Table::new(&[
+            "N",
+            "attention",
+            "forward ms",
+            "fwd+bwd ms",
+            "forward MiB",
+            "fwd+bwd MiB",
+        ]);
         for c in cells {
             table.rows.push(vec![
                 c.len.to_string(),
@@ -276,14 +328,34 @@ impl LongNetStudy {
                 mib(c.backward_bytes),
             ]);
         }
-        self.study.report("scaling", &format!("Scaling: one attention layer ({layer}), batch 1, median of {} calls", self.repeats), &table)?;
+        self.study.report(
+            "scaling",
+            &format!(
+                "Scaling: one attention layer ({layer}), batch 1, median of {} calls",
+                self.repeats
+            ),
+            &table,
+        )?;
 
-        let mut ratios = Table::new(&["attention", "N_min", "N_max", "N ratio", "forward time ratio", "forward k", "fwd+bwd time ratio", "fwd+bwd k", "fwd+bwd memory ratio"]);
+        let mut ratios = Table::new(&[
+            "attention",
+            "N_min",
+            "N_max",
+            "N ratio",
+            "forward time ratio",
+            "forward k",
+            "fwd+bwd time ratio",
+            "fwd+bwd k",
+            "fwd+bwd memory ratio",
+        ]);
         let (mut time_series, mut memory_series) = (Vec::new(), Vec::new());
         for kind in KINDS {
             let rows: Vec<&Cell> = cells.iter().filter(|c| c.kind == kind).collect();
-            let points = |value: &dyn Fn(&Cell) -> f64| rows.iter().map(|c| (c.len as f64, value(c))).collect::<Vec<_>>();
-            let mebibytes = |bytes: Option<usize>| bytes.map_or(f64::NAN, |b| b as f64 / (1 << 20) as f64);
+            let points = |value: &dyn Fn(&Cell) -> f64| {
+                rows.iter().map(|c| (c.len as f64, value(c))).collect::<Vec<_>>()
+            };
+            let mebibytes =
+                |bytes: Option<usize>| bytes.map_or(f64::NAN, |b| b as f64 / (1 << 20) as f64);
             let (forward, backward) = (points(&|c| c.forward_ms), points(&|c| c.backward_ms));
             let memory = points(&|c| mebibytes(c.backward_bytes));
             let ratio = |p: &[(f64, f64)]| p[p.len() - 1].1 / p[0].1;
@@ -301,17 +373,26 @@ impl LongNetStudy {
             ]);
             time_series.push((format!("{kind} forward"), forward));
             time_series.push((format!("{kind} forward+backward"), backward));
-            memory_series.push((format!("{kind} forward"), points(&|c| mebibytes(c.forward_bytes))));
+            memory_series
+                .push((format!("{kind} forward"), points(&|c| mebibytes(c.forward_bytes))));
             memory_series.push((format!("{kind} forward+backward"), memory));
         }
         let title = "Scaling ratios: time(N_max) / time(N_min) against N_max / N_min; k fitted to time ∝ N^k over all lengths";
         self.study.report("scaling_ratios", title, &ratios)?;
         let plot = |file: &str, title: &str, y: &str, series: &[(String, Vec<(f64, f64)>)]| {
-            line_plot(self.study.path(file), title, "sequence length N", y, series, true, true).map_err(|e| e.to_string())
+            line_plot(self.study.path(file), title, "sequence length N", y, series, true, true)
+                .map_err(|e| e.to_string())
         };
-        plot("scaling_time.svg", "LongNet: dilated vs full attention, one layer", "milliseconds", &time_series)?;
+        plot(
+            "scaling_time.svg",
+            "LongNet: dilated vs full attention, one layer",
+            "milliseconds",
+            &time_series,
+        )?;
         match cells.iter().any(|c| c.backward_bytes.is_some()) {
-            true => plot("scaling_memory.svg", "LongNet: peak heap of one layer", "MiB", &memory_series),
+            true => {
+                plot("scaling_memory.svg", "LongNet: peak heap of one layer", "MiB", &memory_series)
+            }
             false => Ok(()),
         }
     }
@@ -326,16 +407,29 @@ impl LongNetStudy {
         let full = DecoderConfig { attention: vec![AttentionKind::Full], ..preset.config.clone() };
         let steps = self.study.steps(600);
         let batches = self.study.pick(16, 1);
-        let (at_len, at_eval) = (format!("valid bits/byte, N = {len}"), format!("valid bits/byte, N = {}", self.eval_len));
+        let (at_len, at_eval) = (
+            format!("valid bits/byte, N = {len}"),
+            format!("valid bits/byte, N = {}", self.eval_len),
+        );
         let mut table = Table::new(&["model", "train s", &at_len, &at_eval]);
         for (name, config) in [("longnet", &preset.config), ("full", &full)] {
             let trained = self.study.train::<B>(name, config, len, steps, device)?;
             let bits = self.study.bits(&trained.model, len, 8, batches, device)?;
             let long = self.study.bits(&trained.model, self.eval_len, 8, batches, device)?;
-            let label = if name == "full" { "full attention".to_string() } else { format!("LongNet, {}", branches(config.kind_of(0))) };
-            table.rows.push(vec![label, number(trained.seconds, 0), number(bits, 3), number(long, 3)]);
+            let label = if name == "full" {
+                "full attention".to_string()
+            } else {
+                format!("LongNet, {}", branches(config.kind_of(0)))
+            };
+            table.rows.push(vec![
+                label,
+                number(trained.seconds, 0),
+                number(bits, 3),
+                number(long, 3),
+            ]);
         }
-        let title = format!("Language modelling: {steps} steps at length {len}, batch {}", self.batch_size);
+        let title =
+            format!("Language modelling: {steps} steps at length {len}, batch {}", self.batch_size);
         self.study.report("lm", &title, &table)
     }
 }
@@ -348,7 +442,8 @@ impl Job for LongNetStudy {
     {
         let preset = Preset::longnet(self.study.scale(), 256);
         let c = &preset.config;
-        let layer = format!("d = {}, {} heads, LongNet {}", c.d_model, c.heads, branches(c.kind_of(0)));
+        let layer =
+            format!("d = {}, {} heads, LongNet {}", c.d_model, c.heads, branches(c.kind_of(0)));
         let cells = self.scaling::<B>(c, &device)?;
         self.report_scaling(&cells, &layer)?;
         self.language_models::<B>(&preset, &device)

@@ -1,6 +1,6 @@
 //! # MSWA (Xu et al., 2025): Tables 2, 5 and 6 at small scale
 //!
-//! Multi-scale window attention gives each head and layer its own window (SEMANTICS §3). This
+//! Multi-scale window attention gives each head and layer its own window (docs/semantics.md §3). This
 //! example trains, for the same token budget on real text:
 //! - **Table 2**: SWA, MSWA-h, MSWA-l and MSWA at one base window, and full attention; it
 //!   reports the relative cost `Σ_{l,h} W(l, h)` normalised to MSWA, and validation bits per
@@ -50,9 +50,9 @@
 //!   inductive bias. The paper trains far longer, where context pays.
 
 use clap::Parser;
+use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_attention::WindowedAttentionBackend;
 use swa_models::{DecoderConfig, Preset};
 use swa_training::cli::{Job, run_on};
 use swa_training::plot::line_plot;
@@ -91,15 +91,28 @@ struct MswaStudy {
 
 /// The Table 2 configuration of `variant` with its windows re-allocated from `base` under
 /// `strategy`.
-fn mswa_config(variant: MswaVariant, strategy: MswaStrategy, base: usize, study: &Study) -> Result<DecoderConfig, String> {
+fn mswa_config(
+    variant: MswaVariant,
+    strategy: MswaStrategy,
+    base: usize,
+    study: &Study,
+) -> Result<DecoderConfig, String> {
     let mut config = Preset::mswa(variant, study.scale(), 256).map_err(|e| e.to_string())?.config;
-    let windows = mswa_windows(variant, strategy, base, config.layers, config.heads).map_err(|e| e.to_string())?;
-    config.attention = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
+    let windows = mswa_windows(variant, strategy, base, config.layers, config.heads)
+        .map_err(|e| e.to_string())?;
+    config.attention =
+        windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
     Ok(config)
 }
 
 impl MswaStudy {
-    fn train<B>(&self, name: String, config: &DecoderConfig, len: usize, device: &B::Device) -> Result<CostRow, String>
+    fn train<B>(
+        &self,
+        name: String,
+        config: &DecoderConfig,
+        len: usize,
+        device: &B::Device,
+    ) -> Result<CostRow, String>
     where
         B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
@@ -128,41 +141,77 @@ impl Job for MswaStudy {
         let mut sweep = Vec::new();
         for &w in &self.base_windows {
             for (i, variant) in [MswaVariant::Swa, MswaVariant::Both].into_iter().enumerate() {
-                let config = mswa_config(variant, geometric, w, &self.study).map_err(|e| format!("--base-windows {w}: {e}"))?;
+                let config = mswa_config(variant, geometric, w, &self.study)
+                    .map_err(|e| format!("--base-windows {w}: {e}"))?;
                 sweep.push((w, i, config));
             }
         }
 
         let mut table2_rows = Vec::new();
-        for (label, variant) in [("SWA", MswaVariant::Swa), ("MSWA-h", MswaVariant::Heads), ("MSWA-l", MswaVariant::Layers), ("MSWA", MswaVariant::Both)] {
+        for (label, variant) in [
+            ("SWA", MswaVariant::Swa),
+            ("MSWA-h", MswaVariant::Heads),
+            ("MSWA-l", MswaVariant::Layers),
+            ("MSWA", MswaVariant::Both),
+        ] {
             let config = mswa_config(variant, geometric, base, &self.study)?;
-            table2_rows.push(self.train::<B>(format!("{label} w={base}"), &config, len, &device)?);
+            table2_rows.push(self.train::<B>(
+                format!("{label} w={base}"),
+                &config,
+                len,
+                &device,
+            )?);
         }
         let full = Preset::mswa_full(1024, scale, 256);
         table2_rows.push(self.train::<B>("full attention".into(), &full.config, len, &device)?);
         let reference = table2_rows[3].window_sum;
-        self.study.report("table2", &format!("Table 2: base window {base}, length {len}, cost relative to MSWA"), &cost_table(&table2_rows, reference))?;
+        self.study.report(
+            "table2",
+            &format!("Table 2: base window {base}, length {len}, cost relative to MSWA"),
+            &cost_table(&table2_rows, reference),
+        )?;
 
         let mut table5_rows = Vec::new();
         let mut series = vec![("SWA".to_string(), Vec::new()), ("MSWA".to_string(), Vec::new())];
         for (w, i, config) in sweep {
             let row = match w == base {
                 true => table2_rows[3 * i].clone(),
-                false => self.train::<B>(format!("{} w={w}", series[i].0), &config, len, &device)?,
+                false => {
+                    self.train::<B>(format!("{} w={w}", series[i].0), &config, len, &device)?
+                }
             };
             series[i].1.push((w as f64, row.bits));
             table5_rows.push(row);
         }
-        self.study.report("table5", "Table 5: base window sweep, cost relative to MSWA at the Table 2 base", &cost_table(&table5_rows, reference))?;
-        line_plot(self.study.path("table5.svg"), "MSWA Table 5: base window sweep", "base window", "valid bits/byte", &series, true, false)
-            .map_err(|e| e.to_string())?;
+        self.study.report(
+            "table5",
+            "Table 5: base window sweep, cost relative to MSWA at the Table 2 base",
+            &cost_table(&table5_rows, reference),
+        )?;
+        line_plot(
+            self.study.path("table5.svg"),
+            "MSWA Table 5: base window sweep",
+            "base window",
+            "valid bits/byte",
+            &series,
+            true,
+            false,
+        )
+        .map_err(|e| e.to_string())?;
 
-        let mut table6_rows = vec![CostRow { name: "MSWA geometric".into(), ..table2_rows.swap_remove(3) }];
-        for (label, strategy) in [("MSWA reversed", MswaStrategy::Reversed), ("MSWA arithmetic", MswaStrategy::Arithmetic)] {
+        let mut table6_rows =
+            vec![CostRow { name: "MSWA geometric".into(), ..table2_rows.swap_remove(3) }];
+        for (label, strategy) in [
+            ("MSWA reversed", MswaStrategy::Reversed),
+            ("MSWA arithmetic", MswaStrategy::Arithmetic),
+        ] {
             let config = mswa_config(MswaVariant::Both, strategy, base, &self.study)?;
             table6_rows.push(self.train::<B>(label.into(), &config, len, &device)?);
         }
-        self.study.report("table6", "Table 6: window allocation strategies, cost relative to MSWA geometric", &cost_table(&table6_rows, reference))
+        self.study.report(
+            "table6",
+            "Table 6: window allocation strategies, cost relative to MSWA geometric",
+            &cost_table(&table6_rows, reference),
+        )
     }
 }
-

@@ -1,7 +1,7 @@
 //! # MSWA (Xu et al., 2025): Table 3 at small scale, windows in hybrid models
 //!
 //! MSWA's Table 3 puts its windows beside linear attention: every consecutive triple of layers
-//! is "linear, local, local" (SEMANTICS §3, §6), where linear attention is Based's 2nd-order
+//! is "linear, local, local" (docs/semantics.md §3, §6), where linear attention is Based's 2nd-order
 //! Taylor feature map. This example trains, for the same token budget on real text, all-linear
 //! attention, linear + SWA, linear + MSWA, and MSWA alone at the same depth and width, and
 //! reports the relative cost `Σ_{l,h} W(l, h)` (linear layers hold no window) normalised to
@@ -76,28 +76,45 @@ impl Job for HybridStudy {
     {
         let (scale, study) = (self.study.scale(), &self.study);
         let hybrid = |local| Preset::mswa_hybrid(local, scale, 256).map_err(|e| e.to_string());
-        let (linear, linear_swa, linear_mswa) = (hybrid(None)?, hybrid(Some(MswaVariant::Swa))?, hybrid(Some(MswaVariant::Both))?);
+        let (linear, linear_swa, linear_mswa) =
+            (hybrid(None)?, hybrid(Some(MswaVariant::Swa))?, hybrid(Some(MswaVariant::Both))?);
         // MSWA alone at the hybrids' depth, width and base window (the SWA layers' window).
         let base = match linear_swa.config.kind_of(1) {
             AttentionKind::MultiScale { windows } => windows[0],
-            other => return Err(format!("linear + SWA's second layer should be local, not {other:?}")),
+            other => {
+                return Err(format!("linear + SWA's second layer should be local, not {other:?}"));
+            }
         };
         let mut mswa = linear_swa.config.clone();
-        mswa.attention = mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, base, mswa.layers, mswa.heads)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|windows| AttentionKind::MultiScale { windows })
-            .collect();
+        mswa.attention =
+            mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, base, mswa.layers, mswa.heads)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|windows| AttentionKind::MultiScale { windows })
+                .collect();
         let len = linear.train_len;
-        let models = [("linear", linear.config), ("linear + SWA", linear_swa.config), ("linear + MSWA", linear_mswa.config), ("MSWA", mswa)];
+        let models = [
+            ("linear", linear.config),
+            ("linear + SWA", linear_swa.config),
+            ("linear + MSWA", linear_mswa.config),
+            ("MSWA", mswa),
+        ];
         let reference = models[3].1.window_sum(len);
         let mut rows = Vec::new();
         for (name, config) in &models {
             let trained = study.train::<B>(name, config, len, study.steps(400), &device)?;
             let bits = study.bits(&trained.model, len, 8, study.pick(16, 1), &device)?;
-            rows.push(CostRow { name: name.to_string(), window_sum: config.window_sum(len), bits, seconds: trained.seconds });
+            rows.push(CostRow {
+                name: name.to_string(),
+                window_sum: config.window_sum(len),
+                bits,
+                seconds: trained.seconds,
+            });
         }
-        let title = format!("Table 3: {} layers, base window {base}, length {len}, cost relative to MSWA", models[3].1.layers);
+        let title = format!(
+            "Table 3: {} layers, base window {base}, length {len}, cost relative to MSWA",
+            models[3].1.layers
+        );
         study.report("table3", &title, &cost_table(&rows, reference))
     }
 }

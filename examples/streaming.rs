@@ -3,12 +3,12 @@
 //! A model trained with full attention can be run with a sliding window at inference, so that
 //! memory stays bounded on long inputs. SWAT's §2.2 (its Figure 2 heat map of window × length)
 //! shows that this breaks a vanilla softmax model once the first tokens leave the window, and
-//! StreamingLLM repairs it by keeping a few *sink* tokens visible (SEMANTICS §2, §7). This
+//! StreamingLLM repairs it by keeping a few *sink* tokens visible (docs/semantics.md §2, §7). This
 //! example trains, for the same token budget on real text:
 //! - a vanilla model (full causal softmax attention, trained at length `T`), evaluated with
 //!   full attention, with a sliding window, and with the window plus 4 sinks: in parallel
 //!   with absolute positions, and decoded token by token as StreamingLLM does, its cached
-//!   keys numbered by cache slot (SEMANTICS §7);
+//!   keys numbered by cache slot (docs/semantics.md §7);
 //! - a SWAT model (sigmoid, balanced ALiBi, RoPE; window `T/4`, trained at `T`), evaluated
 //!   with the same windows;
 //!
@@ -66,7 +66,9 @@ use swa_training::study::{Study, StudyArgs};
 
 /// Flags of the window-inference example.
 #[derive(Parser, Debug)]
-#[command(about = "Window inference with and without attention sinks (SWAT Figure 2, StreamingLLM)")]
+#[command(
+    about = "Window inference with and without attention sinks (SWAT Figure 2, StreamingLLM)"
+)]
 pub struct Flags {
     #[command(flatten)]
     pub study: StudyArgs,
@@ -111,14 +113,28 @@ impl StreamingStudy {
     /// Bits per byte of `model` run under `config` at each evaluation length, on the same 16
     /// validation windows per length for every row: in parallel with absolute positions, or
     /// decoded token by token with StreamingLLM's slot positions.
-    fn row<B: WindowedAttentionBackend>(&self, model: &Decoder<B>, config: &DecoderConfig, lengths: &[usize], streaming: bool, device: &B::Device) -> Result<Vec<f64>, String> {
+    fn row<B: WindowedAttentionBackend>(
+        &self,
+        model: &Decoder<B>,
+        config: &DecoderConfig,
+        lengths: &[usize],
+        streaming: bool,
+        device: &B::Device,
+    ) -> Result<Vec<f64>, String> {
         let model = rebuild(model, config, device).map_err(|e| e.to_string())?;
         let windows = self.study.pick(16, 1);
         let bits = |len: usize| match streaming {
             false => self.study.bits(&model, len, windows, 1, device),
-            true => decoded_loss(&model, self.study.corpus().valid(), len, windows, CachePositions::Streaming, device)
-                .map(bits_per_unit)
-                .map_err(|e| e.to_string()),
+            true => decoded_loss(
+                &model,
+                self.study.corpus().valid(),
+                len,
+                windows,
+                CachePositions::Streaming,
+                device,
+            )
+            .map(bits_per_unit)
+            .map_err(|e| e.to_string()),
         };
         lengths.iter().map(|&len| bits(len)).collect()
     }
@@ -142,7 +158,10 @@ impl Job for StreamingStudy {
         let lengths: Vec<usize> = self.length_multiples.iter().map(|m| m * t).collect();
         let windows: Vec<usize> = self.window_divisors.iter().map(|k| t / k).collect();
         let length_names: Vec<String> = lengths.iter().map(|l| format!("N={l}")).collect();
-        let header: Vec<&str> = ["model", "inference"].into_iter().chain(length_names.iter().map(String::as_str)).collect();
+        let header: Vec<&str> = ["model", "inference"]
+            .into_iter()
+            .chain(length_names.iter().map(String::as_str))
+            .collect();
         let mut table = Table::new(&header);
         let mut push = |model: &str, inference: String, bits: &[f64]| {
             let cells = bits.iter().map(|b| format!("{b:.3}"));
@@ -166,16 +185,30 @@ impl Job for StreamingStudy {
                 let inference = match (sinks, streaming) {
                     (0, _) => format!("window {w}"),
                     (s, false) => format!("window {w} + {s} sinks, absolute positions"),
-                    (s, true) => format!("window {w} + {s} sinks, StreamingLLM (decoded, slot positions)"),
+                    (s, true) => {
+                        format!("window {w} + {s} sinks, StreamingLLM (decoded, slot positions)")
+                    }
                 };
                 push(name, inference, &bits);
                 cells.push(bits);
             }
             let title = format!("{name}, {mode} inference: bits/byte (trained at {t})");
-            heat_map(study.path(&format!("{name}-{mode}.svg")), &title, "evaluation length", &lengths, "window", &windows, &cells, "bits/byte")
-                .map_err(|e| e.to_string())?;
+            heat_map(
+                study.path(&format!("{name}-{mode}.svg")),
+                &title,
+                "evaluation length",
+                &lengths,
+                "window",
+                &windows,
+                &cells,
+                "bits/byte",
+            )
+            .map_err(|e| e.to_string())?;
         }
-        let title = format!("Validation bits/byte by evaluation length; trained at T = {t} for {steps} steps, SWAT window {}", t / 4);
+        let title = format!(
+            "Validation bits/byte by evaluation length; trained at T = {t} for {steps} steps, SWAT window {}",
+            t / 4
+        );
         study.report("grid", &title, &table)
     }
 }

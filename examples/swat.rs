@@ -1,7 +1,7 @@
 //! # SWAT (Fu et al., 2025): Tables 2 and 3 and the passkey test at small scale
 //!
 //! SWAT is sliding-window attention trained on sequences longer than the window, with sigmoid
-//! scores, balanced ALiBi and RoPE (SEMANTICS §1, §4). This example trains, for the same token
+//! scores, balanced ALiBi and RoPE (docs/semantics.md §1, §4). This example trains, for the same token
 //! budget on real text, at SWAT's analysis size scaled down (6 heads, 2 layers, W = 16):
 //! - **Table 2**: a vanilla-trained model (training length = W) and a sliding-window-trained
 //!   one (training length = 4W), both SWAT layers, beside a softmax Transformer trained at W,
@@ -56,8 +56,8 @@
 //!   reach (W − 1)·L = 126, and falls to about chance beyond it.
 
 use clap::Parser;
-use swa_attention::layers::{AttentionKind, SwatPositions};
 use swa_attention::alibi::SlopeMagnitudes;
+use swa_attention::layers::{AttentionKind, SwatPositions};
 use swa_attention::{ScoreFn, WindowedAttentionBackend};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::bench::Table;
@@ -115,17 +115,40 @@ struct SwatStudy {
 
 /// A SWAT layer of window `window` with the given score function and positions; `distance`
 /// heads of ALiBi (`None`: the balanced half).
-fn swat(window: usize, score_fn: ScoreFn, positions: SwatPositions, distance: Option<usize>) -> AttentionKind {
-    AttentionKind::Swat { window, distance_heads: distance, magnitudes: SlopeMagnitudes::Code, score_fn, positions }
+fn swat(
+    window: usize,
+    score_fn: ScoreFn,
+    positions: SwatPositions,
+    distance: Option<usize>,
+) -> AttentionKind {
+    AttentionKind::Swat {
+        window,
+        distance_heads: distance,
+        magnitudes: SlopeMagnitudes::Code,
+        score_fn,
+        positions,
+    }
 }
 
 impl SwatStudy {
     /// Validation bits per byte of `model` under windowed inference with window `w`, at each of
     /// `lengths`, on about the same number of tokens per length.
-    fn bits_at<B: WindowedAttentionBackend>(&self, model: &swa_models::Decoder<B>, config: &DecoderConfig, w: usize, lengths: &[usize], device: &B::Device) -> Result<Vec<f64>, String> {
-        let model = rebuild(model, &with_eval_window(config, w, 0).map_err(|e| e.to_string())?, device).map_err(|e| e.to_string())?;
+    fn bits_at<B: WindowedAttentionBackend>(
+        &self,
+        model: &swa_models::Decoder<B>,
+        config: &DecoderConfig,
+        w: usize,
+        lengths: &[usize],
+        device: &B::Device,
+    ) -> Result<Vec<f64>, String> {
+        let model =
+            rebuild(model, &with_eval_window(config, w, 0).map_err(|e| e.to_string())?, device)
+                .map_err(|e| e.to_string())?;
         let tokens = self.study.pick(16 * lengths[lengths.len() - 1], lengths[0]);
-        lengths.iter().map(|&len| self.study.bits(&model, len, (tokens / len).max(1), 1, device)).collect()
+        lengths
+            .iter()
+            .map(|&len| self.study.bits(&model, len, (tokens / len).max(1), 1, device))
+            .collect()
     }
 
     /// Table 2: vanilla against sliding-window training, across evaluation lengths.
@@ -136,10 +159,16 @@ impl SwatStudy {
     {
         let study = &self.study;
         let lengths: Vec<usize> = self.length_multiples.iter().map(|m| m * w).collect();
-        let softmax = DecoderConfig { attention: vec![AttentionKind::Sliding { window: w }], ..base.clone() };
-        let runs = [("softmax Transformer, trained at W", &softmax, w), ("SWAT, trained at W (vanilla)", base, w), ("SWAT, trained at 4W (sliding)", base, 4 * w)];
+        let softmax =
+            DecoderConfig { attention: vec![AttentionKind::Sliding { window: w }], ..base.clone() };
+        let runs = [
+            ("softmax Transformer, trained at W", &softmax, w),
+            ("SWAT, trained at W (vanilla)", base, w),
+            ("SWAT, trained at 4W (sliding)", base, 4 * w),
+        ];
         let names: Vec<String> = lengths.iter().map(|l| format!("N={l}")).collect();
-        let header: Vec<&str> = ["model"].into_iter().chain(names.iter().map(String::as_str)).collect();
+        let header: Vec<&str> =
+            ["model"].into_iter().chain(names.iter().map(String::as_str)).collect();
         let mut table = Table::new(&header);
         let mut series = Vec::new();
         let steps = study.steps(1200);
@@ -149,11 +178,24 @@ impl SwatStudy {
             let batch = run.batch_size * 4 * w / len;
             let trained = study.train_config::<B>(name, run.with_batch_size(batch), device)?;
             let bits = self.bits_at(&trained.model, config, w, &lengths, device)?;
-            table.rows.push([name.to_string()].into_iter().chain(bits.iter().map(|b| format!("{b:.3}"))).collect());
+            table.rows.push(
+                [name.to_string()]
+                    .into_iter()
+                    .chain(bits.iter().map(|b| format!("{b:.3}")))
+                    .collect(),
+            );
             series.push((name.to_string(), lengths.iter().map(|&l| l as f64).zip(bits).collect()));
         }
-        line_plot(study.path("table2.svg"), "SWAT Table 2: windowed inference (W = 16)", "evaluation length", "valid bits/byte", &series, true, false)
-            .map_err(|e| e.to_string())?;
+        line_plot(
+            study.path("table2.svg"),
+            "SWAT Table 2: windowed inference (W = 16)",
+            "evaluation length",
+            "valid bits/byte",
+            &series,
+            true,
+            false,
+        )
+        .map_err(|e| e.to_string())?;
         study.report("table2", &format!("Table 2: validation bits/byte with window W = {w}; {steps} steps of the same tokens"), &table)
     }
 
@@ -165,21 +207,43 @@ impl SwatStudy {
     {
         let (study, heads) = (&self.study, base.heads);
         let splits = [heads, 2 * heads / 3, heads / 2];
-        let mut positions: Vec<(String, SwatPositions, Option<usize>)> = vec![("RoPE".into(), SwatPositions::Rope, None)];
-        positions.extend(splits.iter().map(|&r| (format!("ALiBi {r}:{}", heads - r), SwatPositions::Alibi, Some(heads - r))));
-        positions.push((format!("AliRoPE {}:{}", heads / 2, heads / 2), SwatPositions::AliRope, None));
+        let mut positions: Vec<(String, SwatPositions, Option<usize>)> =
+            vec![("RoPE".into(), SwatPositions::Rope, None)];
+        positions.extend(
+            splits.iter().map(|&r| {
+                (format!("ALiBi {r}:{}", heads - r), SwatPositions::Alibi, Some(heads - r))
+            }),
+        );
+        positions.push((
+            format!("AliRoPE {}:{}", heads / 2, heads / 2),
+            SwatPositions::AliRope,
+            None,
+        ));
         let scores = [("softmax", ScoreFn::Softmax), ("sigmoid", ScoreFn::Sigmoid { beta: 0.0 })];
-        let mut table = Table::new(&["scores", "positions", &format!("N={}", 4 * w), &format!("N={}", 16 * w)]);
+        let mut table =
+            Table::new(&["scores", "positions", &format!("N={}", 4 * w), &format!("N={}", 16 * w)]);
         for (score_name, score_fn) in scores {
             for (position_name, position, distance) in &positions {
-                let config = DecoderConfig { attention: vec![swat(w, score_fn, *position, *distance)], ..base.clone() };
+                let config = DecoderConfig {
+                    attention: vec![swat(w, score_fn, *position, *distance)],
+                    ..base.clone()
+                };
                 let name = format!("{score_name} {position_name}");
                 let trained = study.train::<B>(&name, &config, 4 * w, study.steps(600), device)?;
                 let bits = self.bits_at(&trained.model, &config, w, &[4 * w, 16 * w], device)?;
-                table.rows.push(vec![score_name.into(), position_name.clone(), format!("{:.3}", bits[0]), format!("{:.3}", bits[1])]);
+                table.rows.push(vec![
+                    score_name.into(),
+                    position_name.clone(),
+                    format!("{:.3}", bits[0]),
+                    format!("{:.3}", bits[1]),
+                ]);
             }
         }
-        study.report("table3", &format!("Table 3: ablation, window {w}, trained at {}, validation bits/byte", 4 * w), &table)
+        study.report(
+            "table3",
+            &format!("Table 3: ablation, window {w}, trained at {}, validation bits/byte", 4 * w),
+            &table,
+        )
     }
 
     /// Passkey retrieval accuracy by distance, for a SWAT stack whose reach `(W − 1)·L` is
@@ -198,22 +262,43 @@ impl SwatStudy {
         let (_, layers) = receptive_field(&config).ok_or("a SWAT stack has a receptive field")?;
         let reach = (w - 1) * layers;
         let len = 256;
-        let trained = study.train_task::<B>("passkey", &config, &SyntheticTask::passkey(digits), len, study.steps(1500), device)?;
+        let trained = study.train_task::<B>(
+            "passkey",
+            &config,
+            &SyntheticTask::passkey(digits),
+            len,
+            study.steps(1500),
+            device,
+        )?;
         // Inside the window, past it but within reach, at the reach, and beyond it.
-        let mut distances = vec![Passkey::min_distance(digits), (w + reach) / 2, reach, reach + w / 2, 2 * reach];
+        let mut distances =
+            vec![Passkey::min_distance(digits), (w + reach) / 2, reach, reach + w / 2, 2 * reach];
         distances.retain(|&d| d >= Passkey::min_distance(digits));
         distances.sort_unstable();
         distances.dedup();
         let count = study.pick(64, 4);
-        let mut table = Table::new(&["distance", "past W", "within reach", "digit accuracy", "exact"]);
+        let mut table =
+            Table::new(&["distance", "past W", "within reach", "digit accuracy", "exact"]);
         for d in distances {
-            let task = Passkey::new(len.max(Passkey::shortest_seq_len(d, digits)), d, digits).map_err(|e| e.to_string())?;
-            let examples = (0..count as u64).map(|i| task.sample(7, i)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+            let task = Passkey::new(len.max(Passkey::shortest_seq_len(d, digits)), d, digits)
+                .map_err(|e| e.to_string())?;
+            let examples = (0..count as u64)
+                .map(|i| task.sample(7, i))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
             let score = accuracy(&trained.model, &examples, 8, device)?;
             let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
-            table.rows.push(vec![d.to_string(), yes(d >= w), yes(d <= reach), format!("{:.3}", score.token_accuracy()), format!("{:.3}", score.exact_rate())]);
+            table.rows.push(vec![
+                d.to_string(),
+                yes(d >= w),
+                yes(d <= reach),
+                format!("{:.3}", score.token_accuracy()),
+                format!("{:.3}", score.exact_rate()),
+            ]);
         }
-        let title = format!("Passkey: W = {w}, L = {layers}, reach (W − 1)·L = {reach}, {digits} digits (chance 0.1 per digit), trained at length {len}");
+        let title = format!(
+            "Passkey: W = {w}, L = {layers}, reach (W − 1)·L = {reach}, {digits} digits (chance 0.1 per digit), trained at length {len}"
+        );
         study.report("passkey", &title, &table)
     }
 }

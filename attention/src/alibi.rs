@@ -1,4 +1,4 @@
-//! ALiBi slopes, including SWAT's balanced recency/distance split (SEMANTICS §4).
+//! ALiBi slopes, including SWAT's balanced recency/distance split (docs/semantics.md §4).
 //!
 //! A slope `m_h > 0` makes head `h` a *recency* head (it penalises distance); `m_h < 0` makes it
 //! a *distance* head (it rewards older keys inside the window). The bias is `−m_h·(i − j)`.
@@ -29,7 +29,7 @@ impl SlopeMagnitudes {
 
 /// SWAT's split `R:D`: the first `distance` heads are distance heads with slopes
 /// `−x^-1 … −x^-D`, the last `recency` heads are recency heads with slopes `x^-R … x^-1`,
-/// both in head order (SEMANTICS §4).
+/// both in head order (docs/semantics.md §4).
 pub fn split(
     recency: usize,
     distance: usize,

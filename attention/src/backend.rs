@@ -54,7 +54,7 @@ pub trait WindowedAttentionBackend: Backend {
 /// Both methods may assume [`WindowedKernel::runs`] accepted the call.
 pub trait WindowedKernelBackend: Backend {
     /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `[batch, H, N_q, d + 1]`: `o` in
-    /// the first `d` columns, `lse` in the last (SEMANTICS §1).
+    /// the first `d` columns, `lse` in the last (docs/semantics.md §1).
     fn windowed_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -131,10 +131,7 @@ impl<B: Backend> WindowedKernel<B> {
     where
         B: WindowedKernelBackend,
     {
-        Self {
-            forward: B::windowed_forward,
-            backward: B::windowed_backward,
-        }
+        Self { forward: B::windowed_forward, backward: B::windowed_backward }
     }
 
     /// Whether the kernels take this call; otherwise the blocked path runs it.

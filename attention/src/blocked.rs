@@ -134,7 +134,8 @@ fn attend_blocks<B: Backend>(
         let lse = Tensor::full([batch, group, slots], f32::NEG_INFINITY, &device);
         return (Tensor::zeros([batch, group, slots, dim], &device), lse);
     }
-    let (row_slots, col_slots) = (range.start * rows..range.end * rows, range.start * cols..range.end * cols);
+    let (row_slots, col_slots) =
+        (range.start * rows..range.end * rows, range.start * cols..range.end * cols);
     let entries = range.start * rows * cols..range.end * rows * cols;
     let row_index = int_tensor::<B>(BlockSet::gather(&set.rows[row_slots]), &device);
     let col_index = int_tensor::<B>(BlockSet::gather(&set.cols[col_slots]), &device);
@@ -169,7 +170,8 @@ pub fn scheduled_scores(spec: &WindowSpec, q_len: usize, kv_len: usize) -> usize
         .iter()
         .map(|group| {
             let plan = plan_group(spec, group[0], q_len, kv_len, false);
-            let per_head: usize = plan.sets.iter().map(|s| s.blocks * s.block_rows * s.block_cols).sum();
+            let per_head: usize =
+                plan.sets.iter().map(|s| s.blocks * s.block_rows * s.block_cols).sum();
             group.len() * per_head
         })
         .sum()

@@ -4,7 +4,7 @@ use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 
 use crate::{AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 
-/// Windowed attention (SEMANTICS §1–§2) on the backend's fastest path: the CubeCL kernel where
+/// Windowed attention (docs/semantics.md §1–§2) on the backend's fastest path: the CubeCL kernel where
 /// the backend has one, else the blocked O(N·w) path.
 ///
 /// - `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, with `H_kv` dividing `H` (GQA).

@@ -5,43 +5,31 @@ use std::fmt;
 /// Why a window spec, score option or attention call was rejected.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttentionError {
-    /// A sliding window must see at least one key (SEMANTICS §2: `W = 0` is an error).
+    /// A sliding window must see at least one key (docs/semantics.md §2: `W = 0` is an error).
     ZeroWindow { head: usize },
-    /// A dilation must be at least 1 (SEMANTICS §2).
+    /// A dilation must be at least 1 (docs/semantics.md §2).
     ZeroDilation { head: usize },
-    /// A LongNet segment length must be at least 1 (SEMANTICS §5).
+    /// A LongNet segment length must be at least 1 (docs/semantics.md §5).
     ZeroSegment { head: usize },
-    /// A LongNet head offset must be smaller than the branch's dilation (SEMANTICS §5).
-    PhaseOutOfRange {
-        head: usize,
-        phase: usize,
-        dilation: usize,
-    },
+    /// A LongNet head offset must be smaller than the branch's dilation (docs/semantics.md §5).
+    PhaseOutOfRange { head: usize, phase: usize, dilation: usize },
     /// The number of query heads must be a multiple of the number of kv heads (GQA).
     HeadsNotDivisible { heads: usize, kv_heads: usize },
     /// A spec needs at least one head.
     NoHeads,
-    /// A global position lies past the end of the key sequence (SEMANTICS §2).
+    /// A global position lies past the end of the key sequence (docs/semantics.md §2).
     GlobalOutOfRange { position: usize, len: usize },
     /// The tensors and the spec disagree on a size.
-    ShapeMismatch {
-        what: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    ShapeMismatch { what: &'static str, expected: usize, got: usize },
     /// The valid key length exceeds the key tensor's length.
     KvLenTooLong { kv_len: usize, keys: usize },
     /// A softcap must be a positive finite number.
     BadSoftcap(f32),
     /// A score scale must be a finite number.
     BadScale(f32),
-    /// An ALiBi split `R:D` must use every head exactly once (SEMANTICS §4).
-    BadAlibiSplit {
-        recency: usize,
-        distance: usize,
-        heads: usize,
-    },
-    /// Token-by-token decoding needs a causal layer; an encoder sees later tokens (SEMANTICS §7).
+    /// An ALiBi split `R:D` must use every head exactly once (docs/semantics.md §4).
+    BadAlibiSplit { recency: usize, distance: usize, heads: usize },
+    /// Token-by-token decoding needs a causal layer; an encoder sees later tokens (docs/semantics.md §7).
     NotCausal { what: &'static str },
 }
 
@@ -54,11 +42,7 @@ impl fmt::Display for AttentionError {
                 write!(f, "head {head}: dilation 0 is invalid; use dilation >= 1")
             }
             ZeroSegment { head } => write!(f, "head {head}: LongNet segment length 0 is invalid"),
-            PhaseOutOfRange {
-                head,
-                phase,
-                dilation,
-            } => write!(
+            PhaseOutOfRange { head, phase, dilation } => write!(
                 f,
                 "head {head}: LongNet offset {phase} must be smaller than the dilation {dilation}"
             ),
@@ -67,36 +51,22 @@ impl fmt::Display for AttentionError {
                 "{heads} query heads are not divisible by {kv_heads} kv heads (GQA needs H % H_kv == 0)"
             ),
             NoHeads => write!(f, "a window spec needs at least one head"),
-            GlobalOutOfRange { position, len } => write!(
-                f,
-                "global position {position} is outside the key sequence of length {len}"
-            ),
-            ShapeMismatch {
-                what,
-                expected,
-                got,
-            } => {
+            GlobalOutOfRange { position, len } => {
+                write!(f, "global position {position} is outside the key sequence of length {len}")
+            }
+            ShapeMismatch { what, expected, got } => {
                 write!(f, "{what}: expected {expected}, got {got}")
             }
-            KvLenTooLong { kv_len, keys } => write!(
-                f,
-                "valid kv length {kv_len} is longer than the {keys} keys given"
-            ),
+            KvLenTooLong { kv_len, keys } => {
+                write!(f, "valid kv length {kv_len} is longer than the {keys} keys given")
+            }
             BadSoftcap(c) => write!(f, "softcap must be positive and finite, got {c}"),
             BadScale(s) => write!(f, "score scale must be finite, got {s}"),
-            BadAlibiSplit {
-                recency,
-                distance,
-                heads,
-            } => write!(
-                f,
-                "ALiBi split {recency}:{distance} does not add up to the {heads} heads"
-            ),
+            BadAlibiSplit { recency, distance, heads } => {
+                write!(f, "ALiBi split {recency}:{distance} does not add up to the {heads} heads")
+            }
             NotCausal { what } => {
-                write!(
-                    f,
-                    "{what} is bidirectional (an encoder) and cannot decode token by token"
-                )
+                write!(f, "{what} is bidirectional (an encoder) and cannot decode token by token")
             }
         }
     }

@@ -1,7 +1,7 @@
 //! # swa-attention
 //!
 //! The windowed attention core of swa-zoo and its building blocks. Every mechanism of
-//! `SEMANTICS.md` (sliding windows, multi-scale windows, SWAT, LongNet branches, Longformer,
+//! `docs/semantics.md` (sliding windows, multi-scale windows, SWAT, LongNet branches, Longformer,
 //! attention sinks, full causal attention) is one call of [`windowed_attention`] with a
 //! [`WindowSpec`] saying which keys each query sees and [`ScoreOptions`] saying how scores are
 //! formed.
@@ -15,11 +15,11 @@
 pub mod alibi;
 pub mod backend;
 pub mod blocked;
-pub mod layers;
 mod entry;
 mod error;
 #[cfg(feature = "cube")]
 pub mod kernel;
+pub mod layers;
 mod options;
 mod plan;
 mod reciprocal;
@@ -29,7 +29,8 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+    MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, WindowedAttentionBackend, WindowedKernel,
+    WindowedKernelBackend,
 };
 pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
 pub use entry::windowed_attention;

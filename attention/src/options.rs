@@ -1,10 +1,10 @@
-//! Score options of the core (SEMANTICS §1, §4): softmax or sigmoid, softcap, scale and ALiBi.
+//! Score options of the core (docs/semantics.md §1, §4): softmax or sigmoid, softcap, scale and ALiBi.
 
 use serde::{Deserialize, Serialize};
 
 use crate::AttentionError;
 
-/// How scores become attention weights (SEMANTICS §1).
+/// How scores become attention weights (docs/semantics.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ScoreFn {
     /// `exp(s − m) / Σ exp(s − m)` over the visible keys.
@@ -27,7 +27,7 @@ pub struct ScoreOptions {
     /// Softcap `c`: scores become `c·tanh(s/c)` (Gemma 2). `None` disables it.
     pub softcap: Option<f32>,
     /// ALiBi slope `m_h` per query head, bias `−m_h·(i − j)`: positive slopes are recency
-    /// heads, negative ones distance heads (SEMANTICS §4). Build them with [`crate::alibi`].
+    /// heads, negative ones distance heads (docs/semantics.md §4). Build them with [`crate::alibi`].
     pub alibi: Option<Vec<f32>>,
 }
 
@@ -43,7 +43,7 @@ impl ScoreOptions {
         Self { score_fn: ScoreFn::Softmax, scale: None, softcap: None, alibi: None }
     }
 
-    /// Sigmoid attention `σ(s + β)` (SWAT; SEMANTICS §1).
+    /// Sigmoid attention `σ(s + β)` (SWAT; docs/semantics.md §1).
     pub fn sigmoid(beta: f32) -> Self {
         Self { score_fn: ScoreFn::Sigmoid { beta }, ..Self::softmax() }
     }

@@ -68,7 +68,8 @@ pub(crate) fn plan_group(
     let window = spec.heads()[h];
     let extra = spec.extra_keys(kv_len);
     let classes = window.dilation;
-    let (mut windowed, mut global_rows, mut orphan_rows) = (vec![Vec::new(); classes], vec![], vec![]);
+    let (mut windowed, mut global_rows, mut orphan_rows) =
+        (vec![Vec::new(); classes], vec![], vec![]);
     for i in 0..q_len {
         let p = offset + i;
         if spec.is_global(p) {
@@ -160,7 +161,8 @@ impl SetBuilder<'_> {
             for row in &rows {
                 for col in &cols {
                     let pair = row.zip(*col).map(|(i, j)| (offset + i, j));
-                    let seen = pair.is_some_and(|(p, j)| self.spec.visible(self.h, p, j, self.kv_len));
+                    let seen =
+                        pair.is_some_and(|(p, j)| self.spec.visible(self.h, p, j, self.kv_len));
                     set.mask.push(seen);
                     if let Some(distance) = set.distance.as_mut() {
                         distance.push(pair.map_or(0.0, |(p, j)| p as f32 - j as f32));

@@ -1,4 +1,4 @@
-//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (SEMANTICS §4).
+//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md §4).
 
 use burn::config::Config;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
@@ -46,7 +46,7 @@ impl Rope {
     }
 
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at `positions[n]`; used for
-    /// StreamingLLM's cache-slot positions (SEMANTICS §7). Returns the same shape.
+    /// StreamingLLM's cache-slot positions (docs/semantics.md §7). Returns the same shape.
     pub fn forward_at<B: Backend>(&self, x: Tensor<B, 4>, positions: &[usize]) -> Tensor<B, 4> {
         let [_, _, n, d] = x.dims();
         assert_eq!(d, self.head_dim, "RoPE built for head_dim {} got {d}", self.head_dim);
@@ -62,7 +62,8 @@ impl Rope {
             }
         }
         let device = x.device();
-        let table = |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [1, 1, n, d]), &device);
+        let table =
+            |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [1, 1, n, d]), &device);
         let (cos, sin) = (table(cos), table(sin));
         let first = x.clone().narrow(3, 0, half);
         let second = x.clone().narrow(3, half, half);

@@ -1,4 +1,4 @@
-//! From queries, keys and a visibility mask to outputs and log-normalisers (SEMANTICS §1).
+//! From queries, keys and a visibility mask to outputs and log-normalisers (docs/semantics.md §1).
 //!
 //! Shared by the dense reference and the blocked path: both lay their rows and key columns
 //! out as `[a, b, rows, cols]` and differ only in which keys sit in the columns.
@@ -21,7 +21,7 @@ pub(crate) struct Alibi<B: Backend> {
 /// cols]` is true.
 ///
 /// Returns `o: [a, b, rows, d]` and `lse: [a, b, rows]`, where `lse_i = ln Σ_j w_ij` over the
-/// visible keys, `w = exp(score)` for softmax (the log-normaliser of SEMANTICS §1) and
+/// visible keys, `w = exp(score)` for softmax (the log-normaliser of docs/semantics.md §1) and
 /// `w = σ(score + β)` for sigmoid (the log of its total weight). A row that sees no key gives
 /// `o = 0` and `lse = −∞`, with finite gradients.
 pub(crate) fn attend<B: Backend>(

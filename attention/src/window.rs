@@ -1,4 +1,4 @@
-//! The window spec: the single definition of which keys a query sees (SEMANTICS §2, §3, §5, §7).
+//! The window spec: the single definition of which keys a query sees (docs/semantics.md §2, §3, §5, §7).
 //!
 //! Every implementation of the core asks [`WindowSpec::visible`]: the dense reference builds
 //! its mask from it, the blocked path builds its per-block masks from it, and the KV cache sizes
@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::AttentionError;
 
-/// One head's window: the keys `j = i + dilation·m` for `m ∈ [−left, right]` (SEMANTICS §2),
-/// optionally confined to LongNet segments (SEMANTICS §5).
+/// One head's window: the keys `j = i + dilation·m` for `m ∈ [−left, right]` (docs/semantics.md §2),
+/// optionally confined to LongNet segments (docs/semantics.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HeadWindow {
     /// Steps back from the query; [`HeadWindow::UNBOUNDED`] for no limit.
@@ -20,7 +20,7 @@ pub struct HeadWindow {
     pub right: usize,
     /// Distance between two consecutive keys of the window, `δ ≥ 1`.
     pub dilation: usize,
-    /// LongNet segment length `w_b`: queries and keys must share a segment (SEMANTICS §5).
+    /// LongNet segment length `w_b`: queries and keys must share a segment (docs/semantics.md §5).
     pub segment: Option<usize>,
     /// LongNet head offset `o_b(h) = h mod r_b`: only queries and keys at this offset (relative
     /// to the segment start, modulo the dilation) take part. Ignored without a segment.
@@ -31,45 +31,27 @@ impl HeadWindow {
     /// A `left` or `right` that never limits the window.
     pub const UNBOUNDED: usize = usize::MAX;
 
-    /// Causal sliding window of `w ≥ 1` keys, self included: `left = w − 1` (SEMANTICS §2).
+    /// Causal sliding window of `w ≥ 1` keys, self included: `left = w − 1` (docs/semantics.md §2).
     pub fn sliding(w: usize) -> Self {
         Self::dilated(w, 1)
     }
 
     /// Causal window of `w ≥ 1` keys spaced `dilation` apart, spanning `dilation·(w−1)+1` positions.
     pub fn dilated(w: usize, dilation: usize) -> Self {
-        Self {
-            left: w.saturating_sub(1),
-            right: 0,
-            dilation,
-            segment: None,
-            phase: 0,
-        }
+        Self { left: w.saturating_sub(1), right: 0, dilation, segment: None, phase: 0 }
     }
 
     /// Every key (subject to causality): full attention.
     pub fn full() -> Self {
-        Self {
-            left: Self::UNBOUNDED,
-            right: Self::UNBOUNDED,
-            dilation: 1,
-            segment: None,
-            phase: 0,
-        }
+        Self { left: Self::UNBOUNDED, right: Self::UNBOUNDED, dilation: 1, segment: None, phase: 0 }
     }
 
-    /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (SEMANTICS §2).
+    /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (docs/semantics.md §2).
     pub fn longformer(w: usize, dilation: usize) -> Self {
-        Self {
-            left: w,
-            right: w,
-            dilation,
-            segment: None,
-            phase: 0,
-        }
+        Self { left: w, right: w, dilation, segment: None, phase: 0 }
     }
 
-    /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase` (SEMANTICS §5).
+    /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase` (docs/semantics.md §5).
     pub fn longnet(segment: usize, dilation: usize, phase: usize) -> Self {
         Self {
             left: Self::UNBOUNDED,
@@ -81,14 +63,14 @@ impl HeadWindow {
     }
 
     /// How many consecutive positions back the window reaches, the query included:
-    /// `δ·left + 1` (SEMANTICS §7: the ring-buffer size of a causal head).
+    /// `δ·left + 1` (docs/semantics.md §7: the ring-buffer size of a causal head).
     pub fn span(&self) -> usize {
         self.dilation.saturating_mul(self.left).saturating_add(1)
     }
 
     /// How many consecutive positions back a causal query can see through this window, itself
     /// included: the span, cut to the segment for LongNet heads (whose current segment is all
-    /// a query can reach; SEMANTICS §7). `None` when unbounded, as for full attention.
+    /// a query can reach; docs/semantics.md §7). `None` when unbounded, as for full attention.
     pub fn reach(&self) -> Option<usize> {
         let span = match self.segment {
             Some(segment) => self.span().min(segment),
@@ -99,11 +81,7 @@ impl HeadWindow {
 
     /// The window part of the rule: is key `j` in the window of the query at position `i`?
     pub fn contains(&self, i: usize, j: usize) -> bool {
-        let (distance, limit) = if j <= i {
-            (i - j, self.left)
-        } else {
-            (j - i, self.right)
-        };
+        let (distance, limit) = if j <= i { (i - j, self.left) } else { (j - i, self.right) };
         let steps = match self.dilation {
             1 => distance,
             d if distance % d == 0 => distance / d,
@@ -145,7 +123,7 @@ impl HeadWindow {
 }
 
 /// Which keys each query head sees: per-head windows, sinks, global positions, causality, and
-/// the query offset and valid key length used while decoding (SEMANTICS §2).
+/// the query offset and valid key length used while decoding (docs/semantics.md §2).
 ///
 /// Query `i` of a call sits at absolute position `query_offset + i`; keys sit at positions
 /// `0 … N_k − 1`, and those at or past `kv_len` are padding, never visible.
@@ -167,10 +145,7 @@ impl WindowSpec {
             return Err(AttentionError::NoHeads);
         }
         if heads.len() % kv_heads != 0 {
-            return Err(AttentionError::HeadsNotDivisible {
-                heads: heads.len(),
-                kv_heads,
-            });
+            return Err(AttentionError::HeadsNotDivisible { heads: heads.len(), kv_heads });
         }
         for (h, w) in heads.iter().enumerate() {
             w.validate(h)?;
@@ -191,17 +166,17 @@ impl WindowSpec {
         Self::new(vec![HeadWindow::full(); heads], kv_heads)
     }
 
-    /// Sliding window of `w` keys on every head (Mistral, SWAT, MSWA's SWA; SEMANTICS §2).
+    /// Sliding window of `w` keys on every head (Mistral, SWAT, MSWA's SWA; docs/semantics.md §2).
     pub fn sliding(heads: usize, kv_heads: usize, w: usize) -> Result<Self, AttentionError> {
         Self::per_head(&vec![w; heads], kv_heads)
     }
 
-    /// A sliding window per head, `windows[h]` keys for head `h` (MSWA; SEMANTICS §3).
+    /// A sliding window per head, `windows[h]` keys for head `h` (MSWA; docs/semantics.md §3).
     pub fn per_head(windows: &[usize], kv_heads: usize) -> Result<Self, AttentionError> {
         Self::dilated(windows, &vec![1; windows.len()], kv_heads)
     }
 
-    /// `windows[h]` keys spaced `dilations[h]` apart for head `h` (SEMANTICS §2).
+    /// `windows[h]` keys spaced `dilations[h]` apart for head `h` (docs/semantics.md §2).
     pub fn dilated(
         windows: &[usize],
         dilations: &[usize],
@@ -217,15 +192,12 @@ impl WindowSpec {
         if let Some(head) = windows.iter().position(|&w| w == 0) {
             return Err(AttentionError::ZeroWindow { head });
         }
-        let heads = windows
-            .iter()
-            .zip(dilations)
-            .map(|(&w, &d)| HeadWindow::dilated(w, d));
+        let heads = windows.iter().zip(dilations).map(|(&w, &d)| HeadWindow::dilated(w, d));
         Self::new(heads.collect(), kv_heads)
     }
 
     /// Longformer: one-sided window `w` (2w+1 keys) with a dilation per head; bidirectional for
-    /// the encoder, causal for the decoder (SEMANTICS §2). Add global tokens with
+    /// the encoder, causal for the decoder (docs/semantics.md §2). Add global tokens with
     /// [`WindowSpec::with_globals`].
     pub fn longformer(
         w: usize,
@@ -233,15 +205,12 @@ impl WindowSpec {
         kv_heads: usize,
         causal: bool,
     ) -> Result<Self, AttentionError> {
-        let heads = dilations
-            .iter()
-            .map(|&d| HeadWindow::longformer(w, d))
-            .collect();
+        let heads = dilations.iter().map(|&d| HeadWindow::longformer(w, d)).collect();
         Ok(Self::new(heads, kv_heads)?.with_causal(causal))
     }
 
     /// One LongNet branch: segment `w_b`, dilation `r_b`, head `h` at offset `h mod r_b`
-    /// (SEMANTICS §5). The caller clips `w_b` to N.
+    /// (docs/semantics.md §5). The caller clips `w_b` to N.
     pub fn longnet_branch(
         heads: usize,
         kv_heads: usize,
@@ -253,13 +222,13 @@ impl WindowSpec {
         Self::new(windows.collect(), kv_heads)
     }
 
-    /// Keeps positions `0 … sinks−1` visible to every later query (StreamingLLM; SEMANTICS §2).
+    /// Keeps positions `0 … sinks−1` visible to every later query (StreamingLLM; docs/semantics.md §2).
     pub fn with_sinks(mut self, sinks: usize) -> Self {
         self.sinks = sinks;
         self
     }
 
-    /// Adds global positions: they see every key and every query sees them (SEMANTICS §2).
+    /// Adds global positions: they see every key and every query sees them (docs/semantics.md §2).
     pub fn with_globals(mut self, globals: impl IntoIterator<Item = usize>) -> Self {
         self.globals.extend(globals);
         self.globals.sort_unstable();
@@ -279,7 +248,7 @@ impl WindowSpec {
         self
     }
 
-    /// Number of valid keys; keys past it are padding and never visible (SEMANTICS §2).
+    /// Number of valid keys; keys past it are padding and never visible (docs/semantics.md §2).
     pub fn with_kv_len(mut self, kv_len: usize) -> Self {
         self.kv_len = Some(kv_len);
         self
@@ -352,11 +321,7 @@ impl WindowSpec {
         kv_heads: usize,
         keys: usize,
     ) -> Result<usize, AttentionError> {
-        let mismatch = |what, expected, got| AttentionError::ShapeMismatch {
-            what,
-            expected,
-            got,
-        };
+        let mismatch = |what, expected, got| AttentionError::ShapeMismatch { what, expected, got };
         if heads != self.heads.len() {
             return Err(mismatch("query heads", self.heads.len(), heads));
         }
@@ -368,15 +333,12 @@ impl WindowSpec {
             return Err(AttentionError::KvLenTooLong { kv_len, keys });
         }
         if let Some(&position) = self.globals.iter().find(|&&g| g >= kv_len) {
-            return Err(AttentionError::GlobalOutOfRange {
-                position,
-                len: kv_len,
-            });
+            return Err(AttentionError::GlobalOutOfRange { position, len: kv_len });
         }
         Ok(kv_len)
     }
 
-    /// THE visibility rule (SEMANTICS §2): does query head `h` at absolute position `i` see the
+    /// THE visibility rule (docs/semantics.md §2): does query head `h` at absolute position `i` see the
     /// key at position `j`, given `kv_len` valid keys?
     pub fn visible(&self, h: usize, i: usize, j: usize, kv_len: usize) -> bool {
         j < kv_len

@@ -1,4 +1,4 @@
-//! The decoder block, "Transformer++" (SEMANTICS §8): pre-norm attention and SwiGLU MLP, each
+//! The decoder block, "Transformer++" (docs/semantics.md §8): pre-norm attention and SwiGLU MLP, each
 //! with a residual connection.
 
 use burn::module::Module;

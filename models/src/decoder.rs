@@ -1,5 +1,5 @@
 //! The decoder language model: embeddings, a stack of Transformer++ blocks whose attention kind
-//! is given per layer as data, a final RMSNorm and the LM head (SEMANTICS §8).
+//! is given per layer as data, a final RMSNorm and the LM head (docs/semantics.md §8).
 
 use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
@@ -31,7 +31,7 @@ pub struct DecoderConfig {
     /// Share the embedding matrix with the LM head.
     #[config(default = false)]
     pub tie_embeddings: bool,
-    /// RoPE base of every layer (SEMANTICS §4).
+    /// RoPE base of every layer (docs/semantics.md §4).
     #[config(default = "10000.0")]
     pub rope_base: f64,
 }
@@ -44,12 +44,7 @@ impl DecoderConfig {
 
     /// Checks the configuration without building it.
     pub fn validate(&self) -> Result<(), ModelError> {
-        let bad = |field, problem: &str| {
-            Err(ModelError::Config {
-                field,
-                problem: problem.into(),
-            })
-        };
+        let bad = |field, problem: &str| Err(ModelError::Config { field, problem: problem.into() });
         if self.vocab_size == 0 {
             return bad("DecoderConfig.vocab_size", "must be at least 1");
         }
@@ -57,10 +52,7 @@ impl DecoderConfig {
             return bad("DecoderConfig.layers", "must be at least 1");
         }
         if self.attention.is_empty() {
-            return bad(
-                "DecoderConfig.attention",
-                "needs at least one attention kind",
-            );
+            return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
         if self.heads == 0 || self.d_model % self.heads != 0 {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
@@ -69,9 +61,7 @@ impl DecoderConfig {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
         }
         for layer in 0..self.layers {
-            self.kind_of(layer)
-                .validate(self.heads, self.kv_heads)
-                .map_err(in_layer(layer))?;
+            self.kind_of(layer).validate(self.heads, self.kv_heads).map_err(in_layer(layer))?;
         }
         Ok(())
     }
@@ -83,21 +73,12 @@ impl DecoderConfig {
         let blocks = (0..self.layers)
             .map(|l| {
                 let kind = self.kind_of(l).clone();
-                Block::new(
-                    self.d_model,
-                    self.heads,
-                    self.kv_heads,
-                    kind,
-                    self.rope_base,
-                    device,
-                )
-                .map_err(in_layer(l))
+                Block::new(self.d_model, self.heads, self.kv_heads, kind, self.rope_base, device)
+                    .map_err(in_layer(l))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let head = (!self.tie_embeddings).then(|| {
-            LinearConfig::new(self.d_model, self.vocab_size)
-                .with_bias(false)
-                .init(device)
+            LinearConfig::new(self.d_model, self.vocab_size).with_bias(false).init(device)
         });
         let model = Decoder {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
@@ -132,7 +113,7 @@ pub struct Decoder<B: Backend> {
     head: Option<Linear<B>>,
 }
 
-/// The decoding state of every layer (SEMANTICS §7), made by [`Decoder::cache`]. A clone is an
+/// The decoding state of every layer (docs/semantics.md §7), made by [`Decoder::cache`]. A clone is an
 /// independent copy: decoding can fork from any position.
 #[derive(Clone)]
 pub struct DecoderCache<B: Backend> {
@@ -182,11 +163,7 @@ impl<B: Backend> Decoder<B> {
             .blocks
             .iter()
             .enumerate()
-            .map(|(l, b)| {
-                b.attention()
-                    .cache(batch, positions, device)
-                    .map_err(in_layer(l))
-            })
+            .map(|(l, b)| b.attention().cache(batch, positions, device).map_err(in_layer(l)))
             .collect::<Result<_, _>>()?;
         Ok(DecoderCache { layers, len: 0 })
     }

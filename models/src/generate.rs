@@ -1,4 +1,4 @@
-//! Text generation with the bounded cache (SEMANTICS §7): the prompt is fed token by token,
+//! Text generation with the bounded cache (docs/semantics.md §7): the prompt is fed token by token,
 //! then each new token is sampled from the last logits and fed back.
 
 use burn::config::Config;
@@ -27,7 +27,7 @@ pub struct GenerateConfig {
     /// Seed of the sampler: the same seed, model and prompt give the same tokens.
     #[config(default = 0)]
     pub seed: u64,
-    /// Positions of cached keys: StreamingLLM's shift for sink layers (SEMANTICS §7), or
+    /// Positions of cached keys: StreamingLLM's shift for sink layers (docs/semantics.md §7), or
     /// absolute positions as in training.
     #[config(default = "CachePositions::Streaming")]
     pub positions: CachePositions,
@@ -44,10 +44,7 @@ impl GenerateConfig {
             );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad(
-                "GenerateConfig.top_p",
-                format!("must be in (0, 1], got {}", self.top_p),
-            );
+            return bad("GenerateConfig.top_p", format!("must be in (0, 1], got {}", self.top_p));
         }
         Ok(())
     }
@@ -63,21 +60,14 @@ impl<B: Backend> Decoder<B> {
         device: &B::Device,
     ) -> Result<Vec<Vec<usize>>, ModelError> {
         config.validate()?;
-        let bad = |problem: String| ModelError::Config {
-            field: "generate.prompts",
-            problem,
-        };
+        let bad = |problem: String| ModelError::Config { field: "generate.prompts", problem };
         let length = prompts.first().map_or(0, Vec::len);
         if length == 0 || prompts.iter().any(|p| p.len() != length) {
-            return Err(bad(
-                "needs at least one prompt, all of one length >= 1".into()
-            ));
+            return Err(bad("needs at least one prompt, all of one length >= 1".into()));
         }
         let vocab = self.vocab_size();
         if let Some(t) = prompts.iter().flatten().find(|&&t| t >= vocab) {
-            return Err(bad(format!(
-                "token {t} is outside the vocabulary of {vocab}"
-            )));
+            return Err(bad(format!("token {t} is outside the vocabulary of {vocab}")));
         }
         let batch = prompts.len();
         let column = |tokens: Vec<i64>| {
@@ -86,10 +76,8 @@ impl<B: Backend> Decoder<B> {
         let mut cache = self.cache(batch, config.positions, device)?;
         let mut logits = None;
         for n in 0..length {
-            logits = Some(self.step(
-                column(prompts.iter().map(|p| p[n] as i64).collect()),
-                &mut cache,
-            ));
+            logits =
+                Some(self.step(column(prompts.iter().map(|p| p[n] as i64).collect()), &mut cache));
         }
         let mut sampler = Sampler::new(config.temperature, config.top_k, config.top_p, config.seed);
         let mut outputs = vec![Vec::with_capacity(config.max_new_tokens); batch];

@@ -1,5 +1,5 @@
 //! `model.info()`: parameters, the summed windows of every head and layer (MSWA's cost
-//! measure, SEMANTICS §3) and the KV-cache size.
+//! measure, docs/semantics.md §3) and the KV-cache size.
 
 use std::fmt;
 
@@ -34,7 +34,7 @@ impl ModelInfo {
 }
 
 impl DecoderConfig {
-    /// `Σ_{l,h} W(l, h)` at context `n` (SEMANTICS §3).
+    /// `Σ_{l,h} W(l, h)` at context `n` (docs/semantics.md §3).
     pub fn window_sum(&self, n: usize) -> usize {
         (0..self.layers).map(|l| self.kind_of(l).window_sum(self.heads, n)).sum()
     }

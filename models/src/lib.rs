@@ -1,6 +1,6 @@
 //! # swa-models
 //!
-//! Decoder language models of swa-zoo ("Transformer++", SEMANTICS §8) assembled from a list of
+//! Decoder language models of swa-zoo ("Transformer++", docs/semantics.md §8) assembled from a list of
 //! per-layer [`swa_attention::layers::AttentionKind`]s, with presets that reproduce the seed
 //! papers' configurations.
 

@@ -1,4 +1,4 @@
-//! The SwiGLU MLP of the Transformer++ block (SEMANTICS §8).
+//! The SwiGLU MLP of the Transformer++ block (docs/semantics.md §8).
 
 use burn::config::Config;
 use burn::module::Module;
@@ -13,7 +13,7 @@ pub struct SwiGluConfig {
 }
 
 impl SwiGluConfig {
-    /// Hidden width: `⌈8d/3⌉` rounded up to a multiple of 64 (SEMANTICS §8).
+    /// Hidden width: `⌈8d/3⌉` rounded up to a multiple of 64 (docs/semantics.md §8).
     pub fn hidden(&self) -> usize {
         (8 * self.d_model).div_ceil(3).div_ceil(64) * 64
     }

@@ -1,4 +1,4 @@
-//! RMSNorm (SEMANTICS §8: pre-norm, ε = 1e-6).
+//! RMSNorm (docs/semantics.md §8: pre-norm, ε = 1e-6).
 
 use burn::config::Config;
 use burn::module::{Module, Param};
@@ -27,14 +27,18 @@ pub struct RmsNorm<B: Backend> {
 impl RmsNormConfig {
     /// A norm with `γ = 1`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNorm<B> {
-        RmsNorm { gamma: Param::from_tensor(Tensor::ones([self.d_model], device)), epsilon: self.epsilon }
+        RmsNorm {
+            gamma: Param::from_tensor(Tensor::ones([self.d_model], device)),
+            epsilon: self.epsilon,
+        }
     }
 }
 
 impl<B: Backend> RmsNorm<B> {
     /// `x: [..., d_model]` → same shape.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let scale = x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.epsilon).powf_scalar(-0.5);
+        let scale =
+            x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.epsilon).powf_scalar(-0.5);
         x * scale * self.gamma.val().unsqueeze()
     }
 }

@@ -58,17 +58,19 @@ fn mswa_dims(scale: Scale) -> Dims {
 
 impl Preset {
     /// MSWA Table 2: SWA, MSWA-h, MSWA-l or MSWA (geometric allocation) at base window 128,
-    /// trained on sequences of 1024 (SEMANTICS §3).
+    /// trained on sequences of 1024 (docs/semantics.md §3).
     pub fn mswa(variant: MswaVariant, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
         let dims = mswa_dims(scale);
-        let windows = mswa_windows(variant, MswaStrategy::Geometric, dims.window, dims.layers, dims.heads)?;
+        let windows =
+            mswa_windows(variant, MswaStrategy::Geometric, dims.window, dims.layers, dims.heads)?;
         let suffix = match variant {
             MswaVariant::Swa => "swa",
             MswaVariant::Heads => "mswa-h",
             MswaVariant::Layers => "mswa-l",
             MswaVariant::Both => "mswa",
         };
-        let attention = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
+        let attention =
+            windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
         Ok(Self {
             name: named(&format!("mswa-table2-{suffix}"), scale),
             config: decoder(vocab, &dims, attention),
@@ -89,9 +91,13 @@ impl Preset {
     }
 
     /// MSWA Table 3 hybrids: every consecutive triple of layers is "linear, local, local"
-    /// (SEMANTICS §3, §6). `local` is `None` for all-linear, SWA or MSWA for the local layers;
+    /// (docs/semantics.md §3, §6). `local` is `None` for all-linear, SWA or MSWA for the local layers;
     /// the multi-scale allocation runs over the local layers alone.
-    pub fn mswa_hybrid(local: Option<MswaVariant>, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
+    pub fn mswa_hybrid(
+        local: Option<MswaVariant>,
+        scale: Scale,
+        vocab: usize,
+    ) -> Result<Self, AttentionError> {
         let dims = match scale {
             Scale::Paper => Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
             Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 6, window: 16 },
@@ -101,10 +107,23 @@ impl Preset {
             None => ("linear", vec![linear]),
             Some(variant) => {
                 let local_layers = dims.layers - dims.layers.div_ceil(3);
-                let windows = mswa_windows(variant, MswaStrategy::Geometric, dims.window, local_layers, dims.heads)?;
-                let mut locals = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows });
+                let windows = mswa_windows(
+                    variant,
+                    MswaStrategy::Geometric,
+                    dims.window,
+                    local_layers,
+                    dims.heads,
+                )?;
+                let mut locals =
+                    windows.into_iter().map(|windows| AttentionKind::MultiScale { windows });
                 let kinds = (0..dims.layers)
-                    .map(|l| if l % 3 == 0 { linear.clone() } else { locals.next().expect("one per local layer") })
+                    .map(|l| {
+                        if l % 3 == 0 {
+                            linear.clone()
+                        } else {
+                            locals.next().expect("one per local layer")
+                        }
+                    })
                     .collect();
                 (if variant == MswaVariant::Swa { "linear-swa" } else { "linear-mswa" }, kinds)
             }
@@ -118,7 +137,7 @@ impl Preset {
     }
 
     /// SWAT's 340M model (Table 1: d = 1024, 16 heads, 24 layers, W = 256), trained on
-    /// sequences of 4W, the best setting of its Table 2 (SEMANTICS §4).
+    /// sequences of 4W, the best setting of its Table 2 (docs/semantics.md §4).
     pub fn swat_340m(scale: Scale, vocab: usize) -> Self {
         let dims = match scale {
             Scale::Paper => Dims { d_model: 1024, heads: 16, layers: 24, window: 256 },
@@ -147,7 +166,7 @@ impl Preset {
     }
 
     /// A LongNet decoder with the paper's branches `w = (2048 … 32768)`, `r = (1, 2, 4, 6, 12)`
-    /// (SEMANTICS §5), 12 heads so that every offset of `r = 12` has a head.
+    /// (docs/semantics.md §5), 12 heads so that every offset of `r = 12` has a head.
     pub fn longnet(scale: Scale, vocab: usize) -> Self {
         let (dims, segments, dilations) = match scale {
             Scale::Paper => (
@@ -155,7 +174,11 @@ impl Preset {
                 vec![2048, 4096, 8192, 16384, 32768],
                 vec![1, 2, 4, 6, 12],
             ),
-            Scale::Tiny => (Dims { d_model: 48, heads: 6, layers: 2, window: 0 }, vec![16, 32, 64], vec![1, 2, 4]),
+            Scale::Tiny => (
+                Dims { d_model: 48, heads: 6, layers: 2, window: 0 },
+                vec![16, 32, 64],
+                vec![1, 2, 4],
+            ),
         };
         Self {
             name: named("longnet", scale),
@@ -167,14 +190,15 @@ impl Preset {
 
     /// Longformer with one-sided window 256 (Hugging Face's 512), dilation 1 on all heads but
     /// the last two (dilation 2, as in its character-LM setting), and a global token at 0;
-    /// `causal` selects the decoder, else the encoder (SEMANTICS §2).
+    /// `causal` selects the decoder, else the encoder (docs/semantics.md §2).
     pub fn longformer(causal: bool, scale: Scale, vocab: usize) -> Self {
         let dims = match scale {
             Scale::Paper => Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
             Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 2, window: 8 },
         };
         let dilations = (0..dims.heads).map(|h| if h + 2 >= dims.heads { 2 } else { 1 }).collect();
-        let kind = AttentionKind::Longformer { window: dims.window, dilations, globals: vec![0], causal };
+        let kind =
+            AttentionKind::Longformer { window: dims.window, dilations, globals: vec![0], causal };
         Self {
             name: named(if causal { "longformer-decoder" } else { "longformer-encoder" }, scale),
             train_len: if scale == Scale::Paper { 4096 } else { 128 },
@@ -198,7 +222,9 @@ impl Preset {
     /// Every preset at `scale`, in a fixed order.
     pub fn all(scale: Scale, vocab: usize) -> Result<Vec<Self>, AttentionError> {
         let mut presets = Vec::new();
-        for variant in [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both] {
+        for variant in
+            [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both]
+        {
             presets.push(Self::mswa(variant, scale, vocab)?);
         }
         presets.push(Self::mswa_full(1024, scale, vocab));

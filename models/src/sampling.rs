@@ -14,23 +14,14 @@ impl Sampler {
     /// `temperature` 0 is greedy; `top_k` 0 keeps every token; `top_p` 1 keeps every token.
     /// The arguments are checked by [`crate::GenerateConfig::validate`].
     pub fn new(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Self {
-        Self {
-            temperature,
-            top_k,
-            top_p,
-            state: seed,
-        }
+        Self { temperature, top_k, top_p, state: seed }
     }
 
     /// The next token for one row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> usize {
         let mut order: Vec<usize> = (0..logits.len()).collect();
         // Most likely first; NaN logits sort last, ties keep the lower token id.
-        order.sort_by(|&a, &b| {
-            logit(logits[b])
-                .total_cmp(&logit(logits[a]))
-                .then(a.cmp(&b))
-        });
+        order.sort_by(|&a, &b| logit(logits[b]).total_cmp(&logit(logits[a])).then(a.cmp(&b)));
         if self.temperature == 0.0 {
             return order[0];
         }

@@ -64,9 +64,7 @@ pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBu
     let file = path.with_extension(RECORD_EXTENSION);
     model.visit(&mut Initialize);
     write_atomically(&file, |temp| {
-        recorder()
-            .record(model.clone().into_record(), temp.to_path_buf())
-            .map_err(recorder_problem)
+        recorder().record(model.clone().into_record(), temp.to_path_buf()).map_err(recorder_problem)
     })?;
     Ok(file)
 }
@@ -81,9 +79,8 @@ pub fn load_record<B: Backend>(
     let fail = |problem| weights_error(&file, problem);
     let model = config.init::<B>(device)?;
     let expected = parameter_shapes(&model);
-    let record: DecoderRecord<B> = recorder()
-        .load(file.clone(), device)
-        .map_err(|e| fail(recorder_problem(e)))?;
+    let record: DecoderRecord<B> =
+        recorder().load(file.clone(), device).map_err(|e| fail(recorder_problem(e)))?;
     check_record_structure(&record, config, &expected).map_err(fail)?;
     // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
     let model = model.load_record(record);
@@ -95,9 +92,7 @@ pub fn load_record<B: Backend>(
 /// documentation.
 pub fn export_safetensors<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<(), ModelError> {
     write_atomically(path, |temp| {
-        model
-            .save_into(&mut SafetensorsStore::from_file(temp))
-            .map_err(|e| e.to_string())
+        model.save_into(&mut SafetensorsStore::from_file(temp)).map_err(|e| e.to_string())
     })
 }
 
@@ -117,9 +112,7 @@ pub fn import_safetensors<B: Backend>(
         .map(|(name, tensor)| (name.clone(), tensor.shape.to_vec()))
         .collect();
     compare_shapes(&parameter_shapes(&model), &found).map_err(fail)?;
-    model
-        .load_from(&mut store)
-        .map_err(|e| fail(e.to_string()))?;
+    model.load_from(&mut store).map_err(|e| fail(e.to_string()))?;
     Ok(model)
 }
 
@@ -128,10 +121,7 @@ fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
 }
 
 fn weights_error(path: &Path, problem: String) -> ModelError {
-    ModelError::Weights {
-        path: path.to_path_buf(),
-        problem,
-    }
+    ModelError::Weights { path: path.to_path_buf(), problem }
 }
 
 fn recorder_problem(error: RecorderError) -> String {
@@ -166,9 +156,7 @@ fn write_atomically(
     if !dir.is_dir() {
         return Err(fail(format!("directory {} does not exist", dir.display())));
     }
-    let name = target
-        .file_name()
-        .ok_or_else(|| fail("the path names no file".into()))?;
+    let name = target.file_name().ok_or_else(|| fail("the path names no file".into()))?;
     let save = SAVES.fetch_add(1, Ordering::Relaxed);
     let mut temp_name = OsString::from(format!(".tmp-{}-{save}-", std::process::id()));
     temp_name.push(name);
@@ -220,8 +208,7 @@ impl<B: Backend> ModuleVisitor<B> for ShapeVisitor {
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.shapes
-            .insert(self.path.join("."), param.lazy_shape().to_vec());
+        self.shapes.insert(self.path.join("."), param.lazy_shape().to_vec());
     }
 }
 
@@ -251,9 +238,9 @@ pub fn compare_shapes(
         }
     }
     match found.keys().find(|name| !expected.contains_key(*name)) {
-        Some(name) => Err(format!(
-            "the file has weight `{name}`, which the configuration does not have"
-        )),
+        Some(name) => {
+            Err(format!("the file has weight `{name}`, which the configuration does not have"))
+        }
         None => Ok(()),
     }
 }

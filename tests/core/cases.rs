@@ -8,7 +8,7 @@ use crate::common::{Case, Rng};
 pub const LENGTHS: [usize; 6] = [1, 5, 63, 64, 65, 257];
 
 /// Named specs for `heads` heads sharing `kv_heads` kv heads at length `n`: every mechanism
-/// and edge case of SEMANTICS §2–§5 at least once.
+/// and edge case of docs/semantics.md §2–§5 at least once.
 pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
     let soft = ScoreOptions::softmax;
     let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
@@ -21,12 +21,21 @@ pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
         ("sliding W=2", spec(WindowSpec::sliding(4, 4, 2)), soft()),
         ("sliding W=7", spec(WindowSpec::sliding(4, 1, 7)), soft()),
         ("sliding W>=N", spec(WindowSpec::sliding(2, 2, n + 3)), soft()),
-        ("sliding W=7 bidirectional", spec(WindowSpec::sliding(2, 2, 7)).with_causal(false), soft()),
+        (
+            "sliding W=7 bidirectional",
+            spec(WindowSpec::sliding(2, 2, 7)).with_causal(false),
+            soft(),
+        ),
         ("per-head windows (MSWA)", spec(WindowSpec::per_head(&[1, 2, 7, 33], 2)), soft()),
         ("one head", spec(WindowSpec::sliding(1, 1, 7)), soft()),
         ("dilated 1-4", spec(WindowSpec::dilated(&[3, 5, 2, 4], &[1, 2, 3, 4], 4)), soft()),
         ("sinks", spec(WindowSpec::sliding(4, 2, 7)).with_sinks(3), soft()),
-        ("globals causal", spec(WindowSpec::sliding(4, 4, 7)).with_globals([0, 9, n / 2].into_iter().filter(|&g| g < n)), soft()),
+        (
+            "globals causal",
+            spec(WindowSpec::sliding(4, 4, 7))
+                .with_globals([0, 9, n / 2].into_iter().filter(|&g| g < n)),
+            soft(),
+        ),
         (
             "longformer encoder + globals",
             spec(WindowSpec::longformer(3, &[1, 1, 2, 3], 2, false)).with_globals([0, n - 1]),
@@ -97,11 +106,21 @@ pub fn random_case(rng: &mut Rng, n: usize) -> Case {
     if rng.coin(0.3) {
         let magnitudes = rng.pick(&[alibi::SlopeMagnitudes::Code, alibi::SlopeMagnitudes::Paper]);
         let distance = rng.below(heads + 1);
-        opts = opts.with_alibi(alibi::split(heads - distance, distance, heads, magnitudes).unwrap());
+        opts =
+            opts.with_alibi(alibi::split(heads - distance, distance, heads, magnitudes).unwrap());
     }
     if rng.coin(0.2) {
         opts = opts.with_scale(0.3);
     }
     let dim = rng.pick(&[1, 4, 8, 16]);
-    Case { batch: 1 + rng.below(2), q_len, keys, dim, spec, opts, seed: rng.next_u64(), half: false }
+    Case {
+        batch: 1 + rng.below(2),
+        q_len,
+        keys,
+        dim,
+        spec,
+        opts,
+        seed: rng.next_u64(),
+        half: false,
+    }
 }

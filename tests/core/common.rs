@@ -5,8 +5,8 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, blocked_attention_chunked,
-    dense_attention, windowed_attention,
+    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention,
+    blocked_attention_chunked, dense_attention, windowed_attention,
 };
 
 /// The reference backend of every comparison: ndarray, f32.
@@ -153,7 +153,9 @@ where
     let result = match path {
         Path::Dense => dense_attention(qc, kc, vc, &case.spec, &case.opts),
         Path::Blocked => blocked_attention(qc, kc, vc, &case.spec, &case.opts),
-        Path::Chunked(scores) => blocked_attention_chunked(qc, kc, vc, &case.spec, &case.opts, scores),
+        Path::Chunked(scores) => {
+            blocked_attention_chunked(qc, kc, vc, &case.spec, &case.opts, scores)
+        }
         Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
     };
     let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
@@ -198,7 +200,12 @@ pub fn assert_close(what: &str, case: &Case, got: &[f32], want: &[f32], tol: f32
 
 /// Asserts that two runs agree on every output and gradient within `tol`; returns the largest
 /// error of each quantity.
-pub fn assert_outputs_close(case: &Case, got: &Outputs, want: &Outputs, tol: Tolerance) -> [f32; 3] {
+pub fn assert_outputs_close(
+    case: &Case,
+    got: &Outputs,
+    want: &Outputs,
+    tol: Tolerance,
+) -> [f32; 3] {
     assert_close("o", case, &got.out, &want.out, tol.out);
     assert_close("lse", case, &got.lse, &want.lse, tol.lse);
     let mut grad = 0f32;

@@ -22,13 +22,21 @@ where
         let errors = check_within::<B>(&case, Path::Dispatch, &Default::default(), tol);
         worst = std::array::from_fn(|i| worst[i].max(errors[i]));
     }
-    eprintln!("{name} ({}): largest max-abs errors: o {:e}, lse {:e}, gradients {:e}", B::name(&Default::default()), worst[0], worst[1], worst[2]);
+    eprintln!(
+        "{name} ({}): largest max-abs errors: o {:e}, lse {:e}, gradients {:e}",
+        B::name(&Default::default()),
+        worst[0],
+        worst[1],
+        worst[2]
+    );
 }
 
 /// Every spec of the matrix at each of `lengths`, head dim 8.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn matrix_cases(lengths: &[usize]) -> impl Iterator<Item = Case> + '_ {
-    lengths.iter().flat_map(|&n| matrix(n).into_iter().map(move |(_, spec, opts)| Case::new(n, 8, spec, opts)))
+    lengths.iter().flat_map(|&n| {
+        matrix(n).into_iter().map(move |(_, spec, opts)| Case::new(n, 8, spec, opts))
+    })
 }
 
 #[test]
@@ -36,7 +44,11 @@ fn core_on_wgpu_matches_dense_on_ndarray() {
     #[cfg(feature = "wgpu")]
     // The kernels' own tests (`kernel.rs`) cover every length; here the blocked path of global
     // tokens and the dispatch between the two paths, at lengths below, across and past a block.
-    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>("wgpu", matrix_cases(&[5, 65, 257]), crate::common::F32);
+    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>(
+        "wgpu",
+        matrix_cases(&[5, 65, 257]),
+        crate::common::F32,
+    );
     #[cfg(not(feature = "wgpu"))]
     eprintln!("skipped: built without the `wgpu` feature");
 }
@@ -51,8 +63,14 @@ fn core_on_cuda_matches_dense_on_ndarray() {
     #[cfg(feature = "cuda")]
     {
         use burn::backend::{Autodiff, Cuda};
-        check_backend::<Autodiff<Cuda>>("cuda", matrix_cases(&crate::cases::LENGTHS), crate::common::TF32);
-        let half = matrix_cases(&[65]).filter(|case| case.spec.globals().is_empty()).map(|case| Case { half: true, ..case });
+        check_backend::<Autodiff<Cuda>>(
+            "cuda",
+            matrix_cases(&crate::cases::LENGTHS),
+            crate::common::TF32,
+        );
+        let half = matrix_cases(&[65])
+            .filter(|case| case.spec.globals().is_empty())
+            .map(|case| Case { half: true, ..case });
         check_backend::<Autodiff<Cuda<burn::tensor::f16>>>("cuda", half, crate::common::F16);
     }
     #[cfg(not(feature = "cuda"))]

@@ -35,16 +35,10 @@ mod on_wgpu {
             .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
             .collect();
         let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
-        let everything = WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2)
-            .unwrap()
-            .with_sinks(2);
-        let opts = ScoreOptions::softmax()
-            .with_softcap(2.0)
-            .with_alibi(balanced.clone());
-        cases.push((
-            "everything but globals".into(),
-            Case::new(n, dim, everything, opts),
-        ));
+        let everything =
+            WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2).unwrap().with_sinks(2);
+        let opts = ScoreOptions::softmax().with_softcap(2.0).with_alibi(balanced.clone());
+        cases.push(("everything but globals".into(), Case::new(n, dim, everything, opts)));
         let offset = n / 2;
         let decode = WindowSpec::sliding(4, 2, 5)
             .unwrap()
@@ -58,13 +52,8 @@ mod on_wgpu {
         };
         cases.push(("decoding offset + padded keys".into(), decode));
         let windows = vec![HeadWindow::longformer(2, 1), HeadWindow::longformer(3, 2)];
-        let encoder = WindowSpec::new(windows, 1)
-            .unwrap()
-            .with_causal(false)
-            .with_sinks(1);
-        let sigmoid = ScoreOptions::sigmoid(-1.0)
-            .with_alibi(vec![0.5, -0.25])
-            .with_softcap(3.0);
+        let encoder = WindowSpec::new(windows, 1).unwrap().with_causal(false).with_sinks(1);
+        let sigmoid = ScoreOptions::sigmoid(-1.0).with_alibi(vec![0.5, -0.25]).with_softcap(3.0);
         cases.push((
             "bidirectional sigmoid + ALiBi + softcap".into(),
             Case::new(n, dim, encoder, sigmoid),
@@ -88,10 +77,7 @@ mod on_wgpu {
         let k = tensor([case.batch, kv_heads, case.keys, case.dim]);
         let v = tensor([case.batch, kv_heads, case.keys, case.dim]);
         let kernel_runs = WindowedKernel::<B>::runs(&case.spec, &q.shape(), &k.shape(), &v.shape());
-        assert!(
-            B::windowed_kernel().is_some() && kernel_runs,
-            "the kernel must run {case:?}"
-        );
+        assert!(B::windowed_kernel().is_some() && kernel_runs, "the kernel must run {case:?}");
         let (o, lse) = windowed_attention(q, k, v, &case.spec, &case.opts).unwrap();
         (values(o), values(lse))
     }
@@ -105,10 +91,8 @@ mod on_wgpu {
             let (out, lse) = forward::<B>(case, &Default::default());
             assert_close(&format!("o ({label})"), case, &out, &want.out, F32.out);
             assert_close(&format!("lse ({label})"), case, &lse, &want.lse, F32.lse);
-            worst = [
-                worst[0].max(errors(&out, &want.out).0),
-                worst[1].max(errors(&lse, &want.lse).0),
-            ];
+            worst =
+                [worst[0].max(errors(&out, &want.out).0), worst[1].max(errors(&lse, &want.lse).0)];
         }
         worst
     }
@@ -181,11 +165,10 @@ mod on_wgpu {
     /// The kernel cases at every length of the matrix (head dim 8), plus a head dim of 128
     /// (smaller shared tiles).
     fn gradient_cases() -> Vec<(String, Case)> {
-        let mut cases: Vec<(String, Case)> = LENGTHS.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
+        let mut cases: Vec<(String, Case)> =
+            LENGTHS.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
         cases.extend(
-            kernel_cases(70, 128)
-                .into_iter()
-                .filter(|(label, _)| label.starts_with("sliding W=7")),
+            kernel_cases(70, 128).into_iter().filter(|(label, _)| label.starts_with("sliding W=7")),
         );
         cases
     }

@@ -1,4 +1,4 @@
-//! Taylor linear attention (SEMANTICS §6): the feature map, the chunked and recurrent forms
+//! Taylor linear attention (docs/semantics.md §6): the feature map, the chunked and recurrent forms
 //! against the quadratic form, their gradients, and the configuration errors.
 
 use burn::backend::{Autodiff, NdArray};
@@ -20,8 +20,14 @@ fn max_abs<Be: Backend, const D: usize>(got: Tensor<Be, D>, want: Tensor<Be, D>)
     errors(&values(got), &values(want)).0
 }
 
-fn layer<Be: Backend>(d_model: usize, heads: usize, feature_dim: usize, chunk: usize) -> LinearAttention<Be> {
-    let config = LinearAttentionConfig::new(d_model, heads).with_feature_dim(feature_dim).with_chunk(chunk);
+fn layer<Be: Backend>(
+    d_model: usize,
+    heads: usize,
+    feature_dim: usize,
+    chunk: usize,
+) -> LinearAttention<Be> {
+    let config =
+        LinearAttentionConfig::new(d_model, heads).with_feature_dim(feature_dim).with_chunk(chunk);
     config.init(&Default::default()).unwrap()
 }
 
@@ -82,7 +88,8 @@ fn chunked_gradients_match_the_quadratic_form() {
     let grad = |quadratic: bool| {
         let x = random::<A, 3>(3, [2, 21, 16]).require_grad();
         let weights = random::<A, 3>(4, [2, 21, 16]);
-        let y = if quadratic { layer.forward_quadratic(x.clone()) } else { layer.forward(x.clone()) };
+        let y =
+            if quadratic { layer.forward_quadratic(x.clone()) } else { layer.forward(x.clone()) };
         values(x.grad(&(y * weights).sum().backward()).expect("x reaches the loss"))
     };
     let (chunked, quadratic) = (grad(false), grad(true));

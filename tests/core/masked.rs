@@ -42,7 +42,7 @@ fn queries_past_the_valid_keys_see_nothing() {
 #[test]
 fn longnet_rows_at_another_offset_are_uncovered() {
     // Segment 4, dilation 2: head 0 takes offsets 0 mod 2, head 1 offsets 1 mod 2; a single
-    // head 0 leaves rows 1, 3, 5, 7 uncovered (SEMANTICS §5).
+    // head 0 leaves rows 1, 3, 5, 7 uncovered (docs/semantics.md §5).
     let spec = WindowSpec::longnet_branch(1, 1, 4, 2).unwrap();
     let case = Case::new(8, 4, spec, ScoreOptions::softmax());
     check_empty_rows(&case, &[1, 3, 5, 7]);

@@ -1,4 +1,4 @@
-//! The dense reference against a scalar f64 transcription of SEMANTICS §1, so that the
+//! The dense reference against a scalar f64 transcription of docs/semantics.md §1, so that the
 //! reference the other paths are held to is itself checked.
 
 use burn::backend::NdArray;
@@ -8,8 +8,18 @@ use swa_zoo::attention::{ScoreFn, ScoreOptions, WindowSpec, alibi, dense_attenti
 use crate::common::{Rng, values};
 
 /// `o` and `lse` of one head by the formulas of §1, in f64.
-fn scalar(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, h: usize, spec: &WindowSpec, opts: &ScoreOptions) -> (Vec<f64>, Vec<f64>) {
-    let dot = |i: usize, j: usize| (0..d).map(|c| q[i * d + c] as f64 * k[j * d + c] as f64).sum::<f64>();
+fn scalar(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n: usize,
+    d: usize,
+    h: usize,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> (Vec<f64>, Vec<f64>) {
+    let dot =
+        |i: usize, j: usize| (0..d).map(|c| q[i * d + c] as f64 * k[j * d + c] as f64).sum::<f64>();
     let (mut out, mut lse) = (vec![0.0; n * d], vec![f64::NEG_INFINITY; n]);
     for i in 0..n {
         let mut s: Vec<(usize, f64)> = Vec::new();
@@ -62,18 +72,31 @@ fn dense_reference_follows_the_formulas() {
     let device = Default::default();
     for spec in &specs {
         for opts in &options {
-            let (q, k, v) = (rng.values(heads * n * d), rng.values(heads * n * d), rng.values(heads * n * d));
-            let t = |x: &Vec<f32>| Tensor::<NdArray, 4>::from_data(TensorData::new(x.clone(), [1, heads, n, d]), &device);
+            let (q, k, v) =
+                (rng.values(heads * n * d), rng.values(heads * n * d), rng.values(heads * n * d));
+            let t = |x: &Vec<f32>| {
+                Tensor::<NdArray, 4>::from_data(
+                    TensorData::new(x.clone(), [1, heads, n, d]),
+                    &device,
+                )
+            };
             let (out, lse) = dense_attention(t(&q), t(&k), t(&v), spec, opts).unwrap();
             let (out, lse) = (values(out), values(lse));
             for h in 0..heads {
                 let head = |x: &Vec<f32>| x[h * n * d..(h + 1) * n * d].to_vec();
-                let (want_out, want_lse) = scalar(&head(&q), &head(&k), &head(&v), n, d, h, spec, opts);
+                let (want_out, want_lse) =
+                    scalar(&head(&q), &head(&k), &head(&v), n, d, h, spec, opts);
                 for (got, want) in out[h * n * d..].iter().zip(&want_out) {
-                    assert!((*got as f64 - want).abs() < 1e-5, "o: {got} vs {want} ({spec:?}, {opts:?})");
+                    assert!(
+                        (*got as f64 - want).abs() < 1e-5,
+                        "o: {got} vs {want} ({spec:?}, {opts:?})"
+                    );
                 }
                 for (got, want) in lse[h * n..].iter().zip(&want_lse) {
-                    assert!((*got as f64 - want).abs() < 1e-5 || (*got as f64) == *want, "lse: {got} vs {want}");
+                    assert!(
+                        (*got as f64 - want).abs() < 1e-5 || (*got as f64) == *want,
+                        "lse: {got} vs {want}"
+                    );
                 }
             }
         }
@@ -81,11 +104,18 @@ fn dense_reference_follows_the_formulas() {
 }
 
 /// `L = Σ o·g_o + Σ lse·g_l` of one head by the scalar formulas, in f64.
-fn scalar_loss(x: [&[f32]; 3], g: (&[f32], &[f32]), shape: (usize, usize, usize), spec: &WindowSpec, opts: &ScoreOptions) -> f64 {
+fn scalar_loss(
+    x: [&[f32]; 3],
+    g: (&[f32], &[f32]),
+    shape: (usize, usize, usize),
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> f64 {
     let (n, d, h) = shape;
     let (out, lse) = scalar(x[0], x[1], x[2], n, d, h, spec, opts);
     let dot_out: f64 = out.iter().zip(g.0).map(|(o, g)| o * *g as f64).sum();
-    let dot_lse: f64 = lse.iter().zip(g.1).filter(|(l, _)| l.is_finite()).map(|(l, g)| l * *g as f64).sum();
+    let dot_lse: f64 =
+        lse.iter().zip(g.1).filter(|(l, _)| l.is_finite()).map(|(l, g)| l * *g as f64).sum();
     dot_out + dot_lse
 }
 
@@ -96,8 +126,14 @@ fn gradients_match_an_f64_truth() {
     let (n, d) = (9, 3);
     let slopes = alibi::balanced(1, alibi::SlopeMagnitudes::Code).unwrap();
     for (spec, opts) in [
-        (WindowSpec::sliding(1, 1, 4).unwrap().with_sinks(1), ScoreOptions::softmax().with_softcap(1.5)),
-        (WindowSpec::dilated(&[3], &[2], 1).unwrap(), ScoreOptions::sigmoid(-0.5).with_alibi(slopes)),
+        (
+            WindowSpec::sliding(1, 1, 4).unwrap().with_sinks(1),
+            ScoreOptions::softmax().with_softcap(1.5),
+        ),
+        (
+            WindowSpec::dilated(&[3], &[2], 1).unwrap(),
+            ScoreOptions::sigmoid(-0.5).with_alibi(slopes),
+        ),
     ] {
         let case = Case::new(n, d, spec.clone(), opts.clone());
         let got = run::<Reference>(&case, Path::Dense, &Default::default());
@@ -117,7 +153,11 @@ fn gradients_match_an_f64_truth() {
                 let numeric = (at(original + eps) - at(original - eps)) / (2.0 * eps as f64);
                 inputs[which][e] = original;
                 let err = (grad[e] as f64 - numeric).abs();
-                assert!(err < 2e-5, "input {which} element {e}: {} vs {numeric} ({spec:?}, {opts:?})", grad[e]);
+                assert!(
+                    err < 2e-5,
+                    "input {which} element {e}: {} vs {numeric} ({spec:?}, {opts:?})",
+                    grad[e]
+                );
             }
         }
     }

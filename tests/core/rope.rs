@@ -1,4 +1,4 @@
-//! RoPE in the rotate-half layout (SEMANTICS §4).
+//! RoPE in the rotate-half layout (docs/semantics.md §4).
 
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};

@@ -17,8 +17,14 @@ fn sliding_and_dilated_schedules_are_linear_in_n() {
         let w = spec.heads().iter().map(|h| h.left + 1).max().unwrap() as f64;
         let small = per_query_per_head(&spec, 4096);
         let large = per_query_per_head(&spec, 16384);
-        assert!(large <= 2.5 * w && small <= 2.5 * w, "{spec:?}: {small} / {large} scores per query");
-        assert!((large - small).abs() <= 0.05 * small, "per-query work grows with N: {small} → {large}");
+        assert!(
+            large <= 2.5 * w && small <= 2.5 * w,
+            "{spec:?}: {small} / {large} scores per query"
+        );
+        assert!(
+            (large - small).abs() <= 0.05 * small,
+            "per-query work grows with N: {small} → {large}"
+        );
     }
 }
 

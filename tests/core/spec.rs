@@ -1,4 +1,4 @@
-//! The window spec says exactly what SEMANTICS §2–§5 say, and rejects bad input by name.
+//! The window spec says exactly what docs/semantics.md §2–§5 say, and rejects bad input by name.
 
 use swa_zoo::attention::alibi::{self, SlopeMagnitudes};
 use swa_zoo::attention::{AttentionError, HeadWindow, WindowSpec};
@@ -44,7 +44,7 @@ fn sinks_globals_and_padding() {
     assert!(!spec.visible(0, 9, 0, 0), "not even a sink");
 }
 
-/// LongNet's `K_b(p, h)` written out as in SEMANTICS §5.
+/// LongNet's `K_b(p, h)` written out as in docs/semantics.md §5.
 fn longnet_keys(p: usize, h: usize, w: usize, r: usize, n: usize) -> Vec<usize> {
     let start = p / w * w;
     let o = h % r;
@@ -60,7 +60,11 @@ fn longnet_branch_matches_the_paper_sets() {
         let spec = WindowSpec::longnet_branch(6, 2, w, r).unwrap();
         for h in 0..6 {
             for p in 0..40 {
-                assert_eq!(keys_of(&spec, h, p, 40), longnet_keys(p, h, w, r, 40), "w={w} r={r} h={h} p={p}");
+                assert_eq!(
+                    keys_of(&spec, h, p, 40),
+                    longnet_keys(p, h, w, r, 40),
+                    "w={w} r={r} h={h} p={p}"
+                );
             }
         }
     }
@@ -100,12 +104,17 @@ fn bad_specs_are_named() {
         AttentionError::HeadsNotDivisible { heads: 6, kv_heads: 4 }
     );
     let globals = WindowSpec::sliding(2, 2, 3).unwrap().with_globals([7]);
-    assert_eq!(globals.check(2, 2, 5).unwrap_err(), AttentionError::GlobalOutOfRange { position: 7, len: 5 });
+    assert_eq!(
+        globals.check(2, 2, 5).unwrap_err(),
+        AttentionError::GlobalOutOfRange { position: 7, len: 5 }
+    );
     let phase = WindowSpec::new(vec![HeadWindow::longnet(8, 2, 2)], 1).unwrap_err();
     assert_eq!(phase, AttentionError::PhaseOutOfRange { head: 0, phase: 2, dilation: 2 });
     assert!(AttentionError::ZeroWindow { head: 3 }.to_string().contains("window size 0"));
     assert!(
-        AttentionError::HeadsNotDivisible { heads: 6, kv_heads: 4 }.to_string().contains("not divisible")
+        AttentionError::HeadsNotDivisible { heads: 6, kv_heads: 4 }
+            .to_string()
+            .contains("not divisible")
     );
 }
 
@@ -119,7 +128,9 @@ fn swat_balanced_alibi_matches_semantics() {
     for (got, want) in slopes.iter().zip(&want) {
         assert!((got - want).abs() < 1e-6, "{slopes:?}");
     }
-    assert!((slopes[0] + 2f32.powf(-0.5)).abs() < 1e-6 && (slopes[15] - 2f32.powf(-0.5)).abs() < 1e-6);
+    assert!(
+        (slopes[0] + 2f32.powf(-0.5)).abs() < 1e-6 && (slopes[15] - 2f32.powf(-0.5)).abs() < 1e-6
+    );
     // 8:4 with 12 heads: x = 2^(8/12); four distance heads then eight recency heads.
     let x = 2f64.powf(8.0 / 12.0);
     let split = alibi::split(8, 4, 12, SlopeMagnitudes::Code).unwrap();

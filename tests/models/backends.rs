@@ -4,16 +4,25 @@
 //! it skipped). Build with `--features flex,wgpu` to compare wgpu (lavapipe on a CPU machine).
 
 use swa_zoo::training::check::{
-    Candidate, CheckCase, DecodedToken, Quantity, Verdict, Weights, attention_kinds, compare, measure_reference, run,
+    Candidate, CheckCase, DecodedToken, Quantity, Verdict, Weights, attention_kinds, compare,
+    measure_reference, run,
 };
 
 /// Runs every attention kind on `candidate`; fails listing every comparison outside tolerance.
 fn every_kind_matches_the_reference(candidate: Candidate) {
     let report = run(&attention_kinds(), &[candidate]);
     eprint!("{}", report.render());
-    let failures: Vec<String> =
-        report.failures().iter().map(|r| format!("{} {}: {}", r.case, r.quantity.label(), r.note)).collect();
-    assert!(failures.is_empty(), "{} differs from ndarray:\n{}", candidate.name(), failures.join("\n"));
+    let failures: Vec<String> = report
+        .failures()
+        .iter()
+        .map(|r| format!("{} {}: {}", r.case, r.quantity.label(), r.note))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} differs from ndarray:\n{}",
+        candidate.name(),
+        failures.join("\n")
+    );
     if report.skipped.is_empty() {
         assert_eq!(report.rows.len(), attention_kinds().len() * 6, "six quantities per kind");
     }
@@ -43,7 +52,8 @@ fn only_the_encoder_does_not_decode() {
         assert_eq!(outcome.decoded.is_err(), case.name == "longformer-encoder", "{}", case.name);
         let rows = compare(&case.name, "ndarray", Candidate::Flex.precision(), &outcome, &outcome);
         let decoding = rows.iter().find(|r| r.quantity == Quantity::Decoding).unwrap();
-        let expected = if outcome.decoded.is_err() { Verdict::NotApplicable } else { Verdict::Pass };
+        let expected =
+            if outcome.decoded.is_err() { Verdict::NotApplicable } else { Verdict::Pass };
         assert_eq!(decoding.verdict, expected, "{}: {}", case.name, decoding.note);
     }
 }

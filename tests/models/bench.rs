@@ -24,14 +24,16 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
         assert_eq!(row.kv_bytes, row.info_kv_bytes, "measured cache vs Decoder::info: {row:?}");
     }
     let kv = |family: Family, window: Option<usize>| {
-        decode.iter().find(|r| r.family == family && r.window == window).expect("row").kv_bytes as f64
+        decode.iter().find(|r| r.family == family && r.window == window).expect("row").kv_bytes
+            as f64
     };
     // At W = 16 every MSWA head window (1 … 64) fits in the context of 96.
     let ratio = kv(Family::Mswa, Some(16)) / kv(Family::Swa, Some(16));
     assert!((ratio - (15.0f64 / 16.0).powi(2)).abs() < 1e-12, "MSWA / SWA KV bytes {ratio}");
     assert_eq!(kv(Family::Swat, Some(16)), kv(Family::Swa, Some(16)));
     let model = &suite.decode.model;
-    let full_bytes = model.layers * model.heads * suite.decode.context * 2 * (model.d_model / model.heads) * 4;
+    let full_bytes =
+        model.layers * model.heads * suite.decode.context * 2 * (model.d_model / model.heads) * 4;
     assert_eq!(kv(Family::Full, None) as usize, full_bytes);
 
     // Flatness: full attention stops at its limit, the windowed kinds reach the last position.
@@ -68,9 +70,12 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
 #[ignore = "a measurement (minutes), not a check"]
 fn quick_efficiency_suite_on_flex() {
     let device = Default::default();
-    run::<burn::backend::Autodiff<burn::backend::Flex>>(&Suite::quick(), &Part::ALL, &device, |title, table| {
-        println!("{title}\n\n{}", table.markdown())
-    })
+    run::<burn::backend::Autodiff<burn::backend::Flex>>(
+        &Suite::quick(),
+        &Part::ALL,
+        &device,
+        |title, table| println!("{title}\n\n{}", table.markdown()),
+    )
     .expect("the quick suite runs");
 }
 
@@ -81,8 +86,11 @@ fn quick_efficiency_suite_on_flex() {
 #[ignore = "a measurement (minutes), not a check"]
 fn flatness_to_16k_on_flex() {
     let suite = Suite::full(swa_zoo::training::bench::BenchModel::cpu(), 8192);
-    run::<burn::backend::Autodiff<burn::backend::Flex>>(&suite, &[Part::Flatness], &Default::default(), |title, table| {
-        println!("{title}\n\n{}", table.markdown())
-    })
+    run::<burn::backend::Autodiff<burn::backend::Flex>>(
+        &suite,
+        &[Part::Flatness],
+        &Default::default(),
+        |title, table| println!("{title}\n\n{}", table.markdown()),
+    )
     .expect("the flatness run");
 }

@@ -1,4 +1,4 @@
-//! Decoding with the bounded cache (SEMANTICS §7): token-by-token logits against the forward
+//! Decoding with the bounded cache (docs/semantics.md §7): token-by-token logits against the forward
 //! pass, constant cache memory, StreamingLLM's position shift, and generation.
 
 use burn::backend::NdArray;
@@ -31,28 +31,12 @@ fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
     };
     vec![
         ("sliding", vec![AttentionKind::Sliding { window: 4 }], 4),
-        (
-            "mswa",
-            vec![AttentionKind::MultiScale {
-                windows: vec![1, 2, 4, 7],
-            }],
-            7,
-        ),
+        ("mswa", vec![AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] }], 7),
         ("swat", vec![swat], 5),
-        (
-            "sinks",
-            vec![AttentionKind::Sinks {
-                sinks: 2,
-                window: 3,
-            }],
-            5,
-        ),
+        ("sinks", vec![AttentionKind::Sinks { sinks: 2, window: 3 }], 5),
         (
             "longnet",
-            vec![AttentionKind::LongNet {
-                segments: vec![3, 8],
-                dilations: vec![1, 3],
-            }],
+            vec![AttentionKind::LongNet { segments: vec![3, 8], dilations: vec![1, 3] }],
             8,
         ),
         (
@@ -70,9 +54,7 @@ fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
             vec![
                 AttentionKind::Linear { feature_dim: 4 },
                 AttentionKind::Sliding { window: 3 },
-                AttentionKind::MultiScale {
-                    windows: vec![2, 2, 6, 6],
-                },
+                AttentionKind::MultiScale { windows: vec![2, 2, 6, 6] },
             ],
             6,
         ),
@@ -115,10 +97,7 @@ fn decoding_reproduces_the_forward_pass_with_constant_memory() {
         let forward = to_vec(model.forward(tokens).unwrap());
         let (stepped, bytes) = decode(&model, n, CachePositions::Absolute);
         let error = max_abs(&forward, &stepped);
-        assert!(
-            error <= DECODE_TOLERANCE,
-            "{name}: decoding differs from forward by {error}"
-        );
+        assert!(error <= DECODE_TOLERANCE, "{name}: decoding differs from forward by {error}");
         let full = &bytes[reach + 1..];
         assert!(
             full.iter().all(|b| *b == full[0]),
@@ -136,34 +115,32 @@ fn a_forked_cache_decodes_independently() {
         let model = config(attention).init::<B>(&device).unwrap();
         let ids = token_ids(2 * reach + 6);
         let (prefix, rest) = ids.split_at(reach + 3);
-        let token = |id: i64| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
+        let token =
+            |id: i64| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
         let mut original = model.cache(1, CachePositions::Absolute, &device).unwrap();
         for &id in prefix {
             model.step(token(id), &mut original);
         }
         let mut fork = original.clone();
-        let forked: Vec<f32> = rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut fork))).collect();
+        let forked: Vec<f32> =
+            rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut fork))).collect();
         assert_eq!(original.len(), prefix.len(), "{name}: stepping the fork moved the original");
-        let resumed: Vec<f32> = rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut original))).collect();
+        let resumed: Vec<f32> =
+            rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut original))).collect();
         assert_eq!(forked, resumed, "{name}: the fork and the original decode differently");
     }
 }
 
 #[test]
 fn full_attention_decodes_exactly_and_its_cache_grows() {
-    let model = config(vec![AttentionKind::Full])
-        .init::<B>(&Default::default())
-        .unwrap();
+    let model = config(vec![AttentionKind::Full]).init::<B>(&Default::default()).unwrap();
     let n = 12;
     let tokens =
         Tensor::<B, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), &Default::default());
     let forward = to_vec(model.forward(tokens).unwrap());
     let (stepped, bytes) = decode(&model, n, CachePositions::Absolute);
     assert!(max_abs(&forward, &stepped) <= DECODE_TOLERANCE);
-    assert!(
-        bytes.windows(2).all(|w| w[1] > w[0]),
-        "full attention keeps every key: {bytes:?}"
-    );
+    assert!(bytes.windows(2).all(|w| w[1] > w[0]), "full attention keeps every key: {bytes:?}");
 }
 
 /// MSWA keeps a buffer per head of its own size (§7): 4 heads of windows 1, 2, 4, 8 over 4 kv
@@ -172,17 +149,10 @@ fn full_attention_decodes_exactly_and_its_cache_grows() {
 fn multi_scale_heads_keep_their_own_buffer_sizes() {
     let device = Default::default();
     let bytes = |attention| {
-        let model = DecoderConfig::new(32, 16, 1, 4, 4, attention)
-            .init::<B>(&device)
-            .unwrap();
-        *decode(&model, 20, CachePositions::Absolute)
-            .1
-            .last()
-            .unwrap()
+        let model = DecoderConfig::new(32, 16, 1, 4, 4, attention).init::<B>(&device).unwrap();
+        *decode(&model, 20, CachePositions::Absolute).1.last().unwrap()
     };
-    let mswa = bytes(vec![AttentionKind::MultiScale {
-        windows: vec![1, 2, 4, 8],
-    }]);
+    let mswa = bytes(vec![AttentionKind::MultiScale { windows: vec![1, 2, 4, 8] }]);
     let swa = bytes(vec![AttentionKind::Sliding { window: 8 }]);
     let per_key = 2 * 4 * 4; // k and v, head_dim 4, f32
     assert_eq!((mswa / per_key, swa / per_key), (15, 32));
@@ -196,9 +166,7 @@ fn sinks_shift_positions_to_cache_slots() {
     let device = Default::default();
     let (sinks, window, d, n) = (2, 3, 16, 14);
     let kind = AttentionKind::Sinks { sinks, window };
-    let layer = SelfAttentionConfig::new(d, 4, 2, kind)
-        .init::<B>(&device)
-        .unwrap();
+    let layer = SelfAttentionConfig::new(d, 4, 2, kind).init::<B>(&device).unwrap();
     let x = Tensor::<B, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), &device);
     let mut cache = layer.cache(1, CachePositions::Streaming, &device).unwrap();
     for t in 0..n {
@@ -206,10 +174,7 @@ fn sinks_shift_positions_to_cache_slots() {
         let cached = match t < sinks + window {
             true => x.clone().narrow(1, 0, t + 1),
             false => Tensor::cat(
-                vec![
-                    x.clone().narrow(1, 0, sinks),
-                    x.clone().narrow(1, t + 1 - window, window),
-                ],
+                vec![x.clone().narrow(1, 0, sinks), x.clone().narrow(1, t + 1 - window, window)],
                 1,
             ),
         };
@@ -228,9 +193,7 @@ fn swat_ablation_decodes_like_the_forward_pass() {
     let (window, d, n) = (4, 16, 11);
     let x = Tensor::<B, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), &device);
     for kind in swat_ablation(window) {
-        let layer = SelfAttentionConfig::new(d, 4, 2, kind.clone())
-            .init::<B>(&device)
-            .unwrap();
+        let layer = SelfAttentionConfig::new(d, 4, 2, kind.clone()).init::<B>(&device).unwrap();
         let forward = to_vec(layer.forward(x.clone()).unwrap());
         let mut absolute = layer.cache(1, CachePositions::Absolute, &device).unwrap();
         let mut streaming = layer.cache(1, CachePositions::Streaming, &device).unwrap();
@@ -238,19 +201,13 @@ fn swat_ablation_decodes_like_the_forward_pass() {
             let token = x.clone().narrow(1, t, 1);
             let got = to_vec(layer.step(token.clone(), &mut absolute));
             let error = max_abs(&got, &forward[t * d..(t + 1) * d]);
-            assert!(
-                error <= DECODE_TOLERANCE,
-                "{kind:?}, absolute, step {t}: {error}"
-            );
+            assert!(error <= DECODE_TOLERANCE, "{kind:?}, absolute, step {t}: {error}");
             let got = to_vec(layer.step(token, &mut streaming));
             let start = (t + 1).saturating_sub(window);
             let cached = x.clone().narrow(1, start, t + 1 - start);
             let want = to_vec(layer.forward(cached).unwrap().narrow(1, t - start, 1));
             let error = max_abs(&got, &want);
-            assert!(
-                error <= DECODE_TOLERANCE,
-                "{kind:?}, streaming, step {t}: {error}"
-            );
+            assert!(error <= DECODE_TOLERANCE, "{kind:?}, streaming, step {t}: {error}");
         }
     }
 }
@@ -265,10 +222,7 @@ fn an_encoder_cannot_decode() {
     };
     let model = config(vec![kind]).init::<B>(&Default::default()).unwrap();
     match model.cache(1, CachePositions::Absolute, &Default::default()) {
-        Err(ModelError::Layer {
-            layer: 0,
-            source: AttentionError::NotCausal { .. },
-        }) => {}
+        Err(ModelError::Layer { layer: 0, source: AttentionError::NotCausal { .. } }) => {}
         other => panic!("expected NotCausal in layer 0, got {:?}", other.err()),
     }
 }
@@ -276,9 +230,7 @@ fn an_encoder_cannot_decode() {
 #[test]
 fn generation_is_seeded_and_greedy_follows_the_forward_pass() {
     let device = Default::default();
-    let model = config(vec![AttentionKind::Sliding { window: 3 }])
-        .init::<B>(&device)
-        .unwrap();
+    let model = config(vec![AttentionKind::Sliding { window: 3 }]).init::<B>(&device).unwrap();
     let prompts = vec![vec![1, 2, 3], vec![4, 5, 6]];
     let sampled = |seed| {
         let config = GenerateConfig::new()
@@ -288,18 +240,12 @@ fn generation_is_seeded_and_greedy_follows_the_forward_pass() {
             .with_seed(seed);
         model.generate(&prompts, &config, &device).unwrap()
     };
-    assert_eq!(
-        sampled(7),
-        sampled(7),
-        "the same seed gives the same tokens"
-    );
+    assert_eq!(sampled(7), sampled(7), "the same seed gives the same tokens");
     assert_ne!(sampled(7), sampled(8), "another seed gives other tokens");
     let greedy = model
         .generate(
             &prompts[..1],
-            &GenerateConfig::new()
-                .with_max_new_tokens(6)
-                .with_temperature(0.0),
+            &GenerateConfig::new().with_max_new_tokens(6).with_temperature(0.0),
             &device,
         )
         .unwrap();
@@ -321,11 +267,7 @@ fn generation_is_seeded_and_greedy_follows_the_forward_pass() {
 fn sampling_keeps_to_top_k_and_top_p() {
     let logits = [0.0, 3.0, 2.9, -1.0, 2.8];
     let mut top_two = Sampler::new(1.0, 2, 1.0, 1);
-    assert!(
-        (0..200)
-            .map(|_| top_two.sample(&logits))
-            .all(|t| t == 1 || t == 2)
-    );
+    assert!((0..200).map(|_| top_two.sample(&logits)).all(|t| t == 1 || t == 2));
     let mut nucleus = Sampler::new(1.0, 0, 0.3, 1);
     assert!(
         (0..200).map(|_| nucleus.sample(&logits)).all(|t| t == 1),
@@ -344,9 +286,7 @@ fn sampling_keeps_to_top_k_and_top_p() {
 #[test]
 fn bad_generation_settings_name_the_field() {
     let device = Default::default();
-    let model = config(vec![AttentionKind::Sliding { window: 3 }])
-        .init::<B>(&device)
-        .unwrap();
+    let model = config(vec![AttentionKind::Sliding { window: 3 }]).init::<B>(&device).unwrap();
     let field = |config: GenerateConfig, prompts: Vec<Vec<usize>>| match model
         .generate(&prompts, &config, &device)
     {
@@ -357,20 +297,8 @@ fn bad_generation_settings_name_the_field() {
         field(GenerateConfig::new().with_temperature(-1.0), vec![vec![1]]),
         "GenerateConfig.temperature"
     );
-    assert_eq!(
-        field(GenerateConfig::new().with_top_p(0.0), vec![vec![1]]),
-        "GenerateConfig.top_p"
-    );
-    assert_eq!(
-        field(GenerateConfig::new(), vec![vec![]]),
-        "generate.prompts"
-    );
-    assert_eq!(
-        field(GenerateConfig::new(), vec![vec![1], vec![1, 2]]),
-        "generate.prompts"
-    );
-    assert_eq!(
-        field(GenerateConfig::new(), vec![vec![99]]),
-        "generate.prompts"
-    );
+    assert_eq!(field(GenerateConfig::new().with_top_p(0.0), vec![vec![1]]), "GenerateConfig.top_p");
+    assert_eq!(field(GenerateConfig::new(), vec![vec![]]), "generate.prompts");
+    assert_eq!(field(GenerateConfig::new(), vec![vec![1], vec![1, 2]]), "generate.prompts");
+    assert_eq!(field(GenerateConfig::new(), vec![vec![99]]), "generate.prompts");
 }

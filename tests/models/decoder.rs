@@ -17,9 +17,15 @@ fn every_tiny_preset_runs_forward_and_backward() {
     for preset in Preset::all(Scale::Tiny, 256).unwrap() {
         let model = preset.config.init::<Reference>(&device).unwrap();
         let info = model.info(&preset.config, preset.train_len);
-        assert!(info.parameters < 3_000_000, "{}: {} parameters is not tiny", preset.name, info.parameters);
+        assert!(
+            info.parameters < 3_000_000,
+            "{}: {} parameters is not tiny",
+            preset.name,
+            info.parameters
+        );
         let n = 70;
-        let logits = model.forward(tokens(2, n, 256)).unwrap_or_else(|e| panic!("{}: {e}", preset.name));
+        let logits =
+            model.forward(tokens(2, n, 256)).unwrap_or_else(|e| panic!("{}: {e}", preset.name));
         assert_eq!(logits.dims(), [2, n, 256]);
         let grads = logits.powi_scalar(2).mean().backward();
         let (norm, with_grad, params) = grad_norm(&model, &grads);
@@ -78,8 +84,10 @@ fn invalid_configs_name_the_field() {
     assert_eq!(field(DecoderConfig { attention: vec![], ..base() }), "DecoderConfig.attention");
     assert_eq!(field(DecoderConfig { d_model: 66, ..base() }), "DecoderConfig.d_model");
     assert_eq!(field(DecoderConfig { kv_heads: 3, ..base() }), "DecoderConfig.kv_heads");
-    let bad_layer =
-        DecoderConfig { attention: vec![AttentionKind::Full, AttentionKind::Sliding { window: 0 }], ..base() };
+    let bad_layer = DecoderConfig {
+        attention: vec![AttentionKind::Full, AttentionKind::Sliding { window: 0 }],
+        ..base()
+    };
     assert!(field(bad_layer).starts_with("layer 1: head 0: window size 0"));
 }
 
@@ -88,8 +96,11 @@ fn invalid_configs_name_the_field() {
 #[test]
 fn a_clone_of_a_fresh_model_has_its_weights() {
     let device = Default::default();
-    let model = DecoderConfig::new(64, 16, 1, 2, 2, vec![AttentionKind::Full]).init::<Reference>(&device).unwrap();
+    let model = DecoderConfig::new(64, 16, 1, 2, 2, vec![AttentionKind::Full])
+        .init::<Reference>(&device)
+        .unwrap();
     let copy = model.clone();
-    let (a, b) = (model.forward(tokens(1, 5, 64)).unwrap(), copy.forward(tokens(1, 5, 64)).unwrap());
+    let (a, b) =
+        (model.forward(tokens(1, 5, 64)).unwrap(), copy.forward(tokens(1, 5, 64)).unwrap());
     assert!(crate::max_abs(&crate::to_vec(a), &crate::to_vec(b)) == 0.0);
 }

@@ -18,23 +18,28 @@ mod mswa;
 #[path = "../../examples/mswa_linear.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod mswa_linear;
-#[path = "../../examples/swat.rs"]
-#[allow(dead_code)] // the example's `main`; the test calls its `run`
-mod swat;
 #[path = "../../examples/streaming.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod streaming;
+#[path = "../../examples/swat.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod swat;
 
 /// A fresh output folder for one example's smoke run.
 fn out_dir(example: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-example-{example}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("swa-zoo-example-{example}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
 /// The smoke flags of an example writing to `out`.
 fn smoke_flags(example: &str, out: &Path) -> Vec<String> {
-    [example, "--smoke", "--backend", "ndarray", "--out"].into_iter().map(String::from).chain([out.display().to_string()]).collect()
+    [example, "--smoke", "--backend", "ndarray", "--out"]
+        .into_iter()
+        .map(String::from)
+        .chain([out.display().to_string()])
+        .collect()
 }
 
 /// Asserts that `files` were written to `out`, then removes it.
@@ -63,7 +68,16 @@ fn mswa_linear_example_runs_end_to_end() {
 fn streaming_example_runs_end_to_end() {
     let out = out_dir("streaming");
     streaming::run(streaming::Flags::parse_from(smoke_flags("streaming", &out))).unwrap();
-    assert_wrote(&out, &["grid.csv", "vanilla-window.svg", "vanilla-sinks.svg", "vanilla-streaming.svg", "swat-window.svg"]);
+    assert_wrote(
+        &out,
+        &[
+            "grid.csv",
+            "vanilla-window.svg",
+            "vanilla-sinks.svg",
+            "vanilla-streaming.svg",
+            "swat-window.svg",
+        ],
+    );
 }
 
 #[test]

@@ -45,12 +45,14 @@ mod on_wgpu {
     /// A batch of 2 rows of `len + 1` seeded byte tokens, trained on at every step so that the
     /// loss must fall.
     fn batch<B: Backend>(len: usize, device: &B::Device) -> TokenBatch<B> {
-        let ids: Vec<i64> = values(0x7EA1, 2 * (len + 1))
-            .into_iter()
-            .map(|x| ((x + 1.0) * 128.0) as i64)
-            .collect();
+        let ids: Vec<i64> =
+            values(0x7EA1, 2 * (len + 1)).into_iter().map(|x| ((x + 1.0) * 128.0) as i64).collect();
         let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, len + 1]), device);
-        TokenBatch { inputs: all.clone().narrow(1, 0, len), targets: all.narrow(1, 1, len), scored: None }
+        TokenBatch {
+            inputs: all.clone().narrow(1, 0, len),
+            targets: all.narrow(1, 1, len),
+            scored: None,
+        }
     }
 
     /// The losses of `STEPS` AdamW steps on `B`, from the weights saved at `weights`.
@@ -64,7 +66,9 @@ mod on_wgpu {
         let mut losses = Vec::new();
         for _ in 0..STEPS {
             let loss = model.loss(batch(len, device)).loss;
-            losses.push(loss.clone().into_data().convert::<f64>().to_vec::<f64>().expect("f64 loss")[0]);
+            losses.push(
+                loss.clone().into_data().convert::<f64>().to_vec::<f64>().expect("f64 loss")[0],
+            );
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(1e-2, model, grads);
         }
@@ -79,13 +83,18 @@ mod on_wgpu {
         let len = preset.train_len / 2;
         let reference = preset.config.init::<Reference>(&Default::default()).expect("valid preset");
         let file = format!("swa-kernel-training-{}-{}", std::process::id(), preset.name);
-        let weights = save_record(&reference, &std::env::temp_dir().join(file)).expect("temp dir writable");
+        let weights =
+            save_record(&reference, &std::env::temp_dir().join(file)).expect("temp dir writable");
         let want = losses::<Reference>(&preset.config, &weights, len, &Default::default());
         let got = losses::<Autodiff<Wgpu>>(&preset.config, &weights, len, &Default::default());
         std::fs::remove_file(&weights).ok();
         eprintln!("{}: ndarray {want:?}, wgpu {got:?}", preset.name);
         for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= LOSS_TOLERANCE, "{}: step {step}: wgpu {g} vs ndarray {w}", preset.name);
+            assert!(
+                (g - w).abs() <= LOSS_TOLERANCE,
+                "{}: step {step}: wgpu {g} vs ndarray {w}",
+                preset.name
+            );
         }
         assert!(want[STEPS - 1] < want[0], "{}: the loss did not decrease: {want:?}", preset.name);
     }

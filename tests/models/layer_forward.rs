@@ -1,5 +1,5 @@
 //! The whole `SelfAttention` layer of every [`AttentionKind`] against the f64 model of
-//! `layer_reference`, written from SEMANTICS: `SelfAttentionConfig::new(..).init()` and
+//! `layer_reference`, written from docs/semantics.md: `SelfAttentionConfig::new(..).init()` and
 //! `forward(x)` on `x: [batch, N, d]`, compared with projections, RoPE (§4), the kind's keys
 //! (§2, §3, §5), scores (§1, §4) or Taylor features (§6), merge and output projection, all
 //! recomputed from the layer's weights. Awkward configurations are the point: N = 1, one head,
@@ -9,8 +9,8 @@
 use burn::module::Module;
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 
 use crate::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
 use crate::to_vec;
@@ -23,7 +23,8 @@ pub fn check(d: usize, heads: usize, kv_heads: usize, kind: AttentionKind, batch
     let got = layer.forward(x).unwrap_or_else(|e| panic!("{kind:?} n={n}: {e}"));
     assert_eq!(got.dims(), [batch, n, d]);
     let want = reference(&layer, heads, kv_heads, &x64, batch, n);
-    let error = to_vec(got).iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0.0, f64::max);
+    let error =
+        to_vec(got).iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0.0, f64::max);
     assert!(
         error <= TOLERANCE,
         "{kind:?} d={d} H={heads} H_kv={kv_heads} batch={batch} N={n}: max |layer − reference| = {error:e}"
@@ -64,7 +65,8 @@ fn table_1(variant: MswaVariant, w: usize, layers: usize, heads: usize) -> Vec<V
     let factor = |vary: bool, x: usize, of: usize| if vary { f[4 * x / of] } else { 1.0 };
     (0..layers)
         .map(|l| {
-            let row = (0..heads).map(|h| w as f64 * factor(by_layer, l, layers) * factor(by_head, h, heads));
+            let row = (0..heads)
+                .map(|h| w as f64 * factor(by_layer, l, layers) * factor(by_head, h, heads));
             row.map(|x| x.floor() as usize).collect()
         })
         .collect()
@@ -83,9 +85,20 @@ fn multi_scale_layers() {
         (MswaVariant::Swa, 6, 2, 3, 1),
     ] {
         let windows = mswa_windows(variant, MswaStrategy::Geometric, w, layers, heads).unwrap();
-        assert_eq!(windows, table_1(variant, w, layers, heads), "{variant:?} w={w} L={layers} H={heads}");
+        assert_eq!(
+            windows,
+            table_1(variant, w, layers, heads),
+            "{variant:?} w={w} L={layers} H={heads}"
+        );
         for layer_windows in windows {
-            check(4 * heads, heads, kv_heads, AttentionKind::MultiScale { windows: layer_windows }, 2, n);
+            check(
+                4 * heads,
+                heads,
+                kv_heads,
+                AttentionKind::MultiScale { windows: layer_windows },
+                2,
+                n,
+            );
         }
     }
 }
@@ -115,7 +128,11 @@ fn swat_layer() {
 /// β = 0 (SWAT's), sigmoid with β = −ln W, and softmax, each with ALiBi and RoPE together,
 /// ALiBi alone and RoPE alone.
 pub fn swat_ablation(window: usize) -> Vec<AttentionKind> {
-    let score_fns = [ScoreFn::Sigmoid { beta: 0.0 }, ScoreFn::Sigmoid { beta: -(window as f32).ln() }, ScoreFn::Softmax];
+    let score_fns = [
+        ScoreFn::Sigmoid { beta: 0.0 },
+        ScoreFn::Sigmoid { beta: -(window as f32).ln() },
+        ScoreFn::Softmax,
+    ];
     let positions = [SwatPositions::AliRope, SwatPositions::Alibi, SwatPositions::Rope];
     let swat = |score_fn, positions| AttentionKind::Swat {
         window,
@@ -172,12 +189,13 @@ fn longnet_layer() {
 /// every key. Also: no globals, a window ≥ N, the last position global, N = 1 with a global.
 #[test]
 fn longformer_layer() {
-    let longformer = |window, dilations: &[usize], globals: &[usize], causal| AttentionKind::Longformer {
-        window,
-        dilations: dilations.to_vec(),
-        globals: globals.to_vec(),
-        causal,
-    };
+    let longformer =
+        |window, dilations: &[usize], globals: &[usize], causal| AttentionKind::Longformer {
+            window,
+            dilations: dilations.to_vec(),
+            globals: globals.to_vec(),
+            causal,
+        };
     for causal in [true, false] {
         check(12, 3, 1, longformer(2, &[1, 2, 3], &[0, 6], causal), 2, 15);
         check(16, 4, 2, longformer(1, &[2, 1, 1, 3], &[], causal), 1, 11);
@@ -190,14 +208,26 @@ fn longformer_layer() {
 /// apart), and the layer has them only when there are globals.
 #[test]
 fn longformer_global_projections_start_as_copies() {
-    let kind = AttentionKind::Longformer { window: 2, dilations: vec![1, 2], globals: vec![3], causal: true };
+    let kind = AttentionKind::Longformer {
+        window: 2,
+        dilations: vec![1, 2],
+        globals: vec![3],
+        causal: true,
+    };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
     let record = config.init::<B>(&Default::default()).unwrap().into_record();
     let (local, global) = (record.local.unwrap(), record.global.expect("globals get projections"));
-    for (l, g) in [(&local.query, &global.query), (&local.key, &global.key), (&local.value, &global.value)] {
+    for (l, g) in
+        [(&local.query, &global.query), (&local.key, &global.key), (&local.value, &global.value)]
+    {
         assert_eq!(to_vec(l.weight.val()), to_vec(g.weight.val()));
     }
-    let kind = AttentionKind::Longformer { window: 2, dilations: vec![1, 2], globals: vec![], causal: true };
+    let kind = AttentionKind::Longformer {
+        window: 2,
+        dilations: vec![1, 2],
+        globals: vec![],
+        causal: true,
+    };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
     assert!(config.init::<B>(&Default::default()).unwrap().into_record().global.is_none());
 }
@@ -232,19 +262,35 @@ fn neighbouring_configurations_are_told_apart() {
     let sigmoid = ScoreFn::Sigmoid { beta: 0.0 };
     let pairs = [
         (AttentionKind::Sliding { window: 4 }, AttentionKind::Sliding { window: 5 }),
-        (AttentionKind::Sinks { sinks: 2, window: 3 }, AttentionKind::Sinks { sinks: 1, window: 3 }),
+        (
+            AttentionKind::Sinks { sinks: 2, window: 3 },
+            AttentionKind::Sinks { sinks: 1, window: 3 },
+        ),
         (
             AttentionKind::LongNet { segments: vec![8, 4], dilations: vec![2, 1] },
             AttentionKind::LongNet { segments: vec![8], dilations: vec![2] },
         ),
         (
-            AttentionKind::Longformer { window: 2, dilations: vec![2; 4], globals: vec![], causal: true },
-            AttentionKind::Longformer { window: 2, dilations: vec![1; 4], globals: vec![], causal: true },
+            AttentionKind::Longformer {
+                window: 2,
+                dilations: vec![2; 4],
+                globals: vec![],
+                causal: true,
+            },
+            AttentionKind::Longformer {
+                window: 2,
+                dilations: vec![1; 4],
+                globals: vec![],
+                causal: true,
+            },
         ),
         (swat(1, sigmoid, SwatPositions::AliRope), swat(3, sigmoid, SwatPositions::AliRope)),
         (swat(1, sigmoid, SwatPositions::AliRope), swat(1, sigmoid, SwatPositions::Alibi)),
         (swat(1, sigmoid, SwatPositions::AliRope), swat(1, sigmoid, SwatPositions::Rope)),
-        (swat(1, sigmoid, SwatPositions::AliRope), swat(1, ScoreFn::Softmax, SwatPositions::AliRope)),
+        (
+            swat(1, sigmoid, SwatPositions::AliRope),
+            swat(1, ScoreFn::Softmax, SwatPositions::AliRope),
+        ),
     ];
     for (kind, neighbour) in pairs {
         let layer = seeded_layer(16, heads, heads, kind.clone());

@@ -1,4 +1,4 @@
-//! An f64 scalar model of the whole [`SelfAttention`] layer, written from SEMANTICS alone: it
+//! An f64 scalar model of the whole [`SelfAttention`] layer, written from docs/semantics.md alone: it
 //! reads the layer's weights and its kind (as data) and nothing else from the library (no
 //! window spec, no slopes, no RoPE tables), so that `layer_forward` checks the layer, the kind →
 //! window mapping, RoPE and ALiBi against the specification rather than against themselves.
@@ -11,7 +11,9 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig, SwatPositions};
+use swa_zoo::attention::layers::{
+    AttentionKind, SelfAttention, SelfAttentionConfig, SwatPositions,
+};
 
 use crate::values;
 
@@ -25,7 +27,7 @@ pub type B = NdArray;
 /// by 1e-2 or more (`neighbouring_configurations_are_told_apart` checks that).
 pub const TOLERANCE: f64 = 1e-4;
 
-/// `ε` of SEMANTICS §6.
+/// `ε` of docs/semantics.md §6.
 const LINEAR_EPSILON: f64 = 1e-6;
 
 /// Replaces every weight with seeded values in [−1, 1): deterministic, and large enough that
@@ -45,8 +47,14 @@ impl ModuleMapper<B> for Seeded {
 }
 
 /// `SelfAttentionConfig::new(d, heads, kv_heads, kind).init()`, with seeded weights.
-pub fn seeded_layer(d: usize, heads: usize, kv_heads: usize, kind: AttentionKind) -> SelfAttention<B> {
-    let layer = SelfAttentionConfig::new(d, heads, kv_heads, kind.clone()).init::<B>(&Default::default());
+pub fn seeded_layer(
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    kind: AttentionKind,
+) -> SelfAttention<B> {
+    let layer =
+        SelfAttentionConfig::new(d, heads, kv_heads, kind.clone()).init::<B>(&Default::default());
     let layer = layer.unwrap_or_else(|e| panic!("{kind:?} d={d} H={heads} H_kv={kv_heads}: {e}"));
     layer.map(&mut Seeded(1000))
 }
@@ -93,7 +101,7 @@ impl Heads {
         &self.data[start..start + self.width]
     }
 
-    /// RoPE of SEMANTICS §4, "rotate half", base 10000, row `i` at position `i`: pair
+    /// RoPE of docs/semantics.md §4, "rotate half", base 10000, row `i` at position `i`: pair
     /// `(u_k, u_{k+d/2})` turns by `i · 10000^(−2k/d)`.
     fn rotated(mut self) -> Self {
         let (d, half) = (self.width, self.width / 2);
@@ -114,7 +122,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// How one head scores (SEMANTICS §1, §4): ALiBi slope `m_h` (0 for none), and `Some(β)` for
+/// How one head scores (docs/semantics.md §1, §4): ALiBi slope `m_h` (0 for none), and `Some(β)` for
 /// sigmoid attention, `None` for softmax.
 #[derive(Clone, Copy)]
 struct Score {
@@ -124,12 +132,21 @@ struct Score {
 
 const SOFTMAX: Score = Score { slope: 0.0, sigmoid: None };
 
-/// SEMANTICS §1 for the query `q` at position `i` over a multiset of keys (a key listed twice
+/// docs/semantics.md §1 for the query `q` at position `i` over a multiset of keys (a key listed twice
 /// counts twice), `kv(j)` giving the rotated key and the value at position `j`: score
 /// `q·k/√d − m·(i − j)`; softmax (no key → 0), or sigmoid `Σ σ(s + β) v` unnormalised.
-fn attend<'a>(q: &[f64], i: usize, keys: &[usize], kv: impl Fn(usize) -> (&'a [f64], &'a [f64]), score: Score) -> Vec<f64> {
+fn attend<'a>(
+    q: &[f64],
+    i: usize,
+    keys: &[usize],
+    kv: impl Fn(usize) -> (&'a [f64], &'a [f64]),
+    score: Score,
+) -> Vec<f64> {
     let scale = 1.0 / (q.len() as f64).sqrt();
-    let scores: Vec<f64> = keys.iter().map(|&j| scale * dot(q, kv(j).0) - score.slope * (i as f64 - j as f64)).collect();
+    let scores: Vec<f64> = keys
+        .iter()
+        .map(|&j| scale * dot(q, kv(j).0) - score.slope * (i as f64 - j as f64))
+        .collect();
     let weights: Vec<f64> = match score.sigmoid {
         Some(beta) => scores.iter().map(|s| 1.0 / (1.0 + (-(s + beta)).exp())).collect(),
         None => {
@@ -148,15 +165,19 @@ fn attend<'a>(q: &[f64], i: usize, keys: &[usize], kv: impl Fn(usize) -> (&'a [f
     out
 }
 
-/// The keys query `i` of head `h` attends to, written from SEMANTICS §2, §3 and §5. LongNet
+/// The keys query `i` of head `h` attends to, written from docs/semantics.md §2, §3 and §5. LongNet
 /// lists a key once per branch that reaches it (its mixture counts it twice).
 fn keys(kind: &AttentionKind, h: usize, i: usize, n: usize) -> Vec<usize> {
     let last = |w: usize| (0..=i).filter(move |&j| i - j < w);
     match kind {
         AttentionKind::Full => (0..=i).collect(),
-        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } => last(*window).collect(),
+        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } => {
+            last(*window).collect()
+        }
         AttentionKind::MultiScale { windows } => last(windows[h]).collect(),
-        AttentionKind::Sinks { sinks, window } => (0..=i).filter(|&j| i - j < *window || j < *sinks).collect(),
+        AttentionKind::Sinks { sinks, window } => {
+            (0..=i).filter(|&j| i - j < *window || j < *sinks).collect()
+        }
         AttentionKind::Longformer { window, dilations, globals, causal } => (0..n)
             .filter(|&j| !causal || j <= i)
             .filter(|&j| {
@@ -181,7 +202,7 @@ fn keys(kind: &AttentionKind, h: usize, i: usize, n: usize) -> Vec<usize> {
 }
 
 /// How each head scores: SWAT's score function (sigmoid with β, or softmax) and, unless it uses
-/// RoPE alone, its ALiBi split of SEMANTICS §4 (the first D heads distance heads
+/// RoPE alone, its ALiBi split of docs/semantics.md §4 (the first D heads distance heads
 /// `−x^-1 … −x^-D`, the last R recency heads `x^-R … x^-1`, `x = 2^(8/H)`, or 2 for the paper's
 /// magnitudes); softmax without ALiBi for the other kinds.
 fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
@@ -210,23 +231,31 @@ fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
     }
 }
 
-/// The layer's output by SEMANTICS: `x: [batch, n, d]` (f64) → `[batch, n, d]`.
-pub fn reference(layer: &SelfAttention<B>, heads: usize, kv_heads: usize, x: &[f64], batch: usize, n: usize) -> Vec<f64> {
+/// The layer's output by docs/semantics.md: `x: [batch, n, d]` (f64) → `[batch, n, d]`.
+pub fn reference(
+    layer: &SelfAttention<B>,
+    heads: usize,
+    kv_heads: usize,
+    x: &[f64],
+    batch: usize,
+    n: usize,
+) -> Vec<f64> {
     let kind = layer.kind().clone();
     let record = layer.clone().into_record();
     if let Some(linear) = record.linear {
-        let [q, k] = [&linear.query.weight, &linear.key.weight].map(|w| Heads::new(x, w, n, heads).rotated());
+        let [q, k] = [&linear.query.weight, &linear.key.weight]
+            .map(|w| Heads::new(x, w, n, heads).rotated());
         let v = Heads::new(x, &linear.value.weight, n, heads);
         return project(&linear_attention(&q, &k, &v, batch), &linear.output.weight);
     }
-    // RoPE on q and k (SEMANTICS §4), for every kind but SWAT with ALiBi alone.
+    // RoPE on q and k (docs/semantics.md §4), for every kind but SWAT with ALiBi alone.
     let rope = !matches!(kind, AttentionKind::Swat { positions: SwatPositions::Alibi, .. });
     let rotate = |heads: Heads| if rope { heads.rotated() } else { heads };
     let local = record.local.expect("windowed layers have projections");
     let q = rotate(Heads::new(x, &local.query.weight, n, heads));
     let k = rotate(Heads::new(x, &local.key.weight, n, kv_heads));
     let v = Heads::new(x, &local.value.weight, n, kv_heads);
-    // Longformer's global rows (SEMANTICS §2): the global projections over every key, causal
+    // Longformer's global rows (docs/semantics.md §2): the global projections over every key, causal
     // in a decoder.
     let global = record.global.map(|g| {
         let q = rotate(Heads::new(x, &g.query.weight, n, heads));
@@ -263,7 +292,7 @@ pub fn reference(layer: &SelfAttention<B>, heads: usize, kv_heads: usize, x: &[f
     project(&merged, &record.output.expect("windowed layers have an output projection").weight)
 }
 
-/// Taylor linear attention of SEMANTICS §6 on rotated `q, k` (d_f per head) and `v`:
+/// Taylor linear attention of docs/semantics.md §6 on rotated `q, k` (d_f per head) and `v`:
 /// `y_i = Σ_{j≤i} a_ij v_j / (Σ_{j≤i} a_ij + ε)` with `a_ij = φ(q_i)·φ(k_j) = 1 + s + s²/2`,
 /// `s = q_i·k_j/√d_f`. Returns the merged heads `[batch·N, H·d_h]`.
 fn linear_attention(q: &Heads, k: &Heads, v: &Heads, batch: usize) -> Vec<f64> {

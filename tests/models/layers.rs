@@ -1,4 +1,4 @@
-//! Each mechanism against a test built from the dense reference and the SEMANTICS formulas.
+//! Each mechanism against a test built from the dense reference and the formulas of docs/semantics.md.
 
 use burn::backend::NdArray;
 use burn::config::{Config, config_to_json};
@@ -14,14 +14,23 @@ use crate::{max_abs, tensor, to_vec};
 
 type B = NdArray;
 
-/// LongNet's output by SEMANTICS §5 in f64: `o_p = Σ_b Σ_{k∈K_b} e^{s} v_k / Σ_b Σ_{k∈K_b} e^{s}`.
-fn longnet_scalar(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, h: usize, specs: &[WindowSpec]) -> Vec<f64> {
+/// LongNet's output by docs/semantics.md §5 in f64: `o_p = Σ_b Σ_{k∈K_b} e^{s} v_k / Σ_b Σ_{k∈K_b} e^{s}`.
+fn longnet_scalar(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n: usize,
+    d: usize,
+    h: usize,
+    specs: &[WindowSpec],
+) -> Vec<f64> {
     let mut out = vec![0.0; n * d];
     for p in 0..n {
         let (mut num, mut den) = (vec![0.0f64; d], 0.0f64);
         for spec in specs {
             for j in (0..n).filter(|&j| spec.visible(h, p, j, n)) {
-                let s: f64 = (0..d).map(|c| q[p * d + c] as f64 * k[j * d + c] as f64).sum::<f64>() / (d as f64).sqrt();
+                let s: f64 = (0..d).map(|c| q[p * d + c] as f64 * k[j * d + c] as f64).sum::<f64>()
+                    / (d as f64).sqrt();
                 den += s.exp();
                 for c in 0..d {
                     num[c] += s.exp() * v[j * d + c] as f64;
@@ -38,17 +47,28 @@ fn longnet_scalar(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, h: usize,
 #[test]
 fn longnet_mixture_matches_the_formula() {
     // N not a multiple of a segment, w mod r ≠ 0, and a head set with uncovered rows.
-    for (n, segments, dilations) in [(23, vec![4, 10], vec![1, 3]), (30, vec![6, 7, 30], vec![2, 3, 4]), (9, vec![4], vec![2])] {
+    for (n, segments, dilations) in
+        [(23, vec![4, 10], vec![1, 3]), (30, vec![6, 7, 30], vec![2, 3, 4]), (9, vec![4], vec![2])]
+    {
         let (heads, d) = (4, 4);
-        let (q, k, v) = (tensor::<B>(1, [1, heads, n, d]), tensor::<B>(2, [1, heads, n, d]), tensor::<B>(3, [1, heads, n, d]));
-        let got = to_vec(longnet_attention(q.clone(), k.clone(), v.clone(), &segments, &dilations).unwrap());
+        let (q, k, v) = (
+            tensor::<B>(1, [1, heads, n, d]),
+            tensor::<B>(2, [1, heads, n, d]),
+            tensor::<B>(3, [1, heads, n, d]),
+        );
+        let got = to_vec(
+            longnet_attention(q.clone(), k.clone(), v.clone(), &segments, &dilations).unwrap(),
+        );
         let specs = branch_specs(&segments, &dilations, heads, heads, n).unwrap();
         let (q, k, v) = (to_vec(q), to_vec(k), to_vec(v));
         for h in 0..heads {
             let head = |x: &Vec<f32>| x[h * n * d..(h + 1) * n * d].to_vec();
             let want = longnet_scalar(&head(&q), &head(&k), &head(&v), n, d, h, &specs);
             for (g, w) in got[h * n * d..(h + 1) * n * d].iter().zip(&want) {
-                assert!((*g as f64 - w).abs() < 1e-5, "n={n} {segments:?}/{dilations:?} h={h}: {g} vs {w}");
+                assert!(
+                    (*g as f64 - w).abs() < 1e-5,
+                    "n={n} {segments:?}/{dilations:?} h={h}: {g} vs {w}"
+                );
             }
         }
     }
@@ -60,18 +80,28 @@ fn longformer_global_rows_use_their_own_projections_over_every_key() {
     for causal in [false, true] {
         // Global 5 lies inside other queries' windows; it must be counted once.
         let spec = WindowSpec::longformer(2, &[1, 2], heads, causal).unwrap().with_globals([0, 5]);
-        let (q, k, v) = (tensor::<B>(4, [1, heads, n, d]), tensor::<B>(5, [1, heads, n, d]), tensor::<B>(6, [1, heads, n, d]));
-        let (qg, kg, vg) = (tensor::<B>(7, [1, heads, n, d]), tensor::<B>(8, [1, heads, n, d]), tensor::<B>(9, [1, heads, n, d]));
+        let (q, k, v) = (
+            tensor::<B>(4, [1, heads, n, d]),
+            tensor::<B>(5, [1, heads, n, d]),
+            tensor::<B>(6, [1, heads, n, d]),
+        );
+        let (qg, kg, vg) = (
+            tensor::<B>(7, [1, heads, n, d]),
+            tensor::<B>(8, [1, heads, n, d]),
+            tensor::<B>(9, [1, heads, n, d]),
+        );
         let opts = ScoreOptions::softmax();
         let (local, _) = dense_attention(q, k, v, &spec, &opts).unwrap();
-        let got = to_vec(replace_global_rows(local.clone(), qg.clone(), kg.clone(), vg.clone(), &spec));
+        let got =
+            to_vec(replace_global_rows(local.clone(), qg.clone(), kg.clone(), vg.clone(), &spec));
         // The global rows: dense attention of the global projections, every key a global query sees.
         let (global, _) = dense_attention(qg, kg, vg, &spec, &opts).unwrap();
         let (local, global) = (to_vec(local), to_vec(global));
         for h in 0..heads {
             for i in 0..n {
                 let row = (h * n + i) * d..(h * n + i + 1) * d;
-                let want = if spec.is_global(i) { &global[row.clone()] } else { &local[row.clone()] };
+                let want =
+                    if spec.is_global(i) { &global[row.clone()] } else { &local[row.clone()] };
                 assert!(max_abs(&got[row], want) < 1e-6, "causal={causal} h={h} i={i}");
             }
         }
@@ -111,17 +141,23 @@ fn swat_kind_is_sigmoid_with_balanced_alibi_on_a_sliding_window() {
     assert!(matches!(opts.score_fn, swa_zoo::attention::ScoreFn::Sigmoid { beta } if beta == 0.0));
 }
 
-/// SWAT's Table 3 knobs (SEMANTICS §4): the score function is `score_fn`'s, the balanced ALiBi
+/// SWAT's Table 3 knobs (docs/semantics.md §4): the score function is `score_fn`'s, the balanced ALiBi
 /// split is there unless RoPE is used alone, q and k are rotated unless ALiBi is used alone,
 /// and the split is checked whenever ALiBi is used.
 #[test]
 fn swat_knobs_set_score_options_and_rope() {
     let balanced = alibi::split(4, 4, 8, SlopeMagnitudes::Code).unwrap();
     for kind in swat_ablation(8) {
-        let AttentionKind::Swat { score_fn, positions, .. } = kind else { unreachable!("SWAT kinds") };
+        let AttentionKind::Swat { score_fn, positions, .. } = kind else {
+            unreachable!("SWAT kinds")
+        };
         let opts = kind.score_options(8).unwrap();
         assert_eq!(opts.score_fn, score_fn, "{kind:?}");
-        assert_eq!(opts.alibi, (positions != SwatPositions::Rope).then(|| balanced.clone()), "{kind:?}");
+        assert_eq!(
+            opts.alibi,
+            (positions != SwatPositions::Rope).then(|| balanced.clone()),
+            "{kind:?}"
+        );
         assert_eq!(kind.rotates(), positions != SwatPositions::Alibi, "{kind:?}");
         let mut too_many_distance_heads = kind.clone();
         if let AttentionKind::Swat { distance_heads, .. } = &mut too_many_distance_heads {
@@ -138,10 +174,18 @@ fn swat_knobs_set_score_options_and_rope() {
 #[test]
 fn swat_configs_without_the_ablation_knobs_still_load() {
     let old = |beta: &str| {
-        let kind = format!(r#"{{"kind": "swat", "window": 8, "distance_heads": null, "magnitudes": "Code", "beta": {beta}}}"#);
-        format!(r#"{{"d_model": 16, "heads": 4, "kv_heads": 4, "kind": {kind}, "rope_base": 10000.0}}"#)
+        let kind = format!(
+            r#"{{"kind": "swat", "window": 8, "distance_heads": null, "magnitudes": "Code", "beta": {beta}}}"#
+        );
+        format!(
+            r#"{{"d_model": 16, "heads": 4, "kv_heads": 4, "kind": {kind}, "rope_base": 10000.0}}"#
+        )
     };
-    let load = |json: &str| SelfAttentionConfig::load_binary(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}")).kind;
+    let load = |json: &str| {
+        SelfAttentionConfig::load_binary(json.as_bytes())
+            .unwrap_or_else(|e| panic!("{json}: {e}"))
+            .kind
+    };
     assert_eq!(load(&old("0.0")), AttentionKind::swat(8));
     let apple = AttentionKind::Swat {
         window: 8,
@@ -168,11 +212,18 @@ fn bad_layer_configs_name_the_field() {
     assert!(err(AttentionKind::Full, 30, 4, 4).contains("d_model"));
     assert!(err(AttentionKind::Full, 32, 4, 3).contains("not divisible"));
     assert!(err(AttentionKind::Sliding { window: 0 }, 32, 4, 4).contains("window size 0"));
-    assert!(err(AttentionKind::MultiScale { windows: vec![4, 4] }, 32, 4, 4).contains("MultiScale.windows"));
+    assert!(
+        err(AttentionKind::MultiScale { windows: vec![4, 4] }, 32, 4, 4)
+            .contains("MultiScale.windows")
+    );
     let longnet = AttentionKind::LongNet { segments: vec![8, 16], dilations: vec![1] };
     assert!(err(longnet, 32, 4, 4).contains("LongNet.dilations"));
-    let dilated = AttentionKind::Longformer { window: 2, dilations: vec![1, 0, 1, 1], globals: vec![], causal: true };
+    let dilated = AttentionKind::Longformer {
+        window: 2,
+        dilations: vec![1, 0, 1, 1],
+        globals: vec![],
+        causal: true,
+    };
     assert!(err(dilated, 32, 4, 4).contains("dilation 0"));
     assert!(err(AttentionKind::Linear { feature_dim: 5 }, 32, 4, 4).contains("feature_dim"));
 }
-

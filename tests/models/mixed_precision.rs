@@ -7,7 +7,9 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::training::mixed_precision::{LossScale, LossScaler, MixedPrecision, MixedPrecisionRecord};
+use swa_zoo::training::mixed_precision::{
+    LossScale, LossScaler, MixedPrecision, MixedPrecisionRecord,
+};
 
 use crate::{Reference, max_abs, to_vec, values};
 
@@ -23,7 +25,10 @@ fn linear() -> Linear<Reference> {
 
 /// Mean squared output of `model` on fixed inputs, times `factor` (the loss scale).
 fn loss(model: &Linear<Reference>, factor: f32) -> Tensor<Reference, 1> {
-    let input = Tensor::<Reference, 2>::from_data(TensorData::new(values(7, 20), [5, 4]), &Default::default());
+    let input = Tensor::<Reference, 2>::from_data(
+        TensorData::new(values(7, 20), [5, 4]),
+        &Default::default(),
+    );
     model.forward(input).square().mean().mul_scalar(factor)
 }
 
@@ -38,11 +43,19 @@ fn adamw() -> AdamWConfig {
 }
 
 fn mixed(scale: &LossScale) -> MixedPrecision<Linear<Reference>, Reference> {
-    MixedPrecision::new(adamw().build(), Some(GradientClippingConfig::Norm(0.5).init()), scale.clone())
+    MixedPrecision::new(
+        adamw().build(),
+        Some(GradientClippingConfig::Norm(0.5).init()),
+        scale.clone(),
+    )
 }
 
 /// One step of `optim` on the loss scaled by `factor`.
-fn step(optim: &mut impl Optimizer<Linear<Reference>, Reference>, model: Linear<Reference>, factor: f32) -> Linear<Reference> {
+fn step(
+    optim: &mut impl Optimizer<Linear<Reference>, Reference>,
+    model: Linear<Reference>,
+    factor: f32,
+) -> Linear<Reference> {
     let grads = GradientsParams::from_grads(loss(&model, factor).backward(), &model);
     optim.step(LR, model, grads)
 }
@@ -84,7 +97,10 @@ fn mixed_precision_steps_as_adamw_does_and_skips_non_finite_gradients() {
     assert_eq!(scale.factor(), 1024.0, "and halves the scale");
     model = step(&mut optim, model, scale.factor());
     reference = step(&mut plain, reference, 1.0);
-    assert!(max_abs(&weights(&model), &weights(&reference)) < 1e-6, "the skipped step left no trace");
+    assert!(
+        max_abs(&weights(&model), &weights(&reference)) < 1e-6,
+        "the skipped step left no trace"
+    );
 }
 
 #[test]
@@ -97,11 +113,20 @@ fn the_mixed_precision_record_restores_masters_moments_and_scale() {
     }
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(optim.to_record(), ()).expect("the record serialises");
-    let record: MixedPrecisionRecord<Reference> = recorder.load(bytes, &Default::default()).expect("and loads");
+    let record: MixedPrecisionRecord<Reference> =
+        recorder.load(bytes, &Default::default()).expect("and loads");
     let restored_scale = LossScale::new(LossScaler::dynamic(1.0, 2));
     let mut restored = mixed(&restored_scale).load_record(record);
-    assert_eq!(restored_scale.scaler(), scale.scaler(), "the loss scale and its count of good steps");
+    assert_eq!(
+        restored_scale.scaler(),
+        scale.scaler(),
+        "the loss scale and its count of good steps"
+    );
     let continued = step(&mut optim, model.clone(), scale.factor());
     let resumed = step(&mut restored, model, restored_scale.factor());
-    assert_eq!(weights(&continued), weights(&resumed), "the restored masters and moments step alike");
+    assert_eq!(
+        weights(&continued),
+        weights(&resumed),
+        "the restored masters and moments step alike"
+    );
 }

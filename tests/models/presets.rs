@@ -1,4 +1,4 @@
-//! The presets: every paper configuration is valid, and MSWA's cost matches SEMANTICS §3.
+//! The presets: every paper configuration is valid, and MSWA's cost matches docs/semantics.md §3.
 
 use swa_zoo::attention::layers::mswa::MswaVariant;
 use swa_zoo::models::{Preset, Scale};
@@ -9,7 +9,11 @@ fn every_paper_preset_is_valid() {
     assert_eq!(presets.len(), 15);
     for preset in presets {
         preset.config.validate().unwrap_or_else(|e| panic!("{}: {e}", preset.name));
-        assert!(Preset::by_name(&preset.name, 50_000).is_some(), "{} is found by name", preset.name);
+        assert!(
+            Preset::by_name(&preset.name, 50_000).is_some(),
+            "{} is found by name",
+            preset.name
+        );
         assert!(Preset::by_name(&format!("{}-tiny", preset.name), 256).is_some());
     }
 }
@@ -29,7 +33,10 @@ fn mswa_spends_fifteen_sixteenths_squared_of_swa() {
 #[test]
 fn swat_trains_at_four_windows() {
     let swat = Preset::swat_340m(Scale::Paper, 50_000);
-    assert_eq!((swat.config.d_model, swat.config.heads, swat.config.layers, swat.train_len), (1024, 16, 24, 1024));
+    assert_eq!(
+        (swat.config.d_model, swat.config.heads, swat.config.layers, swat.train_len),
+        (1024, 16, 24, 1024)
+    );
 }
 
 /// Builds every paper-size preset (hundreds of millions of parameters): `cargo test -- --ignored`.

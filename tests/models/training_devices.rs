@@ -36,14 +36,20 @@ fn tiny(steps: usize) -> TrainConfig {
 /// finite. The fresh model is drawn apart from the trained one's initial weights (Burn's RNG is
 /// shared with the tests running beside it), so `before` is a typical starting loss, not that
 /// run's own.
-fn losses_before_and_after<B>(name: &str, steps: usize, strategy: ExecutionStrategy<B>) -> (f64, f64)
+fn losses_before_and_after<B>(
+    name: &str,
+    steps: usize,
+    strategy: ExecutionStrategy<B>,
+) -> (f64, f64)
 where
     B: AutodiffBackend + WindowedAttentionBackend,
     B::InnerBackend: WindowedAttentionBackend,
 {
     let (config, corpus, dir) = (tiny(steps), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
-    let loss = |model: Decoder<B::InnerBackend>| mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap();
+    let loss = |model: Decoder<B::InnerBackend>| {
+        mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap()
+    };
     let before = loss(config.model.init::<B::InnerBackend>(&device).unwrap());
     let outcome = train_with(&config, &corpus, &dir, false, strategy).unwrap();
     assert_eq!(last_checkpoint(&dir), Some(1));
@@ -59,7 +65,11 @@ fn burns_multi_device_strategy_trains_on_two_cpu_devices() {
     let devices = vec![Default::default(); 2];
     // 24 steps: after 8, two runs ended 0.3 and 0.06 below their fresh model's loss, which was
     // drawn apart from their own initial weights.
-    let (before, after) = losses_before_and_after::<Autodiff<NdArray>>("multi", 24, ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice));
+    let (before, after) = losses_before_and_after::<Autodiff<NdArray>>(
+        "multi",
+        24,
+        ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice),
+    );
     assert!(after < before - 0.3, "{before} → {after}");
 }
 
@@ -78,7 +88,9 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
         // touches it first; the other wgpu tests of this binary use the default device in f32,
         // so this one trains on the CPU adapter (lavapipe), a device of its own.
         let device = WgpuDevice::Cpu;
-        let answers = std::panic::catch_unwind(|| <H as burn::tensor::backend::Backend>::supports_dtype(&device, DType::F16));
+        let answers = std::panic::catch_unwind(|| {
+            <H as burn::tensor::backend::Backend>::supports_dtype(&device, DType::F16)
+        });
         match answers {
             Err(_) => {
                 assert!(
@@ -89,9 +101,18 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
             }
             Ok(false) => eprintln!("skipped: the wgpu adapter does not support f16 (shader-f16)"),
             Ok(true) => {
-                assert_eq!(Tensor::<H, 1>::zeros([1], &device).dtype(), DType::F16, "the run is in f16");
-                let (before, after) = losses_before_and_after::<H>("f16", 8, ExecutionStrategy::SingleDevice(device));
-                let (f32_before, f32_after) = losses_before_and_after::<Autodiff<NdArray>>("f32", 8, ExecutionStrategy::SingleDevice(Default::default()));
+                assert_eq!(
+                    Tensor::<H, 1>::zeros([1], &device).dtype(),
+                    DType::F16,
+                    "the run is in f16"
+                );
+                let (before, after) =
+                    losses_before_and_after::<H>("f16", 8, ExecutionStrategy::SingleDevice(device));
+                let (f32_before, f32_after) = losses_before_and_after::<Autodiff<NdArray>>(
+                    "f32",
+                    8,
+                    ExecutionStrategy::SingleDevice(Default::default()),
+                );
                 let uniform = 256f64.ln();
                 assert!(after < uniform - 0.3, "f16 did not learn: {before} → {after}");
                 // The two runs start from different random weights (Burn's RNG is shared with

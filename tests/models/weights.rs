@@ -50,12 +50,7 @@ impl Drop for Scratch {
 }
 
 fn longformer() -> AttentionKind {
-    AttentionKind::Longformer {
-        window: 2,
-        dilations: vec![1, 1],
-        globals: vec![0],
-        causal: true,
-    }
+    AttentionKind::Longformer { window: 2, dilations: vec![1, 1], globals: vec![0], causal: true }
 }
 
 /// Vocabulary 32, 2 query heads and 1 kv head, one layer per attention kind.
@@ -111,25 +106,12 @@ fn record_round_trip_reproduces_the_logits() {
         let model = init(&config);
         let file = save_record(&model, &dir.path("model.bin")).unwrap();
         assert_eq!(file, dir.path("model.mpk"), "Burn's extension");
-        assert!(
-            max_abs(&logits(&init(&config)), &logits(&model)) > 0.0,
-            "a fresh model differs"
-        );
+        assert!(max_abs(&logits(&init(&config)), &logits(&model)) > 0.0, "a fresh model differs");
         let loaded = load_mpk(&config, &dir.path("model")).unwrap();
-        assert_eq!(
-            max_abs(&logits(&loaded), &logits(&model)),
-            0.0,
-            "tied: {tied}"
-        );
+        assert_eq!(max_abs(&logits(&loaded), &logits(&model)), 0.0, "tied: {tied}");
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-        let by_burn = init(&config)
-            .load_file(file, &recorder, &Default::default())
-            .unwrap();
-        assert_eq!(
-            max_abs(&logits(&by_burn), &logits(&model)),
-            0.0,
-            "Burn's recorder reads it"
-        );
+        let by_burn = init(&config).load_file(file, &recorder, &Default::default()).unwrap();
+        assert_eq!(max_abs(&logits(&by_burn), &logits(&model)), 0.0, "Burn's recorder reads it");
     }
 }
 
@@ -142,11 +124,7 @@ fn safetensors_round_trip_reproduces_the_logits() {
         let model = init(&config);
         export_safetensors(&model, &path).unwrap();
         let loaded = load_safetensors(&config, &path).unwrap();
-        assert_eq!(
-            max_abs(&logits(&loaded), &logits(&model)),
-            0.0,
-            "tied: {tied}"
-        );
+        assert_eq!(max_abs(&logits(&loaded), &logits(&model)), 0.0, "tied: {tied}");
     }
 }
 
@@ -196,10 +174,7 @@ fn safetensors_names_are_the_documented_ones() {
 
     export_safetensors(&init(&tiny(true)), &path).unwrap();
     let keys = SafetensorsStore::from_file(&path).keys().unwrap();
-    assert!(
-        !keys.contains(&"head.weight".to_string()),
-        "tied embeddings have no head"
-    );
+    assert!(!keys.contains(&"head.weight".to_string()), "tied embeddings have no head");
 }
 
 #[test]
@@ -207,14 +182,8 @@ fn missing_files_are_named() {
     let dir = Scratch::new("missing");
     let message = problem(load_mpk(&tiny(false), &dir.path("absent")));
     assert!(message.contains("absent.mpk: cannot open"), "{message}");
-    let message = problem(load_safetensors(
-        &tiny(false),
-        &dir.path("absent.safetensors"),
-    ));
-    assert!(
-        message.contains("absent.safetensors: cannot read"),
-        "{message}"
-    );
+    let message = problem(load_safetensors(&tiny(false), &dir.path("absent.safetensors")));
+    assert!(message.contains("absent.safetensors: cannot read"), "{message}");
 }
 
 #[test]
@@ -222,19 +191,14 @@ fn corrupt_files_are_rejected() {
     let dir = Scratch::new("corrupt");
     let config = tiny(false);
     let model = init(&config);
-    let noise: Vec<u8> = (0..4096u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect();
+    let noise: Vec<u8> =
+        (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let record = save_record(&model, &dir.path("model")).unwrap();
     let safetensors = dir.path("model.safetensors");
     export_safetensors(&model, &safetensors).unwrap();
     for (file, load) in [(record, load_mpk as Load), (safetensors, load_safetensors)] {
         let bytes = fs::read(&file).unwrap();
-        for corrupt in [
-            noise.clone(),
-            bytes[..bytes.len() / 2].to_vec(),
-            bytes[..5].to_vec(),
-        ] {
+        for corrupt in [noise.clone(), bytes[..bytes.len() / 2].to_vec(), bytes[..5].to_vec()] {
             fs::write(&file, corrupt).unwrap();
             let message = problem(load(&config, &file));
             assert!(message.contains("not a readable"), "{message}");
@@ -249,14 +213,10 @@ fn weights_of_another_shape_are_named() {
     let record = save_record(&model, &dir.path("model")).unwrap();
     let safetensors = dir.path("model.safetensors");
     export_safetensors(&model, &safetensors).unwrap();
-    let wider = DecoderConfig {
-        d_model: 32,
-        ..tiny(false)
-    };
-    for message in [
-        problem(load_mpk(&wider, &record)),
-        problem(load_safetensors(&wider, &safetensors)),
-    ] {
+    let wider = DecoderConfig { d_model: 32, ..tiny(false) };
+    for message in
+        [problem(load_mpk(&wider, &record)), problem(load_safetensors(&wider, &safetensors))]
+    {
         let named = "weight `blocks.0.attention.local.key.weight` has shape [16, 8] in the file but [32, 16]";
         assert!(message.contains(named), "{message}");
     }
@@ -269,43 +229,28 @@ fn mismatch(dir: &Scratch, saved: &DecoderConfig, loaded: &DecoderConfig) -> [St
     let record = save_record(&model, &dir.path("model")).unwrap();
     let safetensors = dir.path("model.safetensors");
     export_safetensors(&model, &safetensors).unwrap();
-    [
-        problem(load_mpk(loaded, &record)),
-        problem(load_safetensors(loaded, &safetensors)),
-    ]
+    [problem(load_mpk(loaded, &record)), problem(load_safetensors(loaded, &safetensors))]
 }
 
 #[test]
 fn other_structures_are_named() {
     let dir = Scratch::new("structure");
     let kinds = vec![AttentionKind::Sliding { window: 4 }, longformer()];
-    let (untied, tied) = (
-        config(16, kinds.clone(), false),
-        config(16, kinds.clone(), true),
-    );
+    let (untied, tied) = (config(16, kinds.clone(), false), config(16, kinds.clone(), true));
 
     let [record, safetensors] = mismatch(&dir, &untied, &config(16, kinds[..1].to_vec(), false));
     assert!(
         record.contains("the file has 2 blocks; the configuration has `layers` = 1"),
         "{record}"
     );
-    assert!(
-        safetensors.contains("the file has weight `blocks.1."),
-        "{safetensors}"
-    );
+    assert!(safetensors.contains("the file has weight `blocks.1."), "{safetensors}");
 
     for message in mismatch(&dir, &tied, &untied) {
-        assert!(
-            message.contains("weight `head.weight` is missing from the file"),
-            "{message}"
-        );
+        assert!(message.contains("weight `head.weight` is missing from the file"), "{message}");
     }
     let [record, safetensors] = mismatch(&dir, &untied, &tied);
     assert!(record.contains("the file has `head` weights"), "{record}");
-    assert!(
-        safetensors.contains("the file has weight `head.weight`"),
-        "{safetensors}"
-    );
+    assert!(safetensors.contains("the file has weight `head.weight`"), "{safetensors}");
 
     let no_globals = config(16, vec![AttentionKind::Sliding { window: 4 }; 2], false);
     for message in mismatch(&dir, &untied, &no_globals) {
@@ -338,12 +283,7 @@ fn a_failed_save_leaves_the_old_file() {
     for file in [&record, &safetensors] {
         assert_eq!(fs::read(file).unwrap(), b"old weights");
     }
-    assert_eq!(
-        dir.files().len(),
-        2,
-        "no temporary file is left: {:?}",
-        dir.files()
-    );
+    assert_eq!(dir.files().len(), 2, "no temporary file is left: {:?}", dir.files());
 
     let (record, safetensors) = (dir.path("model.mpk"), dir.path("model.safetensors"));
     for model in [&one, &two] {
@@ -351,24 +291,15 @@ fn a_failed_save_leaves_the_old_file() {
         export_safetensors(model, &safetensors).unwrap();
     }
     let config = tiny(false);
-    assert!(
-        max_abs(&logits(&one), &logits(&two)) > 0.0,
-        "the two models differ"
-    );
-    for loaded in [
-        load_mpk(&config, &record).unwrap(),
-        load_safetensors(&config, &safetensors).unwrap(),
-    ] {
+    assert!(max_abs(&logits(&one), &logits(&two)) > 0.0, "the two models differ");
+    for loaded in
+        [load_mpk(&config, &record).unwrap(), load_safetensors(&config, &safetensors).unwrap()]
+    {
         assert_eq!(
             max_abs(&logits(&loaded), &logits(&two)),
             0.0,
             "the second save replaced the first"
         );
     }
-    assert_eq!(
-        dir.files().len(),
-        4,
-        "no temporary file is left: {:?}",
-        dir.files()
-    );
+    assert_eq!(dir.files().len(), 4, "no temporary file is left: {:?}", dir.files());
 }

@@ -14,7 +14,11 @@ use crate::language_model::{LanguageModel, LanguageModelRecord};
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
 /// holds the weights of `config`: a readable record of the same structure and shapes.
-pub fn check_model_checkpoint<B: Backend>(config: &DecoderConfig, path: &Path, device: &B::Device) -> Result<(), String> {
+pub fn check_model_checkpoint<B: Backend>(
+    config: &DecoderConfig,
+    path: &Path,
+    device: &B::Device,
+) -> Result<(), String> {
     let fail = |problem: String| format!("{}: {problem}", path.display());
     let fresh = LanguageModel::new(config.init::<B>(device).map_err(|e| e.to_string())?);
     let record: LanguageModelRecord<B> = NamedMpkFileRecorder::<FullPrecisionSettings>::new()

@@ -11,7 +11,8 @@ use serde_json::Value;
 pub fn load<C: Config>(path: &Path) -> Result<C, String> {
     let fail = |problem: String| format!("{}: {problem}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let config: C = serde_json::from_str(&text).map_err(|e| fail(format!("not a valid configuration: {e}")))?;
+    let config: C =
+        serde_json::from_str(&text).map_err(|e| fail(format!("not a valid configuration: {e}")))?;
     let written: Value = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
     let known = serde_json::to_value(&config).map_err(|e| fail(e.to_string()))?;
     match unknown_field(&written, &known) {
@@ -24,15 +25,17 @@ pub fn load<C: Config>(path: &Path) -> Result<C, String> {
 /// have when written back.
 fn unknown_field(written: &Value, known: &Value) -> Option<String> {
     match (written, known) {
-        (Value::Object(written), Value::Object(known)) => written.iter().find_map(|(key, value)| match known.get(key) {
-            None => Some(key.clone()),
-            Some(inner) => unknown_field(value, inner).map(|rest| format!("{key}.{rest}")),
-        }),
-        (Value::Array(written), Value::Array(known)) => written
-            .iter()
-            .zip(known)
-            .enumerate()
-            .find_map(|(i, (value, inner))| unknown_field(value, inner).map(|rest| format!("{i}.{rest}"))),
+        (Value::Object(written), Value::Object(known)) => {
+            written.iter().find_map(|(key, value)| match known.get(key) {
+                None => Some(key.clone()),
+                Some(inner) => unknown_field(value, inner).map(|rest| format!("{key}.{rest}")),
+            })
+        }
+        (Value::Array(written), Value::Array(known)) => {
+            written.iter().zip(known).enumerate().find_map(|(i, (value, inner))| {
+                unknown_field(value, inner).map(|rest| format!("{i}.{rest}"))
+            })
+        }
         _ => None,
     }
 }

@@ -39,8 +39,12 @@ pub enum CorpusError {
 impl fmt::Display for CorpusError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CorpusError::Read { path, problem } => write!(f, "cannot read corpus {}: {problem}", path.display()),
-            CorpusError::TooSmall { path, problem } => write!(f, "corpus {} is too small: {problem}", path.display()),
+            CorpusError::Read { path, problem } => {
+                write!(f, "cannot read corpus {}: {problem}", path.display())
+            }
+            CorpusError::TooSmall { path, problem } => {
+                write!(f, "corpus {} is too small: {problem}", path.display())
+            }
         }
     }
 }
@@ -85,12 +89,15 @@ fn file_name(path: &Path) -> &str {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CorpusError> {
-    std::fs::read(path).map_err(|e| CorpusError::Read { path: path.to_path_buf(), problem: e.to_string() })
+    std::fs::read(path)
+        .map_err(|e| CorpusError::Read { path: path.to_path_buf(), problem: e.to_string() })
 }
 
 fn read_text(path: &Path) -> Result<String, CorpusError> {
-    String::from_utf8(read(path)?)
-        .map_err(|e| CorpusError::Read { path: path.to_path_buf(), problem: format!("not UTF-8 text: {e}") })
+    String::from_utf8(read(path)?).map_err(|e| CorpusError::Read {
+        path: path.to_path_buf(),
+        problem: format!("not UTF-8 text: {e}"),
+    })
 }
 
 /// Splits `bytes` 90% / 5% / 5%, each split at least 2 bytes.
@@ -99,7 +106,8 @@ fn split_bytes(bytes: &[u8], path: &Path) -> Result<[Vec<u32>; 3], CorpusError> 
     let (a, b) = (cut(n, 9, 10), cut(n, 19, 20));
     let parts = [&bytes[..a], &bytes[a..b], &bytes[b..]];
     if parts.iter().any(|p| p.len() < 2) {
-        let problem = format!("{n} bytes; a 90/5/5 split with at least 2 bytes per split needs at least 40");
+        let problem =
+            format!("{n} bytes; a 90/5/5 split with at least 2 bytes per split needs at least 40");
         return Err(CorpusError::TooSmall { path: path.to_path_buf(), problem });
     }
     Ok(parts.map(|p| p.iter().map(|&b| b as u32).collect()))
@@ -132,7 +140,11 @@ impl Corpus {
             }
             let widen = |s: &[u8]| s.iter().map(|&b| b as u32).collect::<Vec<u32>>();
             let end = ENWIK8_TRAIN + ENWIK8_HELD_OUT;
-            [widen(&bytes[..ENWIK8_TRAIN]), widen(&bytes[ENWIK8_TRAIN..end]), widen(&bytes[bytes.len() - ENWIK8_HELD_OUT..])]
+            [
+                widen(&bytes[..ENWIK8_TRAIN]),
+                widen(&bytes[ENWIK8_TRAIN..end]),
+                widen(&bytes[bytes.len() - ENWIK8_HELD_OUT..]),
+            ]
         } else {
             split_bytes(&bytes, path)?
         };
@@ -160,15 +172,27 @@ impl Corpus {
         };
         let [train, valid, test] = texts.each_ref().map(|t| words_of(t));
         if let Some(i) = [&train, &valid, &test].iter().position(|s| s.len() < 2) {
-            let problem = format!("the {} split has fewer than 2 words", ["train", "valid", "test"][i]);
+            let problem =
+                format!("the {} split has fewer than 2 words", ["train", "valid", "test"][i]);
             return Err(CorpusError::TooSmall { path: path.to_path_buf(), problem });
         }
         let words = vocabulary(&train, min_count.max(1));
-        let index: HashMap<&str, u32> = words.iter().enumerate().map(|(i, w)| (w.as_str(), i as u32)).collect();
+        let index: HashMap<&str, u32> =
+            words.iter().enumerate().map(|(i, w)| (w.as_str(), i as u32)).collect();
         let unk = index[UNK];
-        let ids = |split: &[&str]| Arc::new(split.iter().map(|w| *index.get(w).unwrap_or(&unk)).collect::<Vec<u32>>());
+        let ids = |split: &[&str]| {
+            Arc::new(split.iter().map(|w| *index.get(w).unwrap_or(&unk)).collect::<Vec<u32>>())
+        };
         let (train, valid, test) = (ids(&train), ids(&valid), ids(&test));
-        Ok(Corpus { name, unit: Unit::Word, vocab_size: words.len(), train, valid, test, words: Some(words) })
+        Ok(Corpus {
+            name,
+            unit: Unit::Word,
+            vocab_size: words.len(),
+            train,
+            valid,
+            test,
+            words: Some(words),
+        })
     }
 
     /// The corpus's name: `genesis` for the embedded one, else the file name.
@@ -286,19 +310,32 @@ mod tests {
         assert_eq!(corpus.train().len(), n * 9 / 10);
         assert_eq!(corpus.valid().len(), n * 19 / 20 - n * 9 / 10);
         assert_eq!(corpus.train().len() + corpus.valid().len() + corpus.test().len(), n);
-        assert_eq!((corpus.vocab_size(), corpus.unit(), corpus.name()), (256, Unit::Byte, "genesis"));
-        assert!(corpus.decode(&corpus.train()[..40].iter().map(|&t| t as usize).collect::<Vec<_>>()).contains("beginning"));
+        assert_eq!(
+            (corpus.vocab_size(), corpus.unit(), corpus.name()),
+            (256, Unit::Byte, "genesis")
+        );
+        assert!(
+            corpus
+                .decode(&corpus.train()[..40].iter().map(|&t| t as usize).collect::<Vec<_>>())
+                .contains("beginning")
+        );
     }
 
     #[test]
     fn a_short_enwik8_is_an_error_naming_the_file() {
         let path = temp_file("enwik8", "enwik8", &[b'a'; 1000]);
         let error = Corpus::bytes_from_file(&path).unwrap_err().to_string();
-        assert!(error.contains(&path.display().to_string()) && error.contains("100000000"), "{error}");
+        assert!(
+            error.contains(&path.display().to_string()) && error.contains("100000000"),
+            "{error}"
+        );
         // The same bytes under another name get the 90/5/5 split.
         let other = temp_file("enwik8", "other.txt", &[b'a'; 1000]);
         let corpus = Corpus::bytes_from_file(&other).unwrap();
-        assert_eq!([corpus.train().len(), corpus.valid().len(), corpus.test().len()], [900, 50, 50]);
+        assert_eq!(
+            [corpus.train().len(), corpus.valid().len(), corpus.test().len()],
+            [900, 50, 50]
+        );
         let tiny = temp_file("enwik8", "tiny.txt", b"0123456789");
         assert!(Corpus::bytes_from_file(&tiny).unwrap_err().to_string().contains("tiny.txt"));
     }
@@ -324,7 +361,10 @@ mod tests {
         let words = corpus.words.as_ref().unwrap();
         assert_eq!(words, &["<eos>", "cat", "sat", "the", "down", "<unk>"]);
         assert_eq!(corpus.decode(&corpus.encode("the dog sat\nthe cat")), "the <unk> sat\nthe cat");
-        assert_eq!(corpus.decode(&corpus.valid().iter().map(|&t| t as usize).collect::<Vec<_>>()), "the <unk> sat\n");
+        assert_eq!(
+            corpus.decode(&corpus.valid().iter().map(|&t| t as usize).collect::<Vec<_>>()),
+            "the <unk> sat\n"
+        );
         assert_eq!(corpus.train()[3], words.iter().position(|w| w == UNK).unwrap() as u32);
     }
 
@@ -335,7 +375,10 @@ mod tests {
         let train = temp_file("wiki", "wiki.train.tokens", b" a a b \n");
         let corpus = Corpus::words_from_file(&train, 1).unwrap();
         assert_eq!((corpus.train().len(), corpus.valid().len(), corpus.test().len()), (4, 3, 3));
-        assert_eq!(corpus.decode(&corpus.test().iter().map(|&t| t as usize).collect::<Vec<_>>()), "b <unk>\n");
+        assert_eq!(
+            corpus.decode(&corpus.test().iter().map(|&t| t as usize).collect::<Vec<_>>()),
+            "b <unk>\n"
+        );
         std::fs::remove_file(train.with_file_name("wiki.test.tokens")).unwrap();
         let error = Corpus::words_from_file(&train, 1).unwrap_err().to_string();
         assert!(error.contains("wiki.test.tokens"), "{error}");
@@ -344,7 +387,10 @@ mod tests {
     #[test]
     fn a_missing_file_is_an_error_naming_the_path() {
         let path = std::env::temp_dir().join("swa-corpus-no-such-file.txt");
-        for error in [Corpus::bytes_from_file(&path).unwrap_err(), Corpus::words_from_file(&path, 1).unwrap_err()] {
+        for error in [
+            Corpus::bytes_from_file(&path).unwrap_err(),
+            Corpus::words_from_file(&path, 1).unwrap_err(),
+        ] {
             assert!(error.to_string().contains(&path.display().to_string()), "{error}");
         }
     }

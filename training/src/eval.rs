@@ -1,14 +1,14 @@
 //! Evaluation: loss, perplexity and bits per byte at several lengths with windowed inference,
 //! optionally with an evaluation window other than the training one (SWAT Table 2's "Eval
 //! Window"), and the window × length grid of SWAT's Figure 2. [`decoded_loss`] scores token
-//! by token through the KV cache, for StreamingLLM's position shift (SEMANTICS §7).
+//! by token through the KV cache, for StreamingLLM's position shift (docs/semantics.md §7).
 
 use std::sync::Arc;
 
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{ElementConversion, Int, Tensor};
 use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Int, Tensor};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig};
@@ -21,7 +21,11 @@ use crate::train::TrainError;
 /// is not 0, `sinks` attention sinks (StreamingLLM). Full, sliding, sinks and SWAT layers have
 /// the same weights whatever their window, so a trained model runs under the new config as is;
 /// other kinds are an error naming the layer.
-pub fn with_eval_window(config: &DecoderConfig, window: usize, sinks: usize) -> Result<DecoderConfig, TrainError> {
+pub fn with_eval_window(
+    config: &DecoderConfig,
+    window: usize,
+    sinks: usize,
+) -> Result<DecoderConfig, TrainError> {
     let mut config = config.clone();
     let kinds = (0..config.layers).map(|l| {
         let kind = match config.kind_of(l) {
@@ -51,7 +55,11 @@ pub fn with_eval_window(config: &DecoderConfig, window: usize, sinks: usize) -> 
 }
 
 /// The same weights under another configuration with the same parameters.
-pub fn rebuild<B: Backend>(model: &Decoder<B>, config: &DecoderConfig, device: &B::Device) -> Result<Decoder<B>, TrainError> {
+pub fn rebuild<B: Backend>(
+    model: &Decoder<B>,
+    config: &DecoderConfig,
+    device: &B::Device,
+) -> Result<Decoder<B>, TrainError> {
     let fresh = config.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
     Ok(fresh.load_record(model.clone().into_record()))
 }
@@ -66,8 +74,16 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
     batches: usize,
     device: &B::Device,
 ) -> Result<f64, TrainError> {
-    let loader = WindowLoader::<B>::new(tokens, len, batch, batches, Sampling::Sequential, 0, device.clone())
-        .map_err(|e| TrainError(format!("evaluation at length {len}: {e}")))?;
+    let loader = WindowLoader::<B>::new(
+        tokens,
+        len,
+        batch,
+        batches,
+        Sampling::Sequential,
+        0,
+        device.clone(),
+    )
+    .map_err(|e| TrainError(format!("evaluation at length {len}: {e}")))?;
     let scorer = LanguageModel::new(model.clone());
     let (mut total, mut count) = (0.0, 0);
     for batch in burn::data::dataloader::DataLoader::iter(&loader) {
@@ -82,7 +98,7 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
 /// with `positions`, the same windows as one batch of [`mean_loss`]: `batch` consecutive
 /// windows of `len` tokens from `tokens`. With [`CachePositions::Absolute`] it equals
 /// [`mean_loss`] over one batch; with [`CachePositions::Streaming`] sink layers number their
-/// keys by cache slot, as StreamingLLM decodes (SEMANTICS §7).
+/// keys by cache slot, as StreamingLLM decodes (docs/semantics.md §7).
 pub fn decoded_loss<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
     tokens: Arc<Vec<u32>>,
@@ -91,8 +107,9 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
     positions: CachePositions,
     device: &B::Device,
 ) -> Result<f64, TrainError> {
-    let loader = WindowLoader::<B>::new(tokens, len, batch, 1, Sampling::Sequential, 0, device.clone())
-        .map_err(|e| TrainError(format!("decoded evaluation at length {len}: {e}")))?;
+    let loader =
+        WindowLoader::<B>::new(tokens, len, batch, 1, Sampling::Sequential, 0, device.clone())
+            .map_err(|e| TrainError(format!("decoded evaluation at length {len}: {e}")))?;
     let windows = loader.batch(0, 0);
     let [rows, _] = windows.inputs.dims();
     let column = |t: &Tensor<B, 2, Int>, n: usize| t.clone().narrow(1, n, 1);
@@ -100,7 +117,11 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
     let mut total = 0.0;
     for n in 0..len {
         let logits = model.step(column(&windows.inputs, n).reshape([rows]), &mut cache);
-        total -= log_softmax(logits, 1).gather(1, column(&windows.targets, n)).sum().into_scalar().elem::<f64>();
+        total -= log_softmax(logits, 1)
+            .gather(1, column(&windows.targets, n))
+            .sum()
+            .into_scalar()
+            .elem::<f64>();
     }
     Ok(total / (rows * len) as f64)
 }

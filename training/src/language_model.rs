@@ -48,7 +48,8 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
             transaction = transaction.register(correct.clone());
         }
         let values = transaction.execute();
-        let first = |i: usize| values[i].clone().convert::<f64>().to_vec::<f64>().expect("a scalar")[0];
+        let first =
+            |i: usize| values[i].clone().convert::<f64>().to_vec::<f64>().expect("a scalar")[0];
         let (correct, scored) = match self.hits {
             Some((_, scored)) => (first(1) as usize, scored),
             None => (0, 0),
@@ -74,14 +75,18 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
         let [rows, n] = batch.inputs.dims();
         let logits = self.decoder.forward(batch.inputs).expect("checked before training");
         let vocab = logits.dims()[2];
-        let (logits, targets) = (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
+        let (logits, targets) =
+            (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
         let Some((scored, count)) = batch.scored else {
-            let loss = CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
+            let loss =
+                CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
             return LossOutput { loss, tokens: rows * n, hits: None };
         };
         let (scored, count) = (scored.reshape([rows * n]), count.max(1));
-        let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int() * scored.clone();
-        let log_p = log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
+        let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int()
+            * scored.clone();
+        let log_p =
+            log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
         let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
         LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
     }

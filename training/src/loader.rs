@@ -88,7 +88,16 @@ impl<B: Backend> WindowLoader<B> {
             Sampling::Sequential => steps.min(((tokens.len() - 1) / len / batch).max(1)),
         };
         let epoch = Arc::new(AtomicUsize::new(first_epoch));
-        Ok(Self { source: Source::Text(tokens), len, batch, steps, first_step: 0, sampling, epoch, device })
+        Ok(Self {
+            source: Source::Text(tokens),
+            len,
+            batch,
+            steps,
+            first_step: 0,
+            sampling,
+            epoch,
+            device,
+        })
     }
 
     /// A loader of `steps` batches of `batch` examples of `task`, `len` tokens each, drawn
@@ -109,16 +118,25 @@ impl<B: Backend> WindowLoader<B> {
             return Err("a task loader needs a batch of at least 1".into());
         }
         let epoch = Arc::new(AtomicUsize::new(first_epoch));
-        Ok(Self { source: Source::Task { task, seed }, len, batch, steps, first_step: 0, sampling, epoch, device })
+        Ok(Self {
+            source: Source::Task { task, seed },
+            len,
+            batch,
+            steps,
+            first_step: 0,
+            sampling,
+            epoch,
+            device,
+        })
     }
 
     /// The key of row `row` of step `step` in epoch `epoch`: a window offset (modulo the room)
     /// or an example index.
     fn key(&self, epoch: usize, step: usize, row: usize) -> u64 {
         match self.sampling {
-            Sampling::Random { seed } => {
-                [seed, epoch as u64, step as u64, row as u64].iter().fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k))
-            }
+            Sampling::Random { seed } => [seed, epoch as u64, step as u64, row as u64]
+                .iter()
+                .fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k)),
             Sampling::Sequential => ((step * self.batch + row) * self.len) as u64,
         }
     }
@@ -128,8 +146,14 @@ impl<B: Backend> WindowLoader<B> {
         let tokens = match &self.source {
             Source::Text(tokens) => tokens,
             Source::Task { task, seed } => {
-                let example = |row| task.example(self.len, *seed, self.key(epoch, step, row)).expect("checked by WindowLoader::task");
-                return task_batch((0..self.batch).map(example).collect::<Vec<_>>().as_slice(), &self.device);
+                let example = |row| {
+                    task.example(self.len, *seed, self.key(epoch, step, row))
+                        .expect("checked by WindowLoader::task")
+                };
+                return task_batch(
+                    (0..self.batch).map(example).collect::<Vec<_>>().as_slice(),
+                    &self.device,
+                );
             }
         };
         let width = self.len + 1;
@@ -139,8 +163,13 @@ impl<B: Backend> WindowLoader<B> {
             let start = (self.key(epoch, step, row) % room) as usize;
             ids.extend(tokens[start..start + width].iter().map(|&t| t as i64));
         }
-        let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, width]), &self.device);
-        TokenBatch { inputs: all.clone().narrow(1, 0, self.len), targets: all.narrow(1, 1, self.len), scored: None }
+        let all =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, width]), &self.device);
+        TokenBatch {
+            inputs: all.clone().narrow(1, 0, self.len),
+            targets: all.narrow(1, 1, self.len),
+            scored: None,
+        }
     }
 }
 

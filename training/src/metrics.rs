@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use burn::train::metric::state::{FormatOptions, NumericMetricState};
 use burn::train::metric::{
-    Adaptor, Metric, MetricAttributes, MetricMetadata, MetricName, Numeric, NumericAttributes, NumericEntry,
-    SerializedEntry,
+    Adaptor, Metric, MetricAttributes, MetricMetadata, MetricName, Numeric, NumericAttributes,
+    NumericEntry, SerializedEntry,
 };
 
 /// What one step reports: the mean loss per scored token, how many tokens it read and, for a
@@ -83,7 +83,8 @@ impl Metric for StatMetric {
     }
 
     fn attributes(&self) -> MetricAttributes {
-        NumericAttributes { unit: None, higher_is_better: matches!(self.stat, Stat::Accuracy) }.into()
+        NumericAttributes { unit: None, higher_is_better: matches!(self.stat, Stat::Accuracy) }
+            .into()
     }
 }
 
@@ -108,7 +109,11 @@ pub struct TokensPerSecond {
 impl TokensPerSecond {
     /// A new meter; its first step has no interval and reports 0.
     pub fn new() -> Self {
-        Self { name: Arc::new("Tokens per second".to_string()), last: None, state: NumericMetricState::new() }
+        Self {
+            name: Arc::new("Tokens per second".to_string()),
+            last: None,
+            state: NumericMetricState::new(),
+        }
     }
 }
 

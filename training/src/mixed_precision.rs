@@ -21,12 +21,13 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use burn::grad_clipping::GradientClipping;
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::GradAdaptor;
 use burn::optim::{
-    AdamW, AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SimpleOptimizer,
+    AdamW, AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, MultiGradientsParams,
+    Optimizer, SimpleOptimizer,
 };
-use burn::grad_clipping::GradientClipping;
 use burn::record::{PrecisionSettings, Record};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
@@ -159,7 +160,11 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> MixedPrecision<M, B> {
     /// Unscales the gradients into f32, skips the update when one is not finite, and otherwise
     /// steps the masters and refreshes the model from them.
     fn step_common(&mut self, lr: LearningRate, module: M, mut grads: GradAdaptor) -> M {
-        let mut unscale = Unscale::<B> { grads: &mut grads, scale: self.loss_scale.factor(), found: HashMap::new() };
+        let mut unscale = Unscale::<B> {
+            grads: &mut grads,
+            scale: self.loss_scale.factor(),
+            found: HashMap::new(),
+        };
         module.visit(&mut unscale);
         let found = unscale.found;
         let finite = all_finite(&found);
@@ -186,7 +191,11 @@ where
     }
 
     fn to_record(&self) -> Self::Record {
-        let masters = self.masters.iter().map(|(id, master)| MasterRecord::new(*id, master.clone())).collect();
+        let masters = self
+            .masters
+            .iter()
+            .map(|(id, master)| MasterRecord::new(*id, master.clone()))
+            .collect();
         let scaler = self.loss_scale.scaler();
         MixedPrecisionRecord { masters, loss_scale: scaler.scale, good_steps: scaler.good_steps }
     }
@@ -244,14 +253,18 @@ impl<M, B: AutodiffBackend> ModuleMapper<B> for Refresh<'_, M, B> {
         let (dims, dtype, require_grad) = (tensor.dims(), tensor.dtype(), tensor.is_require_grad());
         let Master { weights, state } = match self.optimizer.masters.remove(&id) {
             Some(master) => master,
-            None => Master { weights: tensor.inner().cast(DType::F32).flatten(0, D - 1), state: None },
+            None => {
+                Master { weights: tensor.inner().cast(DType::F32).flatten(0, D - 1), state: None }
+            }
         };
         let grad = match &self.optimizer.clipping {
             Some(clipping) => clipping.clip_gradient(grad),
             None => grad,
         };
-        let state = state.map(|s| <AdamW as SimpleOptimizer<B::InnerBackend>>::to_device(s, &device));
-        let (weights, state) = self.optimizer.adamw.step(self.lr, weights.to_device(&device), grad, state);
+        let state =
+            state.map(|s| <AdamW as SimpleOptimizer<B::InnerBackend>>::to_device(s, &device));
+        let (weights, state) =
+            self.optimizer.adamw.step(self.lr, weights.to_device(&device), grad, state);
         let mut refreshed = Tensor::from_inner(weights.clone().reshape(dims).cast(dtype));
         if require_grad {
             refreshed = refreshed.require_grad();
@@ -297,7 +310,9 @@ impl<B: AutodiffBackend> MasterRecord<B> {
     }
 
     fn into_master(self) -> (ParamId, Master<B::InnerBackend>) {
-        let state = self.moments.map(|m| AdamWState::new(AdaptiveMomentumState::new(m.time, m.first.0, m.second.0)));
+        let state = self
+            .moments
+            .map(|m| AdamWState::new(AdaptiveMomentumState::new(m.time, m.first.0, m.second.0)));
         (ParamId::deserialize(&self.id), Master { weights: self.weights.0, state })
     }
 }

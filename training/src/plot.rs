@@ -33,9 +33,15 @@ pub enum PlotError {
 impl fmt::Display for PlotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PlotError::Input { path, problem } => write!(f, "cannot plot {}: {problem}", path.display()),
-            PlotError::Draw { path, problem } => write!(f, "drawing {} failed: {problem}", path.display()),
-            PlotError::Write { path, problem } => write!(f, "cannot write {}: {problem}", path.display()),
+            PlotError::Input { path, problem } => {
+                write!(f, "cannot plot {}: {problem}", path.display())
+            }
+            PlotError::Draw { path, problem } => {
+                write!(f, "drawing {} failed: {problem}", path.display())
+            }
+            PlotError::Write { path, problem } => {
+                write!(f, "cannot write {}: {problem}", path.display())
+            }
         }
     }
 }
@@ -47,7 +53,8 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 /// Writes `bytes` to a temporary file beside `path`, then renames it to `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let error = |e: std::io::Error| PlotError::Write { path: path.to_path_buf(), problem: e.to_string() };
+    let error =
+        |e: std::io::Error| PlotError::Write { path: path.to_path_buf(), problem: e.to_string() };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let unique = (std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
     let tmp = path.with_file_name(format!(".{name}.tmp-{}-{}", unique.0, unique.1));
@@ -59,12 +66,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
 }
 
 /// Draws an SVG of `size` pixels with `draw`, then writes it to `path`.
-fn render(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area) -> Result<(), String>) -> Result<(), PlotError> {
+fn render(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(&Area) -> Result<(), String>,
+) -> Result<(), PlotError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         let drawn = root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|_| draw(&root));
-        drawn.and_then(|_| root.present().map_err(|e| e.to_string()))
+        drawn
+            .and_then(|_| root.present().map_err(|e| e.to_string()))
             .map_err(|problem| PlotError::Draw { path: path.to_path_buf(), problem })?;
     }
     write_atomic(path, svg.as_bytes())
@@ -72,7 +84,11 @@ fn render(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area) -> Result<(), 
 
 /// Writes a CSV table: `header`, then `rows`, each with as many fields as the header. Fields
 /// holding commas, quotes or line breaks are quoted.
-pub fn write_csv(path: impl AsRef<Path>, header: &[&str], rows: &[Vec<String>]) -> Result<(), PlotError> {
+pub fn write_csv(
+    path: impl AsRef<Path>,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> Result<(), PlotError> {
     let path = path.as_ref();
     if let Some(i) = rows.iter().position(|r| r.len() != header.len()) {
         let problem = format!("row {i} has {} fields, the header {}", rows[i].len(), header.len());
@@ -93,7 +109,8 @@ pub fn write_csv(path: impl AsRef<Path>, header: &[&str], rows: &[Vec<String>]) 
 /// The colour of `t` in `[0, 1]` on a yellow-orange-red ramp (ColorBrewer YlOrRd): light yellow
 /// for low values, dark red for high ones.
 fn ramp(t: f64) -> RGBColor {
-    const STOPS: [(u8, u8, u8); 5] = [(255, 255, 204), (254, 217, 118), (253, 141, 60), (227, 26, 28), (128, 0, 38)];
+    const STOPS: [(u8, u8, u8); 5] =
+        [(255, 255, 204), (254, 217, 118), (253, 141, 60), (227, 26, 28), (128, 0, 38)];
     let x = t.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
     let (i, f) = ((x as usize).min(STOPS.len() - 2), x - (x as usize).min(STOPS.len() - 2) as f64);
     let mix = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * f).round() as u8;
@@ -125,18 +142,26 @@ pub fn heat_map(
         return input(format!("{} rows of cells for {} y values", cells.len(), y_values.len()));
     }
     if let Some(y) = cells.iter().position(|row| row.len() != x_values.len()) {
-        return input(format!("row {y} has {} cells for {} x values", cells[y].len(), x_values.len()));
+        return input(format!(
+            "row {y} has {} cells for {} x values",
+            cells[y].len(),
+            x_values.len()
+        ));
     }
     let finite = cells.iter().flatten().copied().filter(|v| v.is_finite());
-    let (lo, hi) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) =
+        finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let scale = |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
     let (cw, ch, left, top) = (72i32, 40i32, 110i32, 56i32);
     let (nx, ny) = (x_values.len() as i32, y_values.len() as i32);
     let size = ((left + nx * cw + 150) as u32, (top + ny * ch + 60) as u32);
     render(path, size, |root| {
         let e = |e: DrawingAreaErrorKind<_>| e.to_string();
-        let text = |size: f64, h: HPos, v: VPos| ("sans-serif", size).into_font().color(&BLACK).pos(Pos::new(h, v));
-        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12)).map_err(e)?;
+        let text = |size: f64, h: HPos, v: VPos| {
+            ("sans-serif", size).into_font().color(&BLACK).pos(Pos::new(h, v))
+        };
+        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12))
+            .map_err(e)?;
         for (y, row) in cells.iter().enumerate() {
             for (x, &v) in row.iter().enumerate() {
                 let (x0, y0) = (left + x as i32 * cw, top + y as i32 * ch);
@@ -144,20 +169,37 @@ pub fn heat_map(
                     true => (ramp(scale(v)), format!("{v:.2}")),
                     false => (RGBColor(190, 190, 190), format!("{v}")),
                 };
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled())).map_err(e)?;
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1))).map_err(e)?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))
+                    .map_err(e)?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))
+                    .map_err(e)?;
                 let ink = if v.is_finite() && scale(v) > 0.6 { WHITE } else { BLACK };
                 let style = text(13.0, HPos::Center, VPos::Center).color(&ink);
                 root.draw_text(&label, &style, (x0 + cw / 2, y0 + ch / 2)).map_err(e)?;
             }
         }
         for (x, v) in x_values.iter().enumerate() {
-            root.draw_text(&v.to_string(), &text(13.0, HPos::Center, VPos::Top), (left + x as i32 * cw + cw / 2, top + ny * ch + 6)).map_err(e)?;
+            root.draw_text(
+                &v.to_string(),
+                &text(13.0, HPos::Center, VPos::Top),
+                (left + x as i32 * cw + cw / 2, top + ny * ch + 6),
+            )
+            .map_err(e)?;
         }
         for (y, v) in y_values.iter().enumerate() {
-            root.draw_text(&v.to_string(), &text(13.0, HPos::Right, VPos::Center), (left - 8, top + y as i32 * ch + ch / 2)).map_err(e)?;
+            root.draw_text(
+                &v.to_string(),
+                &text(13.0, HPos::Right, VPos::Center),
+                (left - 8, top + y as i32 * ch + ch / 2),
+            )
+            .map_err(e)?;
         }
-        root.draw_text(x_label, &text(15.0, HPos::Center, VPos::Top), (left + nx * cw / 2, top + ny * ch + 32)).map_err(e)?;
+        root.draw_text(
+            x_label,
+            &text(15.0, HPos::Center, VPos::Top),
+            (left + nx * cw / 2, top + ny * ch + 32),
+        )
+        .map_err(e)?;
         let rotated = text(15.0, HPos::Center, VPos::Center).transform(FontTransform::Rotate270);
         root.draw_text(y_label, &rotated, (24, top + ny * ch / 2)).map_err(e)?;
         if hi >= lo {
@@ -166,12 +208,19 @@ pub fn heat_map(
             for s in 0..steps {
                 let (y0, y1) = (top + height * s / steps, top + height * (s + 1) / steps);
                 let colour = ramp(1.0 - (s as f64 + 0.5) / steps as f64);
-                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled())).map_err(e)?;
+                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled()))
+                    .map_err(e)?;
             }
             for (value, y) in [(hi, top), ((lo + hi) / 2.0, top + height / 2), (lo, top + height)] {
-                root.draw_text(&format!("{value:.2}"), &text(12.0, HPos::Left, VPos::Center), (bx + 24, y)).map_err(e)?;
+                root.draw_text(
+                    &format!("{value:.2}"),
+                    &text(12.0, HPos::Left, VPos::Center),
+                    (bx + 24, y),
+                )
+                .map_err(e)?;
             }
-            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6)).map_err(e)?;
+            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6))
+                .map_err(e)?;
         }
         Ok(())
     })
@@ -190,15 +239,24 @@ pub fn line_plot(
     log_y: bool,
 ) -> Result<(), PlotError> {
     let path = path.as_ref();
-    let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_x || x > 0.0) && (!log_y || y > 0.0);
-    let series: Vec<(&str, Vec<(f64, f64)>)> = series.iter().map(|(n, p)| (n.as_str(), p.iter().copied().filter(keep).collect())).collect();
+    let keep = |&(x, y): &(f64, f64)| {
+        x.is_finite() && y.is_finite() && (!log_x || x > 0.0) && (!log_y || y > 0.0)
+    };
+    let series: Vec<(&str, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(n, p)| (n.as_str(), p.iter().copied().filter(keep).collect()))
+        .collect();
     let all = || series.iter().flat_map(|(_, p)| p.iter().copied());
     if all().next().is_none() {
-        let problem = format!("no point to draw{}", if log_x || log_y { " (log axes need positive values)" } else { "" });
+        let problem = format!(
+            "no point to draw{}",
+            if log_x || log_y { " (log axes need positive values)" } else { "" }
+        );
         return Err(PlotError::Input { path: path.to_path_buf(), problem });
     }
     let bounds = |v: Vec<f64>, log: bool, pad: bool| {
-        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let (lo, hi) =
+            v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
         match (log, hi > lo) {
             (true, false) => (lo / 2.0, hi * 2.0),
             (true, true) if pad => (lo / 1.15, hi * 1.15),
@@ -211,9 +269,21 @@ pub fn line_plot(
     let (y0, y1) = bounds(all().map(|p| p.1).collect(), log_y, true);
     render(path, (900, 560), |root| match (log_x, log_y) {
         (false, false) => lines(root, title, x_label, y_label, &series, x0..x1, y0..y1),
-        (true, false) => lines(root, title, x_label, y_label, &series, (x0..x1).log_scale(), y0..y1),
-        (false, true) => lines(root, title, x_label, y_label, &series, x0..x1, (y0..y1).log_scale()),
-        (true, true) => lines(root, title, x_label, y_label, &series, (x0..x1).log_scale(), (y0..y1).log_scale()),
+        (true, false) => {
+            lines(root, title, x_label, y_label, &series, (x0..x1).log_scale(), y0..y1)
+        }
+        (false, true) => {
+            lines(root, title, x_label, y_label, &series, x0..x1, (y0..y1).log_scale())
+        }
+        (true, true) => lines(
+            root,
+            title,
+            x_label,
+            y_label,
+            &series,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+        ),
     })
 }
 
@@ -231,7 +301,15 @@ fn tidy(v: &f64) -> String {
 }
 
 /// The chart of [`line_plot`] on the axes `x` and `y`.
-fn lines<X, Y>(root: &Area, title: &str, x_label: &str, y_label: &str, series: &[(&str, Vec<(f64, f64)>)], x: X, y: Y) -> Result<(), String>
+fn lines<X, Y>(
+    root: &Area,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+    x: X,
+    y: Y,
+) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
@@ -261,9 +339,13 @@ where
             .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))
             .map_err(e)?
             .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
         if points.len() <= 50 {
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(e)?;
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+                .map_err(e)?;
         }
     }
     chart
@@ -288,7 +370,11 @@ mod tests {
 
     fn svg(path: &Path) -> String {
         let text = std::fs::read_to_string(path).unwrap();
-        assert!(text.trim_start().starts_with("<svg") || text.trim_start().starts_with("<?xml"), "{}", &text[..80.min(text.len())]);
+        assert!(
+            text.trim_start().starts_with("<svg") || text.trim_start().starts_with("<?xml"),
+            "{}",
+            &text[..80.min(text.len())]
+        );
         assert!(text.trim_end().ends_with("</svg>"));
         text
     }
@@ -297,16 +383,38 @@ mod tests {
     fn heat_map_writes_values_labels_and_grey_nan() {
         let path = temp("heat.svg");
         let cells = vec![vec![1.234, 2.0, f64::NAN], vec![0.5, 3.5, 4.0]];
-        heat_map(&path, "Bits per byte grid", "evaluation length", &[128, 1024, 16384], "window", &[64, 256], &cells, "bits").unwrap();
+        heat_map(
+            &path,
+            "Bits per byte grid",
+            "evaluation length",
+            &[128, 1024, 16384],
+            "window",
+            &[64, 256],
+            &cells,
+            "bits",
+        )
+        .unwrap();
         let text = svg(&path);
-        for needle in ["Bits per byte grid", "1.23", "16384", "256", "NaN", "evaluation length", "#BEBEBE", "bits"] {
+        for needle in [
+            "Bits per byte grid",
+            "1.23",
+            "16384",
+            "256",
+            "NaN",
+            "evaluation length",
+            "#BEBEBE",
+            "bits",
+        ] {
             assert!(text.contains(needle), "missing {needle}");
         }
         let all_nan = vec![vec![f64::NAN]];
         heat_map(&path, "Empty", "x", &[1], "y", &[1], &all_nan, "v").unwrap();
         assert!(svg(&path).contains("Empty"));
         let error = heat_map(&path, "t", "x", &[1, 2], "y", &[1], &[vec![1.0]], "v").unwrap_err();
-        assert!(matches!(error, PlotError::Input { .. }) && error.to_string().contains("heat.svg"), "{error}");
+        assert!(
+            matches!(error, PlotError::Input { .. }) && error.to_string().contains("heat.svg"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -314,21 +422,35 @@ mod tests {
         let path = temp("lines.svg");
         let series = vec![
             ("swa".to_string(), (1..=6).map(|i| ((1 << (7 + i)) as f64, i as f64 * 0.8)).collect()),
-            ("full".to_string(), (1..=6).map(|i| ((1 << (7 + i)) as f64, (i * i) as f64 * 0.3)).collect()),
+            (
+                "full".to_string(),
+                (1..=6).map(|i| ((1 << (7 + i)) as f64, (i * i) as f64 * 0.3)).collect(),
+            ),
         ];
         for (log_x, log_y) in [(false, false), (true, false), (false, true), (true, true)] {
-            line_plot(&path, "Latency against length", "tokens", "ms", &series, log_x, log_y).unwrap();
+            line_plot(&path, "Latency against length", "tokens", "ms", &series, log_x, log_y)
+                .unwrap();
             let text = svg(&path);
-            assert!(text.contains("Latency against length") && text.contains("swa") && text.contains("full"));
+            assert!(
+                text.contains("Latency against length")
+                    && text.contains("swa")
+                    && text.contains("full")
+            );
         }
         let flat = vec![("one".to_string(), vec![(0.0, 1.0), (f64::NAN, 2.0)])];
         line_plot(&path, "Flat", "x", "y", &flat, false, false).unwrap();
-        assert!(line_plot(&path, "Flat", "x", "y", &flat, true, false).unwrap_err().to_string().contains("log"));
+        assert!(
+            line_plot(&path, "Flat", "x", "y", &flat, true, false)
+                .unwrap_err()
+                .to_string()
+                .contains("log")
+        );
     }
 
     #[test]
     fn axis_labels_are_tidy() {
-        let labels: Vec<String> = [1000.0, 0.5, 2.25, 1.0e7, 1.0e-4, 0.0].iter().map(tidy).collect();
+        let labels: Vec<String> =
+            [1000.0, 0.5, 2.25, 1.0e7, 1.0e-4, 0.0].iter().map(tidy).collect();
         assert_eq!(labels, ["1000", "0.5", "2.25", "1.0e7", "1.0e-4", "0"]);
     }
 
@@ -337,7 +459,10 @@ mod tests {
         let path = temp("table.csv");
         let rows = vec![vec!["64".into(), "a,b".into()], vec!["128".into(), "say \"hi\"".into()]];
         write_csv(&path, &["window", "note"], &rows).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n"
+        );
         assert!(write_csv(&path, &["a"], &rows).unwrap_err().to_string().contains("row 0"));
     }
 
@@ -351,7 +476,11 @@ mod tests {
             write_csv(&path, &["a"], &[]).unwrap_err(),
         ];
         for error in errors {
-            assert!(matches!(error, PlotError::Write { .. }) && error.to_string().contains(&path.display().to_string()), "{error}");
+            assert!(
+                matches!(error, PlotError::Write { .. })
+                    && error.to_string().contains(&path.display().to_string()),
+                "{error}"
+            );
         }
         let dir = path.parent().unwrap().parent().unwrap();
         assert!(!dir.exists(), "no temporary file or folder is left behind");

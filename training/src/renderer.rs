@@ -30,7 +30,13 @@ impl PlainRenderer {
     /// A renderer printing every `every` training steps (at least 1).
     pub fn new(every: usize) -> Self {
         let started = Instant::now();
-        Self { every: every.max(1), names: HashMap::new(), train: Vec::new(), valid: Vec::new(), started }
+        Self {
+            every: every.max(1),
+            names: HashMap::new(),
+            train: Vec::new(),
+            valid: Vec::new(),
+            started,
+        }
     }
 
     fn record(entries: &mut Vec<(MetricId, String)>, state: MetricState) {

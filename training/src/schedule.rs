@@ -28,7 +28,8 @@ impl WarmupCosine {
         }
         let span = self.total.saturating_sub(self.warmup).max(1) as f64;
         let progress = ((step - self.warmup) as f64 / span).min(1.0);
-        self.floor + 0.5 * (self.peak - self.floor) * (1.0 + (std::f64::consts::PI * progress).cos())
+        self.floor
+            + 0.5 * (self.peak - self.floor) * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
 

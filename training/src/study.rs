@@ -101,7 +101,11 @@ impl Study {
 
     /// Where the flags say to run.
     pub fn placement(&self) -> Placement {
-        Placement { backend: self.args.backend, devices: vec![self.args.device], precision: Precision::F32 }
+        Placement {
+            backend: self.args.backend,
+            devices: vec![self.args.device],
+            precision: Precision::F32,
+        }
     }
 
     /// The model scale.
@@ -141,7 +145,14 @@ impl Study {
     }
 
     /// Trains `model` on sequences of `seq_len` tokens for `steps` steps into `out/runs/<name>`.
-    pub fn train<B>(&self, name: &str, model: &DecoderConfig, seq_len: usize, steps: usize, device: &B::Device) -> Result<Trained<B::InnerBackend>, String>
+    pub fn train<B>(
+        &self,
+        name: &str,
+        model: &DecoderConfig,
+        seq_len: usize,
+        steps: usize,
+        device: &B::Device,
+    ) -> Result<Trained<B::InnerBackend>, String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
@@ -151,12 +162,24 @@ impl Study {
 
     /// [`Study::train`] on examples of a synthetic `task` instead of the corpus: the loss and
     /// the logged accuracy cover the task's scored positions only.
-    pub fn train_task<B>(&self, name: &str, model: &DecoderConfig, task: &SyntheticTask, seq_len: usize, steps: usize, device: &B::Device) -> Result<Trained<B::InnerBackend>, String>
+    pub fn train_task<B>(
+        &self,
+        name: &str,
+        model: &DecoderConfig,
+        task: &SyntheticTask,
+        seq_len: usize,
+        steps: usize,
+        device: &B::Device,
+    ) -> Result<Trained<B::InnerBackend>, String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
-        self.train_config::<B>(name, self.config(model, seq_len, steps).with_task(Some(task.clone())), device)
+        self.train_config::<B>(
+            name,
+            self.config(model, seq_len, steps).with_task(Some(task.clone())),
+            device,
+        )
     }
 
     /// The run of `model` the flags describe, for an example to adjust before
@@ -174,21 +197,38 @@ impl Study {
     }
 
     /// Trains `config` into `out/runs/<name>`.
-    pub fn train_config<B>(&self, name: &str, config: TrainConfig, device: &B::Device) -> Result<Trained<B::InnerBackend>, String>
+    pub fn train_config<B>(
+        &self,
+        name: &str,
+        config: TrainConfig,
+        device: &B::Device,
+    ) -> Result<Trained<B::InnerBackend>, String>
     where
         B: AutodiffBackend + WindowedAttentionBackend,
         B::InnerBackend: WindowedAttentionBackend,
     {
         println!("== {name}: {} steps at length {} ==", config.steps, config.seq_len);
         let start = Instant::now();
-        let outcome = train::<B>(&config, &self.corpus, &self.out.join("runs").join(name), false, device)
-            .map_err(|e| format!("{name}: {e}"))?;
-        Ok(Trained { model: outcome.model, config: config.model, seconds: start.elapsed().as_secs_f64() })
+        let outcome =
+            train::<B>(&config, &self.corpus, &self.out.join("runs").join(name), false, device)
+                .map_err(|e| format!("{name}: {e}"))?;
+        Ok(Trained {
+            model: outcome.model,
+            config: config.model,
+            seconds: start.elapsed().as_secs_f64(),
+        })
     }
 
     /// Validation bits per byte of `model` over `batches` batches of `batch` windows of `len`
     /// tokens.
-    pub fn bits<B: WindowedAttentionBackend>(&self, model: &Decoder<B>, len: usize, batch: usize, batches: usize, device: &B::Device) -> Result<f64, String> {
+    pub fn bits<B: WindowedAttentionBackend>(
+        &self,
+        model: &Decoder<B>,
+        len: usize,
+        batch: usize,
+        batches: usize,
+        device: &B::Device,
+    ) -> Result<f64, String> {
         crate::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)
             .map(bits_per_unit)
             .map_err(|e| e.to_string())
@@ -206,7 +246,7 @@ impl Study {
 pub struct CostRow {
     /// The model's label.
     pub name: String,
-    /// `Σ_{l,h} W(l, h)` at the training length (SEMANTICS §3).
+    /// `Σ_{l,h} W(l, h)` at the training length (docs/semantics.md §3).
     pub window_sum: usize,
     /// Validation bits per byte.
     pub bits: f64,
@@ -217,7 +257,8 @@ pub struct CostRow {
 /// MSWA's table layout: each row's window sum, its cost relative to `reference` (a window
 /// sum), bits per byte and training time.
 pub fn cost_table(rows: &[CostRow], reference: usize) -> Table {
-    let mut table = Table::new(&["model", "Σ windows", "relative cost", "valid bits/byte", "train s"]);
+    let mut table =
+        Table::new(&["model", "Σ windows", "relative cost", "valid bits/byte", "train s"]);
     for row in rows {
         table.rows.push(vec![
             row.name.clone(),

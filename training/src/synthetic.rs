@@ -72,7 +72,9 @@ impl SyntheticTask {
             SyntheticTask::Passkey { digits } => {
                 Passkey::new(seq_len, Passkey::min_distance(digits), digits).map(|_| ())
             }
-            SyntheticTask::Majority { markers, filler_vocab } => Majority::new(seq_len, markers, filler_vocab).map(|_| ()),
+            SyntheticTask::Majority { markers, filler_vocab } => {
+                Majority::new(seq_len, markers, filler_vocab).map(|_| ())
+            }
         }
     }
 
@@ -83,12 +85,15 @@ impl SyntheticTask {
                 Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab)?.sample(seed, index)
             }
             SyntheticTask::Passkey { digits } => {
-                let (min, max) = (Passkey::min_distance(digits), Passkey::max_distance(seq_len, digits));
+                let (min, max) =
+                    (Passkey::min_distance(digits), Passkey::max_distance(seq_len, digits));
                 let mut rng = SplitMix64::for_example(seed ^ 0xD157_A4CE, index);
                 let distance = min + rng.below(max.saturating_sub(min) + 1);
                 Passkey::new(seq_len, distance, digits)?.sample(seed, index)
             }
-            SyntheticTask::Majority { markers, filler_vocab } => Majority::new(seq_len, markers, filler_vocab)?.sample(seed, index),
+            SyntheticTask::Majority { markers, filler_vocab } => {
+                Majority::new(seq_len, markers, filler_vocab)?.sample(seed, index)
+            }
         }
     }
 }
@@ -98,11 +103,23 @@ impl SyntheticTask {
 pub fn batch<B: Backend>(examples: &[Example], device: &B::Device) -> TokenBatch<B> {
     let (rows, len) = (examples.len(), examples[0].tokens.len());
     let ids = examples.iter().flat_map(|e| e.tokens.iter().map(|&t| t as i64)).collect::<Vec<_>>();
-    let targets = examples.iter().flat_map(|e| e.targets.iter().map(|t| t.unwrap_or(0) as i64)).collect::<Vec<_>>();
-    let scored = examples.iter().flat_map(|e| e.targets.iter().map(|t| t.is_some() as i64)).collect::<Vec<_>>();
+    let targets = examples
+        .iter()
+        .flat_map(|e| e.targets.iter().map(|t| t.unwrap_or(0) as i64))
+        .collect::<Vec<_>>();
+    let scored = examples
+        .iter()
+        .flat_map(|e| e.targets.iter().map(|t| t.is_some() as i64))
+        .collect::<Vec<_>>();
     let count = scored.iter().sum::<i64>() as usize;
-    let tensor = |values: Vec<i64>| Tensor::<B, 2, Int>::from_data(TensorData::new(values, [rows, len]), device);
-    TokenBatch { inputs: tensor(ids), targets: tensor(targets), scored: Some((tensor(scored), count)) }
+    let tensor = |values: Vec<i64>| {
+        Tensor::<B, 2, Int>::from_data(TensorData::new(values, [rows, len]), device)
+    };
+    TokenBatch {
+        inputs: tensor(ids),
+        targets: tensor(targets),
+        scored: Some((tensor(scored), count)),
+    }
 }
 
 /// What a model got right on a set of examples.
@@ -144,7 +161,12 @@ pub fn accuracy<B: WindowedAttentionBackend>(
         let logits = model.forward(inputs).map_err(|e| e.to_string())?;
         let [rows, len, _] = logits.dims();
         let predicted = logits.argmax(2).reshape([rows * len]).into_data().convert::<i64>();
-        let predicted: Vec<u32> = predicted.to_vec::<i64>().map_err(|e| format!("{e:?}"))?.into_iter().map(|t| t as u32).collect();
+        let predicted: Vec<u32> = predicted
+            .to_vec::<i64>()
+            .map_err(|e| format!("{e:?}"))?
+            .into_iter()
+            .map(|t| t as u32)
+            .collect();
         for (example, row) in chunk.iter().zip(predicted.chunks(len)) {
             let (correct, scored) = crate::tasks::accuracy(row, example);
             total.correct += correct;
@@ -161,7 +183,9 @@ pub fn accuracy<B: WindowedAttentionBackend>(
 /// the whole past (full or linear attention, LongNet, Longformer's globals).
 pub fn receptive_field(config: &DecoderConfig) -> Option<(usize, usize)> {
     let window = |l: usize| match config.kind_of(l) {
-        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } | AttentionKind::Sinks { window, .. } => Some(*window),
+        AttentionKind::Sliding { window }
+        | AttentionKind::Swat { window, .. }
+        | AttentionKind::Sinks { window, .. } => Some(*window),
         AttentionKind::MultiScale { windows } => windows.iter().copied().max(),
         _ => None,
     };
@@ -184,7 +208,7 @@ pub fn passkey_distances(config: &DecoderConfig, seq_len: usize, digits: usize) 
 }
 
 /// Which positions of a sequence of `n` tokens can reach position `query`'s output through
-/// the stack (SEMANTICS §2): going down from the last layer, a position is reached when some
+/// the stack (docs/semantics.md §2): going down from the last layer, a position is reached when some
 /// head of the layer shows it to a position already reached (the residual stream keeps those
 /// too). Sinks, globals and dilation count, so this is the exact receptive field of a
 /// windowed stack, dilated heads' gaps included; LongNet layers count as full attention, a
@@ -199,7 +223,10 @@ pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<b
         if reached.iter().all(|&r| r) {
             break;
         }
-        let spec = config.kind_of(l).spec(config.heads, config.kv_heads).map_err(|e| format!("layer {l}: {e}"))?;
+        let spec = config
+            .kind_of(l)
+            .spec(config.heads, config.kv_heads)
+            .map_err(|e| format!("layer {l}: {e}"))?;
         let extra = spec.extra_keys(n);
         let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
         for i in from {

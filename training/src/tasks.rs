@@ -113,7 +113,13 @@ pub const MQAR_PAD: u32 = 0;
 
 impl Mqar {
     /// A checked setting (see [`Mqar::validate`]).
-    pub fn new(pairs: usize, queries: usize, seq_len: usize, key_vocab: usize, value_vocab: usize) -> Result<Self, TaskError> {
+    pub fn new(
+        pairs: usize,
+        queries: usize,
+        seq_len: usize,
+        key_vocab: usize,
+        value_vocab: usize,
+    ) -> Result<Self, TaskError> {
         let task = Mqar { pairs, queries, seq_len, key_vocab, value_vocab };
         task.validate().map(|_| task)
     }
@@ -124,19 +130,30 @@ impl Mqar {
     pub fn validate(&self) -> Result<(), TaskError> {
         let Mqar { pairs, queries, seq_len, key_vocab, value_vocab } = *self;
         if pairs == 0 || queries == 0 || value_vocab == 0 {
-            return bad(format!("Mqar: pairs ({pairs}), queries ({queries}) and value_vocab ({value_vocab}) must be at least 1"));
+            return bad(format!(
+                "Mqar: pairs ({pairs}), queries ({queries}) and value_vocab ({value_vocab}) must be at least 1"
+            ));
         }
         if queries > pairs {
-            return bad(format!("Mqar.queries: {queries} distinct queries need as many pairs, not {pairs}"));
+            return bad(format!(
+                "Mqar.queries: {queries} distinct queries need as many pairs, not {pairs}"
+            ));
         }
         if pairs > key_vocab {
-            return bad(format!("Mqar.key_vocab: {pairs} distinct keys need a key_vocab of at least {pairs}, not {key_vocab}"));
+            return bad(format!(
+                "Mqar.key_vocab: {pairs} distinct keys need a key_vocab of at least {pairs}, not {key_vocab}"
+            ));
         }
         if key_vocab.saturating_add(value_vocab) > 255 {
-            return bad(format!("Mqar: pad + key_vocab ({key_vocab}) + value_vocab ({value_vocab}) exceeds the 256 byte tokens"));
+            return bad(format!(
+                "Mqar: pad + key_vocab ({key_vocab}) + value_vocab ({value_vocab}) exceeds the 256 byte tokens"
+            ));
         }
         if seq_len < pairs.saturating_add(queries).saturating_mul(2) {
-            return bad(format!("Mqar.seq_len: {seq_len} is below the {} tokens of {pairs} pairs and {queries} queries", 2 * (pairs + queries)));
+            return bad(format!(
+                "Mqar.seq_len: {seq_len} is below the {} tokens of {pairs} pairs and {queries} queries",
+                2 * (pairs + queries)
+            ));
         }
         Ok(())
     }
@@ -145,8 +162,12 @@ impl Mqar {
     pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TaskError> {
         self.validate()?;
         let mut rng = SplitMix64::for_example(seed, index);
-        let keys: Vec<u32> = rng.distinct(self.pairs, self.key_vocab).into_iter().map(|k| 1 + k as u32).collect();
-        let values: Vec<u32> = keys.iter().map(|_| (1 + self.key_vocab + rng.below(self.value_vocab)) as u32).collect();
+        let keys: Vec<u32> =
+            rng.distinct(self.pairs, self.key_vocab).into_iter().map(|k| 1 + k as u32).collect();
+        let values: Vec<u32> = keys
+            .iter()
+            .map(|_| (1 + self.key_vocab + rng.below(self.value_vocab)) as u32)
+            .collect();
         let mut tokens = vec![MQAR_PAD; self.seq_len];
         let mut targets = vec![None; self.seq_len];
         for (i, (&k, &v)) in keys.iter().zip(&values).enumerate() {
@@ -167,7 +188,8 @@ impl Mqar {
 }
 
 /// The filler sentence of [`Passkey`], repeated.
-pub const PASSKEY_FILLER: &str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+pub const PASSKEY_FILLER: &str =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 const KEY_HEAD: &str = "The pass key is ";
 const KEY_TAIL: &str = ". Remember it. ";
 const QUESTION: &str = "What is the pass key? The pass key is ";
@@ -225,11 +247,15 @@ impl Passkey {
         }
         let min = Passkey::min_distance(digits);
         if distance < min {
-            return bad(format!("Passkey.distance: {distance} is below {min}, the shortest for {digits} digits"));
+            return bad(format!(
+                "Passkey.distance: {distance} is below {min}, the shortest for {digits} digits"
+            ));
         }
         let max = Passkey::max_distance(seq_len, digits);
         if distance > max {
-            return bad(format!("Passkey.distance: {distance} does not fit in seq_len {seq_len} (at most {max} for {digits} digits)"));
+            return bad(format!(
+                "Passkey.distance: {distance} does not fit in seq_len {seq_len} (at most {max} for {digits} digits)"
+            ));
         }
         Ok(())
     }
@@ -269,8 +295,11 @@ fn filler(n: usize) -> Vec<u8> {
 /// `(correct, total)` over the scored positions of `example`, where `predicted[t]` is the
 /// model's token at position `t`; positions past the end of `predicted` count as wrong.
 pub fn accuracy(predicted: &[u32], example: &Example) -> (usize, usize) {
-    let scored = example.targets.iter().enumerate().filter_map(|(t, target)| target.map(|v| (t, v)));
-    scored.fold((0, 0), |(correct, total), (t, v)| (correct + usize::from(predicted.get(t) == Some(&v)), total + 1))
+    let scored =
+        example.targets.iter().enumerate().filter_map(|(t, target)| target.map(|v| (t, v)));
+    scored.fold((0, 0), |(correct, total), (t, v)| {
+        (correct + usize::from(predicted.get(t) == Some(&v)), total + 1)
+    })
 }
 
 /// Whether every scored position is right (for passkey: the whole key), and there is one.
@@ -315,7 +344,9 @@ mod tests {
             for (t, target) in ex.targets.iter().enumerate() {
                 match target {
                     Some(v) => assert!(t >= 16 && pairs.contains(&(ex.tokens[t], *v))),
-                    None => assert!(t < 16 || ex.tokens[t] == MQAR_PAD || (21..=50).contains(&ex.tokens[t])),
+                    None => assert!(
+                        t < 16 || ex.tokens[t] == MQAR_PAD || (21..=50).contains(&ex.tokens[t])
+                    ),
                 }
             }
         }
@@ -323,19 +354,28 @@ mod tests {
 
     #[test]
     fn passkey_distance_is_exact_and_only_the_answer_is_scored() {
-        for (seq_len, distance, digits) in [(256, 100, 5), (300, 58, 5), (300, 279, 5), (4096, 1000, 1), (1000, 777, 9)] {
+        for (seq_len, distance, digits) in
+            [(256, 100, 5), (300, 58, 5), (300, 279, 5), (4096, 1000, 1), (1000, 777, 9)]
+        {
             let task = Passkey::new(seq_len, distance, digits).unwrap();
             let ex = task.sample(42, 0).unwrap();
             check_alignment(&ex);
             assert_eq!(ex.tokens.len(), seq_len);
-            let key_start = ex.tokens.iter().position(|t| (b'0' as u32..=b'9' as u32).contains(t)).unwrap();
+            let key_start =
+                ex.tokens.iter().position(|t| (b'0' as u32..=b'9' as u32).contains(t)).unwrap();
             let answer_start = seq_len - digits;
             assert_eq!(answer_start - key_start, distance);
             assert_eq!(ex.tokens[key_start..key_start + digits], ex.tokens[answer_start..]);
             let scored: Vec<usize> = (0..seq_len).filter(|&t| ex.targets[t].is_some()).collect();
             assert_eq!(scored, (answer_start - 1..seq_len - 1).collect::<Vec<_>>());
             let text = String::from_utf8(ex.tokens.iter().map(|&t| t as u8).collect()).unwrap();
-            assert!(text.contains(". Remember it. ") && text.ends_with(&format!("The pass key is {}", &text[key_start..key_start + digits])));
+            assert!(
+                text.contains(". Remember it. ")
+                    && text.ends_with(&format!(
+                        "The pass key is {}",
+                        &text[key_start..key_start + digits]
+                    ))
+            );
         }
     }
 

@@ -109,7 +109,8 @@ impl std::error::Error for TrainError {}
 impl TrainConfig {
     /// Checks the run before any work, naming the field at fault.
     pub fn validate(&self) -> Result<(), TrainError> {
-        let bad = |field: &str, problem: &str| Err(TrainError(format!("TrainConfig.{field}: {problem}")));
+        let bad =
+            |field: &str, problem: &str| Err(TrainError(format!("TrainConfig.{field}: {problem}")));
         self.model.validate().map_err(|e| TrainError(e.to_string()))?;
         let positive = [
             ("seq_len", self.seq_len),
@@ -126,21 +127,28 @@ impl TrainConfig {
             return bad("learning_rate", "must be positive and finite");
         }
         if let Some(task) = &self.task {
-            task.validate(self.seq_len).map_err(|e| TrainError(format!("TrainConfig.task: {e}")))?;
+            task.validate(self.seq_len)
+                .map_err(|e| TrainError(format!("TrainConfig.task: {e}")))?;
         }
         for l in 0..self.model.layers {
             if let Some(w) = smallest_window(self.model.kind_of(l))
                 && w > self.seq_len
             {
-                return bad("seq_len", &format!(
-                    "layer {l}'s window of {w} keys is larger than the training length {}, so it never slides; train with --seq-len {w} or more, or use full attention",
-                    self.seq_len
-                ));
+                return bad(
+                    "seq_len",
+                    &format!(
+                        "layer {l}'s window of {w} keys is larger than the training length {}, so it never slides; train with --seq-len {w} or more, or use full attention",
+                        self.seq_len
+                    ),
+                );
             }
             if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
                 && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
             {
-                return bad("seq_len", &format!("layer {l} has global position {g}, past the sequence"));
+                return bad(
+                    "seq_len",
+                    &format!("layer {l} has global position {g}, past the sequence"),
+                );
             }
         }
         Ok(())
@@ -165,7 +173,9 @@ impl TrainConfig {
 /// The smallest causal window of a sliding, SWAT, sinks or MSWA layer.
 fn smallest_window(kind: &AttentionKind) -> Option<usize> {
     match kind {
-        AttentionKind::Sliding { window } | AttentionKind::Swat { window, .. } | AttentionKind::Sinks { window, .. } => Some(*window),
+        AttentionKind::Sliding { window }
+        | AttentionKind::Swat { window, .. }
+        | AttentionKind::Sinks { window, .. } => Some(*window),
         AttentionKind::MultiScale { windows } => windows.iter().copied().min(),
         _ => None,
     }
@@ -240,7 +250,10 @@ where
     std::fs::create_dir_all(out).map_err(io)?;
     let start = match resume {
         true => last_checkpoint(out).ok_or_else(|| {
-            TrainError(format!("--resume: no complete checkpoint in {}", out.join("checkpoint").display()))
+            TrainError(format!(
+                "--resume: no complete checkpoint in {}",
+                out.join("checkpoint").display()
+            ))
         })?,
         false => 0,
     };
@@ -256,20 +269,58 @@ where
             .map_err(|e| TrainError(format!("--resume: {e}")))?;
     }
     config.save(out.join("train.json")).map_err(io)?;
-    let loader_error = |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
+    let loader_error =
+        |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
     let (len, batch) = (config.seq_len, config.batch_size);
     let train_sampling = Sampling::Random { seed: config.seed };
     let (train_loader, valid_loader) = match &config.task {
         None => (
-            WindowLoader::<B>::new(corpus.train(), len, batch, config.checkpoint_every, train_sampling, start, device.clone()),
-            WindowLoader::<B::InnerBackend>::new(corpus.valid(), len, batch, config.valid_batches, Sampling::Sequential, 0, device.clone()),
+            WindowLoader::<B>::new(
+                corpus.train(),
+                len,
+                batch,
+                config.checkpoint_every,
+                train_sampling,
+                start,
+                device.clone(),
+            ),
+            WindowLoader::<B::InnerBackend>::new(
+                corpus.valid(),
+                len,
+                batch,
+                config.valid_batches,
+                Sampling::Sequential,
+                0,
+                device.clone(),
+            ),
         ),
         Some(task) => (
-            WindowLoader::<B>::task(task.clone(), config.seed, len, batch, config.checkpoint_every, train_sampling, start, device.clone()),
-            WindowLoader::<B::InnerBackend>::task(task.clone(), config.seed.wrapping_add(1), len, batch, config.valid_batches, Sampling::Sequential, 0, device.clone()),
+            WindowLoader::<B>::task(
+                task.clone(),
+                config.seed,
+                len,
+                batch,
+                config.checkpoint_every,
+                train_sampling,
+                start,
+                device.clone(),
+            ),
+            WindowLoader::<B::InnerBackend>::task(
+                task.clone(),
+                config.seed.wrapping_add(1),
+                len,
+                batch,
+                config.valid_batches,
+                Sampling::Sequential,
+                0,
+                device.clone(),
+            ),
         ),
     };
-    let (train_loader, valid_loader) = (train_loader.map_err(loader_error("train"))?, valid_loader.map_err(loader_error("valid"))?);
+    let (train_loader, valid_loader) = (
+        train_loader.map_err(loader_error("train"))?,
+        valid_loader.map_err(loader_error("valid"))?,
+    );
     let decoder = config.model.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
     let schedule = WarmupCosine::new(
         config.learning_rate,
@@ -279,24 +330,37 @@ where
     );
     let adamw = AdamWConfig::new().with_weight_decay(config.weight_decay);
     let clipping = GradientClippingConfig::Norm(config.grad_clip);
-    let run = Run { config, out, start, unit: corpus.unit(), strategy, train_loader, valid_loader, schedule };
+    let run = Run {
+        config,
+        out,
+        start,
+        unit: corpus.unit(),
+        strategy,
+        train_loader,
+        valid_loader,
+        schedule,
+    };
     if start > 0 {
         set_logs_aside(out).map_err(io)?;
     }
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let model = match float {
-        DType::F32 => run.launch(LanguageModel::new(decoder), adamw.with_grad_clipping(Some(clipping)).init()),
+        DType::F32 => {
+            run.launch(LanguageModel::new(decoder), adamw.with_grad_clipping(Some(clipping)).init())
+        }
         half => {
             let loss_scale = LossScale::new(LossScaler::for_dtype(half));
-            let optimizer = MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
+            let optimizer =
+                MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
             run.launch(LanguageModel { decoder, loss_scale: Some(loss_scale) }, optimizer)
         }
     };
     if start > 0 {
         renumber_resumed_logs(out, start).map_err(io)?;
     }
-    swa_models::weights::save_record(&model, &out.join("model.mpk")).map_err(|e| TrainError(e.to_string()))?;
+    swa_models::weights::save_record(&model, &out.join("model.mpk"))
+        .map_err(|e| TrainError(e.to_string()))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
 }
 
@@ -328,21 +392,25 @@ where
             crate::corpus::Unit::Byte => "Bits per byte",
             crate::corpus::Unit::Word => "Bits per word",
         };
-        let mut training = SupervisedTraining::new(self.out, Arc::new(self.train_loader), Arc::new(self.valid_loader))
-            .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
-            .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
-            .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-            .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-            .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-            .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-            .metric_train_numeric(TokensPerSecond::new())
-            .metric_train_numeric(LearningRateMetric::new())
-            .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-            .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
-            .grads_accumulation(config.grad_accumulation)
-            .num_epochs(config.epochs())
-            .with_training_strategy(TrainingStrategy::Default(self.strategy))
-            .summary();
+        let mut training = SupervisedTraining::new(
+            self.out,
+            Arc::new(self.train_loader),
+            Arc::new(self.valid_loader),
+        )
+        .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_train_numeric(TokensPerSecond::new())
+        .metric_train_numeric(LearningRateMetric::new())
+        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
+        .grads_accumulation(config.grad_accumulation)
+        .num_epochs(config.epochs())
+        .with_training_strategy(TrainingStrategy::Default(self.strategy))
+        .summary();
         if config.task.is_some() {
             training = training
                 .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))

@@ -4,7 +4,7 @@
 //! The op's single output is the packed `[batch, H, N_q, d + 1]` tensor (`o` ‖ `lse`); `o` and
 //! `lse` are slices of it, so autodiff hands the backward one gradient holding `∂L/∂o` and
 //! `∂L/∂lse` (zeros where the loss does not use one of them). The backward runs the inner
-//! backend's backward kernels: exact gradients, no dense fallback (SEMANTICS §1).
+//! backend's backward kernels: exact gradients, no dense fallback (docs/semantics.md §1).
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -39,11 +39,7 @@ pub(crate) fn windowed_attention<B: WindowedAttentionBackend, C: CheckpointStrat
     let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
     let packed = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
-            let inputs = [
-                prep.checkpoint(&q),
-                prep.checkpoint(&k),
-                prep.checkpoint(&v),
-            ];
+            let inputs = [prep.checkpoint(&q), prep.checkpoint(&k), prep.checkpoint(&v)];
             let packed = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
             let state = KernelState {
                 inputs,
@@ -54,13 +50,9 @@ pub(crate) fn windowed_attention<B: WindowedAttentionBackend, C: CheckpointStrat
             };
             prep.finish(state, packed)
         }
-        OpsKind::UnTracked(prep) => prep.finish((kernel.forward)(
-            q.primitive,
-            k.primitive,
-            v.primitive,
-            spec,
-            opts,
-        )),
+        OpsKind::UnTracked(prep) => {
+            prep.finish((kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts))
+        }
     };
     split_packed::<Autodiff<B, C>>(packed, dim)
 }
@@ -90,13 +82,7 @@ impl<B: WindowedAttentionBackend> Backward<B, 3> for KernelOp {
         checkpointer: &mut Checkpointer,
     ) {
         let grad = grads.consume::<B>(&ops.node);
-        let KernelState {
-            inputs: [q, k, v],
-            packed,
-            kernel,
-            spec,
-            opts,
-        } = ops.state;
+        let KernelState { inputs: [q, k, v], packed, kernel, spec, opts } = ops.state;
         let inputs = KernelBackward {
             q: checkpointer.retrieve_node_output(q),
             k: checkpointer.retrieve_node_output(k),

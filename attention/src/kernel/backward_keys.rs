@@ -1,4 +1,4 @@
-//! The dK/dV kernel (FlashAttention-2's, parallel over key blocks, no atomics; SEMANTICS §1;
+//! The dK/dV kernel (FlashAttention-2's, parallel over key blocks, no atomics; docs/semantics.md §1;
 //! reference: `crate::reference::dense_attention`, differentiated).
 //!
 //! A cube of [`ROWS`] threads owns [`ROWS`] key rows of one kv head; each thread keeps its key,
@@ -73,15 +73,8 @@ pub(crate) fn key_grads_kernel<F: Float>(
             let head = kv_head * group + member;
             let window = load_window(windows, head);
             let slope = slopes[head];
-            let tiles = query_tiles(
-                &window,
-                first,
-                last,
-                q_len as u32,
-                &call,
-                tile,
-                variant.causal,
-            );
+            let tiles =
+                query_tiles(&window, first, last, q_len as u32, &call, tile, variant.causal);
             let q_base = batch * q.stride(0) + head * q.stride(1);
             let g_base = batch * grad.stride(0) + head * grad.stride(1);
             let t_base = batch * terms.stride(0) + head * terms.stride(1);

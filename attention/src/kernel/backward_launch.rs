@@ -26,13 +26,7 @@ where
     R: CubeRuntime,
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
-    let KernelBackward {
-        q,
-        k,
-        v,
-        packed,
-        grad,
-    } = inputs;
+    let KernelBackward { q, k, v, packed, grad } = inputs;
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let [_, kv_heads, keys, _] = k.meta.shape().dims();
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
@@ -40,11 +34,7 @@ where
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
     let terms = empty(Shape::new([batch, heads, q_len, 2]), DType::F32);
-    let (dq, dk, dv) = (
-        empty(q.shape(), dtype),
-        empty(k.shape(), dtype),
-        empty(v.shape(), dtype),
-    );
+    let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
     let cube_dim = CubeDim::new_1d(ROWS as u32);
     row_terms_kernel::launch::<R>(
         &client,

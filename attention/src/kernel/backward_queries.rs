@@ -1,4 +1,4 @@
-//! The dQ kernel (FlashAttention-2's, parallel over query blocks; SEMANTICS §1; reference:
+//! The dQ kernel (FlashAttention-2's, parallel over query blocks; docs/semantics.md §1; reference:
 //! `crate::reference::dense_attention`, differentiated).
 //!
 //! Laid out as the forward: a cube of [`ROWS`] threads owns [`ROWS`] query rows of one head and

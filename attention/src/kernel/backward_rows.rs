@@ -1,5 +1,5 @@
 //! The first backward kernel: per query row, the terms every pair of the row shares
-//! (FlashAttention-2's preprocessing; SEMANTICS §1).
+//! (FlashAttention-2's preprocessing; docs/semantics.md §1).
 //!
 //! Writing `dP_ij = dO_i·v_j` and `c_i` for the row coefficient, both score functions give
 //! `∂L/∂s_ij = gate_ij·(dP_ij + c_i)` (`super::score::weight`):

@@ -1,6 +1,6 @@
 //! What every kernel of the core receives besides its tensors: the compile-time [`Variant`], the
 //! runtime scalars of a call ([`Call`]) and the per-head windows and ALiBi slopes, laid out on
-//! the host from the [`WindowSpec`] and [`ScoreOptions`] (SEMANTICS §1, §2, §4).
+//! the host from the [`WindowSpec`] and [`ScoreOptions`] (docs/semantics.md §1, §2, §4).
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;
@@ -28,13 +28,13 @@ pub(crate) struct Variant {
     pub head_dim: usize,
     /// Rows of a shared-memory tile (keys in the forward and dQ kernels, queries in dK/dV).
     pub tile: usize,
-    /// `j ≤ i` (SEMANTICS §2).
+    /// `j ≤ i` (docs/semantics.md §2).
     pub causal: bool,
-    /// Sigmoid scores instead of softmax (SEMANTICS §1).
+    /// Sigmoid scores instead of softmax (docs/semantics.md §1).
     pub sigmoid: bool,
-    /// Softcap `c·tanh(s/c)` (SEMANTICS §1).
+    /// Softcap `c·tanh(s/c)` (docs/semantics.md §1).
     pub softcap: bool,
-    /// ALiBi bias `−m_h·(i − j)` (SEMANTICS §4).
+    /// ALiBi bias `−m_h·(i − j)` (docs/semantics.md §4).
     pub alibi: bool,
 }
 
@@ -103,10 +103,7 @@ impl<R: CubeRuntime> Layout<R> {
                 ]
             })
             .collect();
-        let slopes = opts
-            .alibi
-            .clone()
-            .unwrap_or_else(|| vec![0.0; spec.num_heads()]);
+        let slopes = opts.alibi.clone().unwrap_or_else(|| vec![0.0; spec.num_heads()]);
         let upload = |bytes: &[u8], len: usize, dtype: DType| {
             let handle = client.create_from_slice(bytes);
             CubeTensor::new_contiguous(

@@ -1,4 +1,4 @@
-//! The forward kernel, flash-attention style (SEMANTICS §1–§2; reference:
+//! The forward kernel, flash-attention style (docs/semantics.md §1–§2; reference:
 //! `crate::reference::dense_attention`).
 //!
 //! A cube of [`ROWS`] threads owns [`ROWS`] consecutive query rows of one head; each thread keeps

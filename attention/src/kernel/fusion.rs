@@ -37,9 +37,7 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
             opts: opts.clone(),
             backend: PhantomData,
         };
-        client
-            .register(streams, OperationIr::Custom(desc), ForwardOp(op))
-            .output()
+        client.register(streams, OperationIr::Custom(desc), ForwardOp(op)).output()
     }
 
     fn windowed_backward(
@@ -47,24 +45,12 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> [FloatTensor<Self>; 3] {
-        let KernelBackward {
-            q,
-            k,
-            v,
-            packed,
-            grad,
-        } = inputs;
+        let KernelBackward { q, k, v, packed, grad } = inputs;
         let client = q.client.clone();
         let outputs = [&q, &k, &v]
             .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype));
         let streams = OperationStreams::with_inputs([&q, &k, &v, &packed, &grad]);
-        let inputs = [
-            q.into_ir(),
-            k.into_ir(),
-            v.into_ir(),
-            packed.into_ir(),
-            grad.into_ir(),
-        ];
+        let inputs = [q.into_ir(), k.into_ir(), v.into_ir(), packed.into_ir(), grad.into_ir()];
         let desc = CustomOpIr::new("swa_windowed_backward", &inputs, &outputs);
         let op = KernelOp::<B> {
             desc: desc.clone(),
@@ -72,9 +58,7 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
             opts: opts.clone(),
             backend: PhantomData,
         };
-        client
-            .register(streams, OperationIr::Custom(desc), BackwardOp(op))
-            .outputs()
+        client.register(streams, OperationIr::Custom(desc), BackwardOp(op)).outputs()
     }
 }
 
@@ -106,9 +90,7 @@ type Handles<B> =
 
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for ForwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let KernelOp {
-            desc, spec, opts, ..
-        } = &self.0;
+        let KernelOp { desc, spec, opts, .. } = &self.0;
         let ([q, k, v], [packed]) = desc.as_fixed();
         let [q, k, v] = [q, k, v].map(|t| handles.get_float_tensor::<B>(t));
         handles.register_float_tensor::<B>(&packed.id, B::windowed_forward(q, k, v, spec, opts));
@@ -117,23 +99,11 @@ impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for F
 
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for BackwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let KernelOp {
-            desc, spec, opts, ..
-        } = &self.0;
+        let KernelOp { desc, spec, opts, .. } = &self.0;
         let ([q, k, v, packed, grad], outputs) = desc.as_fixed::<5, 3>();
         let [q, k, v, packed, grad] =
             [q, k, v, packed, grad].map(|t| handles.get_float_tensor::<B>(t));
-        let gradients = B::windowed_backward(
-            KernelBackward {
-                q,
-                k,
-                v,
-                packed,
-                grad,
-            },
-            spec,
-            opts,
-        );
+        let gradients = B::windowed_backward(KernelBackward { q, k, v, packed, grad }, spec, opts);
         for (output, gradient) in outputs.iter().zip(gradients) {
             handles.register_float_tensor::<B>(&output.id, gradient);
         }

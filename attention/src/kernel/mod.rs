@@ -3,7 +3,7 @@
 //! (Burn's default `Wgpu` and `Cuda` types) and on `Autodiff` around either.
 //!
 //! They compute exactly what the dense reference [`crate::reference::dense_attention`]
-//! computes (SEMANTICS §1–§2, §4), and the tests compare them with it
+//! computes (docs/semantics.md §1–§2, §4), and the tests compare them with it
 //! (`tests/core/kernel.rs`). Calls they do not take ([`crate::WindowedKernel::runs`]: global
 //! tokens, big head dims) run the blocked path.
 //!

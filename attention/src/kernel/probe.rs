@@ -26,13 +26,7 @@ fn probe_kernel(
     }
     let window = load_window(windows, head);
     let mut seen = 0u32;
-    if visible(
-        &window,
-        call.query_offset + i as u32,
-        j as u32,
-        &call,
-        causal,
-    ) {
+    if visible(&window, call.query_offset + i as u32, j as u32, &call, causal) {
         seen = 1;
     }
     mask[head * mask.stride(0) + i * mask.stride(1) + j * mask.stride(2)] = seen;
@@ -53,11 +47,8 @@ pub fn probe_visibility<R: CubeRuntime>(
     let shape = Shape::new([heads, q_len, keys]);
     let mask = empty_device_contiguous_dtype(client.clone(), device.clone(), shape, DType::U32);
     let side = 8;
-    let count = CubeCount::Static(
-        keys.div_ceil(side) as u32,
-        q_len.div_ceil(side) as u32,
-        heads as u32,
-    );
+    let count =
+        CubeCount::Static(keys.div_ceil(side) as u32, q_len.div_ceil(side) as u32, heads as u32);
     probe_kernel::launch::<R>(
         &client,
         count,

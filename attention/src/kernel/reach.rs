@@ -25,11 +25,7 @@ pub(crate) struct Tiles {
 /// The `t`-th tile of `tiles`, for `t < tiles.before + tiles.count`.
 #[cube]
 pub(crate) fn nth_tile(tiles: &Tiles, t: u32) -> u32 {
-    if t < tiles.before {
-        t
-    } else {
-        tiles.first + t - tiles.before
-    }
+    if t < tiles.before { t } else { tiles.first + t - tiles.before }
 }
 
 /// The key tiles of `tile` keys that queries at absolute positions `first ..= last` of a head
@@ -57,11 +53,7 @@ pub(crate) fn key_tiles(
         hi = min(hi, end_start + min(segment - 1, u32::MAX - end_start));
     }
     let sink_tiles = (min(call.sinks, call.kv_len) + tile - 1) / tile;
-    let mut tiles = Tiles {
-        before: sink_tiles,
-        first: 0,
-        count: 0,
-    };
+    let mut tiles = Tiles { before: sink_tiles, first: 0, count: 0 };
     if lo <= hi {
         tiles.first = lo / tile;
         tiles.count = hi / tile - tiles.first + 1;
@@ -101,11 +93,7 @@ pub(crate) fn query_tiles(
         }
     }
     let offset = call.query_offset;
-    let mut tiles = Tiles {
-        before: 0,
-        first: 0,
-        count: 0,
-    };
+    let mut tiles = Tiles { before: 0, first: 0, count: 0 };
     if hi >= offset {
         let row_lo = max(lo, offset) - offset;
         let row_hi = min(hi - offset, q_len - 1);

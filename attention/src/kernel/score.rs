@@ -1,5 +1,5 @@
 //! Scores and weights of one (query, key) pair, shared by the forward and backward kernels so
-//! that both compute the same thing as `crate::scores::attend` (SEMANTICS §1, §4):
+//! that both compute the same thing as `crate::scores::attend` (docs/semantics.md §1, §4):
 //! `s = c·tanh(scale·q·k / c) − m_h·(i − j)`, then `exp(s − m)` (softmax) or `σ(s + β)`.
 
 use cubecl::prelude::*;
@@ -25,10 +25,7 @@ pub(crate) fn score(
     #[comptime] variant: Variant,
 ) -> Score {
     let raw = dot * call.scale;
-    let mut score = Score {
-        value: raw,
-        chain: 1.0,
-    };
+    let mut score = Score { value: raw, chain: 1.0 };
     if comptime![variant.softcap] {
         let t = (raw / call.cap).tanh();
         score.value = call.cap * t;
@@ -59,10 +56,7 @@ pub(crate) struct Weight {
 /// The weight and gate of score `s` in a row with log-normaliser `lse`.
 #[cube]
 pub(crate) fn weight(s: f32, lse: f32, call: &Call, #[comptime] variant: Variant) -> Weight {
-    let mut weight = Weight {
-        value: 0.0,
-        gate: 0.0,
-    };
+    let mut weight = Weight { value: 0.0, gate: 0.0 };
     if comptime![variant.sigmoid] {
         let w = sigmoid(s + call.beta);
         weight.value = w;

@@ -1,4 +1,4 @@
-//! The bounded KV cache of one attention layer, for token-by-token decoding (SEMANTICS §7).
+//! The bounded KV cache of one attention layer, for token-by-token decoding (docs/semantics.md §7).
 //!
 //! Key/value heads are grouped by the *reach* of the query heads that read them
 //! ([`crate::HeadWindow::reach`]): the span of the window, or the current LongNet segment. A
@@ -18,7 +18,7 @@ use crate::layers::longnet::mix_branches;
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, Rope, ScoreOptions, WindowSpec};
 
-/// The positions RoPE and ALiBi give the cached keys and the query (SEMANTICS §4, §7).
+/// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CachePositions {
@@ -34,7 +34,7 @@ pub enum CachePositions {
 /// The cache of one layer: one buffer per group of kv heads that share a reach.
 #[derive(Clone)]
 pub struct KvCache<B: Backend> {
-    /// One spec, or one per LongNet branch (mixed by their denominators, SEMANTICS §5).
+    /// One spec, or one per LongNet branch (mixed by their denominators, docs/semantics.md §5).
     specs: Vec<WindowSpec>,
     opts: ScoreOptions,
     positions: CachePositions,
@@ -71,9 +71,7 @@ impl<B: Backend> KvCache<B> {
         let first = specs.first().ok_or(AttentionError::NoHeads)?;
         let (heads, kv_heads) = (first.num_heads(), first.kv_heads());
         if specs.iter().any(|s| !s.is_causal()) {
-            return Err(AttentionError::NotCausal {
-                what: "the layer's window spec",
-            });
+            return Err(AttentionError::NotCausal { what: "the layer's window spec" });
         }
         opts.check(heads)?;
         let ratio = heads / kv_heads;
@@ -99,13 +97,7 @@ impl<B: Backend> KvCache<B> {
             buffer.kv_heads.push(c);
             buffer.heads.extend(c * ratio..(c + 1) * ratio);
         }
-        Ok(Self {
-            specs,
-            opts,
-            positions,
-            buffers,
-            len: 0,
-        })
+        Ok(Self { specs, opts, positions, buffers, len: 0 })
     }
 
     /// Tokens appended so far.
@@ -121,13 +113,9 @@ impl<B: Backend> KvCache<B> {
     /// Bytes held by the cached keys and values.
     pub fn bytes(&self) -> usize {
         let bytes = |t: &Option<Tensor<B, 4>>| {
-            t.as_ref()
-                .map_or(0, |t| t.shape().num_elements() * t.dtype().size())
+            t.as_ref().map_or(0, |t| t.shape().num_elements() * t.dtype().size())
         };
-        self.buffers
-            .iter()
-            .map(|b| bytes(&b.keys) + bytes(&b.values))
-            .sum()
+        self.buffers.iter().map(|b| bytes(&b.keys) + bytes(&b.values)).sum()
     }
 
     /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE;
@@ -155,17 +143,10 @@ impl<B: Backend> KvCache<B> {
     /// [`KvCache::append`], which comes first.
     pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4> {
         let heads = q.dims()[1];
-        let outputs: Vec<_> = self
-            .buffers
-            .iter()
-            .map(|b| self.attend_buffer(b, q.clone(), rope))
-            .collect();
+        let outputs: Vec<_> =
+            self.buffers.iter().map(|b| self.attend_buffer(b, q.clone(), rope)).collect();
         let out = Tensor::cat(outputs, 1);
-        let order: Vec<usize> = self
-            .buffers
-            .iter()
-            .flat_map(|b| b.heads.iter().copied())
-            .collect();
+        let order: Vec<usize> = self.buffers.iter().flat_map(|b| b.heads.iter().copied()).collect();
         if order.iter().enumerate().all(|(i, &h)| i == h) {
             return out;
         }
@@ -206,10 +187,8 @@ impl<B: Backend> KvCache<B> {
         let (keys, values) = (expand_kv(keys, rows), expand_kv(values, rows));
         let slots = buffer.slots.len();
         let alibi = self.opts.alibi.as_ref().map(|slopes| {
-            let distance = key_positions
-                .iter()
-                .map(|&j| query_position as f32 - j as f32)
-                .collect();
+            let distance =
+                key_positions.iter().map(|&j| query_position as f32 - j as f32).collect();
             let slopes = buffer.heads.iter().map(|&h| slopes[h]).collect();
             (distance, slopes)
         });
@@ -218,34 +197,17 @@ impl<B: Backend> KvCache<B> {
             let mask: Vec<bool> = buffer
                 .heads
                 .iter()
-                .flat_map(|&h| {
-                    buffer
-                        .slots
-                        .iter()
-                        .map(move |&j| spec.visible(h, t, j, t + 1))
-                })
+                .flat_map(|&h| buffer.slots.iter().map(move |&j| spec.visible(h, t, j, t + 1)))
                 .collect();
             let mask = Tensor::<B, 4, Bool>::from_data(
                 TensorData::new(mask, [1, rows, 1, slots]),
                 &device,
             );
-            let alibi = alibi
-                .clone()
-                .map(|(distance, slopes): (Vec<f32>, Vec<f32>)| Alibi {
-                    distance: Tensor::from_data(
-                        TensorData::new(distance, [1, 1, 1, slots]),
-                        &device,
-                    ),
-                    slopes: Tensor::from_data(TensorData::new(slopes, [1, rows, 1, 1]), &device),
-                });
-            let (o, lse) = attend(
-                q.clone(),
-                keys.clone(),
-                values.clone(),
-                mask,
-                alibi,
-                &self.opts,
-            );
+            let alibi = alibi.clone().map(|(distance, slopes): (Vec<f32>, Vec<f32>)| Alibi {
+                distance: Tensor::from_data(TensorData::new(distance, [1, 1, 1, slots]), &device),
+                slopes: Tensor::from_data(TensorData::new(slopes, [1, rows, 1, 1]), &device),
+            });
+            let (o, lse) = attend(q.clone(), keys.clone(), values.clone(), mask, alibi, &self.opts);
             outs.push(o);
             lses.push(lse);
         }
@@ -274,23 +236,13 @@ impl<B: Backend> Buffer<B> {
     /// recent positions are kept.
     fn store(&mut self, position: usize, pinned: bool, k: Tensor<B, 4>, v: Tensor<B, 4>) {
         let full = self.reach.is_some_and(|reach| self.recent.len() >= reach);
-        let reuse = if !pinned && full {
-            self.recent.pop_front()
-        } else {
-            None
-        };
+        let reuse = if !pinned && full { self.recent.pop_front() } else { None };
         let slot = match reuse {
             Some(slot) => {
                 let [batch, heads, _, d] = k.dims();
                 let range = [0..batch, 0..heads, slot..slot + 1, 0..d];
-                self.keys = self
-                    .keys
-                    .take()
-                    .map(|keys| keys.slice_assign(range.clone(), k));
-                self.values = self
-                    .values
-                    .take()
-                    .map(|values| values.slice_assign(range, v));
+                self.keys = self.keys.take().map(|keys| keys.slice_assign(range.clone(), k));
+                self.values = self.values.take().map(|values| values.slice_assign(range, v));
                 self.slots[slot] = position;
                 slot
             }

@@ -1,4 +1,4 @@
-//! The attention kind of a layer, as data: which mechanism of SEMANTICS §2–§6 it runs.
+//! The attention kind of a layer, as data: which mechanism of docs/semantics.md §2–§6 it runs.
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -12,17 +12,17 @@ use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 pub enum AttentionKind {
     /// Full causal attention, the baseline.
     Full,
-    /// Sliding window of `window` keys, self included (SWA; SEMANTICS §2).
+    /// Sliding window of `window` keys, self included (SWA; docs/semantics.md §2).
     Sliding {
         /// Keys each query sees, `W ≥ 1`.
         window: usize,
     },
-    /// A sliding window per head (MSWA; SEMANTICS §3). See [`crate::layers::mswa`].
+    /// A sliding window per head (MSWA; docs/semantics.md §3). See [`crate::layers::mswa`].
     MultiScale {
         /// Keys each head sees, one entry per query head.
         windows: Vec<usize>,
     },
-    /// SWAT (SEMANTICS §4): sliding window, sigmoid scores, ALiBi split `R:D`, RoPE. The score
+    /// SWAT (docs/semantics.md §4): sliding window, sigmoid scores, ALiBi split `R:D`, RoPE. The score
     /// function and the positional encoding can be changed for SWAT's Table 3 ablation.
     Swat {
         /// Keys each query sees.
@@ -41,21 +41,21 @@ pub enum AttentionKind {
         #[serde(default)]
         positions: SwatPositions,
     },
-    /// A sliding window plus attention sinks (StreamingLLM; SEMANTICS §2, §7).
+    /// A sliding window plus attention sinks (StreamingLLM; docs/semantics.md §2, §7).
     Sinks {
         /// Sink positions `0 … sinks−1`.
         sinks: usize,
         /// Most recent keys each query sees, self included.
         window: usize,
     },
-    /// LongNet dilated attention (SEMANTICS §5). See [`crate::layers::longnet`].
+    /// LongNet dilated attention (docs/semantics.md §5). See [`crate::layers::longnet`].
     LongNet {
         /// Segment length `w_b` of each branch.
         segments: Vec<usize>,
         /// Dilation `r_b` of each branch.
         dilations: Vec<usize>,
     },
-    /// Longformer (SEMANTICS §2). See [`crate::layers::longformer`].
+    /// Longformer (docs/semantics.md §2). See [`crate::layers::longformer`].
     Longformer {
         /// One-sided window `w`: `2w+1` keys (Hugging Face's value is `2w`).
         window: usize,
@@ -66,29 +66,29 @@ pub enum AttentionKind {
         /// Decoder (causal) or encoder (bidirectional).
         causal: bool,
     },
-    /// Taylor linear attention (SEMANTICS §6). See [`crate::layers::linear`].
+    /// Taylor linear attention (docs/semantics.md §6). See [`crate::layers::linear`].
     Linear {
         /// Feature dimension `d_f` per head (16 in MSWA's Table 3).
         feature_dim: usize,
     },
 }
 
-/// The positional encoding of a SWAT layer (SEMANTICS §4), the second knob of SWAT's Table 3
+/// The positional encoding of a SWAT layer (docs/semantics.md §4), the second knob of SWAT's Table 3
 /// ablation. Serialised in lower case: `"alirope"`, `"alibi"`, `"rope"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SwatPositions {
-    /// ALiBi bias and RoPE on q and k together, "AliRoPE" (SEMANTICS §4; SWAT Table 3): SWAT's
+    /// ALiBi bias and RoPE on q and k together, "AliRoPE" (docs/semantics.md §4; SWAT Table 3): SWAT's
     /// attention as published, and the default.
     #[default]
     AliRope,
-    /// The ALiBi bias of SEMANTICS §4 alone: q and k are not rotated (SWAT Table 3).
+    /// The ALiBi bias of docs/semantics.md §4 alone: q and k are not rotated (SWAT Table 3).
     Alibi,
-    /// RoPE of SEMANTICS §4 alone: no ALiBi bias (SWAT Table 3).
+    /// RoPE of docs/semantics.md §4 alone: no ALiBi bias (SWAT Table 3).
     Rope,
 }
 
-/// SWAT's score function when a config does not name one: sigmoid with β = 0 (SEMANTICS §1).
+/// SWAT's score function when a config does not name one: sigmoid with β = 0 (docs/semantics.md §1).
 fn swat_score_fn() -> ScoreFn {
     ScoreFn::Sigmoid { beta: 0.0 }
 }
@@ -121,7 +121,7 @@ impl AttentionKind {
         }
     }
 
-    /// Whether the layer rotates q and k with RoPE (SEMANTICS §4): every kind but SWAT with
+    /// Whether the layer rotates q and k with RoPE (docs/semantics.md §4): every kind but SWAT with
     /// ALiBi alone.
     pub fn rotates(&self) -> bool {
         !matches!(self, Self::Swat { positions: SwatPositions::Alibi, .. })
@@ -195,7 +195,7 @@ impl AttentionKind {
     }
 
     /// Keys of every head summed, `Σ_h W_h`: the layer's cost and KV-cache size in MSWA's sense
-    /// (SEMANTICS §3). Full attention and the global parts count `n` keys; linear attention 0.
+    /// (docs/semantics.md §3). Full attention and the global parts count `n` keys; linear attention 0.
     pub fn window_sum(&self, heads: usize, n: usize) -> usize {
         match self {
             Self::Full => heads * n,

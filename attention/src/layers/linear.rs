@@ -1,4 +1,4 @@
-//! Taylor linear attention, the feature map of Based (SEMANTICS §6): causal, chunked for
+//! Taylor linear attention, the feature map of Based (docs/semantics.md §6): causal, chunked for
 //! training, recurrent for decoding, with RoPE on q and k.
 
 use burn::config::Config;
@@ -9,10 +9,10 @@ use burn::tensor::{Tensor, backend::Backend};
 use crate::reciprocal::reciprocal;
 use crate::{AttentionError, Rope, RopeConfig};
 
-/// `ε` of the normaliser (SEMANTICS §6).
+/// `ε` of the normaliser (docs/semantics.md §6).
 const EPSILON: f32 = 1e-6;
 
-/// Configuration of [`LinearAttention`] (SEMANTICS §6).
+/// Configuration of [`LinearAttention`] (docs/semantics.md §6).
 #[derive(Config, Debug)]
 pub struct LinearAttentionConfig {
     /// Model width `d_model`; must be a multiple of `heads`.
@@ -25,12 +25,12 @@ pub struct LinearAttentionConfig {
     /// Positions per chunk `C` of the training form; only speed and memory depend on it.
     #[config(default = 64)]
     pub chunk: usize,
-    /// RoPE base (SEMANTICS §4), applied to q and k after projection to `d_f`.
+    /// RoPE base (docs/semantics.md §4), applied to q and k after projection to `d_f`.
     #[config(default = "10000.0")]
     pub rope_base: f64,
 }
 
-/// Taylor linear attention (SEMANTICS §6):
+/// Taylor linear attention (docs/semantics.md §6):
 /// `y_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + ε)`, a causal layer whose
 /// decoding state does not grow with the sequence.
 #[derive(Module, Debug)]
@@ -46,7 +46,7 @@ pub struct LinearAttention<B: Backend> {
     chunk: usize,
 }
 
-/// The recurrent decoding state of [`LinearAttention`] (SEMANTICS §6): the sums over the tokens
+/// The recurrent decoding state of [`LinearAttention`] (docs/semantics.md §6): the sums over the tokens
 /// seen so far, whose size does not depend on their number.
 #[derive(Clone, Debug)]
 pub struct LinearState<B: Backend> {
@@ -59,9 +59,12 @@ pub struct LinearState<B: Backend> {
 }
 
 impl LinearAttentionConfig {
-    /// Builds the layer (SEMANTICS §6); fails, naming the field, when `heads` is zero or does not
+    /// Builds the layer (docs/semantics.md §6); fails, naming the field, when `heads` is zero or does not
     /// divide `d_model`, when `feature_dim` is odd or zero, or when `chunk` is zero.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<LinearAttention<B>, AttentionError> {
+    pub fn init<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<LinearAttention<B>, AttentionError> {
         let bad = |what, expected, got| Err(AttentionError::ShapeMismatch { what, expected, got });
         if self.heads == 0 {
             return bad("LinearAttentionConfig.heads (must be positive)", 1, 0);
@@ -102,7 +105,7 @@ impl LinearAttentionConfig {
     }
 }
 
-/// The Taylor feature map `φ(x) = [1, x / d_f^(1/4), vec(x xᵀ) / (√2·√d_f)]` (SEMANTICS §6), so
+/// The Taylor feature map `φ(x) = [1, x / d_f^(1/4), vec(x xᵀ) / (√2·√d_f)]` (docs/semantics.md §6), so
 /// that `φ(q)·φ(k) = 1 + s + s²/2` with `s = q·k/√d_f`, the second-order Taylor expansion of
 /// `exp(s)`. Shapes: `x: [batch, H, N, d_f]` → `[batch, H, N, F]`, `F = 1 + d_f + d_f²`.
 pub fn feature_map<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
@@ -110,12 +113,13 @@ pub fn feature_map<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     let ones = Tensor::ones([batch, heads, n, 1], &x.device());
     let linear = x.clone().mul_scalar((d as f32).powf(-0.25));
     let outer = x.clone().unsqueeze_dim::<5>(4) * x.unsqueeze_dim::<5>(3);
-    let quadratic = outer.reshape([batch, heads, n, d * d]).mul_scalar((2.0 * d as f32).sqrt().recip());
+    let quadratic =
+        outer.reshape([batch, heads, n, d * d]).mul_scalar((2.0 * d as f32).sqrt().recip());
     Tensor::cat(vec![ones, linear, quadratic], 3)
 }
 
 impl<B: Backend> LinearAttention<B> {
-    /// The training form (SEMANTICS §6): `x: [batch, N, d_model]` at positions `0 … N−1` →
+    /// The training form (docs/semantics.md §6): `x: [batch, N, d_model]` at positions `0 … N−1` →
     /// `[batch, N, d_model]`. The sequence is cut into chunks of `C` positions: within a chunk a
     /// masked quadratic term, across chunks the sums of `φ(k)ᵀv` and `φ(k)` over earlier chunks.
     /// Work grows as `N·C·F + N·F·d_h`, linearly in `N`.
@@ -143,7 +147,7 @@ impl<B: Backend> LinearAttention<B> {
         self.merge(y.reshape([batch, self.heads, chunks * c, self.head_dim]).narrow(2, 0, n))
     }
 
-    /// The direct O(N²) masked form of the formula of SEMANTICS §6, kept as the reference the
+    /// The direct O(N²) masked form of the formula of docs/semantics.md §6, kept as the reference the
     /// chunked [`forward`](Self::forward) and the recurrent [`step`](Self::step) are tested
     /// against. Shapes: `x: [batch, N, d_model]` at positions `0 … N−1` → `[batch, N, d_model]`.
     pub fn forward_quadratic(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -155,7 +159,7 @@ impl<B: Backend> LinearAttention<B> {
         self.merge(scores.matmul(v) * reciprocal(denominator))
     }
 
-    /// The decoding state before any token (SEMANTICS §6): zero sums at position 0.
+    /// The decoding state before any token (docs/semantics.md §6): zero sums at position 0.
     pub fn empty_state(&self, batch: usize, device: &B::Device) -> LinearState<B> {
         let features = 1 + self.feature_dim + self.feature_dim * self.feature_dim;
         LinearState {
@@ -165,7 +169,7 @@ impl<B: Backend> LinearAttention<B> {
         }
     }
 
-    /// One decoding step of the recurrent form (SEMANTICS §6): `x: [batch, 1, d_model]` at
+    /// One decoding step of the recurrent form (docs/semantics.md §6): `x: [batch, 1, d_model]` at
     /// `state.position` → (`[batch, 1, d_model]`, the state with this token added). It costs the
     /// same at every position, since the state holds sums rather than the past keys.
     pub fn step(&self, x: Tensor<B, 3>, state: LinearState<B>) -> (Tensor<B, 3>, LinearState<B>) {
@@ -179,11 +183,17 @@ impl<B: Backend> LinearAttention<B> {
 
     /// Projects `x: [batch, N, d_model]` at positions `offset …` to `φ(q), φ(k): [batch, H, N, F]`
     /// and `v: [batch, H, N, d_h]`, with RoPE on q and k before the feature map.
-    fn features(&self, x: Tensor<B, 3>, offset: usize) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+    fn features(
+        &self,
+        x: Tensor<B, 3>,
+        offset: usize,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [batch, n, _] = x.dims();
-        let heads = |t: Tensor<B, 3>, width| t.reshape([batch, n, self.heads, width]).swap_dims(1, 2);
-        let rotated =
-            |p: &Linear<B>| self.rope.forward(heads(p.forward(x.clone()), self.feature_dim), offset);
+        let heads =
+            |t: Tensor<B, 3>, width| t.reshape([batch, n, self.heads, width]).swap_dims(1, 2);
+        let rotated = |p: &Linear<B>| {
+            self.rope.forward(heads(p.forward(x.clone()), self.feature_dim), offset)
+        };
         let (q, k) = (feature_map(rotated(&self.query)), feature_map(rotated(&self.key)));
         (q, k, heads(self.value.forward(x), self.head_dim))
     }

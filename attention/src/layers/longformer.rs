@@ -1,4 +1,4 @@
-//! Longformer's global rows (SEMANTICS §2): the queries at global positions attend to every key
+//! Longformer's global rows (docs/semantics.md §2): the queries at global positions attend to every key
 //! (causally in a decoder) through their own projections `Wq_g, Wk_g, Wv_g`, and replace the
 //! local result for those rows. The local rows are one call of the core with the Longformer
 //! window spec, whose global keys every query sees.
@@ -34,7 +34,8 @@ pub fn replace_global_rows<B: Backend>(
             mask.extend((0..n).map(|j| spec.visible(h, g, j, n)));
         }
     }
-    let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, count, n]), &device);
+    let mask =
+        Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, count, n]), &device);
     let (k_g, v_g) = (expand_kv(k_g, heads), expand_kv(v_g, heads));
     let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, &ScoreOptions::softmax());
     // Row i reads itself from `local`, or its global row from the appended block.

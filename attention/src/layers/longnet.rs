@@ -1,4 +1,4 @@
-//! LongNet dilated attention (SEMANTICS §5): branches of segments × dilations, each a call of
+//! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a call of
 //! the core, mixed by their softmax denominators.
 
 use burn::tensor::{Tensor, backend::Backend};
@@ -56,20 +56,15 @@ pub fn longnet_attention<B: WindowedAttentionBackend>(
     let specs = branch_specs(segments, dilations, heads, kv_heads, n)?;
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
     for spec in &specs {
-        let (o, lse) = windowed_attention(
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            spec,
-            &ScoreOptions::softmax(),
-        )?;
+        let (o, lse) =
+            windowed_attention(q.clone(), k.clone(), v.clone(), spec, &ScoreOptions::softmax())?;
         outs.push(o);
         lses.push(lse);
     }
     Ok(mix_branches(outs, lses))
 }
 
-/// The mixture of SEMANTICS §5: branch outputs `o_b: [batch, H, N, d]` with their log-normalisers
+/// The mixture of docs/semantics.md §5: branch outputs `o_b: [batch, H, N, d]` with their log-normalisers
 /// `lse_b: [batch, H, N]` → `Σ_b α_b o_b`, `α_b = exp(lse_b − logsumexp_b' lse_b')`. Shared by
 /// the forward pass and decoding.
 pub(crate) fn mix_branches<B: Backend>(
@@ -77,21 +72,14 @@ pub(crate) fn mix_branches<B: Backend>(
     lses: Vec<Tensor<B, 3>>,
 ) -> Tensor<B, 4> {
     let outs = outs.into_iter().map(|o| o.unsqueeze_dim::<5>(4)).collect();
-    let lse = Tensor::cat(
-        lses.into_iter().map(|l| l.unsqueeze_dim::<4>(3)).collect(),
-        3,
-    );
+    let lse = Tensor::cat(lses.into_iter().map(|l| l.unsqueeze_dim::<4>(3)).collect(), 3);
     // Stabilise by the largest branch lse (detached: α does not depend on it); rows that no
     // branch covers have only −∞ and use 0.
     let max = lse.clone().max_dim(3).detach();
-    let max = max
-        .clone()
-        .mask_fill(max.equal_elem(f32::NEG_INFINITY), 0.0);
+    let max = max.clone().mask_fill(max.equal_elem(f32::NEG_INFINITY), 0.0);
     let weights = (lse - max).exp();
     let total = weights.clone().sum_dim(3);
     let total = total.clone().mask_fill(total.equal_elem(0.0), 1.0);
     let alpha = weights * reciprocal(total);
-    (Tensor::cat(outs, 4) * alpha.unsqueeze_dim::<5>(3))
-        .sum_dim(4)
-        .squeeze_dim::<4>(4)
+    (Tensor::cat(outs, 4) * alpha.unsqueeze_dim::<5>(3)).sum_dim(4).squeeze_dim::<4>(4)
 }

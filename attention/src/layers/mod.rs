@@ -1,5 +1,5 @@
 //! The attention layers of swa-zoo, each in a file named after it, all built on the windowed
-//! core or, for linear attention, on SEMANTICS §6.
+//! core or, for linear attention, on docs/semantics.md §6.
 //!
 //! - [`kind`]: the attention kind of a layer as data, and the window spec and score options of
 //!   full, SWA, MSWA, SWAT and sinks attention;

@@ -1,4 +1,4 @@
-//! Multi-scale window allocation (MSWA; SEMANTICS §3): a window per head and per layer.
+//! Multi-scale window allocation (MSWA; docs/semantics.md §3): a window per head and per layer.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +40,7 @@ impl MswaStrategy {
 }
 
 /// The windows `W(l, h)` of `layers × heads` for base window `base`, rounded down
-/// (SEMANTICS §3). Layer `l` is in group `⌊4l/L⌋`, head `h` in `⌊4h/H⌋`.
+/// (docs/semantics.md §3). Layer `l` is in group `⌊4l/L⌋`, head `h` in `⌊4h/H⌋`.
 ///
 /// Errors when a variation needs four groups and `L < 4` or `H < 4`, or a window rounds to 0.
 pub fn mswa_windows(
@@ -72,7 +72,8 @@ pub fn mswa_windows(
     };
     let mut windows = Vec::with_capacity(layers);
     for l in 0..layers {
-        let row: Vec<usize> = (0..heads).map(|h| base * layer_quarters(l) * head_quarters(h) / 16).collect();
+        let row: Vec<usize> =
+            (0..heads).map(|h| base * layer_quarters(l) * head_quarters(h) / 16).collect();
         if let Some(head) = row.iter().position(|&w| w == 0) {
             return Err(AttentionError::ZeroWindow { head: l * heads + head });
         }

@@ -24,13 +24,13 @@ pub struct SelfAttentionConfig {
     pub kv_heads: usize,
     /// The mechanism, as data.
     pub kind: AttentionKind,
-    /// RoPE base (SEMANTICS §4); RoPE is applied to q and k of every kind but SWAT with ALiBi
+    /// RoPE base (docs/semantics.md §4); RoPE is applied to q and k of every kind but SWAT with ALiBi
     /// alone.
     #[config(default = "10000.0")]
     pub rope_base: f64,
 }
 
-/// The q, k, v projections of one set of heads (no biases; SEMANTICS §8).
+/// The q, k, v projections of one set of heads (no biases; docs/semantics.md §8).
 #[derive(Module, Debug)]
 pub struct Projections<B: Backend> {
     query: Linear<B>,
@@ -104,11 +104,7 @@ impl SelfAttentionConfig {
             layer.global = Some(local.copy());
         }
         layer.local = Some(local);
-        layer.output = Some(
-            LinearConfig::new(heads * head_dim, d)
-                .with_bias(false)
-                .init(device),
-        );
+        layer.output = Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
         Ok(layer)
     }
 }
@@ -120,11 +116,7 @@ impl<B: Backend> Projections<B> {
             weight: Param::from_tensor(l.weight.val()),
             bias: l.bias.as_ref().map(|b| Param::from_tensor(b.val())),
         };
-        Self {
-            query: copy(&self.query),
-            key: copy(&self.key),
-            value: copy(&self.value),
-        }
+        Self { query: copy(&self.query), key: copy(&self.key), value: copy(&self.value) }
     }
 }
 
@@ -147,10 +139,9 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         };
         let (q, k) = (rotate(q), rotate(k));
         let out = match &self.kind {
-            AttentionKind::LongNet {
-                segments,
-                dilations,
-            } => longnet::longnet_attention(q, k, v, segments, dilations)?,
+            AttentionKind::LongNet { segments, dilations } => {
+                longnet::longnet_attention(q, k, v, segments, dilations)?
+            }
             kind => {
                 let spec = kind.spec(self.heads, self.kv_heads)?;
                 let opts = kind.score_options(self.heads)?;
@@ -165,12 +156,8 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
                 }
             }
         };
-        let merged = out
-            .swap_dims(1, 2)
-            .reshape([batch, n, self.heads * self.head_dim]);
-        Ok(output
-            .expect("windowed layers have an output projection")
-            .forward(merged))
+        let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
+        Ok(output.expect("windowed layers have an output projection").forward(merged))
     }
 
     /// The layer's attention kind.
@@ -179,7 +166,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     }
 }
 
-/// A layer's decoding state (SEMANTICS §7), made by [`SelfAttention::cache`]. A clone is an
+/// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is an
 /// independent copy (tensors are shared until one of the copies writes).
 #[derive(Clone)]
 pub enum LayerCache<B: Backend> {
@@ -191,7 +178,7 @@ pub enum LayerCache<B: Backend> {
         /// Keys and values of `Wk_g, Wv_g`, with the global positions.
         global: Option<(KvCache<B>, Vec<usize>)>,
     },
-    /// Linear attention's recurrent state (SEMANTICS §6).
+    /// Linear attention's recurrent state (docs/semantics.md §6).
     Linear(LinearState<B>),
 }
 
@@ -225,10 +212,9 @@ impl<B: Backend> SelfAttention<B> {
             return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
         }
         let specs = match &self.kind {
-            AttentionKind::LongNet {
-                segments,
-                dilations,
-            } => longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?,
+            AttentionKind::LongNet { segments, dilations } => {
+                longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?
+            }
             kind => vec![kind.spec(self.heads, self.kv_heads)?],
         };
         let opts = self.kind.score_options(self.heads)?;
@@ -238,10 +224,7 @@ impl<B: Backend> SelfAttention<B> {
             true => None,
             false => {
                 let spec = WindowSpec::full(self.heads, self.kv_heads)?;
-                Some((
-                    KvCache::new(vec![spec], ScoreOptions::softmax(), positions)?,
-                    globals,
-                ))
+                Some((KvCache::new(vec![spec], ScoreOptions::softmax(), positions)?, globals))
             }
         };
         Ok(LayerCache::Windowed { local, global })
@@ -262,10 +245,7 @@ impl<B: Backend> SelfAttention<B> {
         };
         let batch = x.dims()[0];
         let position = local.len();
-        let projections = self
-            .local
-            .as_ref()
-            .expect("windowed layers have projections");
+        let projections = self.local.as_ref().expect("windowed layers have projections");
         let (q, k, v) = self.project(projections, x.clone());
         local.append(k, v, self.rope());
         let mut out = local.attend(q, self.rope());
@@ -280,13 +260,8 @@ impl<B: Backend> SelfAttention<B> {
                 *global = None;
             }
         }
-        let merged = out
-            .swap_dims(1, 2)
-            .reshape([batch, 1, self.heads * self.head_dim]);
-        self.output
-            .as_ref()
-            .expect("windowed layers have an output projection")
-            .forward(merged)
+        let merged = out.swap_dims(1, 2).reshape([batch, 1, self.heads * self.head_dim]);
+        self.output.as_ref().expect("windowed layers have an output projection").forward(merged)
     }
 
     /// The rotation of q and k, or `None` for a kind without RoPE ([`AttentionKind::rotates`]).

@@ -1,6 +1,6 @@
 //! Decode latency and KV-cache bytes, after MSWA §5.3 / Figure 3: the time to predict the next
 //! token at positions 500, 1000, 1500 and 2000 of a 2048-token context (the median of the four),
-//! per batch size and attention kind, with the bounded cache of SEMANTICS §7; and the per-token
+//! per batch size and attention kind, with the bounded cache of docs/semantics.md §7; and the per-token
 //! time against the position, which stays flat for windowed kinds and grows for full attention.
 
 use std::time::Instant;
@@ -70,7 +70,10 @@ pub struct DecodeRow {
 /// Runs the benchmark; rows in the order families × windows × batches.
 pub fn run<B: Backend>(bench: &DecodeBench, device: &B::Device) -> Result<Vec<DecodeRow>, String> {
     if bench.positions.iter().any(|&p| p + bench.repeats > bench.context) {
-        return Err(format!("decode positions plus {} repeats must fit in the context of {}", bench.repeats, bench.context));
+        return Err(format!(
+            "decode positions plus {} repeats must fit in the context of {}",
+            bench.repeats, bench.context
+        ));
     }
     let mut rows = Vec::new();
     for &family in &bench.families {
@@ -83,7 +86,15 @@ pub fn run<B: Backend>(bench: &DecodeBench, device: &B::Device) -> Result<Vec<De
             let model = config.init::<B>(device).map_err(|e| e.to_string())?;
             let info_kv_bytes = model.info(&config, bench.context).kv_cache_bytes;
             for &batch in &bench.batches {
-                let timing = time_steps(&model, batch, CachePositions::Absolute, &bench.positions, bench.repeats, bench.context, device)?;
+                let timing = time_steps(
+                    &model,
+                    batch,
+                    CachePositions::Absolute,
+                    &bench.positions,
+                    bench.repeats,
+                    bench.context,
+                    device,
+                )?;
                 rows.push(DecodeRow {
                     family,
                     window,
@@ -142,16 +153,37 @@ pub fn time_steps<B: Backend>(
 /// The Figure 3 table: time per token, its ratio to full attention at the same batch, and the
 /// KV-cache bytes per sequence relative to full attention ("relative cost").
 pub fn table(rows: &[DecodeRow]) -> Table {
-    let mut table = Table::new(&["kind", "W", "batch", "ms/token", "vs full", "KV MiB/seq", "KV vs full", "KV = info"]);
+    let mut table = Table::new(&[
+        "kind",
+        "W",
+        "batch",
+        "ms/token",
+        "vs full",
+        "KV MiB/seq",
+        "KV vs full",
+        "KV = info",
+    ]);
     let full = |batch: usize| rows.iter().find(|r| r.family == Family::Full && r.batch == batch);
     for r in rows {
         let (vs_full, kv_vs_full) = match full(r.batch) {
-            Some(f) => (format!("{:.2}×", r.ms / f.ms), format!("{:.4}", r.kv_bytes as f64 / f.kv_bytes as f64)),
+            Some(f) => (
+                format!("{:.2}×", r.ms / f.ms),
+                format!("{:.4}", r.kv_bytes as f64 / f.kv_bytes as f64),
+            ),
             None => ("—".into(), "—".into()),
         };
         let window = r.window.map_or("—".into(), |w| w.to_string());
         let agrees = if r.kv_bytes == r.info_kv_bytes { "yes" } else { "no" };
-        table.rows.push(vec![r.family.name().into(), window, r.batch.to_string(), ms(r.ms), vs_full, mib(r.kv_bytes), kv_vs_full, agrees.into()]);
+        table.rows.push(vec![
+            r.family.name().into(),
+            window,
+            r.batch.to_string(),
+            ms(r.ms),
+            vs_full,
+            mib(r.kv_bytes),
+            kv_vs_full,
+            agrees.into(),
+        ]);
     }
     table
 }
@@ -196,7 +228,10 @@ impl FlatnessRow {
 /// slow and fast spells fall on all positions alike (timing them one after the other left
 /// single positions 1.4× off at random on a shared VM), and the time at a position is the median
 /// over the rounds.
-pub fn run_flatness<B: Backend>(bench: &FlatnessBench, device: &B::Device) -> Result<Vec<FlatnessRow>, String> {
+pub fn run_flatness<B: Backend>(
+    bench: &FlatnessBench,
+    device: &B::Device,
+) -> Result<Vec<FlatnessRow>, String> {
     let mut rows = Vec::new();
     for &family in &bench.families {
         let config = bench.model.config(family, bench.window)?;
@@ -204,7 +239,11 @@ pub fn run_flatness<B: Backend>(bench: &FlatnessBench, device: &B::Device) -> Re
         let limit = if family.windowed() { usize::MAX } else { bench.full_max };
         let at: Vec<usize> = bench.positions.iter().copied().filter(|&p| p <= limit).collect();
         let mut times = interleaved_ms(&model, &at, bench.repeats, device)?.into_iter();
-        let ms = bench.positions.iter().map(|p| at.contains(p).then(|| times.next()).flatten()).collect();
+        let ms = bench
+            .positions
+            .iter()
+            .map(|p| at.contains(p).then(|| times.next()).flatten())
+            .collect();
         rows.push(FlatnessRow { family, ms });
     }
     Ok(rows)
@@ -213,7 +252,12 @@ pub fn run_flatness<B: Backend>(bench: &FlatnessBench, device: &B::Device) -> Re
 /// Milliseconds per decoding step, batch 1, at each of the increasing positions `at`: the
 /// median over `rounds` interleaved rounds, after one untimed round in which each fork takes
 /// buffers of its own.
-fn interleaved_ms<B: Backend>(model: &Decoder<B>, at: &[usize], rounds: usize, device: &B::Device) -> Result<Vec<f64>, String> {
+fn interleaved_ms<B: Backend>(
+    model: &Decoder<B>,
+    at: &[usize],
+    rounds: usize,
+    device: &B::Device,
+) -> Result<Vec<f64>, String> {
     let mut cache = model.cache(1, CachePositions::Absolute, device).map_err(|e| e.to_string())?;
     let mut tokens = Tensor::<B, 1, Int>::zeros([1], device);
     let mut forks = Vec::with_capacity(at.len());
@@ -239,7 +283,11 @@ fn interleaved_ms<B: Backend>(model: &Decoder<B>, at: &[usize], rounds: usize, d
 }
 
 /// One decoding step of `tokens: [batch]`, returning the most likely next tokens `[batch]`.
-fn greedy_step<B: Backend>(model: &Decoder<B>, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 1, Int> {
+fn greedy_step<B: Backend>(
+    model: &Decoder<B>,
+    tokens: Tensor<B, 1, Int>,
+    cache: &mut DecoderCache<B>,
+) -> Tensor<B, 1, Int> {
     let batch = tokens.dims()[0];
     model.step(tokens, cache).argmax(1).reshape([batch])
 }

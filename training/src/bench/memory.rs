@@ -29,7 +29,8 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size >= layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
+                - layout.size();
             PEAK.fetch_max(live, Ordering::Relaxed);
         } else {
             LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //! - [`decode`]: time to predict the next token at several positions and batch sizes, the
 //!   KV-cache bytes of each kind, and per-token time against the position up to long contexts;
 //! - [`streaming`]: windowed models against a full-attention model run StreamingLLM-style
-//!   (sinks + recent window, SEMANTICS §7);
+//!   (sinks + recent window, docs/semantics.md §7);
 //! - [`training`]: tokens per second and peak memory of one training step;
 //! - [`memory`]: the counting allocator behind the peak-memory numbers;
 //! - [`suite`]: all of them at a full, a quick and a tiny size.
@@ -29,12 +29,12 @@ pub enum Family {
     /// A sliding window of `W` keys (SWA).
     Swa,
     /// MSWA: windows `W·f_l·f_h` over layers and heads, geometric `f = (1/4, 1/2, 1, 2)`
-    /// (SEMANTICS §3), so Σ windows is (15/16)² of SWA's.
+    /// (docs/semantics.md §3), so Σ windows is (15/16)² of SWA's.
     Mswa,
-    /// SWAT: sigmoid, balanced ALiBi and RoPE over a window of `W` (SEMANTICS §4).
+    /// SWAT: sigmoid, balanced ALiBi and RoPE over a window of `W` (docs/semantics.md §4).
     Swat,
     /// LongNet with segments `(W, 2W, 4W)` and dilations `(1, 2, 4)`: about `W` keys per branch
-    /// (SEMANTICS §5).
+    /// (docs/semantics.md §5).
     LongNet,
 }
 
@@ -93,13 +93,18 @@ impl BenchModel {
             Family::Full => vec![AttentionKind::Full],
             Family::Swa => vec![AttentionKind::Sliding { window }],
             Family::Swat => vec![AttentionKind::swat(window)],
-            Family::Mswa => mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
-                .map_err(|e| format!("MSWA at window {window}: {e}"))?
-                .into_iter()
-                .map(|windows| AttentionKind::MultiScale { windows })
-                .collect(),
+            Family::Mswa => {
+                mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
+                    .map_err(|e| format!("MSWA at window {window}: {e}"))?
+                    .into_iter()
+                    .map(|windows| AttentionKind::MultiScale { windows })
+                    .collect()
+            }
             Family::LongNet => {
-                vec![AttentionKind::LongNet { segments: vec![window, 2 * window, 4 * window], dilations: vec![1, 2, 4] }]
+                vec![AttentionKind::LongNet {
+                    segments: vec![window, 2 * window, 4 * window],
+                    dilations: vec![1, 2, 4],
+                }]
             }
         };
         let config = DecoderConfig::new(self.vocab, self.d_model, layers, heads, heads, attention);
@@ -109,7 +114,10 @@ impl BenchModel {
 
     /// One line describing the model.
     pub fn describe(&self) -> String {
-        format!("{} layers, {} heads, d = {}, vocabulary {}", self.layers, self.heads, self.d_model, self.vocab)
+        format!(
+            "{} layers, {} heads, d = {}, vocabulary {}",
+            self.layers, self.heads, self.d_model, self.vocab
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! SWAT's efficiency comparison: decoding with a model trained for its window (SWA, SWAT)
 //! against a vanilla full-attention model run StreamingLLM-style, with `S` sinks and the
 //! `W − S` most recent keys, the same total cache, and StreamingLLM's position shift
-//! ([`CachePositions::Streaming`], SEMANTICS §7: keys cached before RoPE and rotated at every
+//! ([`CachePositions::Streaming`], docs/semantics.md §7: keys cached before RoPE and rotated at every
 //! step by their slot index). The vanilla model without eviction is the last row.
 
 use burn::tensor::backend::Backend;
@@ -40,28 +40,51 @@ pub struct StreamingRow {
 }
 
 /// Runs the comparison: SWA, SWAT, vanilla + StreamingLLM, vanilla with its whole cache.
-pub fn run<B: Backend>(bench: &StreamingBench, device: &B::Device) -> Result<Vec<StreamingRow>, String> {
+pub fn run<B: Backend>(
+    bench: &StreamingBench,
+    device: &B::Device,
+) -> Result<Vec<StreamingRow>, String> {
     if bench.sinks >= bench.window {
-        return Err(format!("StreamingLLM needs fewer sinks ({}) than the total window ({})", bench.sinks, bench.window));
+        return Err(format!(
+            "StreamingLLM needs fewer sinks ({}) than the total window ({})",
+            bench.sinks, bench.window
+        ));
     }
     let (w, s) = (bench.window, bench.sinks);
     let vanilla_config = bench.model.config(Family::Full, w)?;
     let vanilla = vanilla_config.init::<B>(device).map_err(|e| e.to_string())?;
-    let streaming_config = with_eval_window(&vanilla_config, w - s, s).map_err(|e| e.to_string())?;
+    let streaming_config =
+        with_eval_window(&vanilla_config, w - s, s).map_err(|e| e.to_string())?;
     let streaming = rebuild(&vanilla, &streaming_config, device).map_err(|e| e.to_string())?;
     let swa = bench.model.config(Family::Swa, w)?.init::<B>(device).map_err(|e| e.to_string())?;
     let swat = bench.model.config(Family::Swat, w)?.init::<B>(device).map_err(|e| e.to_string())?;
     let variants = [
         (format!("SWA, W = {w}"), &swa, CachePositions::Absolute),
         (format!("SWAT, W = {w}"), &swat, CachePositions::Absolute),
-        (format!("vanilla + StreamingLLM, {s} sinks + {} recent", w - s), &streaming, CachePositions::Streaming),
+        (
+            format!("vanilla + StreamingLLM, {s} sinks + {} recent", w - s),
+            &streaming,
+            CachePositions::Streaming,
+        ),
         ("vanilla, full cache".to_string(), &vanilla, CachePositions::Absolute),
     ];
     let steps = bench.positions.iter().max().map_or(0, |p| p + bench.repeats);
     let mut rows = Vec::new();
     for (name, model, positions) in variants {
-        let timing = time_steps(model, bench.batch, positions, &bench.positions, bench.repeats, steps, device)?;
-        rows.push(StreamingRow { name, ms: median(timing.per_position_ms), kv_bytes: timing.cache_bytes / bench.batch });
+        let timing = time_steps(
+            model,
+            bench.batch,
+            positions,
+            &bench.positions,
+            bench.repeats,
+            steps,
+            device,
+        )?;
+        rows.push(StreamingRow {
+            name,
+            ms: median(timing.per_position_ms),
+            kv_bytes: timing.cache_bytes / bench.batch,
+        });
     }
     Ok(rows)
 }

@@ -101,7 +101,12 @@ impl Suite {
     /// head window is a sixteenth of the base).
     pub fn tiny() -> Self {
         let mut suite = Self::quick();
-        for model in [&mut suite.decode.model, &mut suite.flatness.model, &mut suite.streaming.model, &mut suite.training.model] {
+        for model in [
+            &mut suite.decode.model,
+            &mut suite.flatness.model,
+            &mut suite.streaming.model,
+            &mut suite.training.model,
+        ] {
             *model = BenchModel::tiny();
         }
         suite.decode.windows = vec![16, 32];
@@ -138,7 +143,12 @@ pub struct Results {
 
 /// Runs `parts` of `suite` on backend `B` (decoding on its inner backend, without autodiff),
 /// handing each part's title and table to `report` as soon as it is measured.
-pub fn run<B>(suite: &Suite, parts: &[Part], device: &B::Device, mut report: impl FnMut(&str, &Table)) -> Result<Results, String>
+pub fn run<B>(
+    suite: &Suite,
+    parts: &[Part],
+    device: &B::Device,
+    mut report: impl FnMut(&str, &Table),
+) -> Result<Results, String>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
@@ -150,7 +160,9 @@ where
                 results.decode = decode::run::<B::InnerBackend>(bench, device)?;
                 let title = format!(
                     "Decode latency (median over positions {:?} of {}), {}",
-                    bench.positions, bench.context, bench.model.describe()
+                    bench.positions,
+                    bench.context,
+                    bench.model.describe()
                 );
                 report(&title, &decode::table(&results.decode));
             }
@@ -159,7 +171,9 @@ where
                 results.flatness = decode::run_flatness::<B::InnerBackend>(bench, device)?;
                 let title = format!(
                     "Time per token against the position, batch 1, W = {}, {}; full attention up to {}",
-                    bench.window, bench.model.describe(), bench.full_max
+                    bench.window,
+                    bench.model.describe(),
+                    bench.full_max
                 );
                 report(&title, &decode::flatness_table(bench, &results.flatness));
             }
@@ -168,7 +182,9 @@ where
                 results.streaming = streaming::run::<B::InnerBackend>(bench, device)?;
                 let title = format!(
                     "StreamingLLM comparison, batch {}, median over positions {:?}, {}",
-                    bench.batch, bench.positions, bench.model.describe()
+                    bench.batch,
+                    bench.positions,
+                    bench.model.describe()
                 );
                 report(&title, &streaming::table(&results.streaming));
             }
@@ -177,7 +193,9 @@ where
                 results.training = training::run::<B>(bench, device)?;
                 let title = format!(
                     "Training step (forward + backward), batch {}, W = {}, {}",
-                    bench.batch, bench.window, bench.model.describe()
+                    bench.batch,
+                    bench.window,
+                    bench.model.describe()
                 );
                 report(&title, &training::table(&results.training));
             }

@@ -70,7 +70,14 @@ where
             if family == Family::Full && score_bytes > bench.full_score_bytes {
                 let gib = score_bytes as f64 / (1u64 << 30) as f64;
                 let skipped = Some(format!("one layer's H·N² f32 scores are {gib:.1} GiB"));
-                rows.push(TrainRow { family, len, skipped, ms: f64::NAN, tokens_per_s: f64::NAN, peak_bytes: None });
+                rows.push(TrainRow {
+                    family,
+                    len,
+                    skipped,
+                    ms: f64::NAN,
+                    tokens_per_s: f64::NAN,
+                    peak_bytes: None,
+                });
                 continue;
             }
             step(&model, bench.batch, len, device)?;
@@ -94,13 +101,19 @@ where
 }
 
 /// One forward and backward pass over `batch` sequences of `len` tokens, waited for.
-fn step<B>(model: &LanguageModel<B>, batch: usize, len: usize, device: &B::Device) -> Result<(), String>
+fn step<B>(
+    model: &LanguageModel<B>,
+    batch: usize,
+    len: usize,
+    device: &B::Device,
+) -> Result<(), String>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
     let vocab = model.decoder.vocab_size() as i64;
     let ids = |shift: usize| {
-        let data: Vec<i64> = (0..batch * len).map(|i| ((i + shift) as i64 * 7919) % vocab).collect();
+        let data: Vec<i64> =
+            (0..batch * len).map(|i| ((i + shift) as i64 * 7919) % vocab).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(data, [batch, len]), device)
     };
     let out = model.loss(TokenBatch { inputs: ids(0), targets: ids(1), scored: None });
@@ -114,7 +127,13 @@ pub fn table(rows: &[TrainRow]) -> Table {
     let mut table = Table::new(&["kind", "N", "ms/step", "tokens/s", "peak MiB"]);
     for r in rows {
         let row = match &r.skipped {
-            Some(why) => vec![r.family.name().into(), r.len.to_string(), format!("skipped: {why}"), "—".into(), "—".into()],
+            Some(why) => vec![
+                r.family.name().into(),
+                r.len.to_string(),
+                format!("skipped: {why}"),
+                "—".into(),
+                "—".into(),
+            ],
             None => vec![
                 r.family.name().into(),
                 r.len.to_string(),

@@ -33,7 +33,15 @@ impl CheckCase {
     /// A case of `config` with the suite's sizes: 2 sequences of `seq_len` tokens, a prompt of
     /// 4 tokens and 64 decoded tokens.
     pub fn new(name: &str, config: DecoderConfig, seq_len: usize) -> Self {
-        Self { name: name.into(), config, batch: 2, seq_len, prompt_len: 4, decode_steps: 64, seed: 7 }
+        Self {
+            name: name.into(),
+            config,
+            batch: 2,
+            seq_len,
+            prompt_len: 4,
+            decode_steps: 64,
+            seed: 7,
+        }
     }
 
     /// The case of preset `name` (see `swa-zoo info --list`), byte-level, at its training length
@@ -57,7 +65,9 @@ impl CheckCase {
 /// One tiny case per attention kind, in the README's order: full, SWA, MSWA, SWAT, LongNet,
 /// Longformer decoder and encoder, sinks, linear, and the linear + local hybrid.
 pub fn attention_kinds() -> Vec<CheckCase> {
-    let mswa = |base: usize| AttentionKind::MultiScale { windows: vec![base, 2 * base, 4 * base, 8 * base] };
+    let mswa = |base: usize| AttentionKind::MultiScale {
+        windows: vec![base, 2 * base, 4 * base, 8 * base],
+    };
     let longformer = |causal| AttentionKind::Longformer {
         window: 4,
         dilations: vec![1, 1, 2, 2],
@@ -70,7 +80,10 @@ pub fn attention_kinds() -> Vec<CheckCase> {
         ("swa", vec![AttentionKind::Sliding { window: 8 }]),
         ("mswa", vec![mswa(2), mswa(4)]),
         ("swat", vec![AttentionKind::swat(8)]),
-        ("longnet", vec![AttentionKind::LongNet { segments: vec![8, 16, 32], dilations: vec![1, 2, 4] }]),
+        (
+            "longnet",
+            vec![AttentionKind::LongNet { segments: vec![8, 16, 32], dilations: vec![1, 2, 4] }],
+        ),
         ("longformer-decoder", vec![longformer(true)]),
         ("longformer-encoder", vec![longformer(false)]),
         ("sinks", vec![AttentionKind::Sinks { sinks: 2, window: 8 }]),

@@ -69,8 +69,14 @@ const fn tol(max_abs: f32, rel_rms: f32) -> Tolerance {
 /// - TF32 (CUDA): provisional, not yet measured on a device; scaled from the core's CUDA
 ///   tolerances (README, "Tolerances") for a 2-layer model.
 pub const TOLERANCES: [(Precision, [Tolerance; 5]); 2] = [
-    (Precision::F32, [tol(0.0, 0.0), tol(2e-5, 1e-5), tol(5e-6, 5e-6), tol(2e-5, 1e-4), tol(1e-4, 3e-5)]),
-    (Precision::Tf32, [tol(0.0, 0.0), tol(2e-2, 5e-3), tol(5e-3, 5e-3), tol(5e-2, 5e-2), tol(2e-3, 5e-3)]),
+    (
+        Precision::F32,
+        [tol(0.0, 0.0), tol(2e-5, 1e-5), tol(5e-6, 5e-6), tol(2e-5, 1e-4), tol(1e-4, 3e-5)],
+    ),
+    (
+        Precision::Tf32,
+        [tol(0.0, 0.0), tol(2e-2, 5e-3), tol(5e-3, 5e-3), tol(5e-2, 5e-2), tol(2e-3, 5e-3)],
+    ),
 ];
 
 /// The tolerance of `quantity` at `precision`; `None` for decodings.
@@ -102,7 +108,12 @@ pub struct Errors {
 impl Errors {
     /// The errors of `candidate` against `reference`, tensor by tensor (same names and sizes).
     pub fn of(reference: &[Named], candidate: &[Named]) -> Self {
-        let mut errors = Self { max_abs: 0.0, max_abs_in: String::new(), rel_rms: 0.0, rel_rms_in: String::new() };
+        let mut errors = Self {
+            max_abs: 0.0,
+            max_abs_in: String::new(),
+            rel_rms: 0.0,
+            rel_rms_in: String::new(),
+        };
         for (r, c) in reference.iter().zip(candidate) {
             let (max_abs, rel_rms) = tensor_errors(&r.values, &c.values);
             if max_abs > errors.max_abs || errors.max_abs_in.is_empty() {
@@ -196,13 +207,30 @@ pub fn compare(
             let verdict = if errors.within(tol) { Verdict::Pass } else { Verdict::Fail };
             let note = match verdict {
                 Verdict::Pass => String::new(),
-                _ => format!("worst: {} (max-abs), {} (rel-RMS)", errors.max_abs_in, errors.rel_rms_in),
+                _ => format!(
+                    "worst: {} (max-abs), {} (rel-RMS)",
+                    errors.max_abs_in, errors.rel_rms_in
+                ),
             };
-            Comparison { case: case.into(), backend, quantity, errors: Some((errors, tol)), note, verdict }
+            Comparison {
+                case: case.into(),
+                backend,
+                quantity,
+                errors: Some((errors, tol)),
+                note,
+                verdict,
+            }
         })
         .collect();
     let (note, verdict) = compare_decodings(&reference.decoded, &candidate.decoded);
-    rows.push(Comparison { case: case.into(), backend, quantity: Quantity::Decoding, errors: None, note, verdict });
+    rows.push(Comparison {
+        case: case.into(),
+        backend,
+        quantity: Quantity::Decoding,
+        errors: None,
+        note,
+        verdict,
+    });
     rows
 }
 
@@ -217,7 +245,10 @@ fn compare_decodings(
         (Ok(r), Ok(c)) => match r.iter().zip(c).position(|(a, b)| a.token != b.token) {
             None if r.len() == c.len() => {
                 let margin = r.iter().map(|t| t.margin).fold(f32::INFINITY, f32::min);
-                (format!("{0}/{0} tokens identical; smallest margin {margin:.2e}", r.len()), Verdict::Pass)
+                (
+                    format!("{0}/{0} tokens identical; smallest margin {margin:.2e}", r.len()),
+                    Verdict::Pass,
+                )
             }
             None => (format!("{} tokens against {}", c.len(), r.len()), Verdict::Fail),
             Some(step) => (

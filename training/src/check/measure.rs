@@ -47,14 +47,19 @@ pub struct Outcome {
 }
 
 /// Runs `case` with `weights` on backend `B`'s `device`.
-pub fn measure<B>(case: &CheckCase, weights: &Weights, device: &B::Device) -> Result<Outcome, String>
+pub fn measure<B>(
+    case: &CheckCase,
+    weights: &Weights,
+    device: &B::Device,
+) -> Result<Outcome, String>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
     let decoder = weights.load::<B>(&case.config, device)?;
     let loaded = parameters(&decoder);
     let tokens = case.tokens();
-    let decoded = decode(&decoder.valid(), &tokens[0][..case.prompt_len], case.decode_steps, device);
+    let decoded =
+        decode(&decoder.valid(), &tokens[0][..case.prompt_len], case.decode_steps, device);
 
     let batch = token_batch::<B>(&tokens, device);
     let model = LanguageModel::new(decoder);
@@ -80,7 +85,8 @@ where
 fn token_batch<B: Backend>(rows: &[Vec<usize>], device: &B::Device) -> TokenBatch<B> {
     let columns = rows[0].len() - 1;
     let tensor = |range: std::ops::Range<usize>| {
-        let ids: Vec<i64> = rows.iter().flat_map(|row| row[range.clone()].iter().map(|&t| t as i64)).collect();
+        let ids: Vec<i64> =
+            rows.iter().flat_map(|row| row[range.clone()].iter().map(|&t| t as i64)).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows.len(), columns]), device)
     };
     TokenBatch { inputs: tensor(0..columns), targets: tensor(1..columns + 1), scored: None }
@@ -95,8 +101,10 @@ fn decode<B: Backend>(
     device: &B::Device,
 ) -> Result<Vec<DecodedToken>, String> {
     let mut cache = model.cache(1, CachePositions::Streaming, device).map_err(|e| e.to_string())?;
-    let token = |id: usize| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id as i64], [1]), device);
-    let mut logits = prompt.iter().map(|&id| model.step(token(id), &mut cache)).last().expect("a prompt");
+    let token =
+        |id: usize| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id as i64], [1]), device);
+    let mut logits =
+        prompt.iter().map(|&id| model.step(token(id), &mut cache)).last().expect("a prompt");
     let mut decoded = Vec::with_capacity(steps);
     for n in 0..steps {
         let next = greedy(&values(logits.clone()));

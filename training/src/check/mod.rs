@@ -21,7 +21,9 @@ use std::fmt::Write;
 
 pub use candidates::{Candidate, Reference, measure_reference};
 pub use cases::{CheckCase, attention_kinds};
-pub use compare::{Comparison, Errors, Precision, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance};
+pub use compare::{
+    Comparison, Errors, Precision, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance,
+};
 pub use measure::{DecodedToken, Outcome};
 pub use params::{Named, Weights};
 
@@ -44,9 +46,21 @@ impl Report {
     /// The report as a plain-text table, then the skipped candidates.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let header = ["case", "backend", "quantity", "max-abs", "rel-RMS", "tol max-abs", "tol rel-RMS", "result"];
-        let _ = writeln!(out, "{:<20} {:<7} {:<10} {:>9} {:>9} {:>11} {:>11}  {}", header[0], header[1],
-            header[2], header[3], header[4], header[5], header[6], header[7]);
+        let header = [
+            "case",
+            "backend",
+            "quantity",
+            "max-abs",
+            "rel-RMS",
+            "tol max-abs",
+            "tol rel-RMS",
+            "result",
+        ];
+        let _ = writeln!(
+            out,
+            "{:<20} {:<7} {:<10} {:>9} {:>9} {:>11} {:>11}  {}",
+            header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7]
+        );
         for row in &self.rows {
             let verdict = match row.verdict {
                 Verdict::Pass => "pass",
@@ -54,10 +68,19 @@ impl Report {
                 Verdict::NotApplicable => "n/a",
             };
             let numbers = match &row.errors {
-                Some((e, t)) => format!("{:>9.2e} {:>9.2e} {:>11.0e} {:>11.0e}", e.max_abs, e.rel_rms, t.max_abs, t.rel_rms),
+                Some((e, t)) => format!(
+                    "{:>9.2e} {:>9.2e} {:>11.0e} {:>11.0e}",
+                    e.max_abs, e.rel_rms, t.max_abs, t.rel_rms
+                ),
                 None => format!("{:>9} {:>9} {:>11} {:>11}", "-", "-", "-", "-"),
             };
-            let _ = write!(out, "{:<20} {:<7} {:<10} {numbers}  {verdict}", row.case, row.backend, row.quantity.label());
+            let _ = write!(
+                out,
+                "{:<20} {:<7} {:<10} {numbers}  {verdict}",
+                row.case,
+                row.backend,
+                row.quantity.label()
+            );
             let _ = match row.note.is_empty() {
                 true => writeln!(out),
                 false => writeln!(out, "  {}", row.note),
@@ -97,7 +120,9 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
         let weights = match Weights::seeded(&case.config, case.seed) {
             Ok(weights) => weights,
             Err(problem) => {
-                report.rows.push(failed("ndarray", format!("the model cannot be built: {problem}")));
+                report
+                    .rows
+                    .push(failed("ndarray", format!("the model cannot be built: {problem}")));
                 continue;
             }
         };
@@ -117,7 +142,9 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
                     &reference,
                     &outcome,
                 )),
-                Err(problem) => report.rows.push(failed(candidate.name(), format!("the run failed: {problem}"))),
+                Err(problem) => {
+                    report.rows.push(failed(candidate.name(), format!("the run failed: {problem}")))
+                }
             }
         }
     }

@@ -57,7 +57,11 @@ impl Weights {
     }
 
     /// A model of `config` on `device` holding exactly these weights.
-    pub fn load<B: Backend>(&self, config: &DecoderConfig, device: &B::Device) -> Result<Decoder<B>, String> {
+    pub fn load<B: Backend>(
+        &self,
+        config: &DecoderConfig,
+        device: &B::Device,
+    ) -> Result<Decoder<B>, String> {
         let mut model = config.init::<B>(device).map_err(|e| e.to_string())?;
         let snapshots = self
             .0
@@ -76,8 +80,12 @@ impl Weights {
 
     /// The weights as [`Named`] values, in module order.
     pub fn named(&self) -> Vec<Named> {
-        let values = |data: &TensorData| data.clone().convert::<f32>().to_vec().expect("f32 weights");
-        self.0.iter().map(|(name, data)| Named { name: name.clone(), values: values(data) }).collect()
+        let values =
+            |data: &TensorData| data.clone().convert::<f32>().to_vec().expect("f32 weights");
+        self.0
+            .iter()
+            .map(|(name, data)| Named { name: name.clone(), values: values(data) })
+            .collect()
     }
 }
 

@@ -90,28 +90,53 @@ pub trait Job: Sized {
 pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
     use BackendChoice::*;
     use Precision::*;
-    let missing = |feature: &str| Err(format!("this build has no {feature} backend; rebuild with `--features {feature}`"));
+    let missing = |feature: &str| {
+        Err(format!("this build has no {feature} backend; rebuild with `--features {feature}`"))
+    };
     let cpu = |name: &str| match (place.precision, place.devices.len()) {
         (F32, 1) => Ok(()),
-        (F32, _) => Err(format!("{name} runs on one device, the CPU; --devices needs --backend wgpu or cuda")),
-        (p, _) => Err(format!("--precision {}: {name} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)", p.name())),
+        (F32, _) => Err(format!(
+            "{name} runs on one device, the CPU; --devices needs --backend wgpu or cuda"
+        )),
+        (p, _) => Err(format!(
+            "--precision {}: {name} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)",
+            p.name()
+        )),
     };
     match (place.backend, place.precision) {
         #[cfg(feature = "flex")]
-        (Flex, _) => cpu("flex").and_then(|_| job.run::<Autodiff<burn::backend::Flex>>(Default::default())),
-        (Ndarray, _) => cpu("ndarray").and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
+        (Flex, _) => {
+            cpu("flex").and_then(|_| job.run::<Autodiff<burn::backend::Flex>>(Default::default()))
+        }
+        (Ndarray, _) => cpu("ndarray")
+            .and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
         #[cfg(feature = "wgpu")]
         (Wgpu, F32) => launch::<Autodiff<burn::backend::Wgpu>>(wgpu_strategy(place), F32, job),
         #[cfg(feature = "wgpu")]
-        (Wgpu, F16) => launch::<Autodiff<burn::backend::Wgpu<burn::tensor::f16>>>(wgpu_strategy(place), F16, job),
+        (Wgpu, F16) => launch::<Autodiff<burn::backend::Wgpu<burn::tensor::f16>>>(
+            wgpu_strategy(place),
+            F16,
+            job,
+        ),
         #[cfg(feature = "wgpu")]
-        (Wgpu, Bf16) => Err("--precision bf16: WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into()),
+        (Wgpu, Bf16) => Err(
+            "--precision bf16: WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda"
+                .into(),
+        ),
         #[cfg(feature = "cuda")]
         (Cuda, F32) => launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), F32, job),
         #[cfg(feature = "cuda")]
-        (Cuda, F16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::f16>>>(cuda_strategy(place), F16, job),
+        (Cuda, F16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::f16>>>(
+            cuda_strategy(place),
+            F16,
+            job,
+        ),
         #[cfg(feature = "cuda")]
-        (Cuda, Bf16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::bf16>>>(cuda_strategy(place), Bf16, job),
+        (Cuda, Bf16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::bf16>>>(
+            cuda_strategy(place),
+            Bf16,
+            job,
+        ),
         #[allow(unreachable_patterns)]
         (other, _) => missing(&format!("{other:?}").to_lowercase()),
     }
@@ -119,20 +144,31 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
 
 /// Runs `job` under `strategy` once the main device is known to compute in `precision`.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn launch<B>(strategy: ExecutionStrategy<B>, precision: Precision, job: impl Job) -> Result<(), String>
+fn launch<B>(
+    strategy: ExecutionStrategy<B>,
+    precision: Precision,
+    job: impl Job,
+) -> Result<(), String>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
     B::InnerBackend: WindowedAttentionBackend,
 {
     let device = strategy.main_device();
     if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
-        return Err(format!("--precision {}: {} does not support it", precision.name(), B::name(device)));
+        return Err(format!(
+            "--precision {}: {} does not support it",
+            precision.name(),
+            B::name(device)
+        ));
     }
     // Burn 0.21 keeps one default float type per device, fixed by the first backend type that
     // touches it; new tensors take it, whatever `B`'s own float type is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     if float != precision.dtype() {
-        return Err(format!("--precision {}: the device already computes in {float:?}", precision.name()));
+        return Err(format!(
+            "--precision {}: the device already computes in {float:?}",
+            precision.name()
+        ));
     }
     job.run_with(strategy)
 }
@@ -162,9 +198,12 @@ fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
 where
     B: burn::tensor::backend::Backend<Device = burn::backend::cuda::CudaDevice>,
 {
-    let devices: Vec<_> = place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
+    let devices: Vec<_> =
+        place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
     match devices.len() {
         1 => ExecutionStrategy::SingleDevice(devices[0].clone()),
-        _ => ExecutionStrategy::MultiDevice(devices, burn::train::MultiDeviceOptim::OptimMainDevice),
+        _ => {
+            ExecutionStrategy::MultiDevice(devices, burn::train::MultiDeviceOptim::OptimMainDevice)
+        }
     }
 }

@@ -23,14 +23,16 @@ pub fn check_backends(args: CheckArgs) -> Result<(), String> {
             .preset
             .iter()
             .map(|name| {
-                CheckCase::preset(name)
-                    .ok_or_else(|| format!("no preset named `{name}`; `swa-zoo info --list` lists them"))
+                CheckCase::preset(name).ok_or_else(|| {
+                    format!("no preset named `{name}`; `swa-zoo info --list` lists them")
+                })
             })
             .collect::<Result<_, _>>()?,
     };
     println!("reference: ndarray f32; tolerances (max-abs / rel-RMS, per tensor):");
     for (precision, row) in TOLERANCES {
-        let cells: Vec<String> = row.iter().map(|t| format!("{:.0e} / {:.0e}", t.max_abs, t.rel_rms)).collect();
+        let cells: Vec<String> =
+            row.iter().map(|t| format!("{:.0e} / {:.0e}", t.max_abs, t.rel_rms)).collect();
         println!(
             "  {precision:?}: weights {}, logits {}, loss {}, gradients {}, adamw step {}; decoding identical",
             cells[0], cells[1], cells[2], cells[3], cells[4]

@@ -19,22 +19,31 @@ use crate::plot::{heat_map, write_csv};
 use crate::train::TrainConfig;
 
 /// The model config of `--config`, or of `--preset` with its training length.
-pub(super) fn model_config(args: &ModelArgs, vocab: usize) -> Result<(DecoderConfig, usize, String), String> {
+pub(super) fn model_config(
+    args: &ModelArgs,
+    vocab: usize,
+) -> Result<(DecoderConfig, usize, String), String> {
     if let Some(path) = &args.config {
         let config: DecoderConfig = crate::config_file::load(path)?;
         let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         return Ok((config, 512, name));
     }
-    let preset = Preset::by_name(&args.preset, vocab)
-        .ok_or_else(|| format!("no preset named `{}`; `swa-zoo info --list` lists them", args.preset))?;
+    let preset = Preset::by_name(&args.preset, vocab).ok_or_else(|| {
+        format!("no preset named `{}`; `swa-zoo info --list` lists them", args.preset)
+    })?;
     Ok((preset.config, preset.train_len, preset.name))
 }
 
 /// A trained run's config and model, from `out/train.json` and `out/model.mpk`.
-fn load_run<B: Backend>(out: &Path, device: &B::Device) -> Result<(TrainConfig, Decoder<B>), String> {
+fn load_run<B: Backend>(
+    out: &Path,
+    device: &B::Device,
+) -> Result<(TrainConfig, Decoder<B>), String> {
     let file = out.join("train.json");
-    let config: TrainConfig = crate::config_file::load(&file).map_err(|e| format!("{e} (is --out a training run?)"))?;
-    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device).map_err(|e| e.to_string())?;
+    let config: TrainConfig =
+        crate::config_file::load(&file).map_err(|e| format!("{e} (is --out a training run?)"))?;
+    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
+        .map_err(|e| e.to_string())?;
     Ok((config, model))
 }
 
@@ -81,7 +90,17 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
             let (config, model) = load_run::<B::InnerBackend>(&args.out, &device)?;
             if let Some(task) = &config.task {
                 let (windows, lengths, distances) = (&args.windows, &args.lengths, &args.distances);
-                return super::tasks::eval(&args.out, &config, task, &model, windows, lengths, distances, args.examples, &device);
+                return super::tasks::eval(
+                    &args.out,
+                    &config,
+                    task,
+                    &model,
+                    windows,
+                    lengths,
+                    distances,
+                    args.examples,
+                    &device,
+                );
             }
             let corpus = config.load_corpus().map_err(|e| e.to_string())?;
             let lengths = match args.lengths.is_empty() {
@@ -97,28 +116,49 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
             for window in &windows {
                 let model = match window {
                     Some(w) => {
-                        let windowed = with_eval_window(&config.model, *w, args.sinks).map_err(|e| e.to_string())?;
+                        let windowed = with_eval_window(&config.model, *w, args.sinks)
+                            .map_err(|e| e.to_string())?;
                         rebuild(&model, &windowed, &device).map_err(|e| e.to_string())?
                     }
                     None => model.clone(),
                 };
                 let mut row = Vec::new();
                 for &len in &lengths {
-                    let loss = mean_loss(&model, test.clone(), len, 1, args.sequences, &device).map_err(|e| e.to_string())?;
+                    let loss = mean_loss(&model, test.clone(), len, 1, args.sequences, &device)
+                        .map_err(|e| e.to_string())?;
                     let label = window.map_or("trained".into(), |w| w.to_string());
-                    println!("window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}", loss.exp(), bits_per_unit(loss));
-                    rows.push(vec![label, len.to_string(), format!("{loss:.6}"), format!("{:.6}", bits_per_unit(loss))]);
+                    println!(
+                        "window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}",
+                        loss.exp(),
+                        bits_per_unit(loss)
+                    );
+                    rows.push(vec![
+                        label,
+                        len.to_string(),
+                        format!("{loss:.6}"),
+                        format!("{:.6}", bits_per_unit(loss)),
+                    ]);
                     row.push(bits_per_unit(loss));
                 }
                 cells.push(row);
             }
             let csv = args.out.join("eval.csv");
-            write_csv(&csv, &["window", "length", "loss", "bits"], &rows).map_err(|e| e.to_string())?;
+            write_csv(&csv, &["window", "length", "loss", "bits"], &rows)
+                .map_err(|e| e.to_string())?;
             println!("wrote {}", csv.display());
             if windows.len() > 1 {
                 let svg = args.out.join("eval_grid.svg");
-                heat_map(&svg, "Bits per byte: evaluation window × length", "evaluation length", &lengths, "window", &args.windows, &cells, "bits")
-                    .map_err(|e| e.to_string())?;
+                heat_map(
+                    &svg,
+                    "Bits per byte: evaluation window × length",
+                    "evaluation length",
+                    &lengths,
+                    "window",
+                    &args.windows,
+                    &cells,
+                    "bits",
+                )
+                .map_err(|e| e.to_string())?;
                 println!("wrote {}", svg.display());
             }
             Ok(())
@@ -213,7 +253,10 @@ pub fn info(args: InfoArgs) -> Result<(), String> {
     if args.list {
         for scale in [Scale::Paper, Scale::Tiny] {
             for preset in Preset::all(scale, 256).map_err(|e| e.to_string())? {
-                println!("{:<34} train_len {:>5}  {}", preset.name, preset.train_len, preset.source);
+                println!(
+                    "{:<34} train_len {:>5}  {}",
+                    preset.name, preset.train_len, preset.source
+                );
             }
         }
         return Ok(());
@@ -222,8 +265,16 @@ pub fn info(args: InfoArgs) -> Result<(), String> {
     let model = config.init::<B>(&device).map_err(|e| e.to_string())?;
     let info = model.info(&config, args.context);
     println!("{name}\n{info}");
-    let swa = DecoderConfig { attention: vec![swa_attention::layers::AttentionKind::Sliding { window: base_window(&config) }], ..config.clone() };
-    println!("relative cost vs SWA of the same base window: {:.3}", info.relative_cost(swa.window_sum(args.context)));
+    let swa = DecoderConfig {
+        attention: vec![swa_attention::layers::AttentionKind::Sliding {
+            window: base_window(&config),
+        }],
+        ..config.clone()
+    };
+    println!(
+        "relative cost vs SWA of the same base window: {:.3}",
+        info.relative_cost(swa.window_sum(args.context))
+    );
     Ok(())
 }
 
@@ -300,8 +351,13 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
                 BenchSuite::Preset => vec![],
             };
             if !parts.is_empty() {
-                println!("quick efficiency suite on {} (the full one: cargo bench --bench efficiency)\n", B::name(&device));
-                suite::run::<B>(&Suite::quick(), &parts, &device, |title, table| println!("{title}\n\n{}", table.markdown()))?;
+                println!(
+                    "quick efficiency suite on {} (the full one: cargo bench --bench efficiency)\n",
+                    B::name(&device)
+                );
+                suite::run::<B>(&Suite::quick(), &parts, &device, |title, table| {
+                    println!("{title}\n\n{}", table.markdown())
+                })?;
             }
             if !matches!(args.suite, BenchSuite::All | BenchSuite::Preset) {
                 return Ok(());
@@ -310,7 +366,15 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             let (config, train_len, name) = model_config(&args.model, corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);
             let model = LanguageModel::new(config.init::<B>(&device).map_err(|e| e.to_string())?);
-            let loader = WindowLoader::<B>::new(corpus.train(), len, args.batch_size, args.steps + 1, Sampling::Random { seed: 0 }, 0, device.clone())?;
+            let loader = WindowLoader::<B>::new(
+                corpus.train(),
+                len,
+                args.batch_size,
+                args.steps + 1,
+                Sampling::Random { seed: 0 },
+                0,
+                device.clone(),
+            )?;
             let mut start = Instant::now();
             for step in 0..=args.steps {
                 let out = model.loss(loader.batch(0, step));
@@ -322,7 +386,13 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             }
             let seconds = start.elapsed().as_secs_f64() / args.steps.max(1) as f64;
             let tokens = (args.batch_size * len) as f64;
-            println!("{name} on {}: N={len} batch={} → {:.1} ms/step, {:.0} tokens/s (forward+backward)", B::name(&device), args.batch_size, seconds * 1e3, tokens / seconds);
+            println!(
+                "{name} on {}: N={len} batch={} → {:.1} ms/step, {:.0} tokens/s (forward+backward)",
+                B::name(&device),
+                args.batch_size,
+                seconds * 1e3,
+                tokens / seconds
+            );
             Ok(())
         }
     }

@@ -1,6 +1,6 @@
 //! The `swa-zoo` command line: `train`, `eval`, `generate`, `info`, `bench` and `check-backends`.
 //!
-//! Window conventions, as in SEMANTICS §2: a causal window `W` sees the W keys `i−W+1 … i`, the
+//! Window conventions, as in docs/semantics.md §2: a causal window `W` sees the W keys `i−W+1 … i`, the
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
 //! config value is two-sided, 2w).
 

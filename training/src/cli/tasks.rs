@@ -41,7 +41,9 @@ impl TaskArgs {
     /// The task chosen, for sequences of `seq_len` tokens; `None` is language modelling.
     pub fn task(&self, seq_len: usize) -> Option<SyntheticTask> {
         self.task.map(|choice| match choice {
-            TaskChoice::Mqar => SyntheticTask::mqar(self.pairs.unwrap_or((seq_len / 8).clamp(1, 32))),
+            TaskChoice::Mqar => {
+                SyntheticTask::mqar(self.pairs.unwrap_or((seq_len / 8).clamp(1, 32)))
+            }
             TaskChoice::Passkey => SyntheticTask::passkey(self.digits),
         })
     }
@@ -105,12 +107,17 @@ pub fn eval<B: WindowedAttentionBackend>(
                 true => passkey_distances(&config.model, config.seq_len, *digits),
                 false => distances.to_vec(),
             };
-            distances.into_iter().map(|d| (config.seq_len.max(Passkey::shortest_seq_len(d, *digits)), Some(d))).collect()
+            distances
+                .into_iter()
+                .map(|d| (config.seq_len.max(Passkey::shortest_seq_len(d, *digits)), Some(d)))
+                .collect()
         }
     };
     let examples = |len: usize, distance: Option<usize>| -> Result<Vec<Example>, String> {
         let sample = |i: u64| match (task, distance) {
-            (SyntheticTask::Passkey { digits }, Some(d)) => Passkey::new(len, d, *digits)?.sample(test_seed(config), i),
+            (SyntheticTask::Passkey { digits }, Some(d)) => {
+                Passkey::new(len, d, *digits)?.sample(test_seed(config), i)
+            }
             _ => task.example(len, test_seed(config), i),
         };
         (0..count as u64).map(sample).collect::<Result<_, _>>().map_err(|e| e.to_string())
@@ -122,7 +129,12 @@ pub fn eval<B: WindowedAttentionBackend>(
     let mut rows = Vec::new();
     for window in windows {
         let model = match window {
-            Some(w) => rebuild(model, &with_eval_window(&config.model, w, 0).map_err(|e| e.to_string())?, device).map_err(|e| e.to_string())?,
+            Some(w) => rebuild(
+                model,
+                &with_eval_window(&config.model, w, 0).map_err(|e| e.to_string())?,
+                device,
+            )
+            .map_err(|e| e.to_string())?,
             None => model.clone(),
         };
         let label = window.map_or("trained".into(), |w| w.to_string());
@@ -135,11 +147,18 @@ pub fn eval<B: WindowedAttentionBackend>(
                 score.exact_rate()
             );
             let distance = distance.map_or(String::new(), |d| d.to_string());
-            rows.push(vec![label.clone(), len.to_string(), distance, format!("{:.6}", score.token_accuracy()), format!("{:.6}", score.exact_rate())]);
+            rows.push(vec![
+                label.clone(),
+                len.to_string(),
+                distance,
+                format!("{:.6}", score.token_accuracy()),
+                format!("{:.6}", score.exact_rate()),
+            ]);
         }
     }
     let csv = out.join("eval_task.csv");
-    write_csv(&csv, &["window", "length", "distance", "accuracy", "exact"], &rows).map_err(|e| e.to_string())?;
+    write_csv(&csv, &["window", "length", "distance", "accuracy", "exact"], &rows)
+        .map_err(|e| e.to_string())?;
     println!("wrote {}", csv.display());
     Ok(())
 }

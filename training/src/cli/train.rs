@@ -72,7 +72,6 @@ pub struct TrainArgs {
     seed: Option<u64>,
 }
 
-
 /// `train`.
 pub fn train(args: TrainArgs) -> Result<(), String> {
     let (out, mut config) = match args.resume {
@@ -84,7 +83,8 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
         }
         false => {
             let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
-            let mut probe = TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
+            let mut probe =
+                TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
             probe.word_min_count = args.words;
             let vocab = probe.load_corpus().map_err(|e| e.to_string())?.vocab_size();
             let (model, train_len, name) = model_config(&args.model, vocab)?;
@@ -124,26 +124,55 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
             let device = strategy.main_device().clone();
             let corpus = config.load_corpus().map_err(|e| e.to_string())?;
             config.validate().map_err(|e| e.to_string())?;
-            let untrained = config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?;
+            let untrained =
+                config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?;
             let info = untrained.info(&config.model, config.seq_len);
-            let data = config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
-            println!("training {data} on {} ({} parameters) into {}", B::name(&device), info.parameters, out.display());
+            let data =
+                config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
+            println!(
+                "training {data} on {} ({} parameters) into {}",
+                B::name(&device),
+                info.parameters,
+                out.display()
+            );
             if config.task.is_none() && !resume {
-                let loss = mean_loss(&untrained, corpus.valid(), config.seq_len, config.batch_size, config.valid_batches, &device)
-                    .map_err(|e| e.to_string())?;
-                println!("validation before training (an untrained model of this config): loss {loss:.4}, {:.4} bits per token", bits_per_unit(loss));
+                let loss = mean_loss(
+                    &untrained,
+                    corpus.valid(),
+                    config.seq_len,
+                    config.batch_size,
+                    config.valid_batches,
+                    &device,
+                )
+                .map_err(|e| e.to_string())?;
+                println!(
+                    "validation before training (an untrained model of this config): loss {loss:.4}, {:.4} bits per token",
+                    bits_per_unit(loss)
+                );
             }
-            let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy).map_err(|e| e.to_string())?;
+            let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy)
+                .map_err(|e| e.to_string())?;
             match &config.task {
                 Some(task) => super::tasks::report(&config, task, &outcome.model, 64, &device)?,
                 None => {
-                    let loss = mean_loss(&outcome.model, corpus.valid(), config.seq_len, config.batch_size, config.valid_batches, &device)
-                        .map_err(|e| e.to_string())?;
-                    println!("validation: loss {loss:.4}, {:.4} bits per token", bits_per_unit(loss));
+                    let loss = mean_loss(
+                        &outcome.model,
+                        corpus.valid(),
+                        config.seq_len,
+                        config.batch_size,
+                        config.valid_batches,
+                        &device,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    println!(
+                        "validation: loss {loss:.4}, {:.4} bits per token",
+                        bits_per_unit(loss)
+                    );
                 }
             }
             println!("model saved to {}", out.join("model.mpk").display());
-            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every).map_err(|e| e.to_string())?;
+            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every)
+                .map_err(|e| e.to_string())?;
             println!("loss curve: {}", curve.display());
             Ok(())
         }
@@ -152,7 +181,7 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
         true => vec![args.device.device],
         false => args.devices.clone(),
     };
-    let place = Placement { backend: args.device.backend, devices, precision: args.device.precision };
+    let place =
+        Placement { backend: args.device.backend, devices, precision: args.device.precision };
     run_on(&place, Run(config, out, args.resume))
 }
-

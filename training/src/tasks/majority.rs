@@ -45,10 +45,15 @@ impl Majority {
             return bad(format!("Majority.markers: {markers} can tie; use an odd number"));
         }
         if markers >= seq_len {
-            return bad(format!("Majority.seq_len: {seq_len} leaves no room for the CLS token and {markers} markers"));
+            return bad(format!(
+                "Majority.seq_len: {seq_len} leaves no room for the CLS token and {markers} markers"
+            ));
         }
         if filler_vocab == 0 || FIRST_FILLER + filler_vocab > 256 {
-            return bad(format!("Majority.filler_vocab: {filler_vocab} is not in 1 ..= {}", 256 - FIRST_FILLER));
+            return bad(format!(
+                "Majority.filler_vocab: {filler_vocab} is not in 1 ..= {}",
+                256 - FIRST_FILLER
+            ));
         }
         Ok(())
     }
@@ -57,7 +62,9 @@ impl Majority {
     pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TaskError> {
         self.validate()?;
         let mut rng = SplitMix64::for_example(seed, index);
-        let mut tokens: Vec<u32> = (0..self.seq_len).map(|_| (FIRST_FILLER + rng.below(self.filler_vocab)) as u32).collect();
+        let mut tokens: Vec<u32> = (0..self.seq_len)
+            .map(|_| (FIRST_FILLER + rng.below(self.filler_vocab)) as u32)
+            .collect();
         tokens[0] = MAJORITY_CLS;
         for position in rng.distinct(self.markers, self.seq_len - 1) {
             tokens[1 + position] = MAJORITY_MARKERS[rng.below(2)];
@@ -83,7 +90,9 @@ impl Majority {
 
 /// The marker that occurs more often among the positions `seen` accepts, or `None` on a tie.
 fn majority(tokens: &[u32], seen: impl Fn(usize) -> bool) -> Option<u32> {
-    let count = |marker: u32| tokens.iter().enumerate().filter(|&(t, &token)| token == marker && seen(t)).count();
+    let count = |marker: u32| {
+        tokens.iter().enumerate().filter(|&(t, &token)| token == marker && seen(t)).count()
+    };
     let [a, b] = MAJORITY_MARKERS.map(count);
     match a.cmp(&b) {
         std::cmp::Ordering::Greater => Some(MAJORITY_MARKERS[0]),
