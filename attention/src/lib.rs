@@ -11,10 +11,15 @@
 //! - [`blocked_attention`], the O(N·w) tensor-op path that runs and differentiates everywhere
 //!   ([`blocked`], scheduled by `plan`);
 //! - custom CubeCL kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]).
+//!
+//! [`cpu`] (feature `flex`) is the fused CPU kernel of the same core on plain f32 slices, not yet
+//! behind the backend seam.
 
 pub mod alibi;
 pub mod backend;
 pub mod blocked;
+#[cfg(feature = "flex")]
+pub mod cpu;
 mod entry;
 mod error;
 #[cfg(feature = "cube")]
