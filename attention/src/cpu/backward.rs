@@ -20,8 +20,10 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::Dims;
-use super::block::{Block, Mat, Scoring, dot, exp, matmul, sigmoid};
-use super::gather::{GroupInputs, add, query_lists, scatter, span_rows};
+use super::block::{Block, Scoring, live};
+use super::gather::{GroupInputs, add, query_lists, scatter, slab, span_rows};
+use super::math::{dot, exp, sigmoid};
+use super::matmul::{Mat, matmul};
 use super::schedule::{CHUNK, Group, Span, Tile, chunks, groups};
 use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
@@ -87,36 +89,25 @@ pub fn backward(
     if q_slab == 0 || k_slab == 0 {
         return Ok(grads);
     }
-    let row_slab = q_slab / dims.dim;
     let slabs = grads.dq.par_chunks_mut(q_slab).zip(grads.dk.par_chunks_mut(k_slab));
     let slabs = slabs.zip(grads.dv.par_chunks_mut(k_slab));
-    slabs.enumerate().for_each(|(slab, ((dq, dk), dv))| {
-        let kv_head = slab % dims.kv_heads;
-        let (q_rows, k_rows, r_rows) = (
-            slab * q_slab..(slab + 1) * q_slab,
-            slab * k_slab..(slab + 1) * k_slab,
-            slab * row_slab..(slab + 1) * row_slab,
-        );
+    slabs.enumerate().for_each(|(index, ((dq, dk), dv))| {
+        let kv_head = index % dims.kv_heads;
         for (group, query_tiles, key_tiles) in plan.iter().filter(|(g, ..)| g.kv_head == kv_head) {
             let scoring = Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim };
-            let base = GroupInputs::gather(
-                group,
-                &inputs.q[q_rows.clone()],
-                &inputs.k[k_rows.clone()],
-                &inputs.v[k_rows.clone()],
-                dims,
-            );
+            let slabs = [inputs.q, inputs.k, inputs.v];
+            let lens = [q_slab, k_slab, k_slab];
+            let base =
+                GroupInputs::gather(group, [0, 1, 2].map(|i| slab(slabs[i], index, lens[i])), dims);
             let heads = &base.slab_heads;
+            let rows = |buffer, width| {
+                let len = dims.group() * dims.q_len * width;
+                query_lists(group, heads, slab(buffer, index, len), dims.q_len, width)
+            };
             let group_inputs = Inputs {
-                grads: query_lists(group, heads, &inputs.d_o[q_rows.clone()], dims.q_len, dims.dim),
-                lse: query_lists(group, heads, &inputs.lse[r_rows.clone()], dims.q_len, 1),
-                coefficients: query_lists(
-                    group,
-                    heads,
-                    &coefficients[r_rows.clone()],
-                    dims.q_len,
-                    1,
-                ),
+                grads: rows(inputs.d_o, dims.dim),
+                lse: rows(inputs.lse, 1),
+                coefficients: rows(&coefficients, 1),
                 base: &base,
             };
             let pass = |tile| Pass { scoring: &scoring, group, inputs: &group_inputs, tile };
@@ -189,31 +180,31 @@ struct PairGrads {
 
 impl Pass<'_> {
     /// The weights and score gradients of the block pairing query run `queries` with key run
-    /// `keys`, recomputed from the inputs.
+    /// `keys`, recomputed from the inputs, on the rows' live ranges (0 elsewhere).
     #[inline(always)]
     fn pair_grads(&self, queries: &Span, keys: &Span) -> PairGrads {
         let (g, d) = (self.group.heads.len(), self.scoring.dim);
         let block: Block = self.group.block(queries, keys);
         let (m, n) = (block.rows(g), keys.range.len());
         let inputs = self.inputs;
-        let (q, d_o) = (
-            span_rows(&inputs.base.queries, queries, g * d),
-            span_rows(&inputs.grads, queries, g * d),
-        );
+        let q = span_rows(&inputs.base.queries, queries, g * d);
+        let d_o = span_rows(&inputs.grads, queries, g * d);
         let lse = span_rows(&inputs.lse, queries, g);
         let coefficients = span_rows(&inputs.coefficients, queries, g);
         let (k, v) =
             (span_rows(&inputs.base.keys, keys, d), span_rows(&inputs.base.values, keys, d));
+        let ranges = self.scoring.ranges(&block);
         let softcap = self.scoring.opts.softcap.is_some();
         let mut weights = vec![0.0f32; m * n];
         let mut chain = vec![0.0f32; if softcap { m * n } else { 0 }];
-        self.scoring.scores(q, k, &block, &mut weights, Some(&mut chain));
+        self.scoring.scores(q, k, &block, &ranges, &mut weights, Some(&mut chain));
         let mut scores = vec![0.0f32; m * n];
         matmul(&mut scores, Mat::new(d_o, m, d), Mat::new(v, n, d).t(), 1.0, false);
         let scale = self.scoring.opts.scale_for(d);
         let rows = weights.chunks_exact_mut(n).zip(scores.chunks_exact_mut(n));
         for (row, (w, ds)) in rows.enumerate() {
             let (lse, c) = (lse[row], coefficients[row]);
+            let (w, ds) = (live(w, ranges[row]), live(ds, ranges[row]));
             match self.scoring.opts.score_fn {
                 ScoreFn::Softmax if lse == f32::NEG_INFINITY => {
                     // The row sees no key: no weight, no gradient.
@@ -230,7 +221,8 @@ impl Pass<'_> {
                 }),
             }
             if softcap {
-                ds.iter_mut().zip(&chain[row * n..(row + 1) * n]).for_each(|(ds, c)| *ds *= c);
+                let chain = &chain[row * n + ranges[row].0..row * n + ranges[row].1];
+                ds.iter_mut().zip(chain).for_each(|(ds, c)| *ds *= c);
             }
         }
         PairGrads { weights, scores }
@@ -251,15 +243,9 @@ impl WithSimd for QueryGrads<'_> {
         let mut dq = vec![0.0f32; own.range.len() * pass.group.heads.len() * d];
         for span in chunks(&pass.tile.reads, CHUNK) {
             let grads = pass.pair_grads(own, &span);
-            let keys = span_rows(&pass.inputs.base.keys, &span, d);
-            let m = dq.len() / d;
-            matmul(
-                &mut dq,
-                Mat::new(&grads.scores, m, span.range.len()),
-                Mat::new(keys, span.range.len(), d),
-                1.0,
-                true,
-            );
+            let keys = Mat::new(span_rows(&pass.inputs.base.keys, &span, d), span.range.len(), d);
+            let scores = Mat::new(&grads.scores, dq.len() / d, span.range.len());
+            matmul(&mut dq, scores, keys, 1.0, true);
         }
         dq
     }

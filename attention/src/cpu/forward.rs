@@ -10,8 +10,10 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::Dims;
-use super::block::{Mat, Scoring, exp, matmul, max, sigmoid, sum};
-use super::gather::{GroupInputs, scatter, span_rows};
+use super::block::{Scoring, live};
+use super::gather::{GroupInputs, scatter, slab, span_rows};
+use super::math::{exp, max, sigmoid, sum};
+use super::matmul::{Mat, matmul};
 use super::schedule::{CHUNK, Group, Tile, chunks, groups};
 use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
@@ -57,17 +59,12 @@ pub fn forward(
         return Ok(Output { o, lse });
     }
     let slabs = o.par_chunks_mut(q_slab).zip(lse.par_chunks_mut(q_slab / dims.dim));
-    slabs.enumerate().for_each(|(slab, (o, lse))| {
-        let kv_head = slab % dims.kv_heads;
+    slabs.enumerate().for_each(|(index, (o, lse))| {
+        let kv_head = index % dims.kv_heads;
         for (group, tiles) in plan.iter().filter(|(group, _)| group.kv_head == kv_head) {
             let scoring = Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim };
-            let inputs = GroupInputs::gather(
-                group,
-                &q[slab * q_slab..(slab + 1) * q_slab],
-                &k[slab * k_slab..(slab + 1) * k_slab],
-                &v[slab * k_slab..(slab + 1) * k_slab],
-                dims,
-            );
+            let slabs = [slab(q, index, q_slab), slab(k, index, k_slab), slab(v, index, k_slab)];
+            let inputs = GroupInputs::gather(group, slabs, dims);
             let outputs: Vec<(Vec<f32>, Vec<f32>)> = tiles
                 .par_iter()
                 .map(|tile| {
@@ -122,11 +119,12 @@ impl QueryTile<'_> {
         for span in chunks(&self.tile.reads, CHUNK) {
             let n = span.range.len();
             let block = self.group.block(own, &span);
+            let ranges = self.scoring.ranges(&block);
             let keys = span_rows(&self.inputs.keys, &span, d);
-            let values = span_rows(&self.inputs.values, &span, d);
             let s = &mut s[..m * n];
-            self.scoring.scores(q, keys, &block, s, None);
+            self.scoring.scores(q, keys, &block, &ranges, s, None);
             for (row, s) in s.chunks_exact_mut(n).enumerate() {
+                let s = live(s, ranges[row]);
                 match self.scoring.opts.score_fn {
                     ScoreFn::Softmax => {
                         let new_max = running_max[row].max(max(s));
@@ -149,7 +147,8 @@ impl QueryTile<'_> {
                 }
                 total[row] += sum(s);
             }
-            matmul(&mut acc, Mat::new(s, m, n), Mat::new(values, n, d), 1.0, true);
+            let values = Mat::new(span_rows(&self.inputs.values, &span, d), n, d);
+            matmul(&mut acc, Mat::new(s, m, n), values, 1.0, true);
         }
         let softmax = self.scoring.opts.score_fn == ScoreFn::Softmax;
         let mut lse = vec![f32::NEG_INFINITY; m];

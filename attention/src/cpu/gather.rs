@@ -24,7 +24,7 @@ pub(crate) struct GroupInputs<'a> {
 
 impl<'a> GroupInputs<'a> {
     /// Gathers `group`'s lists from the slabs `q: [G_kv, N_q, d]` and `k, v: [N_k, d]`.
-    pub fn gather(group: &Group, q: &'a [f32], k: &'a [f32], v: &'a [f32], dims: Dims) -> Self {
+    pub fn gather(group: &Group, [q, k, v]: [&'a [f32]; 3], dims: Dims) -> Self {
         let slab_heads: Vec<usize> = group.heads.iter().map(|h| h % dims.group()).collect();
         let key_lists = |slab: &'a [f32]| -> Vec<Cow<'a, [f32]>> {
             group.keys.iter().map(|positions| rows(slab, positions, dims.dim)).collect()
@@ -55,6 +55,11 @@ pub(crate) fn query_lists<'a>(
 /// (`G·d` for queries stacked over a group's heads, `d` for keys).
 pub(crate) fn span_rows<'a>(lists: &'a [Cow<'_, [f32]>], span: &Span, width: usize) -> &'a [f32] {
     &lists[span.list][span.range.start * width..span.range.end * width]
+}
+
+/// Slab `index` of `buffer`, slabs of `len` floats one after another.
+pub(crate) fn slab(buffer: &[f32], index: usize, len: usize) -> &[f32] {
+    &buffer[index * len..(index + 1) * len]
 }
 
 /// Rows `indices` of `source` (rows of `width` floats), one after another: borrowed when the

@@ -34,6 +34,8 @@ mod backward;
 mod block;
 mod forward;
 mod gather;
+mod math;
+mod matmul;
 mod schedule;
 #[cfg(test)]
 mod tests;

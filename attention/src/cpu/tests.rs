@@ -349,7 +349,7 @@ fn class_rows_see_their_intervals() {
 
 #[test]
 fn exp_is_within_an_ulp_or_two_of_std() {
-    use super::block::exp;
+    use super::math::exp;
     assert_eq!(exp(f32::NEG_INFINITY), 0.0);
     assert_eq!(exp(-100.0), 0.0);
     for step in -40_000..=40_000 {

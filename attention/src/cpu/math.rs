@@ -1,0 +1,83 @@
+//! The elementwise arithmetic of the kernel: `exp`, `σ`, sums, maxima and dot products written
+//! as plain loops over slices that the compiler vectorises once they run under pulp's dispatch
+//! (`pulp::Arch::dispatch`), which compiles the tile code for the widest SIMD the CPU has
+//! (AVX2 + FMA on most x86-64). Every function here is `#[inline(always)]` so that it is
+//! compiled into its caller under that dispatch.
+
+/// Below this `e^x` is 0 in f32 (subnormals aside); −∞ lands here too.
+const EXP_UNDERFLOW: f32 = -87.33;
+
+/// `e^x`, branch-free so that loops over it vectorise: Cephes' `expf` (`x = n·ln 2 + r`, a
+/// degree-7 polynomial for `e^r`, then `2^n` through the exponent bits), within about 1 ulp of
+/// `f32::exp` and exactly 0 below [`EXP_UNDERFLOW`].
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    // Adding 1.5·2²³ rounds to an integer `n` and leaves it in the low mantissa bits, so `2^n`
+    // needs no float-to-int conversion (whose saturating checks would not vectorise).
+    const ROUND: f32 = 12_582_912.0;
+    let clamped = x.clamp(EXP_UNDERFLOW, 88.37);
+    let shifted = clamped * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    let r = clamped - n * 0.693_359_375 + n * 2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let biased = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
+    let y = (p * r * r + r + 1.0) * f32::from_bits(biased << 23);
+    if x < EXP_UNDERFLOW { 0.0 } else { y }
+}
+
+/// Lanes of the partial sums and maxima below: AVX2's eight f32 (two SSE vectors).
+const LANES: usize = 8;
+
+/// `Σ xs`, in [`LANES`] partial sums so that the loop vectorises (a single running sum is a
+/// chain of dependent additions that the compiler may not reorder).
+#[inline(always)]
+pub(crate) fn sum(xs: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane += x;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// The largest of `xs`, −∞ when empty, in [`LANES`] partial maxima as [`sum`].
+#[inline(always)]
+pub(crate) fn max(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane = if x > *lane { x } else { *lane };
+        }
+    }
+    lanes.iter().fold(tail, |a, &x| a.max(x))
+}
+
+/// `Σ a·b`, in [`LANES`] partial sums as [`sum`].
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_chunks.remainder().iter().zip(b_chunks.remainder()).map(|(x, y)| x * y).sum();
+    for (a, b) in a_chunks.zip(b_chunks) {
+        for ((lane, &x), &y) in lanes.iter_mut().zip(a).zip(b) {
+            *lane += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `σ(x) = 1 / (1 + e^−x)`.
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
