@@ -95,10 +95,12 @@ pub fn backward(
         let kv_head = index % dims.kv_heads;
         for (group, query_tiles, key_tiles) in plan.iter().filter(|(g, ..)| g.kv_head == kv_head) {
             let scoring = Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim };
-            let slabs = [inputs.q, inputs.k, inputs.v];
-            let lens = [q_slab, k_slab, k_slab];
-            let base =
-                GroupInputs::gather(group, [0, 1, 2].map(|i| slab(slabs[i], index, lens[i])), dims);
+            let slabs = [
+                slab(inputs.q, index, q_slab),
+                slab(inputs.k, index, k_slab),
+                slab(inputs.v, index, k_slab),
+            ];
+            let base = GroupInputs::gather(group, slabs, dims);
             let heads = &base.slab_heads;
             let rows = |buffer, width| {
                 let len = dims.group() * dims.q_len * width;
@@ -135,7 +137,7 @@ pub fn backward(
 
 /// The row coefficient `c_i` of every query row, `[batch, H, N_q]` (see the module docs).
 fn row_coefficients(inputs: &BackwardInputs, dim: usize, score_fn: ScoreFn) -> Vec<f32> {
-    let o_rows = inputs.o.chunks_exact(dim).zip(inputs.d_o.chunks_exact(dim));
+    let o_rows = inputs.o.par_chunks_exact(dim).zip(inputs.d_o.par_chunks_exact(dim));
     o_rows
         .zip(inputs.lse)
         .enumerate()

@@ -18,13 +18,13 @@ pub(crate) fn exp(x: f32) -> f32 {
     let clamped = x.clamp(EXP_UNDERFLOW, 88.37);
     let shifted = clamped * std::f32::consts::LOG2_E + ROUND;
     let n = shifted - ROUND;
-    let r = clamped - n * 0.693_359_375 + n * 2.121_944_4e-4;
+    let r = clamped - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let biased = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
     let y = (p * r * r + r + 1.0) * f32::from_bits(biased << 23);
     if x < EXP_UNDERFLOW { 0.0 } else { y }
