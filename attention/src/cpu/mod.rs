@@ -7,10 +7,11 @@
 //! chunks, and folds each chunk in with an online softmax (running maximum and sum) or with plain
 //! sums of `σ(s + β)`. No score, weight or mask tensor is ever stored.
 //!
-//! - [`schedule`] decides which keys each tile reads, from [`crate::WindowSpec`] alone: stride
-//!   classes (a dilated head reads only its class's keys), window ranges, sinks and globals.
-//! - [`block`] scores one chunk (`scale·q·k`, softcap, ALiBi, −∞ where not visible) and holds
-//!   the matrix product and the vectorised `exp`.
+//! - `schedule` decides which keys each tile reads, from [`crate::WindowSpec`] alone: stride
+//!   classes (a dilated head reads only its class's keys), window ranges, sinks and globals;
+//!   `gather` lays each list's rows out contiguously and puts the tiles' rows back.
+//! - `block` scores one chunk (`scale·q·k`, softcap, ALiBi, −∞ where not visible), with the
+//!   block products of `matmul` (gemm) and the vectorised `exp` and reductions of `math`.
 //! - [`forward`] computes `o` and `lse`; [`backward`] the exact `dq`, `dk`, `dv` from `∂L/∂o`
 //!   and `∂L/∂lse`, recomputing weights from `lse` (a dQ pass over query tiles, a dK/dV pass over
 //!   key tiles, each owning its outputs).
