@@ -1,4 +1,4 @@
-//! The efficiency benchmarks of issue 8, full size: decode latency and KV-cache bytes after MSWA
+//! The efficiency benchmarks at full size: decode latency and KV-cache bytes after MSWA
 //! §5.3 / Figure 3, time per token against the position up to 16k, SWA/SWAT against a vanilla
 //! model run StreamingLLM-style, and training throughput with peak memory (the logic is in
 //! `swa_training::bench`; `swa-zoo bench` runs a quick version).

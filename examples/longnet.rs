@@ -21,7 +21,7 @@
 //! Writes `scaling.csv`, `scaling_ratios.csv`, `lm.csv`, `scaling_time.svg` and
 //! `scaling_memory.svg` (log-log) to `--out` (default `target/examples/longnet`).
 //!
-//! Run (about 4 to 7 minutes on this shared 2-core CPU, on `../shared/data/kjv.txt`):
+//! Run (about 4 to 7 minutes on this shared 2-core CPU, on `data/kjv.txt`):
 //! `cargo run --example longnet`
 //!
 //! On a GPU, at the paper's width and branches (memory is not counted there; not yet run):

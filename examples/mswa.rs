@@ -11,8 +11,7 @@
 //! Writes `table2.csv`, `table5.csv`, `table6.csv` and `table5.svg` (bits per byte against
 //! base window) to `--out` (default `target/examples/mswa`).
 //!
-//! Run (11 models of 400 steps, about 13 minutes on an idle 2-core CPU), on
-//! `../shared/data/kjv.txt`:
+//! Run (11 models of 400 steps, about 13 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --release --example mswa`
 //!
 //! On a GPU, at the paper's width and depth:

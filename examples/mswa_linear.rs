@@ -9,8 +9,7 @@
 //!
 //! Writes `table3.csv` to `--out` (default `target/examples/mswa_linear`).
 //!
-//! Run (four models of 400 steps, about 16 minutes on an idle 2-core CPU), on
-//! `../shared/data/kjv.txt`:
+//! Run (four models of 400 steps, about 16 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --example mswa_linear`
 //!
 //! On a GPU, at the paper's width and depth:

@@ -21,8 +21,7 @@
 //! `swat-window.svg`) to `--out`
 //! (default `target/examples/streaming`).
 //!
-//! Run (two models of 1000 steps, then 68 evaluations; see the time below), on
-//! `../shared/data/kjv.txt`:
+//! Run (two models of 1000 steps, then 68 evaluations; see the time below), on `data/kjv.txt`:
 //! `cargo run --example streaming`
 //!
 //! On a GPU, at MSWA's Table 2 size (T = 1024):

@@ -16,7 +16,7 @@
 //! Writes `table2.csv`, `table2.svg` (bits per byte against evaluation length), `table3.csv`
 //! and `passkey.csv` to `--out` (default `target/examples/swat`).
 //!
-//! Run (14 models, about 11 minutes on an idle 2-core CPU), on `../shared/data/kjv.txt`:
+//! Run (14 models, about 11 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --example swat`
 //!
 //! On a GPU, at the analysis model's size (12 heads, 12 layers, W = 256):

@@ -1,5 +1,6 @@
-//! Tests of the windowed attention core (issue: the workspace, the windowed attention core,
-//! and CI). One binary, since every test binary links Burn.
+//! Tests of the windowed attention core: the window spec, the dense reference, the blocked path
+//! on every backend, the CubeCL kernels, RoPE and linear attention. One binary, since every test
+//! binary links Burn.
 
 mod cases;
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 4's error cases, each a one-line error naming the problem, with nothing saved
+//! Training's error cases, each a one-line error naming the problem, with nothing saved
 //! overwritten: a missing or empty corpus, an unknown preset or config field, a window larger
 //! than the training length, a checkpoint of another config, a truncated checkpoint, a fresh
 //! run into a folder holding one, and precisions or devices a backend does not have.
