@@ -188,21 +188,14 @@ fn tensor<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 4> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
+/// `Autodiff<B>` without the kernels: the blocked path, differentiated op by op. With feature
+/// `cube` the kernel module implements it instead, to differentiate through the kernels.
+#[cfg(not(feature = "cube"))]
 impl<
     B: WindowedAttentionBackend,
     C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy,
 > WindowedAttentionBackend for burn::backend::Autodiff<B, C>
 {
-    #[cfg(feature = "cube")]
-    fn windowed_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        spec: &WindowSpec,
-        opts: &ScoreOptions,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        crate::kernel::autodiff::windowed_attention::<B, C>(q, k, v, spec, opts)
-    }
 }
 
 #[cfg(feature = "ndarray")]

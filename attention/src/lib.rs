@@ -17,9 +17,11 @@ pub mod backend;
 pub mod blocked;
 mod entry;
 mod error;
+mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
 pub mod layers;
+mod mask;
 mod options;
 mod plan;
 mod reciprocal;

@@ -8,6 +8,7 @@ use swa_zoo::attention::{
     ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention,
     blocked_attention_chunked, dense_attention, windowed_attention,
 };
+use swa_zoo::models::SplitMix64;
 
 /// The reference backend of every comparison: ndarray, f32.
 pub type Reference = Autodiff<NdArray<f32>>;
@@ -53,36 +54,30 @@ pub fn device_answers<B: Backend>(name: &str) -> bool {
     answers
 }
 
-/// SplitMix64: a small seeded generator, so every case is reproducible from its seed.
-pub struct Rng(u64);
+/// The draws of the random cases, from a [`SplitMix64`], so every case is reproducible from its
+/// seed.
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
-    /// Uniform in `0..n`.
+    /// Uniform in `0..n`, by the remainder (the cases' seeds were drawn this way).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
-    /// Uniform in [−1, 1).
-    pub fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
     pub fn coin(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+        self.0.next_f64() <= p
     }
     pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len())]
     }
+    /// `n` values uniform in [−1, 1).
     pub fn values(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.uniform()).collect()
+        (0..n).map(|_| self.0.next_signed_f32()).collect()
     }
 }
 

@@ -20,22 +20,15 @@ mod weights;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
+use swa_zoo::models::SplitMix64;
 
 /// The reference backend: ndarray, f32, with autodiff.
 pub type Reference = Autodiff<NdArray<f32>>;
 
 /// Deterministic values in [−1, 1) from a seed (SplitMix64).
 pub fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_signed_f32()).collect()
 }
 
 /// A `[batch, heads, n, d]` tensor of seeded values.

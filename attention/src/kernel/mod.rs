@@ -17,7 +17,7 @@
 //!   `Autodiff<B>`, whose backward runs the backward kernels; [`fusion`]: as custom ops of
 //!   `Fusion<B>`.
 
-pub(crate) mod autodiff;
+mod autodiff;
 mod backward_keys;
 mod backward_launch;
 mod backward_queries;
