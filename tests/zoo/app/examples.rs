@@ -6,22 +6,22 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
-#[path = "../../examples/longformer.rs"]
+#[path = "../../../examples/longformer.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod longformer;
-#[path = "../../examples/longnet.rs"]
+#[path = "../../../examples/longnet.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod longnet;
-#[path = "../../examples/mswa.rs"]
+#[path = "../../../examples/mswa.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod mswa;
-#[path = "../../examples/mswa_linear.rs"]
+#[path = "../../../examples/mswa_linear.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod mswa_linear;
-#[path = "../../examples/streaming.rs"]
+#[path = "../../../examples/streaming.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod streaming;
-#[path = "../../examples/swat.rs"]
+#[path = "../../../examples/swat.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod swat;
 

@@ -9,7 +9,7 @@ use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 use swa_zoo::attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec, dense_attention};
 
-use crate::layer_forward::swat_ablation;
+use crate::models::layer_forward::swat_ablation;
 use crate::{max_abs, tensor, to_vec};
 
 type B = NdArray;

@@ -1,22 +1,10 @@
-//! Tests of the attention layers and the decoder model zoo. One binary, since every test
-//! binary links Burn.
+//! Tests of everything built on the windowed core: the attention layers and decoders
+//! ([`models`]), training ([`training`]) and the application ([`app`]). One binary, since every
+//! test binary links Burn; the core itself is tested by the `attention` binary.
 
-mod backends;
-mod bench;
-mod decode;
-mod decoder;
-mod examples;
-mod kernel_training;
-mod layer_forward;
-mod layer_reference;
-mod layers;
-mod mixed_precision;
-mod presets;
-mod tasks_training;
+mod app;
+mod models;
 mod training;
-mod training_devices;
-mod training_errors;
-mod weights;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};

@@ -12,7 +12,7 @@ use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 
-use crate::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
+use crate::models::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
 use crate::to_vec;
 
 /// Builds the layer with seeded weights, runs `forward` on a seeded `[batch, n, d]` and asserts

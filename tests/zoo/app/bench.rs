@@ -64,7 +64,7 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
 }
 
 /// The quick suite of `swa-zoo bench` on flex, printed; run by hand:
-/// `cargo test --features flex --test models quick_efficiency_suite -- --ignored --nocapture`.
+/// `cargo test --features flex --test zoo quick_efficiency_suite -- --ignored --nocapture`.
 #[cfg(feature = "flex")]
 #[test]
 #[ignore = "a measurement (minutes), not a check"]
@@ -80,7 +80,7 @@ fn quick_efficiency_suite_on_flex() {
 }
 
 /// Time per token against the position up to 16k with the CPU model of the full suite, printed:
-/// `cargo test --features flex --test models flatness_to_16k -- --ignored --nocapture`.
+/// `cargo test --features flex --test zoo flatness_to_16k -- --ignored --nocapture`.
 #[cfg(feature = "flex")]
 #[test]
 #[ignore = "a measurement (minutes), not a check"]

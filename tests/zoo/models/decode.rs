@@ -11,7 +11,7 @@ use swa_zoo::attention::{AttentionError, ScoreFn};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 
-use crate::layer_forward::swat_ablation;
+use crate::models::layer_forward::swat_ablation;
 use crate::{max_abs, to_vec, values};
 
 type B = NdArray;
