@@ -1,7 +1,7 @@
 //! The efficiency benchmarks of issue 8, full size: decode latency and KV-cache bytes after MSWA
 //! §5.3 / Figure 3, time per token against the position up to 16k, SWA/SWAT against a vanilla
 //! model run StreamingLLM-style, and training throughput with peak memory (the logic is in
-//! `swa_training::bench`; `swa-zoo bench` runs a quick version).
+//! `swa_zoo::bench`; `swa-zoo bench` runs a quick version).
 //!
 //! ```sh
 //! cargo bench --bench efficiency                                  # flex, the CPU model
@@ -22,10 +22,11 @@ use std::path::{Path, PathBuf};
 use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use swa_zoo::attention::WindowedAttentionBackend;
-use swa_zoo::training::bench::memory::CountingAllocator;
-use swa_zoo::training::bench::suite::{self, Part, Results, Suite};
-use swa_zoo::training::bench::{BenchModel, Family, Table, decode, streaming, training};
-use swa_zoo::training::plot::line_plot;
+use swa_zoo::bench::memory::CountingAllocator;
+use swa_zoo::bench::suite::{self, Part, Results, Suite};
+use swa_zoo::bench::{BenchModel, Family, decode, streaming, training};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

@@ -57,15 +57,15 @@
 //!   less than the ceilings do (0.58 → 0.59–0.61 → 0.61–0.62).
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
+use swa_training::TrainingBackend;
 use swa_training::synthetic::{SyntheticTask, accuracy, influence};
 use swa_training::tasks::{Example, Majority};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the Longformer example.
 #[derive(Parser, Debug)]
@@ -180,11 +180,7 @@ struct Outcome {
 }
 
 impl Job for LongformerStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let preset = Preset::longformer(false, self.study.scale(), 256);
         let len = preset.train_len;
         let task = SyntheticTask::majority(self.markers);

@@ -74,25 +74,25 @@
 //! blocked call, against one).
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::memory::{counting, peak_during};
-use swa_training::bench::{Table, median_ms};
-use swa_training::cli::{BackendChoice, Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
+use swa_training::TrainingBackend;
+use swa_zoo::bench::median_ms;
+use swa_zoo::bench::memory::{counting, peak_during};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{BackendChoice, Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Counts heap bytes for the memory columns. Left out of the test build, which includes this
 /// file as a module: a binary has one global allocator, and the smoke test does not need one
 /// (its memory cells read n/a).
 #[cfg(not(test))]
 #[global_allocator]
-static ALLOC: swa_training::bench::memory::CountingAllocator =
-    swa_training::bench::memory::CountingAllocator;
+static ALLOC: swa_zoo::bench::memory::CountingAllocator = swa_zoo::bench::memory::CountingAllocator;
 
 /// Flags of the LongNet example.
 #[derive(Parser, Debug)]
@@ -231,7 +231,7 @@ fn mib(bytes: Option<usize>) -> String {
 impl LongNetStudy {
     /// Time and memory of one `kind` layer at length `len`; memory only where `host` (the
     /// backend's tensors live in the counted heap).
-    fn cell<B>(
+    fn cell<B: TrainingBackend>(
         &self,
         kind: &'static str,
         attention: &AttentionKind,
@@ -239,11 +239,7 @@ impl LongNetStudy {
         config: &DecoderConfig,
         host: bool,
         device: &B::Device,
-    ) -> Result<Cell, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Cell, String> {
         let layer: SelfAttention<B> = SelfAttentionConfig::new(
             config.d_model,
             config.heads,
@@ -282,11 +278,11 @@ impl LongNetStudy {
     }
 
     /// Both kinds at every length, full attention up to `full_max`, in the order lengths × kinds.
-    fn scaling<B>(&self, config: &DecoderConfig, device: &B::Device) -> Result<Vec<Cell>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn scaling<B: TrainingBackend>(
+        &self,
+        config: &DecoderConfig,
+        device: &B::Device,
+    ) -> Result<Vec<Cell>, String> {
         let host =
             matches!(self.study.placement().backend, BackendChoice::Flex | BackendChoice::Ndarray)
                 && counting();
@@ -398,11 +394,11 @@ impl LongNetStudy {
     }
 
     /// The tiny LongNet decoder and a full-attention decoder of its size, trained alike.
-    fn language_models<B>(&self, preset: &Preset, device: &B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn language_models<B: TrainingBackend>(
+        &self,
+        preset: &Preset,
+        device: &B::Device,
+    ) -> Result<(), String> {
         let len = self.train_len.unwrap_or(preset.train_len);
         let full = DecoderConfig { attention: vec![AttentionKind::Full], ..preset.config.clone() };
         let steps = self.study.steps(600);
@@ -435,11 +431,7 @@ impl LongNetStudy {
 }
 
 impl Job for LongNetStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let preset = Preset::longnet(self.study.scale(), 256);
         let c = &preset.config;
         let layer =

@@ -50,13 +50,13 @@
 //!   inductive bias. The paper trains far longer, where context pays.
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::cli::{Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{CostRow, Study, StudyArgs, cost_table};
+use swa_training::TrainingBackend;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{CostRow, Study, StudyArgs, cost_table};
 
 /// Flags of the MSWA example.
 #[derive(Parser, Debug)]
@@ -106,17 +106,13 @@ fn mswa_config(
 }
 
 impl MswaStudy {
-    fn train<B>(
+    fn train<B: TrainingBackend>(
         &self,
         name: String,
         config: &DecoderConfig,
         len: usize,
         device: &B::Device,
-    ) -> Result<CostRow, String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<CostRow, String> {
         let trained = self.study.train::<B>(&name, config, len, self.study.steps(400), device)?;
         let batches = self.study.pick(16, 1);
         let bits = self.study.bits(&trained.model, len, 8, batches, device)?;
@@ -125,11 +121,7 @@ impl MswaStudy {
 }
 
 impl Job for MswaStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let scale = self.study.scale();
         let swa = Preset::mswa(MswaVariant::Swa, scale, 256).map_err(|e| e.to_string())?;
         let len = swa.train_len;

@@ -36,12 +36,12 @@
 //!   2.234, 2.184, 2.116.
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::Preset;
-use swa_training::cli::{Job, run_on};
-use swa_training::study::{CostRow, Study, StudyArgs, cost_table};
+use swa_training::TrainingBackend;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{CostRow, Study, StudyArgs, cost_table};
 
 /// Flags of the MSWA Table 3 example.
 #[derive(Parser, Debug)]
@@ -69,11 +69,7 @@ struct HybridStudy {
 }
 
 impl Job for HybridStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let (scale, study) = (self.study.scale(), &self.study);
         let hybrid = |local| Preset::mswa_hybrid(local, scale, 256).map_err(|e| e.to_string());
         let (linear, linear_swa, linear_mswa) =

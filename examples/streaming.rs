@@ -57,12 +57,13 @@ use clap::Parser;
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
+use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{decoded_loss, rebuild, with_eval_window};
-use swa_training::plot::heat_map;
-use swa_training::study::{Study, StudyArgs};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::heat_map;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the window-inference example.
 #[derive(Parser, Debug)]
@@ -141,11 +142,7 @@ impl StreamingStudy {
 }
 
 impl Job for StreamingStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let study = &self.study;
         let vanilla = Preset::vanilla(study.scale(), 256);
         let t = vanilla.train_len;

@@ -60,13 +60,14 @@ use swa_attention::alibi::SlopeMagnitudes;
 use swa_attention::layers::{AttentionKind, SwatPositions};
 use swa_attention::{ScoreFn, WindowedAttentionBackend};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
+use swa_training::TrainingBackend;
 use swa_training::eval::{rebuild, with_eval_window};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
 use swa_training::synthetic::{SyntheticTask, accuracy, receptive_field};
 use swa_training::tasks::Passkey;
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the SWAT example.
 #[derive(Parser, Debug)]
@@ -152,11 +153,12 @@ impl SwatStudy {
     }
 
     /// Table 2: vanilla against sliding-window training, across evaluation lengths.
-    fn table2<B>(&self, base: &DecoderConfig, w: usize, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn table2<B: TrainingBackend>(
+        &self,
+        base: &DecoderConfig,
+        w: usize,
+        device: &B::Device,
+    ) -> Result<(), String> {
         let study = &self.study;
         let lengths: Vec<usize> = self.length_multiples.iter().map(|m| m * w).collect();
         let softmax =
@@ -200,11 +202,12 @@ impl SwatStudy {
     }
 
     /// Table 3: score function × positional encoding, trained at 4W.
-    fn table3<B>(&self, base: &DecoderConfig, w: usize, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn table3<B: TrainingBackend>(
+        &self,
+        base: &DecoderConfig,
+        w: usize,
+        device: &B::Device,
+    ) -> Result<(), String> {
         let (study, heads) = (&self.study, base.heads);
         let splits = [heads, 2 * heads / 3, heads / 2];
         let mut positions: Vec<(String, SwatPositions, Option<usize>)> =
@@ -249,11 +252,7 @@ impl SwatStudy {
     /// Passkey retrieval accuracy by distance, for a SWAT stack whose reach `(W − 1)·L` is
     /// longer than the shortest passkey distance (the key's sentence and the question take
     /// `digits + 53` bytes), trained at length 256 on every distance that fits.
-    fn passkey<B>(&self, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn passkey<B: TrainingBackend>(&self, device: &B::Device) -> Result<(), String> {
         let study = &self.study;
         let (w, digits) = (64, 3);
         let mut config = Preset::vanilla(study.scale(), 256).config;
@@ -304,11 +303,7 @@ impl SwatStudy {
 }
 
 impl Job for SwatStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
         let preset = Preset::swat_analysis(self.study.scale(), 256);
         let w = preset.train_len / 4;
         for part in &self.parts {

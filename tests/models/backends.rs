@@ -1,9 +1,9 @@
-//! The cross-backend equivalence suite (`swa_zoo::training::check`): the tiny model of every
+//! The cross-backend equivalence suite (`swa_zoo::check`): the tiny model of every
 //! attention kind, drawn once and loaded bit for bit, on ndarray (the f32 reference) against
 //! flex, wgpu and cuda, each when compiled in and a device answers (otherwise the test says why
 //! it skipped). Build with `--features flex,wgpu` to compare wgpu (lavapipe on a CPU machine).
 
-use swa_zoo::training::check::{
+use swa_zoo::check::{
     Candidate, CheckCase, DecodedToken, Quantity, Verdict, Weights, attention_kinds, compare,
     measure_reference, run,
 };
@@ -65,7 +65,7 @@ fn the_check_catches_differences() {
     let case = CheckCase { decode_steps: 8, ..attention_kinds().remove(1) };
     let weights = Weights::seeded(&case.config, case.seed).unwrap();
     let reference = measure_reference(&case, &weights).unwrap();
-    let verdict = |candidate: &swa_zoo::training::check::Outcome, quantity| {
+    let verdict = |candidate: &swa_zoo::check::Outcome, quantity| {
         let rows = compare(&case.name, "test", Candidate::Flex.precision(), &reference, candidate);
         rows.into_iter().find(|r| r.quantity == quantity).unwrap()
     };

@@ -26,10 +26,10 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
+use crate::backend::TrainingBackend;
 use crate::corpus::Corpus;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
@@ -205,34 +205,26 @@ pub struct TrainOutcome<B: AutodiffBackend> {
 /// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
 /// resuming from its last checkpoint when `resume` is set. Shows Burn's dashboard on a
 /// terminal and the plain log elsewhere.
-pub fn train<B>(
+pub fn train<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
     out: &Path,
     resume: bool,
     device: &B::Device,
-) -> Result<TrainOutcome<B>, TrainError>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<TrainOutcome<B>, TrainError> {
     train_with(config, corpus, out, resume, ExecutionStrategy::SingleDevice(device.clone()))
 }
 
 /// [`train`] under one of Burn's execution strategies. The learning-rate schedule counts
 /// the scheduler steps the strategy takes: one per batch on one device and under DDP, one
 /// per round of one batch per device under Burn's multi-device strategy.
-pub fn train_with<B>(
+pub fn train_with<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
     out: &Path,
     resume: bool,
     strategy: ExecutionStrategy<B>,
-) -> Result<TrainOutcome<B>, TrainError>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<TrainOutcome<B>, TrainError> {
     config.validate()?;
     let device = &strategy.main_device().clone();
     let scheduler_steps = match &strategy {
@@ -376,11 +368,7 @@ struct Run<'a, B: AutodiffBackend> {
     schedule: WarmupCosine,
 }
 
-impl<B> Run<'_, B>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+impl<B: TrainingBackend> Run<'_, B> {
     /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
     /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
     fn launch<O>(self, model: LanguageModel<B>, optimizer: O) -> Decoder<B::InnerBackend>

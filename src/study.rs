@@ -4,21 +4,23 @@
 //! flags every example takes ([`StudyArgs`]), the corpus, an output folder, a training run per
 //! model ([`Study::train`]; [`Study::train_task`] on a synthetic task) through the same Learner
 //! as `swa-zoo train`, validation bits per byte at any length ([`Study::bits`]), and tables
-//! printed as Markdown and written as CSV ([`Study::report`]). Figures are drawn with [`crate::plot`] into [`Study::path`].
+//! printed as Markdown and written as CSV ([`Study::report`]). Figures are drawn with
+//! [`crate::report::plot`] into [`Study::path`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig, Scale};
 
-use crate::bench::Table;
-use crate::cli::{BackendChoice, Placement, Precision};
-use crate::corpus::{Corpus, bits_per_unit};
-use crate::synthetic::SyntheticTask;
-use crate::train::{TrainConfig, train};
+use swa_training::TrainingBackend;
+use swa_training::corpus::{Corpus, bits_per_unit};
+use swa_training::synthetic::SyntheticTask;
+use swa_training::train::{TrainConfig, train};
+
+use crate::report::table::Table;
+use crate::runtime::{BackendChoice, Placement, Precision};
 
 /// The flags every example takes.
 #[derive(Args, Clone, Debug)]
@@ -145,24 +147,20 @@ impl Study {
     }
 
     /// Trains `model` on sequences of `seq_len` tokens for `steps` steps into `out/runs/<name>`.
-    pub fn train<B>(
+    pub fn train<B: TrainingBackend>(
         &self,
         name: &str,
         model: &DecoderConfig,
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, String> {
         self.train_config::<B>(name, self.config(model, seq_len, steps), device)
     }
 
     /// [`Study::train`] on examples of a synthetic `task` instead of the corpus: the loss and
     /// the logged accuracy cover the task's scored positions only.
-    pub fn train_task<B>(
+    pub fn train_task<B: TrainingBackend>(
         &self,
         name: &str,
         model: &DecoderConfig,
@@ -170,11 +168,7 @@ impl Study {
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, String> {
         self.train_config::<B>(
             name,
             self.config(model, seq_len, steps).with_task(Some(task.clone())),
@@ -197,16 +191,12 @@ impl Study {
     }
 
     /// Trains `config` into `out/runs/<name>`.
-    pub fn train_config<B>(
+    pub fn train_config<B: TrainingBackend>(
         &self,
         name: &str,
         config: TrainConfig,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, String> {
         println!("== {name}: {} steps at length {} ==", config.steps, config.seq_len);
         let start = Instant::now();
         let outcome =
@@ -229,7 +219,7 @@ impl Study {
         batches: usize,
         device: &B::Device,
     ) -> Result<f64, String> {
-        crate::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)
+        swa_training::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)
             .map(bits_per_unit)
             .map_err(|e| e.to_string())
     }

@@ -9,9 +9,10 @@ use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
 
 use super::memory::peak_during;
-use super::{BenchModel, Family, Table, mib};
-use crate::language_model::LanguageModel;
-use crate::loader::TokenBatch;
+use super::{BenchModel, Family, mib};
+use crate::report::Table;
+use swa_training::language_model::LanguageModel;
+use swa_training::loader::TokenBatch;
 
 /// The training-step benchmark.
 #[derive(Clone, Debug)]

@@ -8,8 +8,9 @@ use burn::tensor::backend::Backend;
 use swa_attention::layers::CachePositions;
 
 use super::decode::time_steps;
-use super::{BenchModel, Family, Table, median, mib, ms};
-use crate::eval::{rebuild, with_eval_window};
+use super::{BenchModel, Family, median, mib, ms};
+use crate::report::Table;
+use swa_training::eval::{rebuild, with_eval_window};
 
 /// The StreamingLLM comparison.
 #[derive(Clone, Debug)]

@@ -1,12 +1,13 @@
-//! Running a job on the backend, precision and devices chosen on the command line.
+//! Running a job on the backend, precision and devices chosen on the command line or an
+//! example's flags: [`run_on`] turns a [`Placement`] into a concrete Burn backend type and runs
+//! a [`Job`] on it, or names what this build or backend cannot do.
 
 use burn::backend::Autodiff;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::ExecutionStrategy;
 use clap::ValueEnum;
-use swa_attention::WindowedAttentionBackend;
+pub use swa_training::TrainingBackend;
 
 /// The backends a build can offer; those not compiled in say how to get them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -22,7 +23,7 @@ pub enum BackendChoice {
 }
 
 /// The float type of the model's weights, activations and gradients (training in half precision
-/// keeps an f32 master copy of the weights: see [`crate::mixed_precision`]).
+/// keeps an f32 master copy of the weights: see [`swa_training::mixed_precision`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Precision {
     /// 32-bit floats, on every backend.
@@ -68,17 +69,10 @@ pub struct Placement {
 /// A job generic over the training backend.
 pub trait Job: Sized {
     /// Runs on backend `B` (with autodiff) and its device.
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend;
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String>;
 
     /// Runs under one of Burn's execution strategies; only training uses several devices.
-    fn run_with<B>(self, strategy: ExecutionStrategy<B>) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run_with<B: TrainingBackend>(self, strategy: ExecutionStrategy<B>) -> Result<(), String> {
         match strategy {
             ExecutionStrategy::SingleDevice(device) => self.run::<B>(device),
             _ => Err("only `train` runs on several devices".into()),
@@ -144,15 +138,11 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
 
 /// Runs `job` under `strategy` once the main device is known to compute in `precision`.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn launch<B>(
+fn launch<B: TrainingBackend>(
     strategy: ExecutionStrategy<B>,
     precision: Precision,
     job: impl Job,
-) -> Result<(), String>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<(), String> {
     let device = strategy.main_device();
     if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
         return Err(format!(

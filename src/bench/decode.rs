@@ -10,7 +10,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
-use super::{BenchModel, Family, Table, median, mib, ms};
+use super::{BenchModel, Family, median, mib, ms};
+use crate::report::Table;
 
 /// The Figure 3 benchmark.
 #[derive(Clone, Debug)]

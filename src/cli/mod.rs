@@ -4,17 +4,22 @@
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
 //! config value is two-sided, 2w).
 
-mod backend;
-mod check;
-mod commands;
+mod bench;
+mod check_backends;
+mod eval;
+mod generate;
+mod info;
 mod tasks;
 mod train;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use burn::tensor::backend::Backend;
 use clap::{Args, Parser, Subcommand};
+use swa_models::{Decoder, DecoderConfig, Preset};
+use swa_training::train::TrainConfig;
 
-pub use backend::{BackendChoice, Job, Placement, Precision, run_on};
+use crate::runtime::{BackendChoice, Placement, Precision};
 
 /// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
 #[derive(Parser, Debug)]
@@ -29,16 +34,16 @@ enum Command {
     /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
     Train(train::TrainArgs),
     /// Loss, perplexity and bits per byte at several lengths, and the window × length grid.
-    Eval(commands::EvalArgs),
+    Eval(eval::EvalArgs),
     /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
-    Generate(commands::GenerateArgs),
+    Generate(generate::GenerateArgs),
     /// Parameters, Σ windows, relative cost and KV-cache bytes of a model; `--list` the presets.
-    Info(commands::InfoArgs),
+    Info(info::InfoArgs),
     /// The quick efficiency suite (decode latency, KV bytes, StreamingLLM, training throughput).
-    Bench(commands::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Compare every attention kind on each backend of this build with ndarray (f32):
     /// logits, loss, gradients, one AdamW step and greedy decoding.
-    CheckBackends(check::CheckArgs),
+    CheckBackends(check_backends::CheckArgs),
 }
 
 /// Which model: a preset or a JSON config, overridable by flags of the command.
@@ -68,6 +73,22 @@ pub struct DeviceArgs {
     precision: Precision,
 }
 
+impl ModelArgs {
+    /// The model config of `--config`, or of `--preset` with its training length, and its name.
+    fn config(&self, vocab: usize) -> Result<(DecoderConfig, usize, String), String> {
+        if let Some(path) = &self.config {
+            let config: DecoderConfig = swa_training::config_file::load(path)?;
+            let name =
+                path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+            return Ok((config, 512, name));
+        }
+        let preset = Preset::by_name(&self.preset, vocab).ok_or_else(|| {
+            format!("no preset named `{}`; `swa-zoo info --list` lists them", self.preset)
+        })?;
+        Ok((preset.config, preset.train_len, preset.name))
+    }
+}
+
 impl DeviceArgs {
     /// One device, in the chosen precision.
     fn placement(&self) -> Placement {
@@ -79,10 +100,23 @@ impl DeviceArgs {
 pub fn main() -> Result<(), String> {
     match Cli::parse().command {
         Command::Train(args) => train::train(args),
-        Command::Eval(args) => commands::eval(args),
-        Command::Generate(args) => commands::generate(args),
-        Command::Info(args) => commands::info(args),
-        Command::Bench(args) => commands::bench(args),
-        Command::CheckBackends(args) => check::check_backends(args),
+        Command::Eval(args) => eval::eval(args),
+        Command::Generate(args) => generate::generate(args),
+        Command::Info(args) => info::info(args),
+        Command::Bench(args) => bench::bench(args),
+        Command::CheckBackends(args) => check_backends::check_backends(args),
     }
+}
+
+/// A trained run's config and model, from `out/train.json` and `out/model.mpk`.
+fn load_run<B: Backend>(
+    out: &Path,
+    device: &B::Device,
+) -> Result<(TrainConfig, Decoder<B>), String> {
+    let file = out.join("train.json");
+    let config: TrainConfig = swa_training::config_file::load(&file)
+        .map_err(|e| format!("{e} (is --out a training run?)"))?;
+    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
+        .map_err(|e| e.to_string())?;
+    Ok((config, model))
 }

@@ -1,109 +1,37 @@
-//! Figures and tables of results: SVG plots drawn with plotters' SVG backend (text is left to
-//! the viewer's fonts, so no font files are needed) and a small CSV writer.
+//! Figures of results: SVG plots drawn with plotters' SVG backend (text is left to the viewer's
+//! fonts, so no font files are needed).
 //!
 //! - [`heat_map`]: a value per (y, x) cell, e.g. bits per byte per evaluation window and length,
 //!   in the manner of SWAT's Figure 2;
 //! - [`line_plot`]: one line per series with a legend, e.g. loss curves, or latency against
-//!   sequence length on log-log axes;
-//! - [`write_csv`]: the numbers behind a figure.
-//!
-//! Every file is written to a temporary sibling and renamed into place, so a reader never sees
-//! half a file and an interrupted run leaves the previous file intact.
+//!   sequence length on log-log axes.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Why a figure or table was not written; every variant names the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlotError {
-    /// The data cannot be drawn (mismatched sizes, nothing to plot).
-    Input { path: PathBuf, problem: String },
-    /// plotters failed while drawing.
-    Draw { path: PathBuf, problem: String },
-    /// The file could not be written.
-    Write { path: PathBuf, problem: String },
-}
-
-impl fmt::Display for PlotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PlotError::Input { path, problem } => {
-                write!(f, "cannot plot {}: {problem}", path.display())
-            }
-            PlotError::Draw { path, problem } => {
-                write!(f, "drawing {} failed: {problem}", path.display())
-            }
-            PlotError::Write { path, problem } => {
-                write!(f, "cannot write {}: {problem}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for PlotError {}
+use super::{ReportError, write_atomic};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-
-/// Writes `bytes` to a temporary file beside `path`, then renames it to `path`.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let error =
-        |e: std::io::Error| PlotError::Write { path: path.to_path_buf(), problem: e.to_string() };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let unique = (std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}-{}", unique.0, unique.1));
-    std::fs::write(&tmp, bytes).map_err(error)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        error(e)
-    })
-}
 
 /// Draws an SVG of `size` pixels with `draw`, then writes it to `path`.
 fn render(
     path: &Path,
     size: (u32, u32),
     draw: impl FnOnce(&Area) -> Result<(), String>,
-) -> Result<(), PlotError> {
+) -> Result<(), ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         let drawn = root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|_| draw(&root));
         drawn
             .and_then(|_| root.present().map_err(|e| e.to_string()))
-            .map_err(|problem| PlotError::Draw { path: path.to_path_buf(), problem })?;
+            .map_err(|problem| ReportError::Draw { path: path.to_path_buf(), problem })?;
     }
     write_atomic(path, svg.as_bytes())
-}
-
-/// Writes a CSV table: `header`, then `rows`, each with as many fields as the header. Fields
-/// holding commas, quotes or line breaks are quoted.
-pub fn write_csv(
-    path: impl AsRef<Path>,
-    header: &[&str],
-    rows: &[Vec<String>],
-) -> Result<(), PlotError> {
-    let path = path.as_ref();
-    if let Some(i) = rows.iter().position(|r| r.len() != header.len()) {
-        let problem = format!("row {i} has {} fields, the header {}", rows[i].len(), header.len());
-        return Err(PlotError::Input { path: path.to_path_buf(), problem });
-    }
-    let field = |f: &str| match f.contains([',', '"', '\n', '\r']) {
-        true => format!("\"{}\"", f.replace('"', "\"\"")),
-        false => f.to_string(),
-    };
-    let line = |fields: Vec<String>| fields.join(",") + "\n";
-    let mut text = line(header.iter().map(|h| field(h)).collect());
-    for row in rows {
-        text.push_str(&line(row.iter().map(|f| field(f)).collect()));
-    }
-    write_atomic(path, text.as_bytes())
 }
 
 /// The colour of `t` in `[0, 1]` on a yellow-orange-red ramp (ColorBrewer YlOrRd): light yellow
@@ -132,9 +60,9 @@ pub fn heat_map(
     y_values: &[usize],
     cells: &[Vec<f64>],
     value_label: &str,
-) -> Result<(), PlotError> {
+) -> Result<(), ReportError> {
     let path = path.as_ref();
-    let input = |problem: String| Err(PlotError::Input { path: path.to_path_buf(), problem });
+    let input = |problem: String| Err(ReportError::Input { path: path.to_path_buf(), problem });
     if x_values.is_empty() || y_values.is_empty() {
         return input("no x or no y values".into());
     }
@@ -237,7 +165,7 @@ pub fn line_plot(
     series: &[(String, Vec<(f64, f64)>)],
     log_x: bool,
     log_y: bool,
-) -> Result<(), PlotError> {
+) -> Result<(), ReportError> {
     let path = path.as_ref();
     let keep = |&(x, y): &(f64, f64)| {
         x.is_finite() && y.is_finite() && (!log_x || x > 0.0) && (!log_y || y > 0.0)
@@ -252,7 +180,7 @@ pub fn line_plot(
             "no point to draw{}",
             if log_x || log_y { " (log axes need positive values)" } else { "" }
         );
-        return Err(PlotError::Input { path: path.to_path_buf(), problem });
+        return Err(ReportError::Input { path: path.to_path_buf(), problem });
     }
     let bounds = |v: Vec<f64>, log: bool, pad: bool| {
         let (lo, hi) =
@@ -360,7 +288,10 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::report::csv::write_csv;
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("swa-plot-{}", std::process::id()));
@@ -412,7 +343,7 @@ mod tests {
         assert!(svg(&path).contains("Empty"));
         let error = heat_map(&path, "t", "x", &[1, 2], "y", &[1], &[vec![1.0]], "v").unwrap_err();
         assert!(
-            matches!(error, PlotError::Input { .. }) && error.to_string().contains("heat.svg"),
+            matches!(error, ReportError::Input { .. }) && error.to_string().contains("heat.svg"),
             "{error}"
         );
     }
@@ -455,18 +386,6 @@ mod tests {
     }
 
     #[test]
-    fn csv_quotes_fields_and_checks_rows() {
-        let path = temp("table.csv");
-        let rows = vec![vec!["64".into(), "a,b".into()], vec!["128".into(), "say \"hi\"".into()]];
-        write_csv(&path, &["window", "note"], &rows).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n"
-        );
-        assert!(write_csv(&path, &["a"], &rows).unwrap_err().to_string().contains("row 0"));
-    }
-
-    #[test]
     fn an_unwritable_path_is_an_error_naming_it() {
         let path = std::env::temp_dir().join("swa-plot-no-such-dir").join("x").join("out.svg");
         let series = vec![("s".to_string(), vec![(1.0, 1.0), (2.0, 2.0)])];
@@ -477,7 +396,7 @@ mod tests {
         ];
         for error in errors {
             assert!(
-                matches!(error, PlotError::Write { .. })
+                matches!(error, ReportError::Write { .. })
                     && error.to_string().contains(&path.display().to_string()),
                 "{error}"
             );

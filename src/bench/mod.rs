@@ -141,39 +141,6 @@ pub fn median_ms(runs: usize, mut call: impl FnMut()) -> f64 {
     median(times.collect())
 }
 
-/// A table of results: printed as Markdown, written as CSV.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Table {
-    /// Column names.
-    pub header: Vec<String>,
-    /// One entry per column in each row.
-    pub rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    /// A table with columns `header` and no rows.
-    pub fn new(header: &[&str]) -> Self {
-        Self { header: header.iter().map(|h| h.to_string()).collect(), rows: Vec::new() }
-    }
-
-    /// The table in Markdown.
-    pub fn markdown(&self) -> String {
-        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-        let mut text = line(&self.header);
-        text.push_str(&line(&vec!["---".to_string(); self.header.len()]));
-        for row in &self.rows {
-            text.push_str(&line(row));
-        }
-        text
-    }
-
-    /// Writes the table as CSV.
-    pub fn write_csv(&self, path: &std::path::Path) -> Result<(), String> {
-        let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
-        crate::plot::write_csv(path, &header, &self.rows).map_err(|e| e.to_string())
-    }
-}
-
 /// Milliseconds to 3 significant decimals in a table cell.
 fn ms(value: f64) -> String {
     format!("{value:.3}")

@@ -8,11 +8,12 @@ use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 
-use crate::eval::{rebuild, with_eval_window};
-use crate::plot::write_csv;
-use crate::synthetic::{SyntheticTask, accuracy, passkey_distances, receptive_field};
-use crate::tasks::{Example, Passkey};
-use crate::train::TrainConfig;
+use swa_training::eval::{rebuild, with_eval_window};
+use swa_training::synthetic::{SyntheticTask, accuracy, passkey_distances, receptive_field};
+use swa_training::tasks::{Example, Passkey};
+use swa_training::train::TrainConfig;
+
+use crate::report::csv::write_csv;
 
 /// The synthetic tasks `train --task` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -7,7 +7,8 @@ use swa_attention::WindowedAttentionBackend;
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
 use super::training::{self, TrainBench, TrainRow};
-use super::{BenchModel, Family, Table};
+use super::{BenchModel, Family};
+use crate::report::Table;
 
 /// The parts of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

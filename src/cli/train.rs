@@ -3,19 +3,17 @@
 
 use std::path::PathBuf;
 
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::ExecutionStrategy;
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
 use swa_models::DecoderConfig;
+use swa_training::TrainingBackend;
+use swa_training::corpus::bits_per_unit;
+use swa_training::eval::mean_loss;
+use swa_training::train::{TrainConfig, train_with};
 
-use super::backend::{Job, Placement, run_on};
-use super::commands::model_config;
 use super::tasks::TaskArgs;
 use super::{DeviceArgs, ModelArgs};
-use crate::corpus::bits_per_unit;
-use crate::eval::mean_loss;
-use crate::train::{TrainConfig, train_with};
+use crate::runtime::{Job, Placement, run_on};
 
 /// Flags of `train`.
 #[derive(Args, Debug)]
@@ -78,7 +76,7 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
         true => {
             let out = args.out.clone().ok_or("--resume needs --out, the run's folder")?;
             let file = out.join("train.json");
-            let config: TrainConfig = crate::config_file::load(&file)?;
+            let config: TrainConfig = swa_training::config_file::load(&file)?;
             (out, config)
         }
         false => {
@@ -87,7 +85,7 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
                 TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
             probe.word_min_count = args.words;
             let vocab = probe.load_corpus().map_err(|e| e.to_string())?.vocab_size();
-            let (model, train_len, name) = model_config(&args.model, vocab)?;
+            let (model, train_len, name) = args.model.config(vocab)?;
             let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
             (out, TrainConfig { model, seq_len: train_len, ..probe })
         }
@@ -107,19 +105,14 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
     }
     struct Run(TrainConfig, PathBuf, bool);
     impl Job for Run {
-        fn run<B>(self, device: B::Device) -> Result<(), String>
-        where
-            B: AutodiffBackend + WindowedAttentionBackend,
-            B::InnerBackend: WindowedAttentionBackend,
-        {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
             self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
         }
 
-        fn run_with<B>(self, strategy: ExecutionStrategy<B>) -> Result<(), String>
-        where
-            B: AutodiffBackend + WindowedAttentionBackend,
-            B::InnerBackend: WindowedAttentionBackend,
-        {
+        fn run_with<B: TrainingBackend>(
+            self,
+            strategy: ExecutionStrategy<B>,
+        ) -> Result<(), String> {
             let Run(config, out, resume) = self;
             let device = strategy.main_device().clone();
             let corpus = config.load_corpus().map_err(|e| e.to_string())?;
@@ -171,7 +164,7 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
                 }
             }
             println!("model saved to {}", out.join("model.mpk").display());
-            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every)
+            let curve = crate::report::curve::plot_loss_curve(&out, config.checkpoint_every)
                 .map_err(|e| e.to_string())?;
             println!("loss curve: {}", curve.display());
             Ok(())
