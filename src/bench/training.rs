@@ -11,8 +11,8 @@ use swa_attention::WindowedAttentionBackend;
 use super::memory::peak_during;
 use super::{BenchModel, Family, mib};
 use crate::report::Table;
+use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
-use swa_training::loader::TokenBatch;
 
 /// The training-step benchmark.
 #[derive(Clone, Debug)]

@@ -12,8 +12,8 @@ use swa_models::Decoder;
 
 use super::cases::CheckCase;
 use super::params::{Named, Weights, gradients, parameters, values};
+use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
-use swa_training::loader::TokenBatch;
 
 /// Learning rate of the AdamW step: the training default (`TrainConfig::learning_rate`).
 pub const LEARNING_RATE: f64 = 1e-3;

@@ -4,7 +4,8 @@
 //! - [`corpus`]: byte- and word-level corpora, with an embedded default;
 //! - [`tasks`]: synthetic long-range tasks (MQAR, passkey retrieval, the majority vote of
 //!   Longformer's example); [`synthetic`]: training on them and their accuracy;
-//! - [`loader`]: reproducible batches for the Learner;
+//! - [`batch`]: the token batches the model reads; [`loader`]: reproducible batches of text
+//!   windows or task examples for the Learner;
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
 //!   training run, on any [`TrainingBackend`]; [`mixed_precision`]: f16 and bf16 training on f32
 //!   master weights with loss scaling;
@@ -15,6 +16,7 @@
 //! application's, in the `swa-zoo` facade crate.
 
 pub mod backend;
+pub mod batch;
 pub mod checkpoint;
 pub mod config_file;
 pub mod corpus;

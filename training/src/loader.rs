@@ -12,19 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
-use crate::synthetic::{SyntheticTask, batch as task_batch};
-
-/// Inputs and next-token targets, both `[batch, N]`.
-#[derive(Clone, Debug)]
-pub struct TokenBatch<B: Backend> {
-    /// Tokens `t_0 … t_{N−1}`.
-    pub inputs: Tensor<B, 2, Int>,
-    /// Tokens `t_1 … t_N`.
-    pub targets: Tensor<B, 2, Int>,
-    /// A synthetic task's answers: `[batch, N]`, 1 at the positions the loss covers and 0
-    /// elsewhere, and how many there are. `None` is every position (language modelling).
-    pub scored: Option<(Tensor<B, 2, Int>, usize)>,
-}
+use crate::batch::TokenBatch;
+use crate::synthetic::SyntheticTask;
 
 /// What a loader reads.
 #[derive(Clone, Debug)]
@@ -150,7 +139,7 @@ impl<B: Backend> WindowLoader<B> {
                     task.example(self.len, *seed, self.key(epoch, step, row))
                         .expect("checked by WindowLoader::task")
                 };
-                return task_batch(
+                return TokenBatch::from_examples(
                     (0..self.batch).map(example).collect::<Vec<_>>().as_slice(),
                     &self.device,
                 );

@@ -7,14 +7,12 @@
 //! the answer. [`influence`] says which positions can reach a given one through the stack's
 //! masks: what a windowed model can know at the position it is scored.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
-use crate::loader::TokenBatch;
+use crate::batch::TokenBatch;
 use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, TaskError, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
@@ -98,30 +96,6 @@ impl SyntheticTask {
     }
 }
 
-/// A batch of examples: the tokens as inputs, the answers as targets where scored (0
-/// elsewhere), and the mask of scored positions.
-pub fn batch<B: Backend>(examples: &[Example], device: &B::Device) -> TokenBatch<B> {
-    let (rows, len) = (examples.len(), examples[0].tokens.len());
-    let ids = examples.iter().flat_map(|e| e.tokens.iter().map(|&t| t as i64)).collect::<Vec<_>>();
-    let targets = examples
-        .iter()
-        .flat_map(|e| e.targets.iter().map(|t| t.unwrap_or(0) as i64))
-        .collect::<Vec<_>>();
-    let scored = examples
-        .iter()
-        .flat_map(|e| e.targets.iter().map(|t| t.is_some() as i64))
-        .collect::<Vec<_>>();
-    let count = scored.iter().sum::<i64>() as usize;
-    let tensor = |values: Vec<i64>| {
-        Tensor::<B, 2, Int>::from_data(TensorData::new(values, [rows, len]), device)
-    };
-    TokenBatch {
-        inputs: tensor(ids),
-        targets: tensor(targets),
-        scored: Some((tensor(scored), count)),
-    }
-}
-
 /// What a model got right on a set of examples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Accuracy {
@@ -157,7 +131,7 @@ pub fn accuracy<B: WindowedAttentionBackend>(
 ) -> Result<Accuracy, String> {
     let mut total = Accuracy::default();
     for chunk in examples.chunks(batch_size.max(1)) {
-        let inputs = batch::<B>(chunk, device).inputs;
+        let inputs = TokenBatch::<B>::from_examples(chunk, device).inputs;
         let logits = model.forward(inputs).map_err(|e| e.to_string())?;
         let [rows, len, _] = logits.dims();
         let predicted = logits.argmax(2).reshape([rows * len]).into_data().convert::<i64>();
