@@ -8,7 +8,8 @@
 //! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
 //! - [`check`]: the cross-backend equivalence check;
 //! - [`study`]: what the per-paper examples share (flags, runs, tables);
-//! - [`report`]: figures, CSV, Markdown tables and the loss curve of a run.
+//! - [`report`]: figures, CSV, Markdown tables and the loss curve of a run;
+//! - [`error`]: [`AppError`], what the application could not do.
 
 pub use swa_attention as attention;
 pub use swa_models as models;
@@ -17,6 +18,9 @@ pub use swa_training as training;
 pub mod bench;
 pub mod check;
 pub mod cli;
+pub mod error;
 pub mod report;
 pub mod runtime;
 pub mod study;
+
+pub use error::AppError;

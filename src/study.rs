@@ -13,12 +13,12 @@ use std::time::Instant;
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig, Scale};
-
 use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::synthetic::SyntheticTask;
 use swa_training::train::{TrainConfig, train};
 
+use crate::error::AppError;
 use crate::report::table::Table;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
@@ -85,19 +85,20 @@ pub struct Study {
 
 impl Study {
     /// Loads the corpus and clears `out/runs`, naming the file or folder at fault.
-    pub fn open(example: &str, args: StudyArgs) -> Result<Self, String> {
+    pub fn open(example: &str, args: StudyArgs) -> Result<Self, AppError> {
         let corpus = match (args.smoke, args.corpus.as_str()) {
             (true, _) | (_, "embedded") => Corpus::embedded(),
-            (false, path) => Corpus::bytes_from_file(Path::new(path)).map_err(|e| {
-                format!("{e} (pass --corpus PATH for another text, or --corpus embedded)")
-            })?,
+            (false, path) => Corpus::bytes_from_file(Path::new(path))
+                .map_err(|source| AppError::StudyCorpus { source })?,
         };
         let out = args.out.clone().unwrap_or_else(|| Path::new("target/examples").join(example));
         let runs = out.join("runs");
         if runs.exists() {
-            std::fs::remove_dir_all(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
+            std::fs::remove_dir_all(&runs)
+                .map_err(|source| AppError::Io { path: runs.clone(), source })?;
         }
-        std::fs::create_dir_all(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
+        std::fs::create_dir_all(&runs)
+            .map_err(|source| AppError::Io { path: runs.clone(), source })?;
         Ok(Self { args, corpus, out })
     }
 
@@ -154,7 +155,7 @@ impl Study {
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String> {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         self.train_config::<B>(name, self.config(model, seq_len, steps), device)
     }
 
@@ -168,7 +169,7 @@ impl Study {
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String> {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         self.train_config::<B>(
             name,
             self.config(model, seq_len, steps).with_task(Some(task.clone())),
@@ -196,12 +197,12 @@ impl Study {
         name: &str,
         config: TrainConfig,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String> {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         println!("== {name}: {} steps at length {} ==", config.steps, config.seq_len);
         let start = Instant::now();
         let outcome =
             train::<B>(&config, &self.corpus, &self.out.join("runs").join(name), false, device)
-                .map_err(|e| format!("{name}: {e}"))?;
+                .map_err(|e| AppError::step(name, e))?;
         Ok(Trained {
             model: outcome.model,
             config: config.model,
@@ -218,14 +219,14 @@ impl Study {
         batch: usize,
         batches: usize,
         device: &B::Device,
-    ) -> Result<f64, String> {
-        swa_training::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)
-            .map(bits_per_unit)
-            .map_err(|e| e.to_string())
+    ) -> Result<f64, AppError> {
+        let loss =
+            swa_training::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)?;
+        Ok(bits_per_unit(loss))
     }
 
     /// Prints `table` under `title` as Markdown and writes it to `out/<file>.csv`.
-    pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), String> {
+    pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), AppError> {
         println!("\n### {title}\n\n{}", table.markdown());
         table.write_csv(&self.path(&format!("{file}.csv")))
     }

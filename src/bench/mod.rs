@@ -21,6 +21,8 @@ use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::DecoderConfig;
 
+use crate::error::AppError;
+
 /// The attention families compared. Every layer of a model runs the same family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -87,7 +89,7 @@ impl BenchModel {
     }
 
     /// The decoder of `family` at base window `window`.
-    pub fn config(&self, family: Family, window: usize) -> Result<DecoderConfig, String> {
+    pub fn config(&self, family: Family, window: usize) -> Result<DecoderConfig, AppError> {
         let (layers, heads) = (self.layers, self.heads);
         let attention = match family {
             Family::Full => vec![AttentionKind::Full],
@@ -95,7 +97,7 @@ impl BenchModel {
             Family::Swat => vec![AttentionKind::swat(window)],
             Family::Mswa => {
                 mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
-                    .map_err(|e| format!("MSWA at window {window}: {e}"))?
+                    .map_err(|e| AppError::step(format!("MSWA at window {window}"), e))?
                     .into_iter()
                     .map(|windows| AttentionKind::MultiScale { windows })
                     .collect()
@@ -108,7 +110,7 @@ impl BenchModel {
             }
         };
         let config = DecoderConfig::new(self.vocab, self.d_model, layers, heads, heads, attention);
-        config.validate().map_err(|e| format!("{} model: {e}", family.name()))?;
+        config.validate().map_err(|e| AppError::step(format!("{} model", family.name()), e))?;
         Ok(config)
     }
 

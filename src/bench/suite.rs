@@ -2,16 +2,18 @@
 //! [`Suite::quick`] (`swa-zoo bench`) and [`Suite::tiny`] (the test that the code runs).
 
 use burn::tensor::backend::AutodiffBackend;
+use clap::ValueEnum;
 use swa_attention::WindowedAttentionBackend;
 
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
 use super::training::{self, TrainBench, TrainRow};
 use super::{BenchModel, Family};
+use crate::error::AppError;
 use crate::report::Table;
 
 /// The parts of the suite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Part {
     /// Decode latency and KV bytes per kind, window and batch (MSWA Figure 3).
     Decode,
@@ -149,7 +151,7 @@ pub fn run<B>(
     parts: &[Part],
     device: &B::Device,
     mut report: impl FnMut(&str, &Table),
-) -> Result<Results, String>
+) -> Result<Results, AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {

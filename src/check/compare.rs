@@ -2,7 +2,11 @@
 //! (the measures of FlashAttention's and fla's tests) against the one tolerance table
 //! [`TOLERANCES`], and greedy decodings token by token.
 
-use super::measure::Outcome;
+use std::sync::Arc;
+
+use swa_models::ModelError;
+
+use super::measure::{DecodedToken, Outcome};
 use super::params::Named;
 
 /// How a candidate computes in f32.
@@ -236,11 +240,13 @@ pub fn compare(
 
 /// Identical tokens pass; otherwise the first divergent step and the margins there.
 fn compare_decodings(
-    reference: &Result<Vec<super::DecodedToken>, String>,
-    candidate: &Result<Vec<super::DecodedToken>, String>,
+    reference: &Result<Vec<DecodedToken>, Arc<ModelError>>,
+    candidate: &Result<Vec<DecodedToken>, Arc<ModelError>>,
 ) -> (String, Verdict) {
     match (reference, candidate) {
-        (Err(r), Err(c)) if r == c => (format!("does not decode: {r}"), Verdict::NotApplicable),
+        (Err(r), Err(c)) if r.to_string() == c.to_string() => {
+            (format!("does not decode: {r}"), Verdict::NotApplicable)
+        }
         (Err(r), _) | (_, Err(r)) => (format!("only one backend decodes: {r}"), Verdict::Fail),
         (Ok(r), Ok(c)) => match r.iter().zip(c).position(|(a, b)| a.token != b.token) {
             None if r.len() == c.len() => {
@@ -253,7 +259,8 @@ fn compare_decodings(
             None => (format!("{} tokens against {}", c.len(), r.len()), Verdict::Fail),
             Some(step) => (
                 format!(
-                    "first divergence at step {step}: reference token {} (margin {:.2e}), candidate token {} (margin {:.2e})",
+                    "first divergence at step {step}: reference token {} (margin {:.2e}), \
+                     candidate token {} (margin {:.2e})",
                     r[step].token, r[step].margin, c[step].token, c[step].margin
                 ),
                 Verdict::Fail,

@@ -103,7 +103,7 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
         .filter(|c| match c.availability() {
             Ok(()) => true,
             Err(reason) => {
-                report.skipped.push((c.name(), reason));
+                report.skipped.push((c.name(), reason.to_string()));
                 false
             }
         })

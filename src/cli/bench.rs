@@ -11,6 +11,7 @@ use swa_training::loader::{Sampling, WindowLoader};
 
 use super::{DeviceArgs, ModelArgs};
 use crate::bench::suite::{self, Part, Suite};
+use crate::error::AppError;
 use crate::runtime::{Job, run_on};
 
 /// Flags of `bench`.
@@ -55,10 +56,10 @@ pub enum BenchSuite {
 
 /// `bench`: the quick efficiency suite, then forward+backward steps per second of --preset on
 /// the embedded corpus.
-pub fn bench(args: BenchArgs) -> Result<(), String> {
+pub fn bench(args: BenchArgs) -> Result<(), AppError> {
     struct Run(BenchArgs);
     impl Job for Run {
-        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let parts: Vec<Part> = match args.suite {
                 BenchSuite::All => Part::ALL.to_vec(),
@@ -83,7 +84,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             let corpus = Corpus::embedded();
             let (config, train_len, name) = args.model.config(corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);
-            let model = LanguageModel::new(config.init::<B>(&device).map_err(|e| e.to_string())?);
+            let model = LanguageModel::new(config.init::<B>(&device)?);
             let loader = WindowLoader::<B>::new(
                 corpus.train(),
                 len,

@@ -10,6 +10,7 @@ use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{mean_loss, rebuild, with_eval_window};
 
 use super::{DeviceArgs, load_run};
+use crate::error::AppError;
 use crate::report::csv::write_csv;
 use crate::report::plot::heat_map;
 use crate::runtime::{Job, run_on};
@@ -45,10 +46,10 @@ pub struct EvalArgs {
 }
 
 /// `eval`.
-pub fn eval(args: EvalArgs) -> Result<(), String> {
+pub fn eval(args: EvalArgs) -> Result<(), AppError> {
     struct Run(EvalArgs);
     impl Job for Run {
-        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let (config, model) = load_run::<B::InnerBackend>(&args.out, &device)?;
             if let Some(task) = &config.task {
@@ -65,7 +66,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
                     &device,
                 );
             }
-            let corpus = config.load_corpus().map_err(|e| e.to_string())?;
+            let corpus = config.load_corpus()?;
             let lengths = match args.lengths.is_empty() {
                 true => [1, 2, 4, 8, 16].iter().map(|m| m * config.seq_len).collect(),
                 false => args.lengths.clone(),
@@ -79,16 +80,14 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
             for window in &windows {
                 let model = match window {
                     Some(w) => {
-                        let windowed = with_eval_window(&config.model, *w, args.sinks)
-                            .map_err(|e| e.to_string())?;
-                        rebuild(&model, &windowed, &device).map_err(|e| e.to_string())?
+                        let windowed = with_eval_window(&config.model, *w, args.sinks)?;
+                        rebuild(&model, &windowed, &device)?
                     }
                     None => model.clone(),
                 };
                 let mut row = Vec::new();
                 for &len in &lengths {
-                    let loss = mean_loss(&model, test.clone(), len, 1, args.sequences, &device)
-                        .map_err(|e| e.to_string())?;
+                    let loss = mean_loss(&model, test.clone(), len, 1, args.sequences, &device)?;
                     let label = window.map_or("trained".into(), |w| w.to_string());
                     println!(
                         "window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}",
@@ -106,8 +105,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
                 cells.push(row);
             }
             let csv = args.out.join("eval.csv");
-            write_csv(&csv, &["window", "length", "loss", "bits"], &rows)
-                .map_err(|e| e.to_string())?;
+            write_csv(&csv, &["window", "length", "loss", "bits"], &rows)?;
             println!("wrote {}", csv.display());
             if windows.len() > 1 {
                 let svg = args.out.join("eval_grid.svg");
@@ -120,8 +118,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
                     &args.windows,
                     &cells,
                     "bits",
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 println!("wrote {}", svg.display());
             }
             Ok(())

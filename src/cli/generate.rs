@@ -9,6 +9,7 @@ use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 
 use super::{DeviceArgs, ModelArgs, load_run};
+use crate::error::AppError;
 use crate::runtime::{Job, run_on};
 
 /// Flags of `generate`.
@@ -42,20 +43,20 @@ pub struct GenerateArgs {
 }
 
 /// `generate`.
-pub fn generate(args: GenerateArgs) -> Result<(), String> {
+pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
     struct Run(GenerateArgs);
     impl Job for Run {
-        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), String> {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let (corpus, model) = match &args.out {
                 Some(out) => {
                     let (config, model) = load_run::<B::InnerBackend>(out, &device)?;
-                    (config.load_corpus().map_err(|e| e.to_string())?, model)
+                    (config.load_corpus()?, model)
                 }
                 None => {
                     let corpus = Corpus::embedded();
                     let (config, _, _) = args.model.config(corpus.vocab_size())?;
-                    (corpus, config.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?)
+                    (corpus, config.init::<B::InnerBackend>(&device)?)
                 }
             };
             let prompt = corpus.encode(&args.prompt);
@@ -65,7 +66,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), String> {
                 .with_top_k(args.top_k)
                 .with_top_p(args.top_p)
                 .with_seed(args.seed);
-            let tokens = model.generate(&[prompt], &config, &device).map_err(|e| e.to_string())?;
+            let tokens = model.generate(&[prompt], &config, &device)?;
             println!("{}{}", args.prompt, corpus.decode(&tokens[0]));
             Ok(())
         }

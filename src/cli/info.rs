@@ -5,6 +5,7 @@ use clap::Args;
 use swa_models::{DecoderConfig, Preset, Scale};
 
 use super::ModelArgs;
+use crate::error::AppError;
 
 /// Flags of `info`.
 #[derive(Args, Debug)]
@@ -20,12 +21,12 @@ pub struct InfoArgs {
 }
 
 /// `info`.
-pub fn info(args: InfoArgs) -> Result<(), String> {
+pub fn info(args: InfoArgs) -> Result<(), AppError> {
     type B = burn::backend::NdArray;
     let device = Default::default();
     if args.list {
         for scale in [Scale::Paper, Scale::Tiny] {
-            for preset in Preset::all(scale, 256).map_err(|e| e.to_string())? {
+            for preset in Preset::all(scale, 256)? {
                 println!(
                     "{:<34} train_len {:>5}  {}",
                     preset.name, preset.train_len, preset.source
@@ -35,7 +36,7 @@ pub fn info(args: InfoArgs) -> Result<(), String> {
         return Ok(());
     }
     let (config, _, name) = args.model.config(256)?;
-    let model = config.init::<B>(&device).map_err(|e| e.to_string())?;
+    let model = config.init::<B>(&device)?;
     let info = model.info(&config, args.context);
     println!("{name}\n{info}");
     let swa = DecoderConfig {

@@ -19,6 +19,7 @@ use clap::{Args, Parser, Subcommand};
 use swa_models::{Decoder, DecoderConfig, Preset};
 use swa_training::train::TrainConfig;
 
+use crate::error::AppError;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
 /// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
@@ -75,16 +76,15 @@ pub struct DeviceArgs {
 
 impl ModelArgs {
     /// The model config of `--config`, or of `--preset` with its training length, and its name.
-    fn config(&self, vocab: usize) -> Result<(DecoderConfig, usize, String), String> {
+    fn config(&self, vocab: usize) -> Result<(DecoderConfig, usize, String), AppError> {
         if let Some(path) = &self.config {
             let config: DecoderConfig = swa_training::config_file::load(path)?;
             let name =
                 path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
             return Ok((config, 512, name));
         }
-        let preset = Preset::by_name(&self.preset, vocab).ok_or_else(|| {
-            format!("no preset named `{}`; `swa-zoo info --list` lists them", self.preset)
-        })?;
+        let preset = Preset::by_name(&self.preset, vocab)
+            .ok_or_else(|| AppError::UnknownPreset { name: self.preset.clone() })?;
         Ok((preset.config, preset.train_len, preset.name))
     }
 }
@@ -97,7 +97,7 @@ impl DeviceArgs {
 }
 
 /// Parses the arguments and runs the command; the error names the problem.
-pub fn main() -> Result<(), String> {
+pub fn main() -> Result<(), AppError> {
     match Cli::parse().command {
         Command::Train(args) => train::train(args),
         Command::Eval(args) => eval::eval(args),
@@ -112,11 +112,10 @@ pub fn main() -> Result<(), String> {
 fn load_run<B: Backend>(
     out: &Path,
     device: &B::Device,
-) -> Result<(TrainConfig, Decoder<B>), String> {
-    let file = out.join("train.json");
-    let config: TrainConfig = swa_training::config_file::load(&file)
-        .map_err(|e| format!("{e} (is --out a training run?)"))?;
+) -> Result<(TrainConfig, Decoder<B>), AppError> {
+    let config: TrainConfig = swa_training::config_file::load(&out.join("train.json"))
+        .map_err(|source| AppError::NotARun { source })?;
     let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| AppError::RunModel { run: out.to_path_buf(), source })?;
     Ok((config, model))
 }

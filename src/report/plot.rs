@@ -17,19 +17,21 @@ use super::{ReportError, write_atomic};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+/// What drawing on an SVG area can fail with.
+type DrawError = DrawingAreaErrorKind<std::io::Error>;
+
 /// Draws an SVG of `size` pixels with `draw`, then writes it to `path`.
 fn render(
     path: &Path,
     size: (u32, u32),
-    draw: impl FnOnce(&Area) -> Result<(), String>,
+    draw: impl FnOnce(&Area) -> Result<(), DrawError>,
 ) -> Result<(), ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        let drawn = root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|_| draw(&root));
+        let drawn = root.fill(&WHITE).and_then(|_| draw(&root)).and_then(|_| root.present());
         drawn
-            .and_then(|_| root.present().map_err(|e| e.to_string()))
-            .map_err(|problem| ReportError::Draw { path: path.to_path_buf(), problem })?;
+            .map_err(|e| ReportError::Draw { path: path.to_path_buf(), problem: e.to_string() })?;
     }
     write_atomic(path, svg.as_bytes())
 }
@@ -84,12 +86,10 @@ pub fn heat_map(
     let (nx, ny) = (x_values.len() as i32, y_values.len() as i32);
     let size = ((left + nx * cw + 150) as u32, (top + ny * ch + 60) as u32);
     render(path, size, |root| {
-        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
         let text = |size: f64, h: HPos, v: VPos| {
             ("sans-serif", size).into_font().color(&BLACK).pos(Pos::new(h, v))
         };
-        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12))
-            .map_err(e)?;
+        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12))?;
         for (y, row) in cells.iter().enumerate() {
             for (x, &v) in row.iter().enumerate() {
                 let (x0, y0) = (left + x as i32 * cw, top + y as i32 * ch);
@@ -97,13 +97,11 @@ pub fn heat_map(
                     true => (ramp(scale(v)), format!("{v:.2}")),
                     false => (RGBColor(190, 190, 190), format!("{v}")),
                 };
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))
-                    .map_err(e)?;
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))
-                    .map_err(e)?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))?;
                 let ink = if v.is_finite() && scale(v) > 0.6 { WHITE } else { BLACK };
                 let style = text(13.0, HPos::Center, VPos::Center).color(&ink);
-                root.draw_text(&label, &style, (x0 + cw / 2, y0 + ch / 2)).map_err(e)?;
+                root.draw_text(&label, &style, (x0 + cw / 2, y0 + ch / 2))?;
             }
         }
         for (x, v) in x_values.iter().enumerate() {
@@ -111,44 +109,38 @@ pub fn heat_map(
                 &v.to_string(),
                 &text(13.0, HPos::Center, VPos::Top),
                 (left + x as i32 * cw + cw / 2, top + ny * ch + 6),
-            )
-            .map_err(e)?;
+            )?;
         }
         for (y, v) in y_values.iter().enumerate() {
             root.draw_text(
                 &v.to_string(),
                 &text(13.0, HPos::Right, VPos::Center),
                 (left - 8, top + y as i32 * ch + ch / 2),
-            )
-            .map_err(e)?;
+            )?;
         }
         root.draw_text(
             x_label,
             &text(15.0, HPos::Center, VPos::Top),
             (left + nx * cw / 2, top + ny * ch + 32),
-        )
-        .map_err(e)?;
+        )?;
         let rotated = text(15.0, HPos::Center, VPos::Center).transform(FontTransform::Rotate270);
-        root.draw_text(y_label, &rotated, (24, top + ny * ch / 2)).map_err(e)?;
+        root.draw_text(y_label, &rotated, (24, top + ny * ch / 2))?;
         if hi >= lo {
             // The colour bar: highest value at the top.
             let (bx, height, steps) = (left + nx * cw + 24, ny * ch, 50);
             for s in 0..steps {
                 let (y0, y1) = (top + height * s / steps, top + height * (s + 1) / steps);
                 let colour = ramp(1.0 - (s as f64 + 0.5) / steps as f64);
-                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled()))
-                    .map_err(e)?;
+                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled()))?;
             }
             for (value, y) in [(hi, top), ((lo + hi) / 2.0, top + height / 2), (lo, top + height)] {
                 root.draw_text(
                     &format!("{value:.2}"),
                     &text(12.0, HPos::Left, VPos::Center),
                     (bx + 24, y),
-                )
-                .map_err(e)?;
+                )?;
             }
-            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6))
-                .map_err(e)?;
+            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6))?;
         }
         Ok(())
     })
@@ -237,21 +229,19 @@ fn lines<X, Y>(
     series: &[(&str, Vec<(f64, f64)>)],
     x: X,
     y: Y,
-) -> Result<(), String>
+) -> Result<(), DrawError>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72)
-        .build_cartesian_2d(x, y)
-        .map_err(e)?;
+        .build_cartesian_2d(x, y)?;
     chart
         .configure_mesh()
         .x_desc(x_label)
@@ -259,21 +249,17 @@ where
         .x_label_formatter(&tidy)
         .y_label_formatter(&tidy)
         .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))
-            .map_err(e)?
+            .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))?
             .label(*name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
         if points.len() <= 50 {
-            chart
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
-                .map_err(e)?;
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
         }
     }
     chart
@@ -281,8 +267,7 @@ where
         .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     Ok(())
 }
 

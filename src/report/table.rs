@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::csv::write_csv;
+use crate::error::AppError;
 
 /// A table of results: printed as Markdown, written as CSV.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,8 +32,8 @@ impl Table {
     }
 
     /// Writes the table as CSV.
-    pub fn write_csv(&self, path: &Path) -> Result<(), String> {
+    pub fn write_csv(&self, path: &Path) -> Result<(), AppError> {
         let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
-        write_csv(path, &header, &self.rows).map_err(|e| e.to_string())
+        Ok(write_csv(path, &header, &self.rows)?)
     }
 }

@@ -10,6 +10,7 @@ use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
 use swa_models::weights::{compare_shapes, parameter_shapes};
 
+use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
@@ -18,13 +19,16 @@ pub fn check_model_checkpoint<B: Backend>(
     config: &DecoderConfig,
     path: &Path,
     device: &B::Device,
-) -> Result<(), String> {
-    let fail = |problem: String| format!("{}: {problem}", path.display());
-    let fresh = LanguageModel::new(config.init::<B>(device).map_err(|e| e.to_string())?);
+) -> Result<(), TrainingError> {
+    let fresh = LanguageModel::new(config.init::<B>(device)?);
     let record: LanguageModelRecord<B> = NamedMpkFileRecorder::<FullPrecisionSettings>::new()
         .load(path.to_path_buf(), device)
-        .map_err(|e| fail(format!("not a readable checkpoint of this model: {e}")))?;
+        .map_err(|e| TrainingError::CheckpointUnreadable {
+            path: path.to_path_buf(),
+            problem: format!("not a readable checkpoint of this model: {e}"),
+        })?;
     let expected = parameter_shapes(&fresh);
     let found = parameter_shapes(&fresh.load_record(record));
-    compare_shapes(&expected, &found).map_err(fail)
+    compare_shapes(&expected, &found)
+        .map_err(|problem| TrainingError::CheckpointMismatch { path: path.to_path_buf(), problem })
 }

@@ -6,17 +6,20 @@ use std::path::Path;
 use burn::config::Config;
 use serde_json::Value;
 
+use crate::error::TrainingError;
+
 /// The configuration in the JSON file `path`, or a one-line error naming the file and the
 /// problem: unreadable, not the configuration's JSON, or a field the configuration lacks.
-pub fn load<C: Config>(path: &Path) -> Result<C, String> {
-    let fail = |problem: String| format!("{}: {problem}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let config: C =
-        serde_json::from_str(&text).map_err(|e| fail(format!("not a valid configuration: {e}")))?;
-    let written: Value = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
-    let known = serde_json::to_value(&config).map_err(|e| fail(e.to_string()))?;
+pub fn load<C: Config>(path: &Path) -> Result<C, TrainingError> {
+    let path_buf = || path.to_path_buf();
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| TrainingError::ConfigUnreadable { path: path_buf(), source })?;
+    let invalid = |source| TrainingError::ConfigInvalid { path: path_buf(), source };
+    let config: C = serde_json::from_str(&text).map_err(invalid)?;
+    let written: Value = serde_json::from_str(&text).map_err(invalid)?;
+    let known = serde_json::to_value(&config).map_err(invalid)?;
     match unknown_field(&written, &known) {
-        Some(field) => Err(fail(format!("unknown field `{field}`"))),
+        Some(field) => Err(TrainingError::ConfigUnknownField { path: path_buf(), field }),
         None => Ok(config),
     }
 }

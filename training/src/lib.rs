@@ -10,7 +10,8 @@
 //!   training run, on any [`TrainingBackend`]; [`mixed_precision`]: f16 and bf16 training on f32
 //!   master weights with loss scaling;
 //! - [`eval`]: evaluation at several lengths and windows, in parallel or decoded;
-//! - [`config_file`]: strict reading of JSON configurations.
+//! - [`config_file`]: strict reading of JSON configurations;
+//! - [`error`]: [`TrainingError`], the one error type, naming what failed and where.
 //!
 //! The `swa-zoo` command line, the benchmarks, the cross-backend check and the figures are the
 //! application's, in the `swa-zoo` facade crate.
@@ -20,6 +21,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config_file;
 pub mod corpus;
+pub mod error;
 pub mod eval;
 pub mod language_model;
 pub mod loader;
@@ -32,3 +34,4 @@ pub mod tasks;
 pub mod train;
 
 pub use backend::TrainingBackend;
+pub use error::TrainingError;

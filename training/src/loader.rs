@@ -13,6 +13,7 @@ use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
 use crate::batch::TokenBatch;
+use crate::error::TrainingError;
 use crate::synthetic::SyntheticTask;
 
 /// What a loader reads.
@@ -64,13 +65,13 @@ impl<B: Backend> WindowLoader<B> {
         sampling: Sampling,
         first_epoch: usize,
         device: B::Device,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TrainingError> {
         if tokens.len() < len + 1 || len == 0 || batch == 0 {
-            return Err(format!(
-                "a split of {} tokens cannot give windows of {} tokens (sequence length + 1) in batches of {batch}",
-                tokens.len(),
-                len + 1
-            ));
+            return Err(TrainingError::TooFewTokens {
+                tokens: tokens.len(),
+                window: len + 1,
+                batch,
+            });
         }
         let steps = match sampling {
             Sampling::Random { .. } => steps,
@@ -101,10 +102,10 @@ impl<B: Backend> WindowLoader<B> {
         sampling: Sampling,
         first_epoch: usize,
         device: B::Device,
-    ) -> Result<Self, String> {
-        task.validate(len).map_err(|e| e.to_string())?;
+    ) -> Result<Self, TrainingError> {
+        task.validate(len)?;
         if batch == 0 {
-            return Err("a task loader needs a batch of at least 1".into());
+            return Err(TrainingError::EmptyBatch);
         }
         let epoch = Arc::new(AtomicUsize::new(first_epoch));
         Ok(Self {

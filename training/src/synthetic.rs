@@ -10,10 +10,11 @@
 use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
-use swa_models::{Decoder, DecoderConfig};
+use swa_models::{Decoder, DecoderConfig, ModelError};
 
 use crate::batch::TokenBatch;
-use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, TaskError, exact_match};
+use crate::error::TrainingError;
+use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +63,7 @@ impl SyntheticTask {
     }
 
     /// Whether examples of `seq_len` tokens exist, naming the field at fault.
-    pub fn validate(&self, seq_len: usize) -> Result<(), TaskError> {
+    pub fn validate(&self, seq_len: usize) -> Result<(), TrainingError> {
         match *self {
             SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
                 Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab).map(|_| ())
@@ -77,7 +78,7 @@ impl SyntheticTask {
     }
 
     /// Example `index` of `seq_len` tokens under `seed`.
-    pub fn example(&self, seq_len: usize, seed: u64, index: u64) -> Result<Example, TaskError> {
+    pub fn example(&self, seq_len: usize, seed: u64, index: u64) -> Result<Example, TrainingError> {
         match *self {
             SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
                 Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab)?.sample(seed, index)
@@ -128,19 +129,15 @@ pub fn accuracy<B: WindowedAttentionBackend>(
     examples: &[Example],
     batch_size: usize,
     device: &B::Device,
-) -> Result<Accuracy, String> {
+) -> Result<Accuracy, TrainingError> {
     let mut total = Accuracy::default();
     for chunk in examples.chunks(batch_size.max(1)) {
         let inputs = TokenBatch::<B>::from_examples(chunk, device).inputs;
-        let logits = model.forward(inputs).map_err(|e| e.to_string())?;
+        let logits = model.forward(inputs)?;
         let [rows, len, _] = logits.dims();
         let predicted = logits.argmax(2).reshape([rows * len]).into_data().convert::<i64>();
-        let predicted: Vec<u32> = predicted
-            .to_vec::<i64>()
-            .map_err(|e| format!("{e:?}"))?
-            .into_iter()
-            .map(|t| t as u32)
-            .collect();
+        let predicted: Vec<u32> =
+            predicted.to_vec::<i64>()?.into_iter().map(|t| t as u32).collect();
         for (example, row) in chunk.iter().zip(predicted.chunks(len)) {
             let (correct, scored) = crate::tasks::accuracy(row, example);
             total.correct += correct;
@@ -187,9 +184,13 @@ pub fn passkey_distances(config: &DecoderConfig, seq_len: usize, digits: usize) 
 /// too). Sinks, globals and dilation count, so this is the exact receptive field of a
 /// windowed stack, dilated heads' gaps included; LongNet layers count as full attention, a
 /// superset of their branches.
-pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<bool>, String> {
+pub fn influence(
+    config: &DecoderConfig,
+    n: usize,
+    query: usize,
+) -> Result<Vec<bool>, TrainingError> {
     if query >= n {
-        return Err(format!("influence: position {query} is past a sequence of {n} tokens"));
+        return Err(TrainingError::Position { position: query, len: n });
     }
     let mut reached = vec![false; n];
     reached[query] = true;
@@ -200,7 +201,7 @@ pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<b
         let spec = config
             .kind_of(l)
             .spec(config.heads, config.kv_heads)
-            .map_err(|e| format!("layer {l}: {e}"))?;
+            .map_err(|source| ModelError::Layer { layer: l, source })?;
         let extra = spec.extra_keys(n);
         let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
         for i in from {

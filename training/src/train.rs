@@ -30,7 +30,9 @@ use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::backend::TrainingBackend;
+use crate::checkpoint::check_model_checkpoint;
 use crate::corpus::Corpus;
+use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
@@ -94,74 +96,62 @@ pub struct TrainConfig {
     pub task: Option<SyntheticTask>,
 }
 
-/// Why a run could not start.
-#[derive(Debug)]
-pub struct TrainError(pub String);
-
-impl std::fmt::Display for TrainError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TrainError {}
-
 impl TrainConfig {
     /// Checks the run before any work, naming the field at fault.
-    pub fn validate(&self) -> Result<(), TrainError> {
-        let bad =
-            |field: &str, problem: &str| Err(TrainError(format!("TrainConfig.{field}: {problem}")));
-        self.model.validate().map_err(|e| TrainError(e.to_string()))?;
+    pub fn validate(&self) -> Result<(), TrainingError> {
+        self.model.validate()?;
         let positive = [
-            ("seq_len", self.seq_len),
-            ("batch_size", self.batch_size),
-            ("steps", self.steps),
-            ("checkpoint_every", self.checkpoint_every),
-            ("keep_checkpoints", self.keep_checkpoints),
-            ("grad_accumulation", self.grad_accumulation),
+            ("TrainConfig.seq_len", self.seq_len),
+            ("TrainConfig.batch_size", self.batch_size),
+            ("TrainConfig.steps", self.steps),
+            ("TrainConfig.checkpoint_every", self.checkpoint_every),
+            ("TrainConfig.keep_checkpoints", self.keep_checkpoints),
+            ("TrainConfig.grad_accumulation", self.grad_accumulation),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return bad(field, "must be at least 1");
+            return Err(TrainingError::field(field, "must be at least 1"));
         }
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
-            return bad("learning_rate", "must be positive and finite");
+            return Err(TrainingError::field(
+                "TrainConfig.learning_rate",
+                "must be positive and finite",
+            ));
         }
         if let Some(task) = &self.task {
-            task.validate(self.seq_len)
-                .map_err(|e| TrainError(format!("TrainConfig.task: {e}")))?;
+            task.validate(self.seq_len)?;
         }
         for l in 0..self.model.layers {
             if let Some(w) = smallest_window(self.model.kind_of(l))
                 && w > self.seq_len
             {
-                return bad(
-                    "seq_len",
-                    &format!(
-                        "layer {l}'s window of {w} keys is larger than the training length {}, so it never slides; train with --seq-len {w} or more, or use full attention",
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!(
+                        "layer {l}'s window of {w} keys is larger than the training length {}, so \
+                         it never slides; train with --seq-len {w} or more, or use full attention",
                         self.seq_len
                     ),
-                );
+                ));
             }
             if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
                 && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
             {
-                return bad(
-                    "seq_len",
-                    &format!("layer {l} has global position {g}, past the sequence"),
-                );
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!("layer {l} has global position {g}, past the sequence"),
+                ));
             }
         }
         Ok(())
     }
 
     /// The corpus this run trains on.
-    pub fn load_corpus(&self) -> Result<Corpus, TrainError> {
-        let loaded = match (&self.corpus, self.word_min_count) {
+    pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
+        match (&self.corpus, self.word_min_count) {
             (None, _) => Ok(Corpus::embedded()),
             (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
             (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
-        };
-        loaded.map_err(|e| TrainError(e.to_string()))
+        }
     }
 
     /// Learner epochs: `steps / checkpoint_every`, rounded up.
@@ -211,7 +201,7 @@ pub fn train<B: TrainingBackend>(
     out: &Path,
     resume: bool,
     device: &B::Device,
-) -> Result<TrainOutcome<B>, TrainError> {
+) -> Result<TrainOutcome<B>, TrainingError> {
     train_with(config, corpus, out, resume, ExecutionStrategy::SingleDevice(device.clone()))
 }
 
@@ -224,7 +214,7 @@ pub fn train_with<B: TrainingBackend>(
     out: &Path,
     resume: bool,
     strategy: ExecutionStrategy<B>,
-) -> Result<TrainOutcome<B>, TrainError> {
+) -> Result<TrainOutcome<B>, TrainingError> {
     config.validate()?;
     let device = &strategy.main_device().clone();
     let scheduler_steps = match &strategy {
@@ -232,37 +222,31 @@ pub fn train_with<B: TrainingBackend>(
         _ => config.steps,
     };
     if config.model.vocab_size < corpus.vocab_size() {
-        return Err(TrainError(format!(
-            "DecoderConfig.vocab_size: {} is smaller than the corpus's {} tokens",
-            config.model.vocab_size,
-            corpus.vocab_size()
-        )));
+        return Err(TrainingError::field(
+            "DecoderConfig.vocab_size",
+            format!(
+                "{} is smaller than the corpus's {} tokens",
+                config.model.vocab_size,
+                corpus.vocab_size()
+            ),
+        ));
     }
-    let io = |e: std::io::Error| TrainError(format!("{}: {e}", out.display()));
-    std::fs::create_dir_all(out).map_err(io)?;
+    let io = |path: PathBuf| move |source| TrainingError::Io { path, source };
+    std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
     let start = match resume {
-        true => last_checkpoint(out).ok_or_else(|| {
-            TrainError(format!(
-                "--resume: no complete checkpoint in {}",
-                out.join("checkpoint").display()
-            ))
-        })?,
+        true => last_checkpoint(out)
+            .ok_or_else(|| TrainingError::NoCheckpoint { dir: out.join("checkpoint") })?,
         false => 0,
     };
     if start == 0 && out.join("train.json").exists() {
-        return Err(TrainError(format!(
-            "{} already holds a training run (train.json); continue it with --resume or choose another --out",
-            out.display()
-        )));
+        return Err(TrainingError::RunExists { out: out.to_path_buf() });
     }
     if start > 0 {
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
-        crate::checkpoint::check_model_checkpoint::<B>(&config.model, &checkpoint, device)
-            .map_err(|e| TrainError(format!("--resume: {e}")))?;
+        check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
     }
-    config.save(out.join("train.json")).map_err(io)?;
-    let loader_error =
-        |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
+    let saved = out.join("train.json");
+    config.save(&saved).map_err(io(saved))?;
     let (len, batch) = (config.seq_len, config.batch_size);
     let train_sampling = Sampling::Random { seed: config.seed };
     let (train_loader, valid_loader) = match &config.task {
@@ -310,10 +294,10 @@ pub fn train_with<B: TrainingBackend>(
         ),
     };
     let (train_loader, valid_loader) = (
-        train_loader.map_err(loader_error("train"))?,
-        valid_loader.map_err(loader_error("valid"))?,
+        train_loader.map_err(|e| e.in_loader("train split"))?,
+        valid_loader.map_err(|e| e.in_loader("valid split"))?,
     );
-    let decoder = config.model.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
+    let decoder = config.model.init::<B>(device)?;
     let schedule = WarmupCosine::new(
         config.learning_rate,
         config.learning_rate * config.min_lr_ratio,
@@ -333,7 +317,7 @@ pub fn train_with<B: TrainingBackend>(
         schedule,
     };
     if start > 0 {
-        set_logs_aside(out).map_err(io)?;
+        set_logs_aside(out).map_err(io(out.to_path_buf()))?;
     }
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
@@ -349,10 +333,9 @@ pub fn train_with<B: TrainingBackend>(
         }
     };
     if start > 0 {
-        renumber_resumed_logs(out, start).map_err(io)?;
+        renumber_resumed_logs(out, start).map_err(io(out.to_path_buf()))?;
     }
-    swa_models::weights::save_record(&model, &out.join("model.mpk"))
-        .map_err(|e| TrainError(e.to_string()))?;
+    swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
 }
 
