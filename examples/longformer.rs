@@ -60,7 +60,7 @@ use clap::Parser;
 use swa_attention::layers::AttentionKind;
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
-use swa_training::synthetic::{SyntheticTask, accuracy, influence};
+use swa_training::synthetic::{SyntheticTask, influence, model_accuracy};
 use swa_training::tasks::{Example, Majority};
 use swa_zoo::AppError;
 use swa_zoo::report::Table;
@@ -205,7 +205,7 @@ impl Job for LongformerStudy {
                 steps,
                 &device,
             )?;
-            let score = accuracy(&trained.model, &held_out, 32, &device)?;
+            let score = model_accuracy(&trained.model, &held_out, 32, &device)?;
             rows.push(Outcome {
                 name: variant.name,
                 config: variant.config,

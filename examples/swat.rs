@@ -62,7 +62,7 @@ use swa_attention::{ScoreFn, WindowedAttentionBackend};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_training::eval::{rebuild, with_eval_window};
-use swa_training::synthetic::{SyntheticTask, accuracy, receptive_field};
+use swa_training::synthetic::{SyntheticTask, model_accuracy, receptive_field};
 use swa_training::tasks::Passkey;
 use swa_zoo::AppError;
 use swa_zoo::report::Table;
@@ -280,7 +280,7 @@ impl SwatStudy {
             let task = Passkey::new(len.max(Passkey::shortest_seq_len(d, digits)), d, digits)?;
             let examples =
                 (0..count as u64).map(|i| task.sample(7, i)).collect::<Result<Vec<_>, _>>()?;
-            let score = accuracy(&trained.model, &examples, 8, device)?;
+            let score = model_accuracy(&trained.model, &examples, 8, device)?;
             let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
             table.rows.push(vec![
                 d.to_string(),

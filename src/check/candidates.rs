@@ -8,7 +8,7 @@ use burn::tensor::backend::AutodiffBackend;
 use swa_attention::WindowedAttentionBackend;
 
 use super::cases::CheckCase;
-use super::compare::Precision;
+use super::compare::Arithmetic;
 use super::measure::{Outcome, measure};
 use super::params::Weights;
 use crate::error::AppError;
@@ -40,11 +40,11 @@ impl Candidate {
         }
     }
 
-    /// How it computes in f32.
-    pub fn precision(self) -> Precision {
+    /// How it computes its f32 tensors.
+    pub fn arithmetic(self) -> Arithmetic {
         match self {
-            Self::Cuda => Precision::Tf32,
-            Self::Flex | Self::Wgpu => Precision::F32,
+            Self::Cuda => Arithmetic::Tf32,
+            Self::Flex | Self::Wgpu => Arithmetic::F32,
         }
     }
 

@@ -22,7 +22,7 @@ use std::fmt::Write;
 pub use candidates::{Candidate, Reference, measure_reference};
 pub use cases::{CheckCase, attention_kinds};
 pub use compare::{
-    Comparison, Errors, Precision, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance,
+    Arithmetic, Comparison, MaxErrors, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance,
 };
 pub use measure::{DecodedToken, Outcome};
 pub use params::{Named, Weights};
@@ -138,7 +138,7 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
                 Ok(outcome) => report.rows.extend(compare(
                     &case.name,
                     candidate.name(),
-                    candidate.precision(),
+                    candidate.arithmetic(),
                     &reference,
                     &outcome,
                 )),

@@ -30,11 +30,11 @@ pub fn check_backends(args: CheckArgs) -> Result<(), AppError> {
             .collect::<Result<_, _>>()?,
     };
     println!("reference: ndarray f32; tolerances (max-abs / rel-RMS, per tensor):");
-    for (precision, row) in TOLERANCES {
+    for (arithmetic, row) in TOLERANCES {
         let cells: Vec<String> =
             row.iter().map(|t| format!("{:.0e} / {:.0e}", t.max_abs, t.rel_rms)).collect();
         println!(
-            "  {precision:?}: weights {}, logits {}, loss {}, gradients {}, adamw step {}; decoding identical",
+            "  {arithmetic:?}: weights {}, logits {}, loss {}, gradients {}, adamw step {}; decoding identical",
             cells[0], cells[1], cells[2], cells[3], cells[4]
         );
     }

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 use swa_training::eval::{rebuild, with_eval_window};
-use swa_training::synthetic::{SyntheticTask, accuracy, passkey_distances, receptive_field};
+use swa_training::synthetic::{SyntheticTask, model_accuracy, passkey_distances, receptive_field};
 use swa_training::tasks::{Example, Passkey};
 use swa_training::train::TrainConfig;
 
@@ -67,7 +67,7 @@ pub fn report<B: WindowedAttentionBackend>(
     let examples = (0..count as u64)
         .map(|i| task.example(config.seq_len, test_seed(config), i))
         .collect::<Result<Vec<_>, _>>()?;
-    let score = accuracy(model, &examples, config.batch_size, device)?;
+    let score = model_accuracy(model, &examples, config.batch_size, device)?;
     println!(
         "accuracy on {count} fresh {task:?} examples: {:.4} of answer tokens ({} of {}), {:.4} \
          of examples entirely right",
@@ -135,7 +135,8 @@ pub fn eval<B: WindowedAttentionBackend>(
         };
         let label = window.map_or("trained".into(), |w| w.to_string());
         for &(len, distance) in &settings {
-            let score = accuracy(&model, &examples(len, distance)?, config.batch_size, device)?;
+            let score =
+                model_accuracy(&model, &examples(len, distance)?, config.batch_size, device)?;
             let at = distance.map_or(String::new(), |d| format!("  distance {d:>6}"));
             println!(
                 "window {label:>8}  length {len:>6}{at}  answer accuracy {:.4}  exact {:.4}",

@@ -50,7 +50,7 @@ fn only_the_encoder_does_not_decode() {
         let weights = Weights::seeded(&case.config, case.seed).unwrap();
         let outcome = measure_reference(&case, &weights).unwrap();
         assert_eq!(outcome.decoded.is_err(), case.name == "longformer-encoder", "{}", case.name);
-        let rows = compare(&case.name, "ndarray", Candidate::Flex.precision(), &outcome, &outcome);
+        let rows = compare(&case.name, "ndarray", Candidate::Flex.arithmetic(), &outcome, &outcome);
         let decoding = rows.iter().find(|r| r.quantity == Quantity::Decoding).unwrap();
         let expected =
             if outcome.decoded.is_err() { Verdict::NotApplicable } else { Verdict::Pass };
@@ -66,7 +66,7 @@ fn the_check_catches_differences() {
     let weights = Weights::seeded(&case.config, case.seed).unwrap();
     let reference = measure_reference(&case, &weights).unwrap();
     let verdict = |candidate: &swa_zoo::check::Outcome, quantity| {
-        let rows = compare(&case.name, "test", Candidate::Flex.precision(), &reference, candidate);
+        let rows = compare(&case.name, "test", Candidate::Flex.arithmetic(), &reference, candidate);
         rows.into_iter().find(|r| r.quantity == quantity).unwrap()
     };
     let mut changed = reference.clone();

@@ -13,7 +13,7 @@ use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::{DecoderConfig, Preset, Scale};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::synthetic::{
-    SyntheticTask, accuracy, influence, passkey_distances, receptive_field,
+    SyntheticTask, influence, model_accuracy, passkey_distances, receptive_field,
 };
 use swa_zoo::training::tasks::{MAJORITY_CLS, MAJORITY_MARKERS, Majority, Passkey};
 use swa_zoo::training::train::{TrainConfig, train};
@@ -56,7 +56,7 @@ fn a_model_trains_on_mqar_and_its_recall_accuracy_is_counted() {
     }
     let task = config.task.unwrap();
     let examples: Vec<_> = (0..6).map(|i| task.example(32, 9, i).unwrap()).collect();
-    let score = accuracy(&outcome.model, &examples, 4, &Default::default()).unwrap();
+    let score = model_accuracy(&outcome.model, &examples, 4, &Default::default()).unwrap();
     assert_eq!((score.scored, score.examples), (6 * 4, 6), "every queried key is scored");
     assert!(score.correct <= score.scored && score.exact <= score.examples);
     assert!((0.0..=1.0).contains(&score.token_accuracy()));
@@ -77,7 +77,7 @@ fn passkey_accuracy_is_measured_beyond_the_window_and_within_the_reach() {
         let len = 96.max(Passkey::shortest_seq_len(distance, 2));
         let task = Passkey::new(len, distance, 2).unwrap();
         let examples: Vec<_> = (0..3).map(|i| task.sample(5, i).unwrap()).collect();
-        let score = accuracy(&outcome.model, &examples, 3, &Default::default()).unwrap();
+        let score = model_accuracy(&outcome.model, &examples, 3, &Default::default()).unwrap();
         assert_eq!(
             (score.scored, score.examples),
             (3 * 2, 3),
@@ -253,7 +253,7 @@ fn a_longformer_encoder_trains_on_the_majority_task_and_is_scored_at_cls() {
     let outcome =
         train::<B>(&config, &Corpus::embedded(), &dir, false, &Default::default()).unwrap();
     let examples: Vec<_> = (0..5).map(|i| task.example(64, 9, i).unwrap()).collect();
-    let score = accuracy(&outcome.model, &examples, 4, &Default::default()).unwrap();
+    let score = model_accuracy(&outcome.model, &examples, 4, &Default::default()).unwrap();
     assert_eq!((score.scored, score.examples), (5, 5), "one answer per example, at CLS");
     assert_eq!(score.correct, score.exact);
     let _ = std::fs::remove_dir_all(dir);

@@ -2,9 +2,9 @@
 //!
 //! A [`SyntheticTask`] is saved in a run's `train.json`; the loader draws its examples from
 //! `(seed, index)` like text windows, and the loss covers the scored positions only (the MQAR
-//! values asked for, the passkey's digits, the majority's class at the CLS token). [`accuracy`]
-//! runs a model on fresh examples and counts the scored positions whose most likely token is
-//! the answer. [`influence`] says which positions can reach a given one through the stack's
+//! values asked for, the passkey's digits, the majority's class at the CLS token).
+//! [`model_accuracy`] runs a model on fresh examples and counts the scored positions whose most
+//! likely token is the answer. [`influence`] says which positions can reach a given one through the stack's
 //! masks: what a windowed model can know at the position it is scored.
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +14,7 @@ use swa_models::{Decoder, DecoderConfig, ModelError};
 
 use crate::batch::TokenBatch;
 use crate::error::TrainingError;
-use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, exact_match};
+use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, correct_answers, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +124,7 @@ impl Accuracy {
 
 /// The model's accuracy on `examples`, run `batch_size` at a time: the prediction at a
 /// position is its most likely next token.
-pub fn accuracy<B: WindowedAttentionBackend>(
+pub fn model_accuracy<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
     examples: &[Example],
     batch_size: usize,
@@ -139,7 +139,7 @@ pub fn accuracy<B: WindowedAttentionBackend>(
         let predicted: Vec<u32> =
             predicted.to_vec::<i64>()?.into_iter().map(|t| t as u32).collect();
         for (example, row) in chunk.iter().zip(predicted.chunks(len)) {
-            let (correct, scored) = crate::tasks::accuracy(row, example);
+            let (correct, scored) = correct_answers(row, example);
             total.correct += correct;
             total.scored += scored;
             total.exact += usize::from(exact_match(row, example));

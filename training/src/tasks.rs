@@ -12,7 +12,7 @@
 //! tasks unchanged. An [`Example`] is aligned with the model's outputs: `targets[t]`, when set,
 //! is the token the model must predict at position `t`. In MQAR and passkey it is the next
 //! token `tokens[t + 1]`, predicted from `tokens[..=t]`; in [`Majority`] it is the class at
-//! the CLS position. [`accuracy`] scores the predictions at those positions.
+//! the CLS position. [`correct_answers`] scores the predictions at those positions.
 
 mod majority;
 
@@ -295,7 +295,7 @@ fn filler(n: usize) -> Vec<u8> {
 
 /// `(correct, total)` over the scored positions of `example`, where `predicted[t]` is the
 /// model's token at position `t`; positions past the end of `predicted` count as wrong.
-pub fn accuracy(predicted: &[u32], example: &Example) -> (usize, usize) {
+pub fn correct_answers(predicted: &[u32], example: &Example) -> (usize, usize) {
     let scored =
         example.targets.iter().enumerate().filter_map(|(t, target)| target.map(|v| (t, v)));
     scored.fold((0, 0), |(correct, total), (t, v)| {
@@ -305,7 +305,7 @@ pub fn accuracy(predicted: &[u32], example: &Example) -> (usize, usize) {
 
 /// Whether every scored position is right (for passkey: the whole key), and there is one.
 pub fn exact_match(predicted: &[u32], example: &Example) -> bool {
-    let (correct, total) = accuracy(predicted, example);
+    let (correct, total) = correct_answers(predicted, example);
     total > 0 && correct == total
 }
 
@@ -398,12 +398,12 @@ mod tests {
     fn accuracy_counts_scored_positions_only() {
         let ex = Passkey::new(128, 60, 5).unwrap().sample(3, 9).unwrap();
         let perfect: Vec<u32> = (0..128).map(|t| ex.targets[t].unwrap_or(0)).collect();
-        assert_eq!(accuracy(&perfect, &ex), (5, 5));
+        assert_eq!(correct_answers(&perfect, &ex), (5, 5));
         assert!(exact_match(&perfect, &ex));
         let mut one_wrong = perfect.clone();
         one_wrong[124] += 1;
-        assert_eq!(accuracy(&one_wrong, &ex), (4, 5));
+        assert_eq!(correct_answers(&one_wrong, &ex), (4, 5));
         assert!(!exact_match(&one_wrong, &ex));
-        assert_eq!(accuracy(&perfect[..10], &ex), (0, 5));
+        assert_eq!(correct_answers(&perfect[..10], &ex), (0, 5));
     }
 }
