@@ -169,7 +169,7 @@ impl fmt::Display for AppError {
             }
             NotARun { source } => write!(f, "{source} (is --out a training run?)"),
             RunModel { run, source } => {
-                write!(f, "cannot load the model of the run in {}: {source}", run.display())
+                write!(f, "the model of the run in {} cannot be loaded: {source}", run.display())
             }
             WeightsMismatch { problem } => write!(f, "the weights do not fit the model: {problem}"),
             ChecksFailed { count } => write!(f, "{count} comparisons failed"),

@@ -22,12 +22,18 @@ use crate::error::AppError;
 use crate::report::table::Table;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
+/// The default corpus of the examples: the repository's `data/kjv.txt`, by an absolute path
+/// fixed at build time, so that it does not depend on the working directory.
+pub const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/kjv.txt");
+
 /// The flags every example takes.
 #[derive(Args, Clone, Debug)]
 pub struct StudyArgs {
     /// Byte-level text to train and evaluate on (90/5/5 split; the enwik8 split for a file
-    /// named `enwik8`). `embedded` is the Book of Genesis shipped in the repository.
-    #[arg(long, default_value = "../shared/data/kjv.txt")]
+    /// named `enwik8`): a file's PATH, or `embedded` for the Book of Genesis compiled into the
+    /// binary. Default: the King James Bible, `data/kjv.txt` in this repository, wherever the
+    /// example runs from.
+    #[arg(long, default_value = DEFAULT_CORPUS)]
     pub corpus: String,
     /// Folder of the tables (CSV), figures (SVG) and training runs. The example owns it: its
     /// previous runs there are replaced. Default: `target/examples/<example>`.
@@ -260,4 +266,28 @@ pub fn cost_table(rows: &[CostRow], reference: usize) -> Table {
         ]);
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::StudyArgs;
+
+    /// An example's flags: those of every study.
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        study: StudyArgs,
+    }
+
+    #[test]
+    fn the_default_corpus_is_a_file_of_the_repository() {
+        let corpus = Flags::parse_from(["example"]).study.corpus;
+        let path = Path::new(&corpus);
+        assert!(path.starts_with(env!("CARGO_MANIFEST_DIR")), "{corpus} is outside the repository");
+        assert!(path.is_file(), "{corpus} is missing");
+    }
 }

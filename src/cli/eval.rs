@@ -111,7 +111,7 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 let svg = args.out.join("eval_grid.svg");
                 heat_map(
                     &svg,
-                    "Bits per byte: evaluation window × length",
+                    &format!("Bits per {}: evaluation window × length", corpus.unit_name()),
                     "evaluation length",
                     &lengths,
                     "window",

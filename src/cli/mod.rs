@@ -22,9 +22,10 @@ use swa_training::train::TrainConfig;
 use crate::error::AppError;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
-/// Windowed-attention transformers (SWA, MSWA, SWAT, LongNet, Longformer, sinks) on Burn.
+/// Train, evaluate, sample from and benchmark windowed-attention transformers (SWA, MSWA, SWAT,
+/// LongNet, Longformer, sinks) on Burn, and check every backend against the reference.
 #[derive(Parser, Debug)]
-#[command(name = "swa-zoo", version, about)]
+#[command(name = "swa-zoo", version)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,7 +35,8 @@ pub struct Cli {
 enum Command {
     /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
     Train(train::TrainArgs),
-    /// Loss, perplexity and bits per byte at several lengths, and the window × length grid.
+    /// Loss, perplexity and bits per byte (character, word) at several lengths, and the
+    /// window × length grid.
     Eval(eval::EvalArgs),
     /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
     Generate(generate::GenerateArgs),
@@ -118,4 +120,18 @@ fn load_run<B: Backend>(
     let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
         .map_err(|source| AppError::RunModel { run: out.to_path_buf(), source })?;
     Ok((config, model))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_help_says_what_the_command_does() {
+        let help = Cli::command().render_help().to_string();
+        assert!(help.starts_with("Train, evaluate, sample from and benchmark"), "{help}");
+        assert!(!help.contains("Training, evaluation, data"), "{help}");
+    }
 }

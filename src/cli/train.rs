@@ -141,8 +141,10 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                     &device,
                 )?;
                 println!(
-                    "validation before training (an untrained model of this config): loss {loss:.4}, {:.4} bits per token",
-                    bits_per_unit(loss)
+                    "validation before training (an untrained model of this config): loss \
+                     {loss:.4}, {:.4} bits per {}",
+                    bits_per_unit(loss),
+                    corpus.unit_name()
                 );
             }
             let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy)?;
@@ -158,8 +160,9 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                         &device,
                     )?;
                     println!(
-                        "validation: loss {loss:.4}, {:.4} bits per token",
-                        bits_per_unit(loss)
+                        "validation: loss {loss:.4}, {:.4} bits per {}",
+                        bits_per_unit(loss),
+                        corpus.unit_name()
                     );
                 }
             }

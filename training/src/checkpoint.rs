@@ -8,7 +8,7 @@ use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
-use swa_models::weights::{compare_shapes, parameter_shapes};
+use swa_models::weights::{compare_shapes, parameter_shapes, recorder_problem};
 
 use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
@@ -25,7 +25,7 @@ pub fn check_model_checkpoint<B: Backend>(
         .load(path.to_path_buf(), device)
         .map_err(|e| TrainingError::CheckpointUnreadable {
             path: path.to_path_buf(),
-            problem: format!("not a readable checkpoint of this model: {e}"),
+            problem: recorder_problem(e),
         })?;
     let expected = parameter_shapes(&fresh);
     let found = parameter_shapes(&fresh.load_record(record));

@@ -182,6 +182,15 @@ impl Corpus {
     pub fn unit(&self) -> Unit {
         self.unit
     }
+    /// The unit that bits are reported per, as the literature names it: `byte`, `character` for
+    /// enwik8's bytes (bits per character) and `word`.
+    pub fn unit_name(&self) -> &'static str {
+        match (self.unit, self.name.as_str()) {
+            (Unit::Word, _) => "word",
+            (Unit::Byte, "enwik8") => "character",
+            (Unit::Byte, _) => "byte",
+        }
+    }
     /// Number of distinct token ids: 256 for bytes, the vocabulary for words.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
@@ -374,6 +383,15 @@ mod tests {
         ] {
             assert!(error.to_string().contains(&path.display().to_string()), "{error}");
         }
+    }
+
+    #[test]
+    fn bits_are_reported_per_byte_character_or_word() {
+        assert_eq!(Corpus::embedded().unit_name(), "byte");
+        let enwik8 = Corpus::bytes("enwik8".into(), vec![0; 4], vec![0; 2], vec![0; 2]);
+        assert_eq!(enwik8.unit_name(), "character");
+        let path = temp_file("unit", "words.txt", "a b\n".repeat(40).as_bytes());
+        assert_eq!(Corpus::words_from_file(&path, 1).unwrap().unit_name(), "word");
     }
 
     #[test]

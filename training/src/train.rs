@@ -310,7 +310,7 @@ pub fn train_with<B: TrainingBackend>(
         config,
         out,
         start,
-        unit: corpus.unit(),
+        bits: format!("Bits per {}", corpus.unit_name()),
         strategy,
         train_loader,
         valid_loader,
@@ -344,7 +344,8 @@ struct Run<'a, B: AutodiffBackend> {
     config: &'a TrainConfig,
     out: &'a Path,
     start: usize,
-    unit: crate::corpus::Unit,
+    /// The name of the bits metric: bits per byte, character or word.
+    bits: String,
     strategy: ExecutionStrategy<B>,
     train_loader: WindowLoader<B>,
     valid_loader: WindowLoader<B::InnerBackend>,
@@ -359,10 +360,7 @@ impl<B: TrainingBackend> Run<'_, B> {
         O: Optimizer<LanguageModel<B>, B> + 'static,
     {
         let config = self.config;
-        let bits = match self.unit {
-            crate::corpus::Unit::Byte => "Bits per byte",
-            crate::corpus::Unit::Word => "Bits per word",
-        };
+        let bits = self.bits.as_str();
         let mut training = SupervisedTraining::new(
             self.out,
             Arc::new(self.train_loader),
@@ -441,3 +439,4 @@ fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
     }
     Ok(())
 }
+
