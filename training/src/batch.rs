@@ -45,3 +45,26 @@ impl<B: Backend> TokenBatch<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+
+    use super::*;
+
+    #[test]
+    fn task_examples_become_inputs_targets_and_a_mask() {
+        let example = |first: u32| Example {
+            tokens: vec![first, first + 1, first + 2],
+            targets: vec![None, Some(first + 2), None],
+        };
+        let batch =
+            TokenBatch::<NdArray>::from_examples(&[example(5), example(9)], &Default::default());
+        let ints =
+            |t: Tensor<NdArray, 2, Int>| t.into_data().convert::<i64>().to_vec::<i64>().unwrap();
+        assert_eq!(ints(batch.inputs), [5, 6, 7, 9, 10, 11]);
+        assert_eq!(ints(batch.targets), [0, 7, 0, 0, 11, 0]);
+        let (mask, count) = batch.scored.unwrap();
+        assert_eq!((ints(mask), count), (vec![0, 1, 0, 0, 1, 0], 2));
+    }
+}

@@ -214,3 +214,22 @@ impl From<DataError> for TrainingError {
         TrainingError::Data(error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_field_and_what_failed_where() {
+        let field = TrainingError::field("TrainConfig.steps", "must be at least 1");
+        assert_eq!(field.to_string(), "TrainConfig.steps: must be at least 1");
+        let loader = TrainingError::TooFewTokens { tokens: 10, window: 17, batch: 2 }
+            .in_loader("valid split");
+        assert_eq!(
+            loader.to_string(),
+            "valid split: a split of 10 tokens cannot give windows of 17 tokens (sequence length \
+             + 1) in batches of 2"
+        );
+        assert!(std::error::Error::source(&loader).is_some());
+    }
+}

@@ -219,3 +219,36 @@ pub fn influence(
     }
     Ok(reached)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `layers` layers of sliding windows of `window` keys.
+    fn sliding(window: usize, layers: usize) -> DecoderConfig {
+        DecoderConfig::new(256, 16, layers, 2, 2, vec![AttentionKind::Sliding { window }])
+    }
+
+    #[test]
+    fn the_reach_of_a_stack_is_its_windows_times_its_layers() {
+        assert_eq!(receptive_field(&sliding(8, 3)), Some((8, 3)));
+        let full = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Full]);
+        assert_eq!(receptive_field(&full), None);
+        // Position 28 sees 21 ..= 28 through the last layer, and each layer below 7 further.
+        let reached = influence(&sliding(8, 3), 32, 28).unwrap();
+        assert_eq!(reached.iter().position(|&r| r), Some(28 - 3 * 7));
+        assert!(reached[28 - 3 * 7..=28].iter().all(|&r| r) && !reached[29]);
+        assert!(matches!(
+            influence(&sliding(8, 3), 32, 32),
+            Err(TrainingError::Position { position: 32, len: 32 })
+        ));
+    }
+
+    #[test]
+    fn passkey_distances_straddle_the_window_and_reach() {
+        let digits = 2;
+        let distances = passkey_distances(&sliding(64, 2), 256, digits);
+        assert_eq!(distances, [64, 126, 128]);
+        assert!(distances.iter().all(|&d| d >= Passkey::min_distance(digits)));
+    }
+}

@@ -440,3 +440,41 @@ fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(window: usize, seq_len: usize) -> TrainConfig {
+        let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window }]);
+        TrainConfig::new(model, seq_len).with_steps(250).with_checkpoint_every(100)
+    }
+
+    #[test]
+    fn epochs_round_the_steps_up() {
+        assert_eq!(config(8, 16).epochs(), 3);
+    }
+
+    #[test]
+    fn validation_names_the_field_at_fault() {
+        assert!(config(8, 16).validate().is_ok());
+        let message = |config: TrainConfig| config.validate().unwrap_err().to_string();
+        assert!(message(config(32, 16)).starts_with("TrainConfig.seq_len: layer 0's window of 32"));
+        assert!(message(config(8, 16).with_batch_size(0)).starts_with("TrainConfig.batch_size"));
+        assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
+        let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
+        assert!(message(task).starts_with("Mqar.seq_len"));
+    }
+
+    #[test]
+    fn the_last_checkpoint_is_the_last_complete_one() {
+        let out = std::env::temp_dir().join(format!("swa-last-checkpoint-{}", std::process::id()));
+        let dir = out.join("checkpoint");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(last_checkpoint(&out), None);
+        for name in ["model-1", "optim-1", "scheduler-1", "model-2", "optim-2", "model-10"] {
+            std::fs::write(dir.join(format!("{name}.mpk")), b"").unwrap();
+        }
+        assert_eq!(last_checkpoint(&out), Some(1), "epochs 2 and 10 lack a part");
+        std::fs::remove_dir_all(out).unwrap();
+    }
+}
