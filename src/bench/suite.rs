@@ -44,7 +44,7 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// The benchmark on `model`: Figure 3's grid at positions 500 … 2000 of 2048, flatness
+    /// The full benchmark on `model`: Figure 3's grid at positions 500 … 2000 of 2048, flatness
     /// at positions 2k … 16k with W = 256 (full attention up to `full_max`), StreamingLLM at
     /// W = 256 with 4 sinks at positions 1k … 4k, training at N = 1k, 4k, 16k with W = 256.
     pub fn full(model: BenchModel, full_max: usize) -> Self {

@@ -10,11 +10,12 @@ use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
+use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::with_eval_window;
 use swa_zoo::training::loader::{Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
-use swa_zoo::training::train::{TrainConfig, last_checkpoint, train};
+use swa_zoo::training::train::{TrainConfig, train};
 
 use crate::{max_abs, to_vec};
 

@@ -9,9 +9,10 @@ use burn::train::{ExecutionStrategy, MultiDeviceOptim};
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::{Decoder, DecoderConfig};
 use swa_zoo::training::TrainingBackend;
+use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::mean_loss;
-use swa_zoo::training::train::{TrainConfig, last_checkpoint, train_with};
+use swa_zoo::training::train::{TrainConfig, train_with};
 
 fn run_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("swa-zoo-devices-{name}-{}", std::process::id()));

@@ -28,6 +28,7 @@ pub mod loader;
 pub mod metrics;
 pub mod mixed_precision;
 pub mod renderer;
+mod resume_logs;
 pub mod schedule;
 pub mod synthetic;
 pub mod tasks;

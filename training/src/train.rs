@@ -30,7 +30,7 @@ use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::backend::TrainingBackend;
-use crate::checkpoint::check_model_checkpoint;
+use crate::checkpoint::{check_model_checkpoint, last_checkpoint};
 use crate::corpus::Corpus;
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
@@ -38,6 +38,7 @@ use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
+use crate::resume_logs::{renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
 use crate::synthetic::SyntheticTask;
 
@@ -169,19 +170,6 @@ fn smallest_window(kind: &AttentionKind) -> Option<usize> {
         AttentionKind::MultiScale { windows } => windows.iter().copied().min(),
         _ => None,
     }
-}
-
-/// The last epoch whose model, optimizer and schedule checkpoints all exist in `out`.
-pub fn last_checkpoint(out: &Path) -> Option<usize> {
-    let dir = out.join("checkpoint");
-    let epochs = std::fs::read_dir(&dir).ok()?.filter_map(|entry| {
-        let name = entry.ok()?.file_name().into_string().ok()?;
-        name.strip_prefix("model-")?.strip_suffix(".mpk")?.parse::<usize>().ok()
-    });
-    let complete = |e: &usize| {
-        ["optim", "scheduler"].iter().all(|part| dir.join(format!("{part}-{e}.mpk")).is_file())
-    };
-    epochs.filter(complete).max()
 }
 
 /// The model at the end of a run, and where its files are.
@@ -395,51 +383,6 @@ impl<B: TrainingBackend> Run<'_, B> {
     }
 }
 
-/// The metric logs of the epochs before a resume, kept aside while the resumed run writes its
-/// own: Burn's Learner numbers a resumed run's log folders from epoch 1 again.
-const LOGS_ASIDE: &str = ".before-resume";
-
-fn set_logs_aside(out: &Path) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        if aside.exists() {
-            std::fs::remove_dir_all(&aside)?;
-        }
-        if logs.exists() {
-            std::fs::rename(&logs, &aside)?;
-        }
-    }
-    Ok(())
-}
-
-/// Moves the resumed run's `epoch-k` log folders to `epoch-(start+k)` among the earlier ones, so
-/// the logs (and the loss curve) read as one run.
-fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        std::fs::create_dir_all(&aside)?;
-        if logs.exists() {
-            for entry in std::fs::read_dir(&logs)? {
-                let entry = entry?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok()) {
-                    Some(k) => {
-                        let target = aside.join(format!("epoch-{}", start + k));
-                        if target.exists() {
-                            std::fs::remove_dir_all(&target)?;
-                        }
-                        std::fs::rename(entry.path(), target)?;
-                    }
-                    None => std::fs::rename(entry.path(), aside.join(name))?,
-                }
-            }
-            std::fs::remove_dir_all(&logs)?;
-        }
-        std::fs::rename(&aside, &logs)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,18 +406,5 @@ mod tests {
         assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
         let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
         assert!(message(task).starts_with("Mqar.seq_len"));
-    }
-
-    #[test]
-    fn the_last_checkpoint_is_the_last_complete_one() {
-        let out = std::env::temp_dir().join(format!("swa-last-checkpoint-{}", std::process::id()));
-        let dir = out.join("checkpoint");
-        std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(last_checkpoint(&out), None);
-        for name in ["model-1", "optim-1", "scheduler-1", "model-2", "optim-2", "model-10"] {
-            std::fs::write(dir.join(format!("{name}.mpk")), b"").unwrap();
-        }
-        assert_eq!(last_checkpoint(&out), Some(1), "epochs 2 and 10 lack a part");
-        std::fs::remove_dir_all(out).unwrap();
     }
 }
