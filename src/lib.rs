@@ -5,7 +5,7 @@
 //! evaluates them), and holds the application built on them:
 //! - [`runtime`]: the backend, precision and devices a job runs on;
 //! - [`cli`]: the `swa-zoo` command line, one module per subcommand;
-//! - [`bench`]: the efficiency benchmarks (decode latency, KV bytes, training throughput);
+//! - [`bench`](mod@bench): the efficiency benchmarks (decode latency, KV bytes, training throughput);
 //! - [`check`]: the cross-backend equivalence check;
 //! - [`study`]: what the per-paper examples share (flags, runs, tables);
 //! - [`report`]: figures, CSV, Markdown tables and the loss curve of a run;

@@ -6,7 +6,7 @@
 //! - [`cases`]: the tiny model of every attention kind, or a named preset;
 //! - [`params`]: the seeded weights and reading parameters and gradients back by name;
 //! - [`measure`]: what one backend computes for a case;
-//! - [`compare`]: errors, the tolerance table and the verdicts;
+//! - [`compare`](mod@compare): errors, the tolerance table and the verdicts;
 //! - [`candidates`]: the backends the build has, and why the others are skipped.
 //!
 //! The tests (`tests/models/backends.rs`) and `swa-zoo check-backends` both run [`run`].
