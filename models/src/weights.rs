@@ -124,12 +124,16 @@ fn weights_error(path: &Path, problem: String) -> ModelError {
     ModelError::Weights { path: path.to_path_buf(), problem }
 }
 
-fn recorder_problem(error: RecorderError) -> String {
+/// What a failed read of a Burn record means, in one line. Burn appends a note on the record
+/// format of its version 0.14 to every decoding error, whatever the cause (a truncated file
+/// too); only the decoder's own first line is kept.
+pub fn recorder_problem(error: RecorderError) -> String {
     match error {
         RecorderError::FileNotFound(e) => format!("cannot open: {e}"),
-        RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => {
-            format!("not a readable Burn record: {e}")
-        }
+        RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => format!(
+            "truncated or corrupt, not a readable Burn record ({})",
+            e.lines().next().unwrap_or_default()
+        ),
     }
 }
 

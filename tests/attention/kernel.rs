@@ -9,13 +9,14 @@ mod on_wgpu {
 
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
     use burn::backend::{Autodiff, Wgpu};
-    use burn::tensor::backend::{AutodiffBackend, Backend};
+    use burn::tensor::backend::Backend;
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::kernel::probe_visibility;
     use swa_zoo::attention::{
         HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, WindowedKernel, alibi,
         windowed_attention,
     };
+    use swa_zoo::training::TrainingBackend;
 
     use crate::cases::{LENGTHS, matrix, random_case};
     use crate::common::{
@@ -175,11 +176,7 @@ mod on_wgpu {
 
     /// Forward and backward of `cases` through `Autodiff<B>` against the dense reference within
     /// `tol`, with a loss on `o` and on `lse`.
-    fn check_gradients<B>(name: &str, cases: &[(String, Case)], tol: Tolerance)
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn check_gradients<B: TrainingBackend>(name: &str, cases: &[(String, Case)], tol: Tolerance) {
         let start = Instant::now();
         let mut worst = [0f32; 3];
         for (label, case) in cases {

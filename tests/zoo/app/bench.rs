@@ -1,8 +1,9 @@
-//! The efficiency benchmarks (`swa_training::bench`) run end to end on a tiny model, and their
+//! The efficiency benchmarks (`swa_zoo::bench`) run end to end on a tiny model, and their
 //! KV-cache bytes agree with `Decoder::info` and with MSWA's (15/16)² of SWA.
 
-use swa_zoo::training::bench::suite::{Part, Suite, run};
-use swa_zoo::training::bench::{Family, Table};
+use swa_zoo::bench::Family;
+use swa_zoo::bench::suite::{Part, Suite, run};
+use swa_zoo::report::Table;
 
 use crate::Reference;
 
@@ -85,7 +86,7 @@ fn quick_efficiency_suite_on_flex() {
 #[test]
 #[ignore = "a measurement (minutes), not a check"]
 fn flatness_to_16k_on_flex() {
-    let suite = Suite::full(swa_zoo::training::bench::BenchModel::cpu(), 8192);
+    let suite = Suite::full(swa_zoo::bench::BenchModel::cpu(), 8192);
     run::<burn::backend::Autodiff<burn::backend::Flex>>(
         &suite,
         &[Part::Flatness],

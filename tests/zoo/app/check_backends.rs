@@ -1,9 +1,9 @@
-//! The cross-backend equivalence suite (`swa_zoo::training::check`): the tiny model of every
+//! The cross-backend equivalence suite (`swa_zoo::check`): the tiny model of every
 //! attention kind, drawn once and loaded bit for bit, on ndarray (the f32 reference) against
 //! flex, wgpu and cuda, each when compiled in and a device answers (otherwise the test says why
 //! it skipped). Build with `--features flex,wgpu` to compare wgpu (lavapipe on a CPU machine).
 
-use swa_zoo::training::check::{
+use swa_zoo::check::{
     Candidate, CheckCase, DecodedToken, Quantity, Verdict, Weights, attention_kinds, compare,
     measure_reference, run,
 };
@@ -50,7 +50,7 @@ fn only_the_encoder_does_not_decode() {
         let weights = Weights::seeded(&case.config, case.seed).unwrap();
         let outcome = measure_reference(&case, &weights).unwrap();
         assert_eq!(outcome.decoded.is_err(), case.name == "longformer-encoder", "{}", case.name);
-        let rows = compare(&case.name, "ndarray", Candidate::Flex.precision(), &outcome, &outcome);
+        let rows = compare(&case.name, "ndarray", Candidate::Flex.arithmetic(), &outcome, &outcome);
         let decoding = rows.iter().find(|r| r.quantity == Quantity::Decoding).unwrap();
         let expected =
             if outcome.decoded.is_err() { Verdict::NotApplicable } else { Verdict::Pass };
@@ -65,8 +65,8 @@ fn the_check_catches_differences() {
     let case = CheckCase { decode_steps: 8, ..attention_kinds().remove(1) };
     let weights = Weights::seeded(&case.config, case.seed).unwrap();
     let reference = measure_reference(&case, &weights).unwrap();
-    let verdict = |candidate: &swa_zoo::training::check::Outcome, quantity| {
-        let rows = compare(&case.name, "test", Candidate::Flex.precision(), &reference, candidate);
+    let verdict = |candidate: &swa_zoo::check::Outcome, quantity| {
+        let rows = compare(&case.name, "test", Candidate::Flex.arithmetic(), &reference, candidate);
         rows.into_iter().find(|r| r.quantity == quantity).unwrap()
     };
     let mut changed = reference.clone();

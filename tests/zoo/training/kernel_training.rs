@@ -15,8 +15,8 @@ mod on_wgpu {
     use swa_zoo::attention::WindowedAttentionBackend;
     use swa_zoo::models::weights::{load_record, save_record};
     use swa_zoo::models::{DecoderConfig, Preset};
+    use swa_zoo::training::batch::TokenBatch;
     use swa_zoo::training::language_model::LanguageModel;
-    use swa_zoo::training::loader::TokenBatch;
 
     use crate::{Reference, values};
 

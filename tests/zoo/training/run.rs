@@ -1,18 +1,21 @@
-//! Training: exact resume from a checkpoint, checkpoint rotation, the schedule, the loader, and
-//! evaluation (windows, and decoded token by token).
+//! Training: exact resume from a checkpoint, checkpoint rotation, the schedule, the loader,
+//! evaluation (windows, and decoded token by token), and the units `swa-zoo train` reports in.
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
+use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
+use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::with_eval_window;
 use swa_zoo::training::loader::{Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
-use swa_zoo::training::train::{TrainConfig, last_checkpoint, train};
+use swa_zoo::training::train::{TrainConfig, train};
 
 use crate::{max_abs, to_vec};
 
@@ -202,4 +205,36 @@ fn decoded_loss_matches_the_parallel_evaluation() {
         (streaming - decoded).abs() > 1e-4,
         "slot positions should change the score past sinks + window"
     );
+}
+
+/// `swa-zoo train` reports validation bits per byte on text and per word on a word-level
+/// corpus, before and after training, as its metrics do.
+#[test]
+fn the_command_line_reports_bits_in_the_corpus_unit() {
+    let dir = run_dir("units");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("model.json");
+    tiny(2).model.save(&config).unwrap();
+    let words = dir.join("words.txt");
+    let text: String = (0..400).map(|i| format!("the cat sat on mat {}\n", i % 40)).collect();
+    std::fs::write(&words, text).unwrap();
+    let train = |name: &str, corpus: &[&str]| {
+        let out = dir.join(name);
+        let output = Command::new(env!("CARGO_BIN_EXE_swa-zoo"))
+            .args(["train", "--backend", "ndarray", "--config", config.to_str().unwrap()])
+            .args(["--seq-len", "16", "--steps", "2", "--batch-size", "2"])
+            .args(["--checkpoint-every", "2", "--out", out.to_str().unwrap()])
+            .args(corpus)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        stdout
+    };
+    let bytes = train("bytes", &[]);
+    assert_eq!(bytes.matches(" bits per byte").count(), 2, "{bytes}");
+    let words = train("words", &["--corpus", words.to_str().unwrap(), "--words", "1"]);
+    assert_eq!(words.matches(" bits per word").count(), 2, "{words}");
+    assert!(!(bytes + &words).contains("per token"));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
-use swa_zoo::attention::WindowedAttentionBackend;
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::{Decoder, DecoderConfig};
+use swa_zoo::training::TrainingBackend;
+use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::mean_loss;
-use swa_zoo::training::train::{TrainConfig, last_checkpoint, train_with};
+use swa_zoo::training::train::{TrainConfig, train_with};
 
 fn run_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("swa-zoo-devices-{name}-{}", std::process::id()));
@@ -36,15 +36,11 @@ fn tiny(steps: usize) -> TrainConfig {
 /// finite. The fresh model is drawn apart from the trained one's initial weights (Burn's RNG is
 /// shared with the tests running beside it), so `before` is a typical starting loss, not that
 /// run's own.
-fn losses_before_and_after<B>(
+fn losses_before_and_after<B: TrainingBackend>(
     name: &str,
     steps: usize,
     strategy: ExecutionStrategy<B>,
-) -> (f64, f64)
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> (f64, f64) {
     let (config, corpus, dir) = (tiny(steps), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
     let loss = |model: Decoder<B::InnerBackend>| {

@@ -1,7 +1,7 @@
-//! Training's error cases, each a one-line error naming the problem, with nothing saved
-//! overwritten: a missing or empty corpus, an unknown preset or config field, a window larger
-//! than the training length, a checkpoint of another config, a truncated checkpoint, a fresh
-//! run into a folder holding one, and precisions or devices a backend does not have.
+//! Error cases, each a one-line error naming the problem, with nothing saved overwritten: a
+//! missing or empty corpus, an unknown preset or config field, a window larger than the training
+//! length, a checkpoint of another config, a truncated checkpoint or model, a fresh run into a
+//! folder holding one, and precisions or devices a backend does not have.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,5 +177,21 @@ fn resuming_from_a_foreign_or_truncated_checkpoint_is_an_error_and_keeps_the_fil
         16,
         "train.json is not rewritten by a failed resume"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_truncated_model_names_its_run_and_not_burns_format_note() {
+    let dir = run_dir("truncated-model");
+    train::<B>(&tiny(16), &Corpus::embedded(), &dir, false, &Default::default()).unwrap();
+    let model = dir.join("model.mpk");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let out = dir.to_str().unwrap();
+    let args = ["generate", "--backend", "ndarray", "--out", out, "--tokens", "4"];
+    fails_with(&args, &["model of the run in", out, "model.mpk", "truncated or corrupt"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_swa-zoo")).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("0.14"), "Burn's note on old record formats: {stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }

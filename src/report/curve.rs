@@ -1,9 +1,10 @@
 //! The loss curve of a run, read from the Learner's metric logs (`<out>/{train,valid}/epoch-N/
-//! Loss.log`, one `value,count` line per step) and drawn with [`crate::plot::line_plot`].
+//! Loss.log`, one `value,count` line per step) and drawn with [`crate::report::plot::line_plot`].
 
 use std::path::{Path, PathBuf};
 
-use crate::plot::{PlotError, line_plot};
+use super::ReportError;
+use super::plot::line_plot;
 
 /// The losses logged for `split` ("train" or "valid"), epoch by epoch, as (epoch, values).
 fn logged(out: &Path, split: &str) -> Vec<(usize, Vec<f64>)> {
@@ -23,7 +24,7 @@ fn logged(out: &Path, split: &str) -> Vec<(usize, Vec<f64>)> {
 
 /// Writes `<out>/loss_curve.svg`: the training loss per step, and the validation mean at the
 /// end of each epoch (placed at that epoch's last step). Returns the file written.
-pub fn plot_loss_curve(out: &Path, steps_per_epoch: usize) -> Result<PathBuf, PlotError> {
+pub fn plot_loss_curve(out: &Path, steps_per_epoch: usize) -> Result<PathBuf, ReportError> {
     let train: Vec<(f64, f64)> = logged(out, "train")
         .into_iter()
         .flat_map(|(epoch, values)| {

@@ -7,12 +7,13 @@ use std::path::Path;
 use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
+use swa_training::eval::{rebuild, with_eval_window};
+use swa_training::synthetic::{SyntheticTask, model_accuracy, passkey_distances, receptive_field};
+use swa_training::tasks::{Example, Passkey};
+use swa_training::train::TrainConfig;
 
-use crate::eval::{rebuild, with_eval_window};
-use crate::plot::write_csv;
-use crate::synthetic::{SyntheticTask, accuracy, passkey_distances, receptive_field};
-use crate::tasks::{Example, Passkey};
-use crate::train::TrainConfig;
+use crate::error::AppError;
+use crate::report::csv::write_csv;
 
 /// The synthetic tasks `train --task` offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -62,14 +63,14 @@ pub fn report<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
     count: usize,
     device: &B::Device,
-) -> Result<(), String> {
+) -> Result<(), AppError> {
     let examples = (0..count as u64)
         .map(|i| task.example(config.seq_len, test_seed(config), i))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let score = accuracy(model, &examples, config.batch_size, device)?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let score = model_accuracy(model, &examples, config.batch_size, device)?;
     println!(
-        "accuracy on {count} fresh {task:?} examples: {:.4} of answer tokens ({} of {}), {:.4} of examples entirely right",
+        "accuracy on {count} fresh {task:?} examples: {:.4} of answer tokens ({} of {}), {:.4} \
+         of examples entirely right",
         score.token_accuracy(),
         score.correct,
         score.scored,
@@ -91,7 +92,7 @@ pub fn eval<B: WindowedAttentionBackend>(
     distances: &[usize],
     count: usize,
     device: &B::Device,
-) -> Result<(), String> {
+) -> Result<(), AppError> {
     if let Some((w, l)) = receptive_field(&config.model) {
         println!("largest window W = {w}, layers L = {l}: reach (W − 1)·L = {}", (w - 1) * l);
     }
@@ -113,14 +114,14 @@ pub fn eval<B: WindowedAttentionBackend>(
                 .collect()
         }
     };
-    let examples = |len: usize, distance: Option<usize>| -> Result<Vec<Example>, String> {
+    let examples = |len: usize, distance: Option<usize>| -> Result<Vec<Example>, AppError> {
         let sample = |i: u64| match (task, distance) {
             (SyntheticTask::Passkey { digits }, Some(d)) => {
                 Passkey::new(len, d, *digits)?.sample(test_seed(config), i)
             }
             _ => task.example(len, test_seed(config), i),
         };
-        (0..count as u64).map(sample).collect::<Result<_, _>>().map_err(|e| e.to_string())
+        Ok((0..count as u64).map(sample).collect::<Result<_, _>>()?)
     };
     let windows: Vec<Option<usize>> = match windows.is_empty() {
         true => vec![None],
@@ -129,17 +130,13 @@ pub fn eval<B: WindowedAttentionBackend>(
     let mut rows = Vec::new();
     for window in windows {
         let model = match window {
-            Some(w) => rebuild(
-                model,
-                &with_eval_window(&config.model, w, 0).map_err(|e| e.to_string())?,
-                device,
-            )
-            .map_err(|e| e.to_string())?,
+            Some(w) => rebuild(model, &with_eval_window(&config.model, w, 0)?, device)?,
             None => model.clone(),
         };
         let label = window.map_or("trained".into(), |w| w.to_string());
         for &(len, distance) in &settings {
-            let score = accuracy(&model, &examples(len, distance)?, config.batch_size, device)?;
+            let score =
+                model_accuracy(&model, &examples(len, distance)?, config.batch_size, device)?;
             let at = distance.map_or(String::new(), |d| format!("  distance {d:>6}"));
             println!(
                 "window {label:>8}  length {len:>6}{at}  answer accuracy {:.4}  exact {:.4}",
@@ -157,8 +154,7 @@ pub fn eval<B: WindowedAttentionBackend>(
         }
     }
     let csv = out.join("eval_task.csv");
-    write_csv(&csv, &["window", "length", "distance", "accuracy", "exact"], &rows)
-        .map_err(|e| e.to_string())?;
+    write_csv(&csv, &["window", "length", "distance", "accuracy", "exact"], &rows)?;
     println!("wrote {}", csv.display());
     Ok(())
 }

@@ -2,15 +2,18 @@
 //! [`Suite::quick`] (`swa-zoo bench`) and [`Suite::tiny`] (the test that the code runs).
 
 use burn::tensor::backend::AutodiffBackend;
+use clap::ValueEnum;
 use swa_attention::WindowedAttentionBackend;
 
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
 use super::training::{self, TrainBench, TrainRow};
-use super::{BenchModel, Family, Table};
+use super::{BenchModel, Family};
+use crate::error::AppError;
+use crate::report::Table;
 
 /// The parts of the suite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Part {
     /// Decode latency and KV bytes per kind, window and batch (MSWA Figure 3).
     Decode,
@@ -41,7 +44,7 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// The benchmark on `model`: Figure 3's grid at positions 500 … 2000 of 2048, flatness
+    /// The full benchmark on `model`: Figure 3's grid at positions 500 … 2000 of 2048, flatness
     /// at positions 2k … 16k with W = 256 (full attention up to `full_max`), StreamingLLM at
     /// W = 256 with 4 sinks at positions 1k … 4k, training at N = 1k, 4k, 16k with W = 256.
     pub fn full(model: BenchModel, full_max: usize) -> Self {
@@ -148,7 +151,7 @@ pub fn run<B>(
     parts: &[Part],
     device: &B::Device,
     mut report: impl FnMut(&str, &Table),
-) -> Result<Results, String>
+) -> Result<Results, AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {

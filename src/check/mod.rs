@@ -6,10 +6,10 @@
 //! - [`cases`]: the tiny model of every attention kind, or a named preset;
 //! - [`params`]: the seeded weights and reading parameters and gradients back by name;
 //! - [`measure`]: what one backend computes for a case;
-//! - [`compare`]: errors, the tolerance table and the verdicts;
+//! - [`compare`](mod@compare): errors, the tolerance table and the verdicts;
 //! - [`candidates`]: the backends the build has, and why the others are skipped.
 //!
-//! The tests (`tests/models/backends.rs`) and `swa-zoo check-backends` both run [`run`].
+//! The tests (`tests/zoo/app/check_backends.rs`) and `swa-zoo check-backends` both run [`run`].
 
 pub mod candidates;
 pub mod cases;
@@ -22,7 +22,7 @@ use std::fmt::Write;
 pub use candidates::{Candidate, Reference, measure_reference};
 pub use cases::{CheckCase, attention_kinds};
 pub use compare::{
-    Comparison, Errors, Precision, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance,
+    Arithmetic, Comparison, MaxErrors, Quantity, TOLERANCES, Tolerance, Verdict, compare, tolerance,
 };
 pub use measure::{DecodedToken, Outcome};
 pub use params::{Named, Weights};
@@ -103,7 +103,7 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
         .filter(|c| match c.availability() {
             Ok(()) => true,
             Err(reason) => {
-                report.skipped.push((c.name(), reason));
+                report.skipped.push((c.name(), reason.to_string()));
                 false
             }
         })
@@ -138,7 +138,7 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
                 Ok(outcome) => report.rows.extend(compare(
                     &case.name,
                     candidate.name(),
-                    candidate.precision(),
+                    candidate.arithmetic(),
                     &reference,
                     &outcome,
                 )),

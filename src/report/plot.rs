@@ -1,109 +1,39 @@
-//! Figures and tables of results: SVG plots drawn with plotters' SVG backend (text is left to
-//! the viewer's fonts, so no font files are needed) and a small CSV writer.
+//! Figures of results: SVG plots drawn with plotters' SVG backend (text is left to the viewer's
+//! fonts, so no font files are needed).
 //!
 //! - [`heat_map`]: a value per (y, x) cell, e.g. bits per byte per evaluation window and length,
 //!   in the manner of SWAT's Figure 2;
 //! - [`line_plot`]: one line per series with a legend, e.g. loss curves, or latency against
-//!   sequence length on log-log axes;
-//! - [`write_csv`]: the numbers behind a figure.
-//!
-//! Every file is written to a temporary sibling and renamed into place, so a reader never sees
-//! half a file and an interrupted run leaves the previous file intact.
+//!   sequence length on log-log axes.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Why a figure or table was not written; every variant names the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlotError {
-    /// The data cannot be drawn (mismatched sizes, nothing to plot).
-    Input { path: PathBuf, problem: String },
-    /// plotters failed while drawing.
-    Draw { path: PathBuf, problem: String },
-    /// The file could not be written.
-    Write { path: PathBuf, problem: String },
-}
-
-impl fmt::Display for PlotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PlotError::Input { path, problem } => {
-                write!(f, "cannot plot {}: {problem}", path.display())
-            }
-            PlotError::Draw { path, problem } => {
-                write!(f, "drawing {} failed: {problem}", path.display())
-            }
-            PlotError::Write { path, problem } => {
-                write!(f, "cannot write {}: {problem}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for PlotError {}
+use super::{ReportError, write_atomic};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it to `path`.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let error =
-        |e: std::io::Error| PlotError::Write { path: path.to_path_buf(), problem: e.to_string() };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let unique = (std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}-{}", unique.0, unique.1));
-    std::fs::write(&tmp, bytes).map_err(error)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        error(e)
-    })
-}
+/// What drawing on an SVG area can fail with.
+type DrawError = DrawingAreaErrorKind<std::io::Error>;
 
 /// Draws an SVG of `size` pixels with `draw`, then writes it to `path`.
 fn render(
     path: &Path,
     size: (u32, u32),
-    draw: impl FnOnce(&Area) -> Result<(), String>,
-) -> Result<(), PlotError> {
+    draw: impl FnOnce(&Area) -> Result<(), DrawError>,
+) -> Result<(), ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        let drawn = root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|_| draw(&root));
+        let drawn = root.fill(&WHITE).and_then(|_| draw(&root)).and_then(|_| root.present());
         drawn
-            .and_then(|_| root.present().map_err(|e| e.to_string()))
-            .map_err(|problem| PlotError::Draw { path: path.to_path_buf(), problem })?;
+            .map_err(|e| ReportError::Draw { path: path.to_path_buf(), problem: e.to_string() })?;
     }
     write_atomic(path, svg.as_bytes())
-}
-
-/// Writes a CSV table: `header`, then `rows`, each with as many fields as the header. Fields
-/// holding commas, quotes or line breaks are quoted.
-pub fn write_csv(
-    path: impl AsRef<Path>,
-    header: &[&str],
-    rows: &[Vec<String>],
-) -> Result<(), PlotError> {
-    let path = path.as_ref();
-    if let Some(i) = rows.iter().position(|r| r.len() != header.len()) {
-        let problem = format!("row {i} has {} fields, the header {}", rows[i].len(), header.len());
-        return Err(PlotError::Input { path: path.to_path_buf(), problem });
-    }
-    let field = |f: &str| match f.contains([',', '"', '\n', '\r']) {
-        true => format!("\"{}\"", f.replace('"', "\"\"")),
-        false => f.to_string(),
-    };
-    let line = |fields: Vec<String>| fields.join(",") + "\n";
-    let mut text = line(header.iter().map(|h| field(h)).collect());
-    for row in rows {
-        text.push_str(&line(row.iter().map(|f| field(f)).collect()));
-    }
-    write_atomic(path, text.as_bytes())
 }
 
 /// The colour of `t` in `[0, 1]` on a yellow-orange-red ramp (ColorBrewer YlOrRd): light yellow
@@ -132,9 +62,9 @@ pub fn heat_map(
     y_values: &[usize],
     cells: &[Vec<f64>],
     value_label: &str,
-) -> Result<(), PlotError> {
+) -> Result<(), ReportError> {
     let path = path.as_ref();
-    let input = |problem: String| Err(PlotError::Input { path: path.to_path_buf(), problem });
+    let input = |problem: String| Err(ReportError::Input { path: path.to_path_buf(), problem });
     if x_values.is_empty() || y_values.is_empty() {
         return input("no x or no y values".into());
     }
@@ -156,12 +86,10 @@ pub fn heat_map(
     let (nx, ny) = (x_values.len() as i32, y_values.len() as i32);
     let size = ((left + nx * cw + 150) as u32, (top + ny * ch + 60) as u32);
     render(path, size, |root| {
-        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
         let text = |size: f64, h: HPos, v: VPos| {
             ("sans-serif", size).into_font().color(&BLACK).pos(Pos::new(h, v))
         };
-        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12))
-            .map_err(e)?;
+        root.draw_text(title, &text(20.0, HPos::Center, VPos::Top), (size.0 as i32 / 2, 12))?;
         for (y, row) in cells.iter().enumerate() {
             for (x, &v) in row.iter().enumerate() {
                 let (x0, y0) = (left + x as i32 * cw, top + y as i32 * ch);
@@ -169,13 +97,11 @@ pub fn heat_map(
                     true => (ramp(scale(v)), format!("{v:.2}")),
                     false => (RGBColor(190, 190, 190), format!("{v}")),
                 };
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))
-                    .map_err(e)?;
-                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))
-                    .map_err(e)?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], fill.filled()))?;
+                root.draw(&Rectangle::new([(x0, y0), (x0 + cw, y0 + ch)], WHITE.stroke_width(1)))?;
                 let ink = if v.is_finite() && scale(v) > 0.6 { WHITE } else { BLACK };
                 let style = text(13.0, HPos::Center, VPos::Center).color(&ink);
-                root.draw_text(&label, &style, (x0 + cw / 2, y0 + ch / 2)).map_err(e)?;
+                root.draw_text(&label, &style, (x0 + cw / 2, y0 + ch / 2))?;
             }
         }
         for (x, v) in x_values.iter().enumerate() {
@@ -183,44 +109,38 @@ pub fn heat_map(
                 &v.to_string(),
                 &text(13.0, HPos::Center, VPos::Top),
                 (left + x as i32 * cw + cw / 2, top + ny * ch + 6),
-            )
-            .map_err(e)?;
+            )?;
         }
         for (y, v) in y_values.iter().enumerate() {
             root.draw_text(
                 &v.to_string(),
                 &text(13.0, HPos::Right, VPos::Center),
                 (left - 8, top + y as i32 * ch + ch / 2),
-            )
-            .map_err(e)?;
+            )?;
         }
         root.draw_text(
             x_label,
             &text(15.0, HPos::Center, VPos::Top),
             (left + nx * cw / 2, top + ny * ch + 32),
-        )
-        .map_err(e)?;
+        )?;
         let rotated = text(15.0, HPos::Center, VPos::Center).transform(FontTransform::Rotate270);
-        root.draw_text(y_label, &rotated, (24, top + ny * ch / 2)).map_err(e)?;
+        root.draw_text(y_label, &rotated, (24, top + ny * ch / 2))?;
         if hi >= lo {
             // The colour bar: highest value at the top.
             let (bx, height, steps) = (left + nx * cw + 24, ny * ch, 50);
             for s in 0..steps {
                 let (y0, y1) = (top + height * s / steps, top + height * (s + 1) / steps);
                 let colour = ramp(1.0 - (s as f64 + 0.5) / steps as f64);
-                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled()))
-                    .map_err(e)?;
+                root.draw(&Rectangle::new([(bx, y0), (bx + 18, y1)], colour.filled()))?;
             }
             for (value, y) in [(hi, top), ((lo + hi) / 2.0, top + height / 2), (lo, top + height)] {
                 root.draw_text(
                     &format!("{value:.2}"),
                     &text(12.0, HPos::Left, VPos::Center),
                     (bx + 24, y),
-                )
-                .map_err(e)?;
+                )?;
             }
-            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6))
-                .map_err(e)?;
+            root.draw_text(value_label, &text(13.0, HPos::Left, VPos::Bottom), (bx, top - 6))?;
         }
         Ok(())
     })
@@ -237,7 +157,7 @@ pub fn line_plot(
     series: &[(String, Vec<(f64, f64)>)],
     log_x: bool,
     log_y: bool,
-) -> Result<(), PlotError> {
+) -> Result<(), ReportError> {
     let path = path.as_ref();
     let keep = |&(x, y): &(f64, f64)| {
         x.is_finite() && y.is_finite() && (!log_x || x > 0.0) && (!log_y || y > 0.0)
@@ -252,7 +172,7 @@ pub fn line_plot(
             "no point to draw{}",
             if log_x || log_y { " (log axes need positive values)" } else { "" }
         );
-        return Err(PlotError::Input { path: path.to_path_buf(), problem });
+        return Err(ReportError::Input { path: path.to_path_buf(), problem });
     }
     let bounds = |v: Vec<f64>, log: bool, pad: bool| {
         let (lo, hi) =
@@ -309,21 +229,19 @@ fn lines<X, Y>(
     series: &[(&str, Vec<(f64, f64)>)],
     x: X,
     y: Y,
-) -> Result<(), String>
+) -> Result<(), DrawError>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72)
-        .build_cartesian_2d(x, y)
-        .map_err(e)?;
+        .build_cartesian_2d(x, y)?;
     chart
         .configure_mesh()
         .x_desc(x_label)
@@ -331,21 +249,17 @@ where
         .x_label_formatter(&tidy)
         .y_label_formatter(&tidy)
         .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))
-            .map_err(e)?
+            .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))?
             .label(*name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
         if points.len() <= 50 {
-            chart
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
-                .map_err(e)?;
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
         }
     }
     chart
@@ -353,14 +267,16 @@ where
         .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::report::csv::write_csv;
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("swa-plot-{}", std::process::id()));
@@ -412,7 +328,7 @@ mod tests {
         assert!(svg(&path).contains("Empty"));
         let error = heat_map(&path, "t", "x", &[1, 2], "y", &[1], &[vec![1.0]], "v").unwrap_err();
         assert!(
-            matches!(error, PlotError::Input { .. }) && error.to_string().contains("heat.svg"),
+            matches!(error, ReportError::Input { .. }) && error.to_string().contains("heat.svg"),
             "{error}"
         );
     }
@@ -455,18 +371,6 @@ mod tests {
     }
 
     #[test]
-    fn csv_quotes_fields_and_checks_rows() {
-        let path = temp("table.csv");
-        let rows = vec![vec!["64".into(), "a,b".into()], vec!["128".into(), "say \"hi\"".into()]];
-        write_csv(&path, &["window", "note"], &rows).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n"
-        );
-        assert!(write_csv(&path, &["a"], &rows).unwrap_err().to_string().contains("row 0"));
-    }
-
-    #[test]
     fn an_unwritable_path_is_an_error_naming_it() {
         let path = std::env::temp_dir().join("swa-plot-no-such-dir").join("x").join("out.svg");
         let series = vec![("s".to_string(), vec![(1.0, 1.0), (2.0, 2.0)])];
@@ -477,7 +381,7 @@ mod tests {
         ];
         for error in errors {
             assert!(
-                matches!(error, PlotError::Write { .. })
+                matches!(error, ReportError::Write { .. })
                     && error.to_string().contains(&path.display().to_string()),
                 "{error}"
             );

@@ -10,7 +10,9 @@ use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
-use super::{BenchModel, Family, Table, median, mib, ms};
+use super::{BenchModel, Family, median, mib, ms};
+use crate::error::AppError;
+use crate::report::Table;
 
 /// The Figure 3 benchmark.
 #[derive(Clone, Debug)]
@@ -68,12 +70,16 @@ pub struct DecodeRow {
 }
 
 /// Runs the benchmark; rows in the order families × windows × batches.
-pub fn run<B: Backend>(bench: &DecodeBench, device: &B::Device) -> Result<Vec<DecodeRow>, String> {
+pub fn run<B: Backend>(
+    bench: &DecodeBench,
+    device: &B::Device,
+) -> Result<Vec<DecodeRow>, AppError> {
     if bench.positions.iter().any(|&p| p + bench.repeats > bench.context) {
-        return Err(format!(
+        let problem = format!(
             "decode positions plus {} repeats must fit in the context of {}",
             bench.repeats, bench.context
-        ));
+        );
+        return Err(AppError::BenchSettings { problem });
     }
     let mut rows = Vec::new();
     for &family in &bench.families {
@@ -83,7 +89,7 @@ pub fn run<B: Backend>(bench: &DecodeBench, device: &B::Device) -> Result<Vec<De
         };
         for window in windows {
             let config = bench.model.config(family, window.unwrap_or(1))?;
-            let model = config.init::<B>(device).map_err(|e| e.to_string())?;
+            let model = config.init::<B>(device)?;
             let info_kv_bytes = model.info(&config, bench.context).kv_cache_bytes;
             for &batch in &bench.batches {
                 let timing = time_steps(
@@ -129,15 +135,15 @@ pub fn time_steps<B: Backend>(
     repeats: usize,
     steps: usize,
     device: &B::Device,
-) -> Result<StepTiming, String> {
-    let mut cache = model.cache(batch, positions, device).map_err(|e| e.to_string())?;
+) -> Result<StepTiming, AppError> {
+    let mut cache = model.cache(batch, positions, device)?;
     let first: Vec<i64> = (0..batch as i64).map(|b| b % model.vocab_size() as i64).collect();
     let mut tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(first, [batch]), device);
     let mut samples = vec![Vec::new(); at.len()];
     for position in 0..steps {
         let timed = at.iter().position(|&p| (p..p + repeats).contains(&position));
         if timed.is_some() {
-            B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))?;
+            B::sync(device)?;
         }
         let start = Instant::now();
         tokens = greedy_step(model, tokens, &mut cache);
@@ -231,11 +237,11 @@ impl FlatnessRow {
 pub fn run_flatness<B: Backend>(
     bench: &FlatnessBench,
     device: &B::Device,
-) -> Result<Vec<FlatnessRow>, String> {
+) -> Result<Vec<FlatnessRow>, AppError> {
     let mut rows = Vec::new();
     for &family in &bench.families {
         let config = bench.model.config(family, bench.window)?;
-        let model = config.init::<B>(device).map_err(|e| e.to_string())?;
+        let model = config.init::<B>(device)?;
         let limit = if family.windowed() { usize::MAX } else { bench.full_max };
         let at: Vec<usize> = bench.positions.iter().copied().filter(|&p| p <= limit).collect();
         let mut times = interleaved_ms(&model, &at, bench.repeats, device)?.into_iter();
@@ -257,8 +263,8 @@ fn interleaved_ms<B: Backend>(
     at: &[usize],
     rounds: usize,
     device: &B::Device,
-) -> Result<Vec<f64>, String> {
-    let mut cache = model.cache(1, CachePositions::Absolute, device).map_err(|e| e.to_string())?;
+) -> Result<Vec<f64>, AppError> {
+    let mut cache = model.cache(1, CachePositions::Absolute, device)?;
     let mut tokens = Tensor::<B, 1, Int>::zeros([1], device);
     let mut forks = Vec::with_capacity(at.len());
     for &position in at {
@@ -270,7 +276,7 @@ fn interleaved_ms<B: Backend>(
     let mut samples = vec![Vec::with_capacity(rounds); at.len()];
     for round in 0..=rounds {
         for ((cache, tokens), samples) in forks.iter_mut().zip(&mut samples) {
-            B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))?;
+            B::sync(device)?;
             let start = Instant::now();
             *tokens = greedy_step(model, tokens.clone(), cache);
             tokens.to_data();

@@ -8,9 +8,10 @@ use burn::tensor::backend::AutodiffBackend;
 use swa_attention::WindowedAttentionBackend;
 
 use super::cases::CheckCase;
-use super::compare::Precision;
+use super::compare::Arithmetic;
 use super::measure::{Outcome, measure};
 use super::params::Weights;
+use crate::error::AppError;
 
 /// The reference: ndarray, f32, with autodiff.
 pub type Reference = Autodiff<NdArray<f32>>;
@@ -39,17 +40,17 @@ impl Candidate {
         }
     }
 
-    /// How it computes in f32.
-    pub fn precision(self) -> Precision {
+    /// How it computes its f32 tensors.
+    pub fn arithmetic(self) -> Arithmetic {
         match self {
-            Self::Cuda => Precision::Tf32,
-            Self::Flex | Self::Wgpu => Precision::F32,
+            Self::Cuda => Arithmetic::Tf32,
+            Self::Flex | Self::Wgpu => Arithmetic::F32,
         }
     }
 
     /// `Ok` when the build has the backend and its default device answers a first tensor op;
     /// otherwise why not.
-    pub fn availability(self) -> Result<(), String> {
+    pub fn availability(self) -> Result<(), AppError> {
         match self {
             #[cfg(feature = "flex")]
             Self::Flex => answers::<burn::backend::Flex>("flex"),
@@ -58,12 +59,12 @@ impl Candidate {
             #[cfg(feature = "cuda")]
             Self::Cuda => answers::<burn::backend::Cuda>("cuda"),
             #[allow(unreachable_patterns)]
-            other => Err(format!("built without the `{}` feature", other.name())),
+            other => Err(AppError::NoBackend { feature: other.name() }),
         }
     }
 
     /// Runs `case` with `weights` on this backend; a panic inside is reported as an error.
-    pub fn measure(self, case: &CheckCase, weights: &Weights) -> Result<Outcome, String> {
+    pub fn measure(self, case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError> {
         match self {
             #[cfg(feature = "flex")]
             Self::Flex => guarded::<Autodiff<burn::backend::Flex>>(case, weights),
@@ -72,31 +73,31 @@ impl Candidate {
             #[cfg(feature = "cuda")]
             Self::Cuda => guarded::<Autodiff<burn::backend::Cuda>>(case, weights),
             #[allow(unreachable_patterns)]
-            other => Err(format!("built without the `{}` feature", other.name())),
+            other => Err(AppError::NoBackend { feature: other.name() }),
         }
     }
 }
 
 /// Runs `case` on the reference backend.
-pub fn measure_reference(case: &CheckCase, weights: &Weights) -> Result<Outcome, String> {
+pub fn measure_reference(case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError> {
     guarded::<Reference>(case, weights)
 }
 
 /// [`measure`] on `B`'s default device, with a panic turned into an error naming it.
-fn guarded<B>(case: &CheckCase, weights: &Weights) -> Result<Outcome, String>
+fn guarded<B>(case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
     catch_unwind(AssertUnwindSafe(|| measure::<B>(case, weights, &Default::default())))
-        .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(panic.as_ref()))))
+        .unwrap_or_else(|panic| Err(AppError::Panicked { message: panic_message(panic.as_ref()) }))
 }
 
 /// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics).
 #[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
-fn answers<B: burn::tensor::backend::Backend>(name: &str) -> Result<(), String> {
+fn answers<B: burn::tensor::backend::Backend>(backend: &'static str) -> Result<(), AppError> {
     catch_unwind(|| burn::tensor::Tensor::<B, 1>::zeros([1], &Default::default()).into_data())
         .map(|_| ())
-        .map_err(|panic| format!("no {name} device answers: {}", panic_message(panic.as_ref())))
+        .map_err(|panic| AppError::NoDevice { backend, problem: panic_message(panic.as_ref()) })
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

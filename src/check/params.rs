@@ -13,6 +13,7 @@ use burn::tensor::{Tensor, TensorData};
 use swa_models::{Decoder, DecoderConfig};
 
 use super::cases::SplitMix;
+use crate::error::AppError;
 
 /// A tensor's values under its module path (`blocks.0.attention.local.query.weight`).
 #[derive(Clone, Debug, PartialEq)]
@@ -32,10 +33,9 @@ impl Weights {
     /// for Burn's `[d_in, d_out]` linear weights), every norm gain `1 ± 0.1`, so that the
     /// norms' gradients are not all alike. Burn's own initialisers draw from a generator shared
     /// by the whole process, which concurrent tests would make irreproducible.
-    pub fn seeded(config: &DecoderConfig, seed: u64) -> Result<Self, String> {
+    pub fn seeded(config: &DecoderConfig, seed: u64) -> Result<Self, AppError> {
         let shapes = config
-            .init::<burn::backend::NdArray<f32>>(&Default::default())
-            .map_err(|e| e.to_string())?
+            .init::<burn::backend::NdArray<f32>>(&Default::default())?
             .collect(None, None, false);
         let mut stream = SplitMix(seed);
         let tensors = shapes
@@ -61,8 +61,8 @@ impl Weights {
         &self,
         config: &DecoderConfig,
         device: &B::Device,
-    ) -> Result<Decoder<B>, String> {
-        let mut model = config.init::<B>(device).map_err(|e| e.to_string())?;
+    ) -> Result<Decoder<B>, AppError> {
+        let mut model = config.init::<B>(device)?;
         let snapshots = self
             .0
             .iter()
@@ -74,7 +74,7 @@ impl Weights {
         let result = model.apply(snapshots, None, None, false);
         match result.errors.is_empty() && result.missing.is_empty() && result.unused.is_empty() {
             true => Ok(model),
-            false => Err(format!("the weights do not fit the model: {result:?}")),
+            false => Err(AppError::WeightsMismatch { problem: format!("{result:?}") }),
         }
     }
 

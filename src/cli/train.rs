@@ -3,19 +3,18 @@
 
 use std::path::PathBuf;
 
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::ExecutionStrategy;
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
 use swa_models::DecoderConfig;
+use swa_training::TrainingBackend;
+use swa_training::corpus::bits_per_unit;
+use swa_training::eval::mean_loss;
+use swa_training::train::{TrainConfig, train_with};
 
-use super::backend::{Job, Placement, run_on};
-use super::commands::model_config;
 use super::tasks::TaskArgs;
 use super::{DeviceArgs, ModelArgs};
-use crate::corpus::bits_per_unit;
-use crate::eval::mean_loss;
-use crate::train::{TrainConfig, train_with};
+use crate::error::AppError;
+use crate::runtime::{Job, Placement, run_on};
 
 /// Flags of `train`.
 #[derive(Args, Debug)]
@@ -73,12 +72,15 @@ pub struct TrainArgs {
 }
 
 /// `train`.
-pub fn train(args: TrainArgs) -> Result<(), String> {
+pub fn train(args: TrainArgs) -> Result<(), AppError> {
     let (out, mut config) = match args.resume {
         true => {
-            let out = args.out.clone().ok_or("--resume needs --out, the run's folder")?;
+            let out = args.out.clone().ok_or_else(|| AppError::Flag {
+                flag: "--resume",
+                problem: "needs --out, the run's folder".into(),
+            })?;
             let file = out.join("train.json");
-            let config: TrainConfig = crate::config_file::load(&file)?;
+            let config: TrainConfig = swa_training::config_file::load(&file)?;
             (out, config)
         }
         false => {
@@ -86,8 +88,8 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
             let mut probe =
                 TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
             probe.word_min_count = args.words;
-            let vocab = probe.load_corpus().map_err(|e| e.to_string())?.vocab_size();
-            let (model, train_len, name) = model_config(&args.model, vocab)?;
+            let vocab = probe.load_corpus()?.vocab_size();
+            let (model, train_len, name) = args.model.config(vocab)?;
             let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
             (out, TrainConfig { model, seq_len: train_len, ..probe })
         }
@@ -107,25 +109,19 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
     }
     struct Run(TrainConfig, PathBuf, bool);
     impl Job for Run {
-        fn run<B>(self, device: B::Device) -> Result<(), String>
-        where
-            B: AutodiffBackend + WindowedAttentionBackend,
-            B::InnerBackend: WindowedAttentionBackend,
-        {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
         }
 
-        fn run_with<B>(self, strategy: ExecutionStrategy<B>) -> Result<(), String>
-        where
-            B: AutodiffBackend + WindowedAttentionBackend,
-            B::InnerBackend: WindowedAttentionBackend,
-        {
+        fn run_with<B: TrainingBackend>(
+            self,
+            strategy: ExecutionStrategy<B>,
+        ) -> Result<(), AppError> {
             let Run(config, out, resume) = self;
             let device = strategy.main_device().clone();
-            let corpus = config.load_corpus().map_err(|e| e.to_string())?;
-            config.validate().map_err(|e| e.to_string())?;
-            let untrained =
-                config.model.init::<B::InnerBackend>(&device).map_err(|e| e.to_string())?;
+            let corpus = config.load_corpus()?;
+            config.validate()?;
+            let untrained = config.model.init::<B::InnerBackend>(&device)?;
             let info = untrained.info(&config.model, config.seq_len);
             let data =
                 config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
@@ -143,15 +139,15 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
                     config.batch_size,
                     config.valid_batches,
                     &device,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 println!(
-                    "validation before training (an untrained model of this config): loss {loss:.4}, {:.4} bits per token",
-                    bits_per_unit(loss)
+                    "validation before training (an untrained model of this config): loss \
+                     {loss:.4}, {:.4} bits per {}",
+                    bits_per_unit(loss),
+                    corpus.unit_name()
                 );
             }
-            let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy)
-                .map_err(|e| e.to_string())?;
+            let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy)?;
             match &config.task {
                 Some(task) => super::tasks::report(&config, task, &outcome.model, 64, &device)?,
                 None => {
@@ -162,17 +158,16 @@ pub fn train(args: TrainArgs) -> Result<(), String> {
                         config.batch_size,
                         config.valid_batches,
                         &device,
-                    )
-                    .map_err(|e| e.to_string())?;
+                    )?;
                     println!(
-                        "validation: loss {loss:.4}, {:.4} bits per token",
-                        bits_per_unit(loss)
+                        "validation: loss {loss:.4}, {:.4} bits per {}",
+                        bits_per_unit(loss),
+                        corpus.unit_name()
                     );
                 }
             }
             println!("model saved to {}", out.join("model.mpk").display());
-            let curve = crate::curve::plot_loss_curve(&out, config.checkpoint_every)
-                .map_err(|e| e.to_string())?;
+            let curve = crate::report::curve::plot_loss_curve(&out, config.checkpoint_every)?;
             println!("loss curve: {}", curve.display());
             Ok(())
         }

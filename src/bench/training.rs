@@ -7,11 +7,13 @@ use std::time::Instant;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
+use swa_training::batch::TokenBatch;
+use swa_training::language_model::LanguageModel;
 
 use super::memory::peak_during;
-use super::{BenchModel, Family, Table, mib};
-use crate::language_model::LanguageModel;
-use crate::loader::TokenBatch;
+use super::{BenchModel, Family, mib};
+use crate::error::AppError;
+use crate::report::Table;
 
 /// The training-step benchmark.
 #[derive(Clone, Debug)]
@@ -57,14 +59,14 @@ pub struct TrainRow {
 }
 
 /// Runs the benchmark; rows in the order families × lengths. Skipped cells say why.
-pub fn run<B>(bench: &TrainBench, device: &B::Device) -> Result<Vec<TrainRow>, String>
+pub fn run<B>(bench: &TrainBench, device: &B::Device) -> Result<Vec<TrainRow>, AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
     let mut rows = Vec::new();
     for &family in &bench.families {
         let config = bench.model.config(family, bench.window)?;
-        let model = LanguageModel::new(config.init::<B>(device).map_err(|e| e.to_string())?);
+        let model = LanguageModel::new(config.init::<B>(device)?);
         for &len in &bench.lengths {
             let score_bytes = bench.model.heads * len * len * 4;
             if family == Family::Full && score_bytes > bench.full_score_bytes {
@@ -106,7 +108,7 @@ fn step<B>(
     batch: usize,
     len: usize,
     device: &B::Device,
-) -> Result<(), String>
+) -> Result<(), AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
@@ -119,7 +121,7 @@ where
     let out = model.loss(TokenBatch { inputs: ids(0), targets: ids(1), scored: None });
     let grads = out.loss.backward();
     drop(grads);
-    B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))
+    Ok(B::sync(device)?)
 }
 
 /// The throughput table.

@@ -4,28 +4,36 @@
 //! flags every example takes ([`StudyArgs`]), the corpus, an output folder, a training run per
 //! model ([`Study::train`]; [`Study::train_task`] on a synthetic task) through the same Learner
 //! as `swa-zoo train`, validation bits per byte at any length ([`Study::bits`]), and tables
-//! printed as Markdown and written as CSV ([`Study::report`]). Figures are drawn with [`crate::plot`] into [`Study::path`].
+//! printed as Markdown and written as CSV ([`Study::report`]). Figures are drawn with
+//! [`crate::report::plot`] into [`Study::path`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::tensor::backend::AutodiffBackend;
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig, Scale};
+use swa_training::TrainingBackend;
+use swa_training::corpus::{Corpus, bits_per_unit};
+use swa_training::synthetic::SyntheticTask;
+use swa_training::train::{TrainConfig, train};
 
-use crate::bench::Table;
-use crate::cli::{BackendChoice, Placement, Precision};
-use crate::corpus::{Corpus, bits_per_unit};
-use crate::synthetic::SyntheticTask;
-use crate::train::{TrainConfig, train};
+use crate::error::AppError;
+use crate::report::table::Table;
+use crate::runtime::{BackendChoice, Placement, Precision};
+
+/// The default corpus of the examples: the repository's `data/kjv.txt`, by an absolute path
+/// fixed at build time, so that it does not depend on the working directory.
+pub const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/kjv.txt");
 
 /// The flags every example takes.
 #[derive(Args, Clone, Debug)]
 pub struct StudyArgs {
     /// Byte-level text to train and evaluate on (90/5/5 split; the enwik8 split for a file
-    /// named `enwik8`). `embedded` is the Book of Genesis shipped in the repository.
-    #[arg(long, default_value = "../shared/data/kjv.txt")]
+    /// named `enwik8`): a file's PATH, or `embedded` for the Book of Genesis compiled into the
+    /// binary. Default: the King James Bible, `data/kjv.txt` in this repository, wherever the
+    /// example runs from.
+    #[arg(long, default_value = DEFAULT_CORPUS)]
     pub corpus: String,
     /// Folder of the tables (CSV), figures (SVG) and training runs. The example owns it: its
     /// previous runs there are replaced. Default: `target/examples/<example>`.
@@ -83,19 +91,20 @@ pub struct Study {
 
 impl Study {
     /// Loads the corpus and clears `out/runs`, naming the file or folder at fault.
-    pub fn open(example: &str, args: StudyArgs) -> Result<Self, String> {
+    pub fn open(example: &str, args: StudyArgs) -> Result<Self, AppError> {
         let corpus = match (args.smoke, args.corpus.as_str()) {
             (true, _) | (_, "embedded") => Corpus::embedded(),
-            (false, path) => Corpus::bytes_from_file(Path::new(path)).map_err(|e| {
-                format!("{e} (pass --corpus PATH for another text, or --corpus embedded)")
-            })?,
+            (false, path) => Corpus::bytes_from_file(Path::new(path))
+                .map_err(|source| AppError::StudyCorpus { source })?,
         };
         let out = args.out.clone().unwrap_or_else(|| Path::new("target/examples").join(example));
         let runs = out.join("runs");
         if runs.exists() {
-            std::fs::remove_dir_all(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
+            std::fs::remove_dir_all(&runs)
+                .map_err(|source| AppError::Io { path: runs.clone(), source })?;
         }
-        std::fs::create_dir_all(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
+        std::fs::create_dir_all(&runs)
+            .map_err(|source| AppError::Io { path: runs.clone(), source })?;
         Ok(Self { args, corpus, out })
     }
 
@@ -145,24 +154,20 @@ impl Study {
     }
 
     /// Trains `model` on sequences of `seq_len` tokens for `steps` steps into `out/runs/<name>`.
-    pub fn train<B>(
+    pub fn train<B: TrainingBackend>(
         &self,
         name: &str,
         model: &DecoderConfig,
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         self.train_config::<B>(name, self.config(model, seq_len, steps), device)
     }
 
     /// [`Study::train`] on examples of a synthetic `task` instead of the corpus: the loss and
     /// the logged accuracy cover the task's scored positions only.
-    pub fn train_task<B>(
+    pub fn train_task<B: TrainingBackend>(
         &self,
         name: &str,
         model: &DecoderConfig,
@@ -170,11 +175,7 @@ impl Study {
         seq_len: usize,
         steps: usize,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         self.train_config::<B>(
             name,
             self.config(model, seq_len, steps).with_task(Some(task.clone())),
@@ -197,21 +198,17 @@ impl Study {
     }
 
     /// Trains `config` into `out/runs/<name>`.
-    pub fn train_config<B>(
+    pub fn train_config<B: TrainingBackend>(
         &self,
         name: &str,
         config: TrainConfig,
         device: &B::Device,
-    ) -> Result<Trained<B::InnerBackend>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Trained<B::InnerBackend>, AppError> {
         println!("== {name}: {} steps at length {} ==", config.steps, config.seq_len);
         let start = Instant::now();
         let outcome =
             train::<B>(&config, &self.corpus, &self.out.join("runs").join(name), false, device)
-                .map_err(|e| format!("{name}: {e}"))?;
+                .map_err(|e| AppError::step(name, e))?;
         Ok(Trained {
             model: outcome.model,
             config: config.model,
@@ -228,14 +225,14 @@ impl Study {
         batch: usize,
         batches: usize,
         device: &B::Device,
-    ) -> Result<f64, String> {
-        crate::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)
-            .map(bits_per_unit)
-            .map_err(|e| e.to_string())
+    ) -> Result<f64, AppError> {
+        let loss =
+            swa_training::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)?;
+        Ok(bits_per_unit(loss))
     }
 
     /// Prints `table` under `title` as Markdown and writes it to `out/<file>.csv`.
-    pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), String> {
+    pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), AppError> {
         println!("\n### {title}\n\n{}", table.markdown());
         table.write_csv(&self.path(&format!("{file}.csv")))
     }
@@ -269,4 +266,28 @@ pub fn cost_table(rows: &[CostRow], reference: usize) -> Table {
         ]);
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::StudyArgs;
+
+    /// An example's flags: those of every study.
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        study: StudyArgs,
+    }
+
+    #[test]
+    fn the_default_corpus_is_a_file_of_the_repository() {
+        let corpus = Flags::parse_from(["example"]).study.corpus;
+        let path = Path::new(&corpus);
+        assert!(path.starts_with(env!("CARGO_MANIFEST_DIR")), "{corpus} is outside the repository");
+        assert!(path.is_file(), "{corpus} is missing");
+    }
 }

@@ -2,18 +2,21 @@
 //! of a batch, the gradients of one backward pass, the parameters after one AdamW step, and a
 //! greedy decoding, all read back to the host.
 
+use std::sync::Arc;
+
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::CachePositions;
-use swa_models::Decoder;
+use swa_models::{Decoder, ModelError};
+use swa_training::batch::TokenBatch;
+use swa_training::language_model::LanguageModel;
 
 use super::cases::CheckCase;
 use super::params::{Named, Weights, gradients, parameters, values};
-use crate::language_model::LanguageModel;
-use crate::loader::TokenBatch;
+use crate::error::AppError;
 
 /// Learning rate of the AdamW step: the training default (`TrainConfig::learning_rate`).
 pub const LEARNING_RATE: f64 = 1e-3;
@@ -42,8 +45,9 @@ pub struct Outcome {
     pub gradients: Vec<Named>,
     /// The parameters after one AdamW step on those gradients.
     pub stepped: Vec<Named>,
-    /// The tokens decoded greedily after the prompt, or why the model cannot decode.
-    pub decoded: Result<Vec<DecodedToken>, String>,
+    /// The tokens decoded greedily after the prompt, or why the model cannot decode (shared,
+    /// so that an outcome can be copied).
+    pub decoded: Result<Vec<DecodedToken>, Arc<ModelError>>,
 }
 
 /// Runs `case` with `weights` on backend `B`'s `device`.
@@ -51,7 +55,7 @@ pub fn measure<B>(
     case: &CheckCase,
     weights: &Weights,
     device: &B::Device,
-) -> Result<Outcome, String>
+) -> Result<Outcome, AppError>
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
@@ -59,11 +63,12 @@ where
     let loaded = parameters(&decoder);
     let tokens = case.tokens();
     let decoded =
-        decode(&decoder.valid(), &tokens[0][..case.prompt_len], case.decode_steps, device);
+        decode(&decoder.valid(), &tokens[0][..case.prompt_len], case.decode_steps, device)
+            .map_err(Arc::new);
 
     let batch = token_batch::<B>(&tokens, device);
     let model = LanguageModel::new(decoder);
-    let logits = model.decoder.forward(batch.inputs.clone()).map_err(|e| e.to_string())?;
+    let logits = model.decoder.forward(batch.inputs.clone())?;
     let loss = model.loss(batch).loss;
     let loss_value = values(loss.clone())[0];
     let grads = loss.backward();
@@ -99,8 +104,8 @@ fn decode<B: Backend>(
     prompt: &[usize],
     steps: usize,
     device: &B::Device,
-) -> Result<Vec<DecodedToken>, String> {
-    let mut cache = model.cache(1, CachePositions::Streaming, device).map_err(|e| e.to_string())?;
+) -> Result<Vec<DecodedToken>, ModelError> {
+    let mut cache = model.cache(1, CachePositions::Streaming, device)?;
     let token =
         |id: usize| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id as i64], [1]), device);
     let mut logits =

@@ -6,10 +6,12 @@
 
 use burn::tensor::backend::Backend;
 use swa_attention::layers::CachePositions;
+use swa_training::eval::{rebuild, with_eval_window};
 
 use super::decode::time_steps;
-use super::{BenchModel, Family, Table, median, mib, ms};
-use crate::eval::{rebuild, with_eval_window};
+use super::{BenchModel, Family, median, mib, ms};
+use crate::error::AppError;
+use crate::report::Table;
 
 /// The StreamingLLM comparison.
 #[derive(Clone, Debug)]
@@ -43,21 +45,21 @@ pub struct StreamingRow {
 pub fn run<B: Backend>(
     bench: &StreamingBench,
     device: &B::Device,
-) -> Result<Vec<StreamingRow>, String> {
+) -> Result<Vec<StreamingRow>, AppError> {
     if bench.sinks >= bench.window {
-        return Err(format!(
+        let problem = format!(
             "StreamingLLM needs fewer sinks ({}) than the total window ({})",
             bench.sinks, bench.window
-        ));
+        );
+        return Err(AppError::BenchSettings { problem });
     }
     let (w, s) = (bench.window, bench.sinks);
     let vanilla_config = bench.model.config(Family::Full, w)?;
-    let vanilla = vanilla_config.init::<B>(device).map_err(|e| e.to_string())?;
-    let streaming_config =
-        with_eval_window(&vanilla_config, w - s, s).map_err(|e| e.to_string())?;
-    let streaming = rebuild(&vanilla, &streaming_config, device).map_err(|e| e.to_string())?;
-    let swa = bench.model.config(Family::Swa, w)?.init::<B>(device).map_err(|e| e.to_string())?;
-    let swat = bench.model.config(Family::Swat, w)?.init::<B>(device).map_err(|e| e.to_string())?;
+    let vanilla = vanilla_config.init::<B>(device)?;
+    let streaming_config = with_eval_window(&vanilla_config, w - s, s)?;
+    let streaming = rebuild(&vanilla, &streaming_config, device)?;
+    let swa = bench.model.config(Family::Swa, w)?.init::<B>(device)?;
+    let swat = bench.model.config(Family::Swat, w)?.init::<B>(device)?;
     let variants = [
         (format!("SWA, W = {w}"), &swa, CachePositions::Absolute),
         (format!("SWAT, W = {w}"), &swat, CachePositions::Absolute),

@@ -1,12 +1,16 @@
-//! Running a job on the backend, precision and devices chosen on the command line.
+//! Running a job on the backend, precision and devices chosen on the command line or an
+//! example's flags: [`run_on`] turns a [`Placement`] into a concrete Burn backend type and runs
+//! a [`Job`] on it, or names what this build or backend cannot do.
 
 use burn::backend::Autodiff;
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::ExecutionStrategy;
 use clap::ValueEnum;
-use swa_attention::WindowedAttentionBackend;
+pub use swa_training::TrainingBackend;
+
+use crate::error::AppError;
 
 /// The backends a build can offer; those not compiled in say how to get them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -22,7 +26,7 @@ pub enum BackendChoice {
 }
 
 /// The float type of the model's weights, activations and gradients (training in half precision
-/// keeps an f32 master copy of the weights: see [`crate::mixed_precision`]).
+/// keeps an f32 master copy of the weights: see [`swa_training::mixed_precision`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Precision {
     /// 32-bit floats, on every backend.
@@ -31,6 +35,18 @@ pub enum Precision {
     F16,
     /// bfloat16, on CUDA.
     Bf16,
+}
+
+impl BackendChoice {
+    /// The flag's value, also the cargo feature that brings the backend.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Flex => "flex",
+            BackendChoice::Ndarray => "ndarray",
+            BackendChoice::Wgpu => "wgpu",
+            BackendChoice::Cuda => "cuda",
+        }
+    }
 }
 
 impl Precision {
@@ -68,40 +84,30 @@ pub struct Placement {
 /// A job generic over the training backend.
 pub trait Job: Sized {
     /// Runs on backend `B` (with autodiff) and its device.
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend;
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError>;
 
     /// Runs under one of Burn's execution strategies; only training uses several devices.
-    fn run_with<B>(self, strategy: ExecutionStrategy<B>) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run_with<B: TrainingBackend>(self, strategy: ExecutionStrategy<B>) -> Result<(), AppError> {
         match strategy {
             ExecutionStrategy::SingleDevice(device) => self.run::<B>(device),
-            _ => Err("only `train` runs on several devices".into()),
+            _ => Err(AppError::SeveralDevices),
         }
     }
 }
 
 /// Runs `job` where `place` says, or names what this build or backend cannot do.
-pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
+pub fn run_on(place: &Placement, job: impl Job) -> Result<(), AppError> {
     use BackendChoice::*;
     use Precision::*;
-    let missing = |feature: &str| {
-        Err(format!("this build has no {feature} backend; rebuild with `--features {feature}`"))
-    };
-    let cpu = |name: &str| match (place.precision, place.devices.len()) {
+    let cpu = |backend: &'static str| match (place.precision, place.devices.len()) {
         (F32, 1) => Ok(()),
-        (F32, _) => Err(format!(
-            "{name} runs on one device, the CPU; --devices needs --backend wgpu or cuda"
-        )),
-        (p, _) => Err(format!(
-            "--precision {}: {name} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)",
-            p.name()
-        )),
+        (F32, _) => Err(AppError::OneDevice { backend }),
+        (precision, _) => Err(AppError::Precision {
+            precision,
+            problem: format!(
+                "{backend} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)"
+            ),
+        }),
     };
     match (place.backend, place.precision) {
         #[cfg(feature = "flex")]
@@ -119,10 +125,10 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
             job,
         ),
         #[cfg(feature = "wgpu")]
-        (Wgpu, Bf16) => Err(
-            "--precision bf16: WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda"
-                .into(),
-        ),
+        (Wgpu, Bf16) => Err(AppError::Precision {
+            precision: Bf16,
+            problem: "WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into(),
+        }),
         #[cfg(feature = "cuda")]
         (Cuda, F32) => launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), F32, job),
         #[cfg(feature = "cuda")]
@@ -138,37 +144,28 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), String> {
             job,
         ),
         #[allow(unreachable_patterns)]
-        (other, _) => missing(&format!("{other:?}").to_lowercase()),
+        (other, _) => Err(AppError::NoBackend { feature: other.name() }),
     }
 }
 
 /// Runs `job` under `strategy` once the main device is known to compute in `precision`.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn launch<B>(
+fn launch<B: TrainingBackend>(
     strategy: ExecutionStrategy<B>,
     precision: Precision,
     job: impl Job,
-) -> Result<(), String>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<(), AppError> {
     let device = strategy.main_device();
     if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
-        return Err(format!(
-            "--precision {}: {} does not support it",
-            precision.name(),
-            B::name(device)
-        ));
+        let problem = format!("{} does not support it", B::name(device));
+        return Err(AppError::Precision { precision, problem });
     }
     // Burn 0.21 keeps one default float type per device, fixed by the first backend type that
     // touches it; new tensors take it, whatever `B`'s own float type is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     if float != precision.dtype() {
-        return Err(format!(
-            "--precision {}: the device already computes in {float:?}",
-            precision.name()
-        ));
+        let problem = format!("the device already computes in {float:?}");
+        return Err(AppError::Precision { precision, problem });
     }
     job.run_with(strategy)
 }

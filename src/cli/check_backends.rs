@@ -4,6 +4,7 @@
 use clap::Args;
 
 use crate::check::{Candidate, CheckCase, TOLERANCES, attention_kinds, run};
+use crate::error::AppError;
 
 /// Flags of `check-backends`.
 #[derive(Args, Debug)]
@@ -16,25 +17,24 @@ pub struct CheckArgs {
 
 /// `check-backends`: prints the tolerances, the comparison table and the skipped backends;
 /// fails when any comparison fails.
-pub fn check_backends(args: CheckArgs) -> Result<(), String> {
+pub fn check_backends(args: CheckArgs) -> Result<(), AppError> {
     let cases = match args.preset.is_empty() {
         true => attention_kinds(),
         false => args
             .preset
             .iter()
             .map(|name| {
-                CheckCase::preset(name).ok_or_else(|| {
-                    format!("no preset named `{name}`; `swa-zoo info --list` lists them")
-                })
+                CheckCase::preset(name)
+                    .ok_or_else(|| AppError::UnknownPreset { name: name.clone() })
             })
             .collect::<Result<_, _>>()?,
     };
     println!("reference: ndarray f32; tolerances (max-abs / rel-RMS, per tensor):");
-    for (precision, row) in TOLERANCES {
+    for (arithmetic, row) in TOLERANCES {
         let cells: Vec<String> =
             row.iter().map(|t| format!("{:.0e} / {:.0e}", t.max_abs, t.rel_rms)).collect();
         println!(
-            "  {precision:?}: weights {}, logits {}, loss {}, gradients {}, adamw step {}; decoding identical",
+            "  {arithmetic:?}: weights {}, logits {}, loss {}, gradients {}, adamw step {}; decoding identical",
             cells[0], cells[1], cells[2], cells[3], cells[4]
         );
     }
@@ -42,6 +42,6 @@ pub fn check_backends(args: CheckArgs) -> Result<(), String> {
     print!("{}", report.render());
     match report.failures().len() {
         0 => Ok(()),
-        n => Err(format!("{n} comparisons failed")),
+        count => Err(AppError::ChecksFailed { count }),
     }
 }

@@ -2,12 +2,16 @@
 //! (the measures of FlashAttention's and fla's tests) against the one tolerance table
 //! [`TOLERANCES`], and greedy decodings token by token.
 
-use super::measure::Outcome;
+use std::sync::Arc;
+
+use swa_models::ModelError;
+
+use super::measure::{DecodedToken, Outcome};
 use super::params::Named;
 
-/// How a candidate computes in f32.
+/// How a candidate computes its f32 tensors (its matmuls in particular).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
+pub enum Arithmetic {
     /// IEEE f32 throughout (ndarray, flex, wgpu).
     F32,
     /// f32 tensors whose matmuls run on TF32 tensor cores (10-bit mantissa): Burn's CUDA backend.
@@ -58,7 +62,7 @@ const fn tol(max_abs: f32, rel_rms: f32) -> Tolerance {
     Tolerance { max_abs, rel_rms }
 }
 
-/// The tolerance table, per precision and quantity: weights, logits, loss, gradients, the
+/// The tolerance table, per arithmetic and quantity: weights, logits, loss, gradients, the
 /// parameters after one AdamW step (decodings have no tolerance: identical tokens).
 ///
 /// - f32: about 10× the largest errors that flex and wgpu (lavapipe) showed on the tiny model
@@ -68,20 +72,20 @@ const fn tol(max_abs: f32, rel_rms: f32) -> Tolerance {
 ///   `lr` where `|g|` is near ε (bounded by 2·lr = 2e-3 in all).
 /// - TF32 (CUDA): provisional, not yet measured on a device; scaled from the core's CUDA
 ///   tolerances (README, "Tolerances") for a 2-layer model.
-pub const TOLERANCES: [(Precision, [Tolerance; 5]); 2] = [
+pub const TOLERANCES: [(Arithmetic, [Tolerance; 5]); 2] = [
     (
-        Precision::F32,
+        Arithmetic::F32,
         [tol(0.0, 0.0), tol(2e-5, 1e-5), tol(5e-6, 5e-6), tol(2e-5, 1e-4), tol(1e-4, 3e-5)],
     ),
     (
-        Precision::Tf32,
+        Arithmetic::Tf32,
         [tol(0.0, 0.0), tol(2e-2, 5e-3), tol(5e-3, 5e-3), tol(5e-2, 5e-2), tol(2e-3, 5e-3)],
     ),
 ];
 
-/// The tolerance of `quantity` at `precision`; `None` for decodings.
-pub fn tolerance(precision: Precision, quantity: Quantity) -> Option<Tolerance> {
-    let row = TOLERANCES.iter().find(|(p, _)| *p == precision).map(|(_, row)| row)?;
+/// The tolerance of `quantity` under `arithmetic`; `None` for decodings.
+pub fn tolerance(arithmetic: Arithmetic, quantity: Quantity) -> Option<Tolerance> {
+    let row = TOLERANCES.iter().find(|(a, _)| *a == arithmetic).map(|(_, row)| row)?;
     match quantity {
         Quantity::Weights => Some(row[0]),
         Quantity::Logits => Some(row[1]),
@@ -94,7 +98,7 @@ pub fn tolerance(precision: Precision, quantity: Quantity) -> Option<Tolerance> 
 
 /// The errors of a list of tensors: the largest over tensors, with the tensor it occurs in.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Errors {
+pub struct MaxErrors {
     /// Largest absolute error of any element (∞ for a NaN).
     pub max_abs: f32,
     /// Where it occurs.
@@ -105,7 +109,7 @@ pub struct Errors {
     pub rel_rms_in: String,
 }
 
-impl Errors {
+impl MaxErrors {
     /// The errors of `candidate` against `reference`, tensor by tensor (same names and sizes).
     pub fn of(reference: &[Named], candidate: &[Named]) -> Self {
         let mut errors = Self {
@@ -174,7 +178,7 @@ pub struct Comparison {
     /// What was compared.
     pub quantity: Quantity,
     /// The errors and tolerance, for numeric quantities.
-    pub errors: Option<(Errors, Tolerance)>,
+    pub errors: Option<(MaxErrors, Tolerance)>,
     /// What the numbers do not say: the decoding's result, or why the quantity failed or
     /// does not apply.
     pub note: String,
@@ -186,7 +190,7 @@ pub struct Comparison {
 pub fn compare(
     case: &str,
     backend: &'static str,
-    precision: Precision,
+    arithmetic: Arithmetic,
     reference: &Outcome,
     candidate: &Outcome,
 ) -> Vec<Comparison> {
@@ -202,8 +206,8 @@ pub fn compare(
     let mut rows: Vec<Comparison> = numeric
         .into_iter()
         .map(|(quantity, r, c)| {
-            let tol = tolerance(precision, quantity).expect("numeric quantities have tolerances");
-            let errors = Errors::of(&r, &c);
+            let tol = tolerance(arithmetic, quantity).expect("numeric quantities have tolerances");
+            let errors = MaxErrors::of(&r, &c);
             let verdict = if errors.within(tol) { Verdict::Pass } else { Verdict::Fail };
             let note = match verdict {
                 Verdict::Pass => String::new(),
@@ -236,11 +240,13 @@ pub fn compare(
 
 /// Identical tokens pass; otherwise the first divergent step and the margins there.
 fn compare_decodings(
-    reference: &Result<Vec<super::DecodedToken>, String>,
-    candidate: &Result<Vec<super::DecodedToken>, String>,
+    reference: &Result<Vec<DecodedToken>, Arc<ModelError>>,
+    candidate: &Result<Vec<DecodedToken>, Arc<ModelError>>,
 ) -> (String, Verdict) {
     match (reference, candidate) {
-        (Err(r), Err(c)) if r == c => (format!("does not decode: {r}"), Verdict::NotApplicable),
+        (Err(r), Err(c)) if r.to_string() == c.to_string() => {
+            (format!("does not decode: {r}"), Verdict::NotApplicable)
+        }
         (Err(r), _) | (_, Err(r)) => (format!("only one backend decodes: {r}"), Verdict::Fail),
         (Ok(r), Ok(c)) => match r.iter().zip(c).position(|(a, b)| a.token != b.token) {
             None if r.len() == c.len() => {
@@ -253,7 +259,8 @@ fn compare_decodings(
             None => (format!("{} tokens against {}", c.len(), r.len()), Verdict::Fail),
             Some(step) => (
                 format!(
-                    "first divergence at step {step}: reference token {} (margin {:.2e}), candidate token {} (margin {:.2e})",
+                    "first divergence at step {step}: reference token {} (margin {:.2e}), \
+                     candidate token {} (margin {:.2e})",
                     r[step].token, r[step].margin, c[step].token, c[step].margin
                 ),
                 Verdict::Fail,

@@ -21,6 +21,8 @@ use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::DecoderConfig;
 
+use crate::error::AppError;
+
 /// The attention families compared. Every layer of a model runs the same family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -87,7 +89,7 @@ impl BenchModel {
     }
 
     /// The decoder of `family` at base window `window`.
-    pub fn config(&self, family: Family, window: usize) -> Result<DecoderConfig, String> {
+    pub fn config(&self, family: Family, window: usize) -> Result<DecoderConfig, AppError> {
         let (layers, heads) = (self.layers, self.heads);
         let attention = match family {
             Family::Full => vec![AttentionKind::Full],
@@ -95,7 +97,7 @@ impl BenchModel {
             Family::Swat => vec![AttentionKind::swat(window)],
             Family::Mswa => {
                 mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
-                    .map_err(|e| format!("MSWA at window {window}: {e}"))?
+                    .map_err(|e| AppError::step(format!("MSWA at window {window}"), e))?
                     .into_iter()
                     .map(|windows| AttentionKind::MultiScale { windows })
                     .collect()
@@ -108,7 +110,7 @@ impl BenchModel {
             }
         };
         let config = DecoderConfig::new(self.vocab, self.d_model, layers, heads, heads, attention);
-        config.validate().map_err(|e| format!("{} model: {e}", family.name()))?;
+        config.validate().map_err(|e| AppError::step(format!("{} model", family.name()), e))?;
         Ok(config)
     }
 
@@ -139,39 +141,6 @@ pub fn median_ms(runs: usize, mut call: impl FnMut()) -> f64 {
         start.elapsed().as_secs_f64() * 1e3
     });
     median(times.collect())
-}
-
-/// A table of results: printed as Markdown, written as CSV.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Table {
-    /// Column names.
-    pub header: Vec<String>,
-    /// One entry per column in each row.
-    pub rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    /// A table with columns `header` and no rows.
-    pub fn new(header: &[&str]) -> Self {
-        Self { header: header.iter().map(|h| h.to_string()).collect(), rows: Vec::new() }
-    }
-
-    /// The table in Markdown.
-    pub fn markdown(&self) -> String {
-        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-        let mut text = line(&self.header);
-        text.push_str(&line(&vec!["---".to_string(); self.header.len()]));
-        for row in &self.rows {
-            text.push_str(&line(row));
-        }
-        text
-    }
-
-    /// Writes the table as CSV.
-    pub fn write_csv(&self, path: &std::path::Path) -> Result<(), String> {
-        let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
-        crate::plot::write_csv(path, &header, &self.rows).map_err(|e| e.to_string())
-    }
 }
 
 /// Milliseconds to 3 significant decimals in a table cell.
