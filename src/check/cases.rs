@@ -3,7 +3,7 @@
 //! preset.
 
 use swa_attention::layers::AttentionKind;
-use swa_models::{DecoderConfig, Preset};
+use swa_models::{DecoderConfig, Preset, SplitMix64};
 
 /// Vocabulary of the built-in cases.
 const VOCAB: usize = 64;
@@ -55,9 +55,9 @@ impl CheckCase {
     /// first `seq_len` are the inputs and its last `seq_len` the next-token targets.
     pub fn tokens(&self) -> Vec<Vec<usize>> {
         let vocab = self.config.vocab_size as u64;
-        let mut stream = SplitMix(self.seed ^ 0x746f_6b65_6e73);
+        let mut stream = SplitMix64::new(self.seed ^ 0x746f_6b65_6e73);
         (0..self.batch)
-            .map(|_| (0..=self.seq_len).map(|_| (stream.next() % vocab) as usize).collect())
+            .map(|_| (0..=self.seq_len).map(|_| (stream.next_u64() % vocab) as usize).collect())
             .collect()
     }
 }
@@ -98,23 +98,4 @@ pub fn attention_kinds() -> Vec<CheckCase> {
             CheckCase::new(name, config, 48)
         })
         .collect()
-}
-
-/// SplitMix64: the suite's only source of randomness, so that a case is the same on every run
-/// whatever else the process draws from Burn's generators.
-pub(crate) struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in [−1, 1).
-    pub fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
 }

@@ -10,9 +10,8 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::store::{ModuleSnapshot, TensorSnapshot};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use swa_models::{Decoder, DecoderConfig};
+use swa_models::{Decoder, DecoderConfig, SplitMix64};
 
-use super::cases::SplitMix;
 use crate::error::AppError;
 
 /// A tensor's values under its module path (`blocks.0.attention.local.query.weight`).
@@ -37,17 +36,17 @@ impl Weights {
         let shapes = config
             .init::<burn::backend::NdArray<f32>>(&Default::default())?
             .collect(None, None, false);
-        let mut stream = SplitMix(seed);
+        let mut stream = SplitMix64::new(seed);
         let tensors = shapes
             .into_iter()
             .map(|snapshot| {
                 let shape = snapshot.shape.to_vec();
                 let count = shape.iter().product();
                 let values: Vec<f32> = match shape[..] {
-                    [_] => (0..count).map(|_| 1.0 + 0.1 * stream.uniform()).collect(),
+                    [_] => (0..count).map(|_| 1.0 + 0.1 * stream.next_signed_f32()).collect(),
                     _ => {
                         let scale = 1.0 / (shape[0] as f32).sqrt();
-                        (0..count).map(|_| scale * stream.uniform()).collect()
+                        (0..count).map(|_| scale * stream.next_signed_f32()).collect()
                     }
                 };
                 (snapshot.full_path(), TensorData::new(values, shape))

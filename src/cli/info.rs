@@ -67,10 +67,8 @@ struct SwaReference {
 /// or the multi-scale windows are no MSWA allocation.
 fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
     let kinds: Vec<&AttentionKind> = (0..config.layers).map(|l| config.kind_of(l)).collect();
-    let sliding = kinds.iter().find_map(|kind| match kind {
-        AttentionKind::Sliding { window }
-        | AttentionKind::Swat { window, .. }
-        | AttentionKind::Sinks { window, .. } => Some(*window),
+    let sliding = kinds.iter().find_map(|kind| match kind.windows()? {
+        [window] => Some(*window),
         _ => None,
     });
     let base = sliding.or_else(|| mswa_base(config.heads, &kinds))?;

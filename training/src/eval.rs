@@ -35,17 +35,9 @@ pub fn with_eval_window(
                     sinks => AttentionKind::Sinks { sinks, window },
                 }
             }
-            AttentionKind::Swat { distance_heads, magnitudes, score_fn, positions, .. }
-                if sinks == 0 =>
-            {
-                AttentionKind::Swat {
-                    window,
-                    distance_heads: *distance_heads,
-                    magnitudes: *magnitudes,
-                    score_fn: *score_fn,
-                    positions: *positions,
-                }
-            }
+            swat @ AttentionKind::Swat { .. } if sinks == 0 => swat
+                .with_window(window)
+                .ok_or_else(|| TrainingError::EvalWindow { layer: l, kind: swat.clone() })?,
             other => return Err(TrainingError::EvalWindow { layer: l, kind: other.clone() }),
         };
         Ok(kind)

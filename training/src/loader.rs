@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use swa_models::SplitMix64;
 
 use crate::batch::TokenBatch;
 use crate::error::TrainingError;
@@ -126,7 +127,7 @@ impl<B: Backend> WindowLoader<B> {
         match self.sampling {
             Sampling::Random { seed } => [seed, epoch as u64, step as u64, row as u64]
                 .iter()
-                .fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k)),
+                .fold(0x243F_6A88_85A3_08D3u64, |h, k| SplitMix64::mix(h ^ k)),
             Sampling::Sequential => ((step * self.batch + row) * self.len) as u64,
         }
     }
@@ -161,14 +162,6 @@ impl<B: Backend> WindowLoader<B> {
             scored: None,
         }
     }
-}
-
-/// SplitMix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 struct Iter<'a, B: Backend> {

@@ -9,12 +9,11 @@
 
 use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::AttentionKind;
-use swa_models::{Decoder, DecoderConfig, ModelError};
+use swa_models::{Decoder, DecoderConfig, ModelError, SplitMix64};
 
 use crate::batch::TokenBatch;
 use crate::error::TrainingError;
-use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, correct_answers, exact_match};
+use crate::tasks::{Example, Majority, Mqar, Passkey, correct_answers, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,7 +85,7 @@ impl SyntheticTask {
             SyntheticTask::Passkey { digits } => {
                 let (min, max) =
                     (Passkey::min_distance(digits), Passkey::max_distance(seq_len, digits));
-                let mut rng = SplitMix64::for_example(seed ^ 0xD157_A4CE, index);
+                let mut rng = SplitMix64::for_index(seed ^ 0xD157_A4CE, index);
                 let distance = min + rng.below(max.saturating_sub(min) + 1);
                 Passkey::new(seq_len, distance, digits)?.sample(seed, index)
             }
@@ -153,13 +152,7 @@ pub fn model_accuracy<B: WindowedAttentionBackend>(
 /// information can travel `(W − 1)·L` positions through the stack. `None` when a layer sees
 /// the whole past (full or linear attention, LongNet, Longformer's globals).
 pub fn receptive_field(config: &DecoderConfig) -> Option<(usize, usize)> {
-    let window = |l: usize| match config.kind_of(l) {
-        AttentionKind::Sliding { window }
-        | AttentionKind::Swat { window, .. }
-        | AttentionKind::Sinks { window, .. } => Some(*window),
-        AttentionKind::MultiScale { windows } => windows.iter().copied().max(),
-        _ => None,
-    };
+    let window = |l: usize| config.kind_of(l).windows()?.iter().copied().max();
     let windows = (0..config.layers).map(window).collect::<Option<Vec<_>>>()?;
     Some((windows.into_iter().max()?, config.layers))
 }
@@ -222,6 +215,8 @@ pub fn influence(
 
 #[cfg(test)]
 mod tests {
+    use swa_attention::layers::AttentionKind;
+
     use super::*;
 
     /// `layers` layers of sliding windows of `window` keys.

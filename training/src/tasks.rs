@@ -16,51 +16,11 @@
 
 mod majority;
 
+use swa_models::SplitMix64;
+
 use crate::error::TrainingError;
 
 pub use majority::{MAJORITY_CLS, MAJORITY_MARKERS, Majority};
-
-/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, fast, well-mixed 64-bit generator.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The generator of example `index` under `seed`: independent streams for every pair.
-    pub fn for_example(seed: u64, index: u64) -> Self {
-        let mix = |v: u64| SplitMix64::new(v).next_u64();
-        SplitMix64(mix(seed ^ mix(index ^ 0x5851_F42D_4C95_7F2D)))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`), by multiply-shift.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-
-    /// `k` distinct numbers of `0..n` in random order (`k <= n`), by a partial Fisher-Yates shuffle.
-    pub fn distinct(&mut self, k: usize, n: usize) -> Vec<usize> {
-        let mut all: Vec<usize> = (0..n).collect();
-        for i in 0..k.min(n) {
-            let j = i + self.below(n - i);
-            all.swap(i, j);
-        }
-        all.truncate(k);
-        all
-    }
-}
 
 /// One sequence of a task and the answers scored in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +118,7 @@ impl Mqar {
     /// Example `index` under `seed`; the same pair always gives the same example.
     pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let keys: Vec<u32> =
             rng.distinct(self.pairs, self.key_vocab).into_iter().map(|k| 1 + k as u32).collect();
         let values: Vec<u32> = keys
@@ -264,7 +224,7 @@ impl Passkey {
     /// Example `index` under `seed`: the key is random, the layout fixed by the setting.
     pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let key: Vec<u8> = (0..self.digits)
             .map(|i| if i == 0 { b'1' + rng.below(9) as u8 } else { b'0' + rng.below(10) as u8 })
             .collect();

@@ -122,7 +122,7 @@ impl TrainConfig {
             task.validate(self.seq_len)?;
         }
         for l in 0..self.model.layers {
-            if let Some(w) = smallest_window(self.model.kind_of(l))
+            if let Some(w) = self.model.kind_of(l).windows().and_then(|w| w.iter().copied().min())
                 && w > self.seq_len
             {
                 return Err(TrainingError::field(
@@ -158,17 +158,6 @@ impl TrainConfig {
     /// Learner epochs: `steps / checkpoint_every`, rounded up.
     pub fn epochs(&self) -> usize {
         self.steps.div_ceil(self.checkpoint_every)
-    }
-}
-
-/// The smallest causal window of a sliding, SWAT, sinks or MSWA layer.
-fn smallest_window(kind: &AttentionKind) -> Option<usize> {
-    match kind {
-        AttentionKind::Sliding { window }
-        | AttentionKind::Swat { window, .. }
-        | AttentionKind::Sinks { window, .. } => Some(*window),
-        AttentionKind::MultiScale { windows } => windows.iter().copied().min(),
-        _ => None,
     }
 }
 

@@ -2,7 +2,9 @@
 //! token in Longformer's classification tasks (Beltagy et al. 2020, §3.1 and §6), must gather
 //! evidence spread over the whole sequence.
 
-use super::{Example, SplitMix64};
+use swa_models::SplitMix64;
+
+use super::Example;
 use crate::error::TrainingError;
 
 /// The class token at position 0 of [`Majority`], where the answer is asked for.
@@ -66,7 +68,7 @@ impl Majority {
     /// Example `index` under `seed`; the same pair always gives the same example.
     pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let mut tokens: Vec<u32> = (0..self.seq_len)
             .map(|_| (FIRST_FILLER + rng.below(self.filler_vocab)) as u32)
             .collect();
