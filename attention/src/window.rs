@@ -145,7 +145,7 @@ impl WindowSpec {
         if heads.is_empty() || kv_heads == 0 {
             return Err(AttentionError::NoHeads);
         }
-        if heads.len() % kv_heads != 0 {
+        if !heads.len().is_multiple_of(kv_heads) {
             return Err(AttentionError::HeadsNotDivisible { heads: heads.len(), kv_heads });
         }
         for (h, w) in heads.iter().enumerate() {

@@ -54,10 +54,10 @@ impl DecoderConfig {
         if self.attention.is_empty() {
             return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
-        if self.heads == 0 || self.d_model % self.heads != 0 {
+        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
         }
-        if self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
         }
         for layer in 0..self.layers {

@@ -65,8 +65,8 @@ pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
 /// A random case at length `n`: heads, GQA, windows, dilations, LongNet branches, sinks,
 /// globals, causality, score function, softcap, ALiBi, decoding offsets and padding.
 pub fn random_case(rng: &mut Rng, n: usize) -> Case {
-    let heads = rng.pick(&[1, 2, 3, 4, 6, 8]);
-    let divisors: Vec<usize> = (1..=heads).filter(|d| heads % d == 0).collect();
+    let heads: usize = rng.pick(&[1, 2, 3, 4, 6, 8]);
+    let divisors: Vec<usize> = (1..=heads).filter(|&d| heads.is_multiple_of(d)).collect();
     let kv_heads = rng.pick(&divisors);
     let causal = rng.coin(0.7);
     let window = |rng: &mut Rng| rng.pick(&[1, 2, 3, 7, 16, n, n + 5]);

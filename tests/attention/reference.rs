@@ -9,9 +9,7 @@ use crate::common::{Rng, values};
 
 /// `o` and `lse` of one head by the formulas of §1, in f64.
 fn scalar(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    [q, k, v]: [&[f32]; 3],
     n: usize,
     d: usize,
     h: usize,
@@ -85,7 +83,7 @@ fn dense_reference_follows_the_formulas() {
             for h in 0..heads {
                 let head = |x: &Vec<f32>| x[h * n * d..(h + 1) * n * d].to_vec();
                 let (want_out, want_lse) =
-                    scalar(&head(&q), &head(&k), &head(&v), n, d, h, spec, opts);
+                    scalar([&head(&q), &head(&k), &head(&v)], n, d, h, spec, opts);
                 for (got, want) in out[h * n * d..].iter().zip(&want_out) {
                     assert!(
                         (*got as f64 - want).abs() < 1e-5,
@@ -112,7 +110,7 @@ fn scalar_loss(
     opts: &ScoreOptions,
 ) -> f64 {
     let (n, d, h) = shape;
-    let (out, lse) = scalar(x[0], x[1], x[2], n, d, h, spec, opts);
+    let (out, lse) = scalar(x, n, d, h, spec, opts);
     let dot_out: f64 = out.iter().zip(g.0).map(|(o, g)| o * *g as f64).sum();
     let dot_lse: f64 =
         lse.iter().zip(g.1).filter(|(l, _)| l.is_finite()).map(|(l, g)| l * *g as f64).sum();

@@ -16,7 +16,8 @@ use burn::tensor::TensorMetadata;
 use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
-    KernelBackward, WindowedAttentionBackend, WindowedKernel, blocked_primitives, split_packed,
+    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
+    split_packed,
 };
 use crate::{ScoreOptions, WindowSpec};
 
@@ -31,7 +32,7 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> OutputPrimitives<Self> {
         match B::windowed_kernel() {
             Some(kernel) if WindowedKernel::<B>::runs(spec, &q.shape(), &k.shape(), &v.shape()) => {
                 kernel_op::<B, C>(kernel, q, k, v, spec, opts)
@@ -49,7 +50,7 @@ fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     v: FloatTensor<Autodiff<B, C>>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> (FloatTensor<Autodiff<B, C>>, FloatTensor<Autodiff<B, C>>) {
+) -> OutputPrimitives<Autodiff<B, C>> {
     let dim = q.shape()[3];
     let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
     let packed = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {

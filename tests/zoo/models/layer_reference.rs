@@ -270,7 +270,7 @@ pub fn reference(
     let (width, group) = (q.width, heads / kv_heads);
     let mut merged = vec![0.0; batch * n * heads * width];
     for b in 0..batch {
-        for h in 0..heads {
+        for (h, &score) in score.iter().enumerate() {
             for i in 0..n {
                 let kv_head = h / group;
                 let o = match &global {
@@ -281,7 +281,7 @@ pub fn reference(
                     }
                     _ => {
                         let kv = |j| (k.row(b, kv_head, j), v.row(b, kv_head, j));
-                        attend(q.row(b, h, i), i, &keys(&kind, h, i, n), kv, score[h])
+                        attend(q.row(b, h, i), i, &keys(&kind, h, i, n), kv, score)
                     }
                 };
                 let start = ((b * n + i) * heads + h) * width;
