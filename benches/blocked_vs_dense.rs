@@ -12,8 +12,8 @@ use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, blocked_attention, dense_attention, scheduled_scores,
 };
-use swa_zoo::training::bench::median_ms;
-use swa_zoo::training::bench::memory::{CountingAllocator, peak_during};
+use swa_zoo::bench::median_ms;
+use swa_zoo::bench::memory::{CountingAllocator, peak_during};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

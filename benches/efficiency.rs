@@ -1,7 +1,7 @@
-//! The efficiency benchmarks of issue 8, full size: decode latency and KV-cache bytes after MSWA
-//! §5.3 / Figure 3, time per token against the position up to 16k, SWA/SWAT against a vanilla
-//! model run StreamingLLM-style, and training throughput with peak memory (the logic is in
-//! `swa_training::bench`; `swa-zoo bench` runs a quick version).
+//! The efficiency benchmarks at full size: decode latency and KV-cache bytes after MSWA §5.3 /
+//! Figure 3, time per token against the position up to 16k, SWA/SWAT against a vanilla model
+//! run StreamingLLM-style, and training throughput with peak memory (the logic is in
+//! `swa_zoo::bench`; `swa-zoo bench` runs a quick version).
 //!
 //! ```sh
 //! cargo bench --bench efficiency                                  # flex, the CPU model
@@ -10,145 +10,119 @@
 //! cargo bench --bench efficiency --features cuda -- --backend cuda --paper
 //! ```
 //!
-//! Flags: `--backend flex|ndarray|wgpu|cuda`, `--paper` (MSWA's 32 layers, 16 heads, d = 1024,
-//! instead of the CPU model), `--parts decode,flatness,streaming,training`, `--lengths` (training
-//! lengths), `--windows` and `--batches` (the decode grid's), `--full-max P` (the last position
-//! full attention decodes to in the flatness run), `--out DIR` (default `benches/results/<backend>`). Prints Markdown tables and writes one CSV
-//! per part, `decode_latency.svg` (ms per token against the batch, one line per kind and
+//! `cargo bench --bench efficiency -- --help` lists the flags. Prints Markdown tables and writes
+//! one CSV per part, `decode_latency.svg` (ms per token against the batch, one line per kind and
 //! window, like Figure 3) and `decode_flatness.svg`.
 
 use std::path::{Path, PathBuf};
 
-use burn::backend::Autodiff;
-use burn::tensor::backend::AutodiffBackend;
-use swa_zoo::attention::WindowedAttentionBackend;
-use swa_zoo::training::bench::memory::CountingAllocator;
-use swa_zoo::training::bench::suite::{self, Part, Results, Suite};
-use swa_zoo::training::bench::{BenchModel, Family, Table, decode, streaming, training};
-use swa_zoo::training::plot::line_plot;
+use clap::Parser;
+use swa_zoo::AppError;
+use swa_zoo::bench::memory::CountingAllocator;
+use swa_zoo::bench::suite::{self, Part, Results, Suite};
+use swa_zoo::bench::{BenchModel, Family, decode, streaming, training};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{BackendChoice, Job, Placement, Precision, TrainingBackend, run_on};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-struct Options {
-    backend: String,
+/// Flags of the efficiency benchmarks.
+#[derive(Parser, Debug)]
+#[command(about = "The full efficiency suite: decode latency, flatness, StreamingLLM, training")]
+struct Flags {
+    /// Backend: flex (CPU, default), ndarray (CPU), wgpu or cuda (the last two need their
+    /// feature).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
+    backend: BackendChoice,
+    /// MSWA's Figure 3 model (32 layers, 16 heads, d = 1024) instead of the CPU model.
+    #[arg(long)]
     paper: bool,
+    /// The parts to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "decode,flatness,streaming,training"
+    )]
     parts: Vec<Part>,
-    lengths: Option<Vec<usize>>,
-    windows: Option<Vec<usize>>,
-    batches: Option<Vec<usize>>,
+    /// Training lengths, replacing 1k, 4k and 16k.
+    #[arg(long, value_delimiter = ',')]
+    lengths: Vec<usize>,
+    /// Base windows of the decode grid, replacing 128, 256 and 512.
+    #[arg(long, value_delimiter = ',')]
+    windows: Vec<usize>,
+    /// Batch sizes of the decode grid, replacing 1, 8, 16, 64 and 128.
+    #[arg(long, value_delimiter = ',')]
+    batches: Vec<usize>,
+    /// The last position full attention decodes to in the flatness run.
+    #[arg(long, default_value_t = 16384)]
     full_max: usize,
+    /// Folder of the CSV files and figures. Default: `benches/results/<backend>`.
+    #[arg(long)]
     out: Option<PathBuf>,
-}
-
-fn parse() -> Result<Options, String> {
-    let mut options = Options {
-        backend: "flex".into(),
-        paper: false,
-        parts: Part::ALL.to_vec(),
-        lengths: None,
-        windows: None,
-        batches: None,
-        full_max: 16384,
-        out: None,
-    };
-    let mut args = std::env::args().skip(1);
-    let number = |flag: &str, value: &str| {
-        value.parse::<usize>().map_err(|_| format!("{flag} takes a number, not `{value}`"))
-    };
-    let numbers = |flag: &str, value: String| {
-        value.split(',').map(|v| number(flag, v)).collect::<Result<Vec<_>, _>>()
-    };
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--backend" => options.backend = value()?,
-            "--paper" => options.paper = true,
-            "--parts" => {
-                options.parts = value()?
-                    .split(',')
-                    .map(|p| match p {
-                        "decode" => Ok(Part::Decode),
-                        "flatness" => Ok(Part::Flatness),
-                        "streaming" => Ok(Part::Streaming),
-                        "training" => Ok(Part::Training),
-                        other => {
-                            Err(format!("no part `{other}`: decode, flatness, streaming, training"))
-                        }
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--lengths" => options.lengths = Some(numbers("--lengths", value()?)?),
-            "--windows" => options.windows = Some(numbers("--windows", value()?)?),
-            "--batches" => options.batches = Some(numbers("--batches", value()?)?),
-            "--full-max" => options.full_max = number("--full-max", &value()?)?,
-            "--out" => options.out = Some(PathBuf::from(value()?)),
-            // cargo bench passes --bench to every harness = false target.
-            "--bench" => {}
-            other => return Err(format!("unknown flag `{other}` (see benches/efficiency.rs)")),
-        }
-    }
-    Ok(options)
+    /// Passed by `cargo bench` to every `harness = false` target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn main() {
-    if let Err(problem) = parse().and_then(|options| match options.backend.as_str() {
-        "flex" => bench::<Autodiff<burn::backend::Flex>>(&options, Default::default(), true),
-        "ndarray" => bench::<Autodiff<burn::backend::NdArray>>(&options, Default::default(), true),
-        #[cfg(feature = "wgpu")]
-        "wgpu" => bench::<Autodiff<burn::backend::Wgpu>>(&options, Default::default(), false),
-        #[cfg(feature = "cuda")]
-        "cuda" => bench::<Autodiff<burn::backend::Cuda>>(&options, Default::default(), false),
-        other => Err(format!("backend `{other}` is not in this build (flex, ndarray; wgpu and cuda need their features)")),
-    }) {
+    let flags = Flags::parse();
+    let place = Placement { backend: flags.backend, devices: vec![0], precision: Precision::F32 };
+    if let Err(problem) = run_on(&place, Efficiency(flags)) {
         eprintln!("error: {problem}");
         std::process::exit(1);
     }
 }
 
-/// Runs the suite on `B`; `host_memory` says whether tensors live in the counted heap.
-fn bench<B>(options: &Options, device: B::Device, host_memory: bool) -> Result<(), String>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-{
-    let model = if options.paper { BenchModel::paper() } else { BenchModel::cpu() };
-    let mut suite = Suite::full(model, options.full_max);
-    if let Some(lengths) = &options.lengths {
-        suite.training.lengths = lengths.clone();
+/// The suite the flags describe, as a job on their backend.
+struct Efficiency(Flags);
+
+impl Job for Efficiency {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
+        let flags = self.0;
+        // The CPU backends keep their tensors in the counted heap; GPU memory is not counted.
+        let host_memory = matches!(flags.backend, BackendChoice::Flex | BackendChoice::Ndarray);
+        let model = if flags.paper { BenchModel::paper() } else { BenchModel::cpu() };
+        let mut suite = Suite::full(model, flags.full_max);
+        if !flags.lengths.is_empty() {
+            suite.training.lengths = flags.lengths.clone();
+        }
+        if !flags.windows.is_empty() {
+            suite.decode.windows = flags.windows.clone();
+        }
+        if !flags.batches.is_empty() {
+            suite.decode.batches = flags.batches.clone();
+        }
+        let backend = flags.backend.name();
+        let out = flags.out.clone().unwrap_or_else(|| Path::new("benches/results").join(backend));
+        std::fs::create_dir_all(&out)
+            .map_err(|source| AppError::Io { path: out.clone(), source })?;
+        println!(
+            "efficiency suite on {} ({backend}), results in {}\n",
+            B::name(&device),
+            out.display()
+        );
+        suite.training.host_memory = host_memory;
+        let results = suite::run::<B>(&suite, &flags.parts, &device, |title, table| {
+            println!("{title}\n\n{}", table.markdown())
+        })?;
+        if !results.training.is_empty() {
+            let memory = if host_memory {
+                "peak MiB: the most heap held above the step's start"
+            } else {
+                "device memory not counted"
+            };
+            println!("({memory})\n");
+        }
+        write(&out, &suite, &results)
     }
-    if let Some(windows) = &options.windows {
-        suite.decode.windows = windows.clone();
-    }
-    if let Some(batches) = &options.batches {
-        suite.decode.batches = batches.clone();
-    }
-    let out =
-        options.out.clone().unwrap_or_else(|| Path::new("benches/results").join(&options.backend));
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    println!(
-        "efficiency suite on {} ({}), results in {}\n",
-        B::name(&device),
-        options.backend,
-        out.display()
-    );
-    suite.training.host_memory = host_memory;
-    let results = suite::run::<B>(&suite, &options.parts, &device, |title, table| {
-        println!("{title}\n\n{}", table.markdown())
-    })?;
-    if !results.training.is_empty() {
-        let memory = if host_memory {
-            "peak MiB: the most heap held above the step's start"
-        } else {
-            "device memory not counted"
-        };
-        println!("({memory})\n");
-    }
-    write(&out, &suite, &results)
 }
 
 /// CSV files and plots of the parts that ran.
-fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
-    let save = |name: &str, table: Table| -> Result<(), String> {
+fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), AppError> {
+    let save = |name: &str, table: Table| -> Result<(), AppError> {
         let path = out.join(name);
         table.write_csv(&path)?;
         println!("wrote {}", path.display());
@@ -172,8 +146,7 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
             "Decode latency at positions 500–2000 of 2048 ({})",
             suite.decode.model.describe()
         );
-        line_plot(&path, &title, "batch size", "ms per token", &series, true, true)
-            .map_err(|e| e.to_string())?;
+        line_plot(&path, &title, "batch size", "ms per token", &series, true, true)?;
         println!("wrote {}", path.display());
     }
     if !results.flatness.is_empty() {
@@ -205,8 +178,7 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), String> {
             &series,
             true,
             true,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         println!("wrote {}", path.display());
     }
     if !results.streaming.is_empty() {

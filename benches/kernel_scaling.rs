@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, blocked_attention, dense_attention, windowed_attention,
 };
-use swa_zoo::training::bench::median_ms;
+use swa_zoo::bench::median_ms;
 
 const HEADS: usize = 4;
 const DIM: usize = 64;

@@ -57,15 +57,16 @@
 //!   less than the ceilings do (0.58 → 0.59–0.61 → 0.61–0.62).
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
-use swa_training::synthetic::{SyntheticTask, accuracy, influence};
+use swa_training::TrainingBackend;
+use swa_training::synthetic::{SyntheticTask, influence, model_accuracy};
 use swa_training::tasks::{Example, Majority};
+use swa_zoo::AppError;
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the Longformer example.
 #[derive(Parser, Debug)]
@@ -91,7 +92,7 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("longformer", flags.study)?;
     let examples = study.pick(flags.examples, 16);
     run_on(&study.placement(), LongformerStudy { study, markers: flags.markers, examples })
@@ -111,10 +112,11 @@ struct Variant {
 
 /// The preset Longformer encoder, without its global CLS, with other dilations, and full
 /// bidirectional attention (a window as long as the sequence).
-fn variants(preset: &Preset) -> Result<Vec<Variant>, String> {
+fn variants(preset: &Preset) -> Result<Vec<Variant>, AppError> {
     let AttentionKind::Longformer { window, dilations, .. } = preset.config.kind_of(0).clone()
     else {
-        return Err(format!("{} is not a Longformer preset", preset.name));
+        let problem = "not a Longformer preset".into();
+        return Err(AppError::Preset { name: preset.name.clone(), problem });
     };
     let heads = dilations.len();
     // Dilation on the last two heads: the preset's 2, 2, or 2 then 4.
@@ -180,20 +182,14 @@ struct Outcome {
 }
 
 impl Job for LongformerStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let preset = Preset::longformer(false, self.study.scale(), 256);
         let len = preset.train_len;
         let task = SyntheticTask::majority(self.markers);
-        task.validate(len).map_err(|e| e.to_string())?;
+        task.validate(len)?;
         // Held out: the training stream is seed 42, validation 43.
-        let held_out: Vec<Example> = (0..self.examples as u64)
-            .map(|i| task.example(len, 7, i))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+        let held_out: Vec<Example> =
+            (0..self.examples as u64).map(|i| task.example(len, 7, i)).collect::<Result<_, _>>()?;
         let steps = self.study.steps(500);
 
         let mut rows = Vec::new();
@@ -209,7 +205,7 @@ impl Job for LongformerStudy {
                 steps,
                 &device,
             )?;
-            let score = accuracy(&trained.model, &held_out, 32, &device)?;
+            let score = model_accuracy(&trained.model, &held_out, 32, &device)?;
             rows.push(Outcome {
                 name: variant.name,
                 config: variant.config,
@@ -273,7 +269,7 @@ impl Job for LongformerStudy {
             &series,
             false,
             false,
-        )
-        .map_err(|e| e.to_string())
+        )?;
+        Ok(())
     }
 }

@@ -21,7 +21,7 @@
 //! Writes `scaling.csv`, `scaling_ratios.csv`, `lm.csv`, `scaling_time.svg` and
 //! `scaling_memory.svg` (log-log) to `--out` (default `target/examples/longnet`).
 //!
-//! Run (about 4 to 7 minutes on this shared 2-core CPU, on `../shared/data/kjv.txt`):
+//! Run (about 4 to 7 minutes on this shared 2-core CPU, on `data/kjv.txt`):
 //! `cargo run --example longnet`
 //!
 //! On a GPU, at the paper's width and branches (memory is not counted there; not yet run):
@@ -74,25 +74,26 @@
 //! blocked call, against one).
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::memory::{counting, peak_during};
-use swa_training::bench::{Table, median_ms};
-use swa_training::cli::{BackendChoice, Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
+use swa_training::TrainingBackend;
+use swa_zoo::AppError;
+use swa_zoo::bench::median_ms;
+use swa_zoo::bench::memory::{counting, peak_during};
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{BackendChoice, Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Counts heap bytes for the memory columns. Left out of the test build, which includes this
 /// file as a module: a binary has one global allocator, and the smoke test does not need one
 /// (its memory cells read n/a).
 #[cfg(not(test))]
 #[global_allocator]
-static ALLOC: swa_training::bench::memory::CountingAllocator =
-    swa_training::bench::memory::CountingAllocator;
+static ALLOC: swa_zoo::bench::memory::CountingAllocator = swa_zoo::bench::memory::CountingAllocator;
 
 /// Flags of the LongNet example.
 #[derive(Parser, Debug)]
@@ -125,15 +126,17 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     if flags.lengths.is_empty() || flags.lengths.contains(&0) {
-        return Err("--lengths needs at least one length, each at least 1".into());
+        let problem = "needs at least one length, each at least 1".into();
+        return Err(AppError::Flag { flag: "--lengths", problem });
     }
     if flags.lengths.iter().all(|&n| n > flags.full_max) {
-        return Err(format!(
-            "--full-max {} is below every --lengths value: full attention would not run",
+        let problem = format!(
+            "{} is below every --lengths value: full attention would not run",
             flags.full_max
-        ));
+        );
+        return Err(AppError::Flag { flag: "--full-max", problem });
     }
     let batch_size = flags.study.batch_size;
     let study = Study::open("longnet", flags.study)?;
@@ -177,8 +180,8 @@ struct Cell {
 /// time and the peak heap of the calls (the same for each call, as each frees what it holds).
 fn measure(
     repeats: usize,
-    mut call: impl FnMut() -> Result<(), String>,
-) -> Result<(f64, Option<usize>), String> {
+    mut call: impl FnMut() -> Result<(), AppError>,
+) -> Result<(f64, Option<usize>), AppError> {
     call()?;
     let mut failure = None;
     let (ms, peak) = peak_during(|| {
@@ -192,8 +195,8 @@ fn measure(
 }
 
 /// Waits for the device's queued work, naming the failure.
-fn sync<B: Backend>(device: &B::Device) -> Result<(), String> {
-    B::sync(device).map_err(|e| format!("device sync failed: {e:?}"))
+fn sync<B: Backend>(device: &B::Device) -> Result<(), AppError> {
+    Ok(B::sync(device)?)
 }
 
 /// `value` with `decimals`, or a dash when it is not a number.
@@ -231,7 +234,7 @@ fn mib(bytes: Option<usize>) -> String {
 impl LongNetStudy {
     /// Time and memory of one `kind` layer at length `len`; memory only where `host` (the
     /// backend's tensors live in the counted heap).
-    fn cell<B>(
+    fn cell<B: TrainingBackend>(
         &self,
         kind: &'static str,
         attention: &AttentionKind,
@@ -239,11 +242,7 @@ impl LongNetStudy {
         config: &DecoderConfig,
         host: bool,
         device: &B::Device,
-    ) -> Result<Cell, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<Cell, AppError> {
         let layer: SelfAttention<B> = SelfAttentionConfig::new(
             config.d_model,
             config.heads,
@@ -251,14 +250,14 @@ impl LongNetStudy {
             attention.clone(),
         )
         .init(device)
-        .map_err(|e| format!("{kind} layer: {e}"))?;
+        .map_err(|e| AppError::step(format!("{kind} layer"), e))?;
         let x = Tensor::<B, 3>::random(
             [1, len, config.d_model],
             Distribution::Normal(0.0, 1.0),
             device,
         );
         let (inference, x_inner) = (layer.valid(), x.clone().inner());
-        let at = |e: swa_attention::AttentionError| format!("{kind} attention at N = {len}: {e}");
+        let at = |e| AppError::step(format!("{kind} attention at N = {len}"), e);
         let (forward_ms, forward_bytes) = measure(self.repeats, || {
             drop(inference.forward(x_inner.clone()).map_err(at)?);
             sync::<B::InnerBackend>(device)
@@ -282,11 +281,11 @@ impl LongNetStudy {
     }
 
     /// Both kinds at every length, full attention up to `full_max`, in the order lengths × kinds.
-    fn scaling<B>(&self, config: &DecoderConfig, device: &B::Device) -> Result<Vec<Cell>, String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn scaling<B: TrainingBackend>(
+        &self,
+        config: &DecoderConfig,
+        device: &B::Device,
+    ) -> Result<Vec<Cell>, AppError> {
         let host =
             matches!(self.study.placement().backend, BackendChoice::Flex | BackendChoice::Ndarray)
                 && counting();
@@ -309,7 +308,7 @@ impl LongNetStudy {
     }
 
     /// The scaling table, its end-to-end ratios, and the log-log figures.
-    fn report_scaling(&self, cells: &[Cell], layer: &str) -> Result<(), String> {
+    fn report_scaling(&self, cells: &[Cell], layer: &str) -> Result<(), AppError> {
         let mut table = Table::new(&[
             "N",
             "attention",
@@ -381,7 +380,6 @@ impl LongNetStudy {
         self.study.report("scaling_ratios", title, &ratios)?;
         let plot = |file: &str, title: &str, y: &str, series: &[(String, Vec<(f64, f64)>)]| {
             line_plot(self.study.path(file), title, "sequence length N", y, series, true, true)
-                .map_err(|e| e.to_string())
         };
         plot(
             "scaling_time.svg",
@@ -389,20 +387,18 @@ impl LongNetStudy {
             "milliseconds",
             &time_series,
         )?;
-        match cells.iter().any(|c| c.backward_bytes.is_some()) {
-            true => {
-                plot("scaling_memory.svg", "LongNet: peak heap of one layer", "MiB", &memory_series)
-            }
-            false => Ok(()),
+        if cells.iter().any(|c| c.backward_bytes.is_some()) {
+            plot("scaling_memory.svg", "LongNet: peak heap of one layer", "MiB", &memory_series)?;
         }
+        Ok(())
     }
 
     /// The tiny LongNet decoder and a full-attention decoder of its size, trained alike.
-    fn language_models<B>(&self, preset: &Preset, device: &B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn language_models<B: TrainingBackend>(
+        &self,
+        preset: &Preset,
+        device: &B::Device,
+    ) -> Result<(), AppError> {
         let len = self.train_len.unwrap_or(preset.train_len);
         let full = DecoderConfig { attention: vec![AttentionKind::Full], ..preset.config.clone() };
         let steps = self.study.steps(600);
@@ -435,11 +431,7 @@ impl LongNetStudy {
 }
 
 impl Job for LongNetStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let preset = Preset::longnet(self.study.scale(), 256);
         let c = &preset.config;
         let layer =

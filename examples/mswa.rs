@@ -11,8 +11,7 @@
 //! Writes `table2.csv`, `table5.csv`, `table6.csv` and `table5.svg` (bits per byte against
 //! base window) to `--out` (default `target/examples/mswa`).
 //!
-//! Run (11 models of 400 steps, about 13 minutes on an idle 2-core CPU), on
-//! `../shared/data/kjv.txt`:
+//! Run (11 models of 400 steps, about 13 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --release --example mswa`
 //!
 //! On a GPU, at the paper's width and depth:
@@ -50,13 +49,14 @@
 //!   inductive bias. The paper trains far longer, where context pays.
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::cli::{Job, run_on};
-use swa_training::plot::line_plot;
-use swa_training::study::{CostRow, Study, StudyArgs, cost_table};
+use swa_training::TrainingBackend;
+use swa_zoo::AppError;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{CostRow, Study, StudyArgs, cost_table};
 
 /// Flags of the MSWA example.
 #[derive(Parser, Debug)]
@@ -78,7 +78,7 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("mswa", flags.study)?;
     let base_windows = study.pick(flags.base_windows, vec![16]);
     run_on(&study.placement(), MswaStudy { study, base_windows })
@@ -96,27 +96,22 @@ fn mswa_config(
     strategy: MswaStrategy,
     base: usize,
     study: &Study,
-) -> Result<DecoderConfig, String> {
-    let mut config = Preset::mswa(variant, study.scale(), 256).map_err(|e| e.to_string())?.config;
-    let windows = mswa_windows(variant, strategy, base, config.layers, config.heads)
-        .map_err(|e| e.to_string())?;
+) -> Result<DecoderConfig, AppError> {
+    let mut config = Preset::mswa(variant, study.scale(), 256)?.config;
+    let windows = mswa_windows(variant, strategy, base, config.layers, config.heads)?;
     config.attention =
         windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
     Ok(config)
 }
 
 impl MswaStudy {
-    fn train<B>(
+    fn train<B: TrainingBackend>(
         &self,
         name: String,
         config: &DecoderConfig,
         len: usize,
         device: &B::Device,
-    ) -> Result<CostRow, String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    ) -> Result<CostRow, AppError> {
         let trained = self.study.train::<B>(&name, config, len, self.study.steps(400), device)?;
         let batches = self.study.pick(16, 1);
         let bits = self.study.bits(&trained.model, len, 8, batches, device)?;
@@ -125,13 +120,9 @@ impl MswaStudy {
 }
 
 impl Job for MswaStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let scale = self.study.scale();
-        let swa = Preset::mswa(MswaVariant::Swa, scale, 256).map_err(|e| e.to_string())?;
+        let swa = Preset::mswa(MswaVariant::Swa, scale, 256)?;
         let len = swa.train_len;
         // SWA gives every head of every layer the base window.
         let base = swa.config.window_sum(len) / (swa.config.layers * swa.config.heads);
@@ -142,7 +133,7 @@ impl Job for MswaStudy {
         for &w in &self.base_windows {
             for (i, variant) in [MswaVariant::Swa, MswaVariant::Both].into_iter().enumerate() {
                 let config = mswa_config(variant, geometric, w, &self.study)
-                    .map_err(|e| format!("--base-windows {w}: {e}"))?;
+                    .map_err(|e| AppError::step(format!("--base-windows {w}"), e))?;
                 sweep.push((w, i, config));
             }
         }
@@ -196,8 +187,7 @@ impl Job for MswaStudy {
             &series,
             true,
             false,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
 
         let mut table6_rows =
             vec![CostRow { name: "MSWA geometric".into(), ..table2_rows.swap_remove(3) }];

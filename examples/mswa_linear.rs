@@ -9,8 +9,7 @@
 //!
 //! Writes `table3.csv` to `--out` (default `target/examples/mswa_linear`).
 //!
-//! Run (four models of 400 steps, about 16 minutes on an idle 2-core CPU), on
-//! `../shared/data/kjv.txt`:
+//! Run (four models of 400 steps, about 16 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --example mswa_linear`
 //!
 //! On a GPU, at the paper's width and depth:
@@ -36,12 +35,13 @@
 //!   2.234, 2.184, 2.116.
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::Preset;
-use swa_training::cli::{Job, run_on};
-use swa_training::study::{CostRow, Study, StudyArgs, cost_table};
+use swa_training::TrainingBackend;
+use swa_zoo::AppError;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{CostRow, Study, StudyArgs, cost_table};
 
 /// Flags of the MSWA Table 3 example.
 #[derive(Parser, Debug)]
@@ -59,7 +59,7 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("mswa_linear", flags.study)?;
     run_on(&study.placement(), HybridStudy { study })
 }
@@ -69,29 +69,30 @@ struct HybridStudy {
 }
 
 impl Job for HybridStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let (scale, study) = (self.study.scale(), &self.study);
-        let hybrid = |local| Preset::mswa_hybrid(local, scale, 256).map_err(|e| e.to_string());
+        let hybrid = |local| Preset::mswa_hybrid(local, scale, 256);
         let (linear, linear_swa, linear_mswa) =
             (hybrid(None)?, hybrid(Some(MswaVariant::Swa))?, hybrid(Some(MswaVariant::Both))?);
         // MSWA alone at the hybrids' depth, width and base window (the SWA layers' window).
         let base = match linear_swa.config.kind_of(1) {
             AttentionKind::MultiScale { windows } => windows[0],
             other => {
-                return Err(format!("linear + SWA's second layer should be local, not {other:?}"));
+                let problem = format!("its second layer should be local, not {other:?}");
+                return Err(AppError::Preset { name: linear_swa.name.clone(), problem });
             }
         };
         let mut mswa = linear_swa.config.clone();
-        mswa.attention =
-            mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, base, mswa.layers, mswa.heads)
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|windows| AttentionKind::MultiScale { windows })
-                .collect();
+        mswa.attention = mswa_windows(
+            MswaVariant::Both,
+            MswaStrategy::Geometric,
+            base,
+            mswa.layers,
+            mswa.heads,
+        )?
+        .into_iter()
+        .map(|windows| AttentionKind::MultiScale { windows })
+        .collect();
         let len = linear.train_len;
         let models = [
             ("linear", linear.config),

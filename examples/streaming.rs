@@ -21,8 +21,7 @@
 //! `swat-window.svg`) to `--out`
 //! (default `target/examples/streaming`).
 //!
-//! Run (two models of 1000 steps, then 68 evaluations; see the time below), on
-//! `../shared/data/kjv.txt`:
+//! Run (two models of 1000 steps, then 68 evaluations; see the time below), on `data/kjv.txt`:
 //! `cargo run --example streaming`
 //!
 //! On a GPU, at MSWA's Table 2 size (T = 1024):
@@ -57,12 +56,14 @@ use clap::Parser;
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
+use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{decoded_loss, rebuild, with_eval_window};
-use swa_training::plot::heat_map;
-use swa_training::study::{Study, StudyArgs};
+use swa_zoo::AppError;
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::heat_map;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the window-inference example.
 #[derive(Parser, Debug)]
@@ -91,7 +92,7 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("streaming", flags.study)?;
     let job = StreamingStudy {
         length_multiples: study.pick(flags.length_multiples, vec![1, 2]),
@@ -120,8 +121,8 @@ impl StreamingStudy {
         lengths: &[usize],
         streaming: bool,
         device: &B::Device,
-    ) -> Result<Vec<f64>, String> {
-        let model = rebuild(model, config, device).map_err(|e| e.to_string())?;
+    ) -> Result<Vec<f64>, AppError> {
+        let model = rebuild(model, config, device)?;
         let windows = self.study.pick(16, 1);
         let bits = |len: usize| match streaming {
             false => self.study.bits(&model, len, windows, 1, device),
@@ -134,18 +135,14 @@ impl StreamingStudy {
                 device,
             )
             .map(bits_per_unit)
-            .map_err(|e| e.to_string()),
+            .map_err(AppError::from),
         };
         lengths.iter().map(|&len| bits(len)).collect()
     }
 }
 
 impl Job for StreamingStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let study = &self.study;
         let vanilla = Preset::vanilla(study.scale(), 256);
         let t = vanilla.train_len;
@@ -180,7 +177,7 @@ impl Job for StreamingStudy {
         for (name, mode, model, config, sinks, streaming) in modes {
             let mut cells = Vec::new();
             for &w in &windows {
-                let config = with_eval_window(config, w, sinks).map_err(|e| e.to_string())?;
+                let config = with_eval_window(config, w, sinks)?;
                 let bits = self.row(model, &config, &lengths, streaming, &device)?;
                 let inference = match (sinks, streaming) {
                     (0, _) => format!("window {w}"),
@@ -202,8 +199,7 @@ impl Job for StreamingStudy {
                 &windows,
                 &cells,
                 "bits/byte",
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
         }
         let title = format!(
             "Validation bits/byte by evaluation length; trained at T = {t} for {steps} steps, SWAT window {}",

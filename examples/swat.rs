@@ -16,7 +16,7 @@
 //! Writes `table2.csv`, `table2.svg` (bits per byte against evaluation length), `table3.csv`
 //! and `passkey.csv` to `--out` (default `target/examples/swat`).
 //!
-//! Run (14 models, about 11 minutes on an idle 2-core CPU), on `../shared/data/kjv.txt`:
+//! Run (14 models, about 11 minutes on an idle 2-core CPU), on `data/kjv.txt`:
 //! `cargo run --example swat`
 //!
 //! On a GPU, at the analysis model's size (12 heads, 12 layers, W = 256):
@@ -60,13 +60,15 @@ use swa_attention::alibi::SlopeMagnitudes;
 use swa_attention::layers::{AttentionKind, SwatPositions};
 use swa_attention::{ScoreFn, WindowedAttentionBackend};
 use swa_models::{DecoderConfig, Preset};
-use swa_training::bench::Table;
-use swa_training::cli::{Job, run_on};
+use swa_training::TrainingBackend;
 use swa_training::eval::{rebuild, with_eval_window};
-use swa_training::plot::line_plot;
-use swa_training::study::{Study, StudyArgs};
-use swa_training::synthetic::{SyntheticTask, accuracy, receptive_field};
+use swa_training::synthetic::{SyntheticTask, model_accuracy, receptive_field};
 use swa_training::tasks::Passkey;
+use swa_zoo::AppError;
+use swa_zoo::report::Table;
+use swa_zoo::report::plot::line_plot;
+use swa_zoo::runtime::{Job, run_on};
+use swa_zoo::study::{Study, StudyArgs};
 
 /// Flags of the SWAT example.
 #[derive(Parser, Debug)]
@@ -101,7 +103,7 @@ fn main() {
 }
 
 /// Runs the study the flags describe.
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("swat", flags.study)?;
     let length_multiples = study.pick(flags.length_multiples, vec![1, 4]);
     run_on(&study.placement(), SwatStudy { study, length_multiples, parts: flags.parts })
@@ -140,10 +142,8 @@ impl SwatStudy {
         w: usize,
         lengths: &[usize],
         device: &B::Device,
-    ) -> Result<Vec<f64>, String> {
-        let model =
-            rebuild(model, &with_eval_window(config, w, 0).map_err(|e| e.to_string())?, device)
-                .map_err(|e| e.to_string())?;
+    ) -> Result<Vec<f64>, AppError> {
+        let model = rebuild(model, &with_eval_window(config, w, 0)?, device)?;
         let tokens = self.study.pick(16 * lengths[lengths.len() - 1], lengths[0]);
         lengths
             .iter()
@@ -152,11 +152,12 @@ impl SwatStudy {
     }
 
     /// Table 2: vanilla against sliding-window training, across evaluation lengths.
-    fn table2<B>(&self, base: &DecoderConfig, w: usize, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn table2<B: TrainingBackend>(
+        &self,
+        base: &DecoderConfig,
+        w: usize,
+        device: &B::Device,
+    ) -> Result<(), AppError> {
         let study = &self.study;
         let lengths: Vec<usize> = self.length_multiples.iter().map(|m| m * w).collect();
         let softmax =
@@ -194,17 +195,17 @@ impl SwatStudy {
             &series,
             true,
             false,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         study.report("table2", &format!("Table 2: validation bits/byte with window W = {w}; {steps} steps of the same tokens"), &table)
     }
 
     /// Table 3: score function × positional encoding, trained at 4W.
-    fn table3<B>(&self, base: &DecoderConfig, w: usize, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn table3<B: TrainingBackend>(
+        &self,
+        base: &DecoderConfig,
+        w: usize,
+        device: &B::Device,
+    ) -> Result<(), AppError> {
         let (study, heads) = (&self.study, base.heads);
         let splits = [heads, 2 * heads / 3, heads / 2];
         let mut positions: Vec<(String, SwatPositions, Option<usize>)> =
@@ -249,17 +250,13 @@ impl SwatStudy {
     /// Passkey retrieval accuracy by distance, for a SWAT stack whose reach `(W − 1)·L` is
     /// longer than the shortest passkey distance (the key's sentence and the question take
     /// `digits + 53` bytes), trained at length 256 on every distance that fits.
-    fn passkey<B>(&self, device: &B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn passkey<B: TrainingBackend>(&self, device: &B::Device) -> Result<(), AppError> {
         let study = &self.study;
         let (w, digits) = (64, 3);
         let mut config = Preset::vanilla(study.scale(), 256).config;
         config.attention = vec![AttentionKind::swat(w)];
         config.layers = 2;
-        let (_, layers) = receptive_field(&config).ok_or("a SWAT stack has a receptive field")?;
+        let (_, layers) = receptive_field(&config).expect("a SWAT stack has a receptive field");
         let reach = (w - 1) * layers;
         let len = 256;
         let trained = study.train_task::<B>(
@@ -280,13 +277,10 @@ impl SwatStudy {
         let mut table =
             Table::new(&["distance", "past W", "within reach", "digit accuracy", "exact"]);
         for d in distances {
-            let task = Passkey::new(len.max(Passkey::shortest_seq_len(d, digits)), d, digits)
-                .map_err(|e| e.to_string())?;
-            let examples = (0..count as u64)
-                .map(|i| task.sample(7, i))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
-            let score = accuracy(&trained.model, &examples, 8, device)?;
+            let task = Passkey::new(len.max(Passkey::shortest_seq_len(d, digits)), d, digits)?;
+            let examples =
+                (0..count as u64).map(|i| task.sample(7, i)).collect::<Result<Vec<_>, _>>()?;
+            let score = model_accuracy(&trained.model, &examples, 8, device)?;
             let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
             table.rows.push(vec![
                 d.to_string(),
@@ -304,11 +298,7 @@ impl SwatStudy {
 }
 
 impl Job for SwatStudy {
-    fn run<B>(self, device: B::Device) -> Result<(), String>
-    where
-        B: burn::tensor::backend::AutodiffBackend + WindowedAttentionBackend,
-        B::InnerBackend: WindowedAttentionBackend,
-    {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         let preset = Preset::swat_analysis(self.study.scale(), 256);
         let w = preset.train_len / 4;
         for part in &self.parts {

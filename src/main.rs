@@ -1,12 +1,12 @@
-//! The `swa-zoo` command: see `swa-zoo --help` and [`swa_zoo::training::cli`].
+//! The `swa-zoo` command: see `swa-zoo --help` and [`swa_zoo::cli`].
 
 /// Counts heap bytes, so that `swa-zoo bench` can report peak memory.
 #[global_allocator]
-static ALLOCATOR: swa_zoo::training::bench::memory::CountingAllocator =
-    swa_zoo::training::bench::memory::CountingAllocator;
+static ALLOCATOR: swa_zoo::bench::memory::CountingAllocator =
+    swa_zoo::bench::memory::CountingAllocator;
 
 fn main() {
-    if let Err(problem) = swa_zoo::training::cli::main() {
+    if let Err(problem) = swa_zoo::cli::main() {
         eprintln!("error: {problem}");
         std::process::exit(1);
     }

@@ -30,7 +30,7 @@ pub trait WindowedAttentionBackend: Backend {
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> OutputPrimitives<Self> {
         match Self::windowed_kernel() {
             Some(kernel)
                 if WindowedKernel::<Self>::runs(spec, &q.shape(), &k.shape(), &v.shape()) =>
@@ -93,16 +93,22 @@ pub struct KernelBackward<B: Backend> {
 /// [`WindowedKernelBackend`] bound instead).
 pub struct WindowedKernel<B: Backend> {
     /// [`WindowedKernelBackend::windowed_forward`].
-    pub forward: fn(
-        FloatTensor<B>,
-        FloatTensor<B>,
-        FloatTensor<B>,
-        &WindowSpec,
-        &ScoreOptions,
-    ) -> FloatTensor<B>,
+    pub forward: KernelForward<B>,
     /// [`WindowedKernelBackend::windowed_backward`].
     pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> [FloatTensor<B>; 3],
 }
+
+/// The signature of [`WindowedKernelBackend::windowed_forward`].
+pub type KernelForward<B> = fn(
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    &WindowSpec,
+    &ScoreOptions,
+) -> FloatTensor<B>;
+
+/// `(o, lse)` as backend primitives: what [`WindowedAttentionBackend::windowed_attention`] returns.
+pub type OutputPrimitives<B> = (FloatTensor<B>, FloatTensor<B>);
 
 impl<B: Backend> Clone for WindowedKernel<B> {
     fn clone(&self) -> Self {
@@ -166,7 +172,7 @@ pub(crate) fn blocked_primitives<B: Backend>(
     v: FloatTensor<B>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+) -> OutputPrimitives<B> {
     let (o, lse) = blocked_attention(tensor::<B>(q), tensor(k), tensor(v), spec, opts)
         .expect("inputs are checked by windowed_attention before they reach a backend");
     (o.into_primitive().tensor(), lse.into_primitive().tensor())
@@ -174,10 +180,7 @@ pub(crate) fn blocked_primitives<B: Backend>(
 
 /// Splits a kernel's packed `[batch, H, N_q, d + 1]` into `o: [batch, H, N_q, d]` and
 /// `lse: [batch, H, N_q]` (views; on `Autodiff<B>` the split is differentiated like any slice).
-pub(crate) fn split_packed<B: Backend>(
-    packed: FloatTensor<B>,
-    dim: usize,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+pub(crate) fn split_packed<B: Backend>(packed: FloatTensor<B>, dim: usize) -> OutputPrimitives<B> {
     let packed = tensor::<B>(packed);
     let o = packed.clone().narrow(3, 0, dim);
     let lse = packed.narrow(3, dim, 1).squeeze_dim::<3>(3);
@@ -188,21 +191,14 @@ fn tensor<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 4> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
+/// `Autodiff<B>` without the kernels: the blocked path, differentiated op by op. With feature
+/// `cube` the kernel module implements it instead, to differentiate through the kernels.
+#[cfg(not(feature = "cube"))]
 impl<
     B: WindowedAttentionBackend,
     C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy,
 > WindowedAttentionBackend for burn::backend::Autodiff<B, C>
 {
-    #[cfg(feature = "cube")]
-    fn windowed_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        spec: &WindowSpec,
-        opts: &ScoreOptions,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        crate::kernel::autodiff::windowed_attention::<B, C>(q, k, v, spec, opts)
-    }
 }
 
 #[cfg(feature = "ndarray")]

@@ -2,9 +2,10 @@
 //! Burn backend. The schedule comes from [`crate::plan`]; this file gathers each block's queries
 //! and keys, attends with the shared score code, and scatters the rows back in place.
 
-use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
 use crate::entry::{Checked, expand_kv};
+use crate::index::{index_tensor, inverse_permutation};
 use crate::plan::{BlockSet, GroupPlan, head_groups, plan_group};
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, ScoreOptions, WindowSpec};
@@ -42,18 +43,15 @@ pub fn blocked_attention_chunked<B: Backend>(
     let (mut outs, mut lses, mut order) = (Vec::new(), Vec::new(), Vec::new());
     for group in &groups {
         let plan = plan_group(spec, group[0], q_len, kv_len, opts.alibi.is_some());
-        let index = int_tensor::<B>(group.iter().map(|&h| h as i64).collect(), &q.device());
+        let index = index_tensor::<B>(group.iter().copied(), &q.device());
         let pick = |t: &Tensor<B, 4>| t.clone().select(1, index.clone());
         let (o, lse) = attend_group(pick(&q), pick(&k), pick(&v), &plan, group, opts, chunk_scores);
         outs.push(o);
         lses.push(lse);
         order.extend(group.iter().copied());
     }
-    let mut inverse = vec![0i64; heads];
-    for (position, &h) in order.iter().enumerate() {
-        inverse[h] = position as i64;
-    }
-    let inverse = int_tensor::<B>(inverse, &q.device());
+    let inverse =
+        index_tensor::<B>(inverse_permutation(heads, order.into_iter().map(Some)), &q.device());
     let out = Tensor::cat(outs, 1).select(1, inverse.clone());
     let lse = Tensor::cat(lses, 1).select(1, inverse);
     Ok((out, lse))
@@ -77,7 +75,7 @@ fn attend_group<B: Backend>(
         outs.push(o);
         lses.push(lse);
     }
-    let inverse = int_tensor::<B>(plan.inverse.clone(), &device);
+    let inverse = index_tensor::<B>(plan.inverse.iter().copied(), &device);
     let out = Tensor::cat(outs, 2).select(2, inverse.clone());
     let lse = Tensor::cat(lses, 2).select(2, inverse);
     (out, lse)
@@ -137,8 +135,8 @@ fn attend_blocks<B: Backend>(
     let (row_slots, col_slots) =
         (range.start * rows..range.end * rows, range.start * cols..range.end * cols);
     let entries = range.start * rows * cols..range.end * rows * cols;
-    let row_index = int_tensor::<B>(BlockSet::gather(&set.rows[row_slots]), &device);
-    let col_index = int_tensor::<B>(BlockSet::gather(&set.cols[col_slots]), &device);
+    let row_index = index_tensor::<B>(BlockSet::gather(&set.rows[row_slots]), &device);
+    let col_index = index_tensor::<B>(BlockSet::gather(&set.cols[col_slots]), &device);
     let q = q.select(2, row_index).reshape([batch * group, blocks, rows, dim]);
     let k = k.select(2, col_index.clone()).reshape([batch * group, blocks, cols, dim]);
     let v = v.select(2, col_index).reshape([batch * group, blocks, cols, dim]);
@@ -155,11 +153,6 @@ fn attend_blocks<B: Backend>(
     });
     let (out, lse) = attend(q, k, v, mask, alibi, opts);
     (out.reshape([batch, group, slots, dim]), lse.reshape([batch, group, slots]))
-}
-
-fn int_tensor<B: Backend>(values: Vec<i64>, device: &B::Device) -> Tensor<B, 1, Int> {
-    let len = values.len();
-    Tensor::from_data(TensorData::new(values, [len]), device)
 }
 
 /// How many scores the blocked path computes per batch element for `q_len` queries and

@@ -22,9 +22,11 @@ pub mod blocked;
 pub mod cpu;
 mod entry;
 mod error;
+mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
 pub mod layers;
+mod mask;
 mod options;
 mod plan;
 mod reciprocal;
@@ -34,8 +36,8 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, WindowedAttentionBackend, WindowedKernel,
-    WindowedKernelBackend,
+    KernelForward, MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, OutputPrimitives, WindowedAttentionBackend,
+    WindowedKernel, WindowedKernelBackend,
 };
 pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
 pub use entry::windowed_attention;

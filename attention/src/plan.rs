@@ -3,11 +3,13 @@
 //! Longformer's "sliding chunks", generalised: queries are sorted by stride class (dilation
 //! residue, LongNet offset), cut into blocks, and each block reads only the keys of its class
 //! that its window range can reach, plus the sinks and global keys as extra columns. Every
-//! mask entry is [`WindowSpec::visible`]; the ranges only decide which keys are worth reading.
+//! block's mask is [`WindowSpec::mask`], entry by entry [`WindowSpec::visible`]; the ranges only
+//! decide which keys are worth reading.
 //! Global queries see every key, so they form one dense block of their own (O(|G|·N)), and
 //! queries whose window is empty (a LongNet offset that does not match) read the extra keys
 //! alone. The schedule has O(N·w) entries.
 
+use crate::index::inverse_permutation;
 use crate::{HeadWindow, WindowSpec};
 
 /// Largest number of query rows in one block.
@@ -39,7 +41,7 @@ pub(crate) struct GroupPlan {
     /// The block sets, in slot order.
     pub sets: Vec<BlockSet>,
     /// For each query, its slot in the concatenation of the sets' row slots.
-    pub inverse: Vec<i64>,
+    pub inverse: Vec<usize>,
 }
 
 /// Groups the heads that share a window, each group in head order, groups in order of their
@@ -110,14 +112,8 @@ pub(crate) fn plan_group(
     if !orphan_rows.is_empty() {
         sets.push(builder.build(orphan_rows.len(), vec![(orphan_rows, extra)]));
     }
-    let mut inverse = vec![0; q_len];
-    let slots = sets.iter().flat_map(|set| set.rows.iter());
-    for (slot, &row) in slots.enumerate() {
-        if row != PAD {
-            inverse[row as usize] = slot as i64;
-        }
-    }
-    GroupPlan { sets, inverse }
+    let slots = sets.iter().flat_map(|set| set.rows.iter().map(|&row| usize::try_from(row).ok()));
+    GroupPlan { inverse: inverse_permutation(q_len, slots), sets }
 }
 
 /// Query rows per block: about the window's reach, so that a block reads at most about twice
@@ -155,18 +151,21 @@ impl SetBuilder<'_> {
             v.iter().map(|&x| Some(x)).chain(std::iter::repeat(None)).take(len).collect()
         };
         for (rows, cols) in &blocks {
+            let positions = rows.iter().map(|&i| offset + i);
+            // A padding key slot is given as `kv_len`, which no query sees; padding rows see
+            // nothing.
+            let keys = cols.iter().copied().chain(std::iter::repeat(self.kv_len)).take(block_cols);
+            set.mask.extend(self.spec.mask([self.h], positions, keys, self.kv_len));
+            set.mask.resize(set.mask.len() + (block_rows - rows.len()) * block_cols, false);
             let (rows, cols) = (padded(rows, block_rows), padded(cols, block_cols));
             set.rows.extend(rows.iter().map(|r| r.map_or(PAD, |r| r as i64)));
             set.cols.extend(cols.iter().map(|c| c.map_or(PAD, |c| c as i64)));
-            for row in &rows {
-                for col in &cols {
-                    let pair = row.zip(*col).map(|(i, j)| (offset + i, j));
-                    let seen =
-                        pair.is_some_and(|(p, j)| self.spec.visible(self.h, p, j, self.kv_len));
-                    set.mask.push(seen);
-                    if let Some(distance) = set.distance.as_mut() {
-                        distance.push(pair.map_or(0.0, |(p, j)| p as f32 - j as f32));
-                    }
+            if let Some(distance) = set.distance.as_mut() {
+                for row in &rows {
+                    let pairs = cols.iter().map(|col| row.zip(*col));
+                    distance.extend(
+                        pairs.map(|pair| pair.map_or(0.0, |(i, j)| (offset + i) as f32 - j as f32)),
+                    );
                 }
             }
         }
@@ -179,7 +178,7 @@ pub(crate) const PAD: i64 = -1;
 
 impl BlockSet {
     /// Gather indices for a slot list: padding slots read index 0, and the mask hides them.
-    pub fn gather(slots: &[i64]) -> Vec<i64> {
-        slots.iter().map(|&s| s.max(0)).collect()
+    pub fn gather(slots: &[i64]) -> impl Iterator<Item = usize> + '_ {
+        slots.iter().map(|&s| usize::try_from(s).unwrap_or(0))
     }
 }

@@ -20,12 +20,7 @@ pub fn dense_attention<B: Backend>(
     let Checked { heads, q_len, keys, kv_len } = Checked::new(&q, &k, &v, spec, opts)?;
     let device = q.device();
     let offset = spec.query_offset();
-    let mut mask = Vec::with_capacity(heads * q_len * keys);
-    for h in 0..heads {
-        for i in 0..q_len {
-            mask.extend((0..keys).map(|j| spec.visible(h, offset + i, j, kv_len)));
-        }
-    }
+    let mask = spec.mask(0..heads, offset..offset + q_len, 0..keys, kv_len);
     let mask =
         Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, q_len, keys]), &device);
     let alibi = opts.alibi.as_ref().map(|slopes| {

@@ -18,7 +18,7 @@ pub struct RopeConfig {
 impl RopeConfig {
     /// Builds the rotation; fails on an odd or zero head dimension.
     pub fn init(&self) -> Result<Rope, AttentionError> {
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(AttentionError::ShapeMismatch {
                 what: "RoPE head dimension (must be even and positive)",
                 expected: self.head_dim + self.head_dim % 2,

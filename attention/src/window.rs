@@ -1,10 +1,11 @@
 //! The window spec: the single definition of which keys a query sees (docs/semantics.md §2, §3, §5, §7).
 //!
-//! Every implementation of the core asks [`WindowSpec::visible`]: the dense reference builds
-//! its mask from it, the blocked path builds its per-block masks from it, and the KV cache sizes
-//! its buffers from [`HeadWindow::span`]. [`WindowSpec::window_range`] and
-//! [`WindowSpec::stride_class`] are conservative summaries of the same rule that let the blocked
-//! path skip keys that can never be visible; a test checks that they never exclude a visible key.
+//! Every implementation of the core asks [`WindowSpec::visible`]: the dense reference, the
+//! blocked path's blocks and the KV cache build their masks from it through
+//! [`WindowSpec::mask`], and the KV cache sizes its buffers from [`HeadWindow::reach`].
+//! [`WindowSpec::window_range`] and [`WindowSpec::stride_class`] are conservative summaries of
+//! the same rule that let the blocked path skip keys that can never be visible; a test checks
+//! that they never exclude a visible key.
 
 use serde::{Deserialize, Serialize};
 
@@ -144,7 +145,7 @@ impl WindowSpec {
         if heads.is_empty() || kv_heads == 0 {
             return Err(AttentionError::NoHeads);
         }
-        if heads.len() % kv_heads != 0 {
+        if !heads.len().is_multiple_of(kv_heads) {
             return Err(AttentionError::HeadsNotDivisible { heads: heads.len(), kv_heads });
         }
         for (h, w) in heads.iter().enumerate() {
@@ -377,5 +378,40 @@ impl WindowSpec {
     /// The residue class of position `pos` for head `h`: a window pairs only equal classes.
     pub fn stride_class(&self, h: usize, pos: usize) -> usize {
         self.heads[h].stride_class(pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dilated_and_segmented_windows() {
+        let dilated = HeadWindow::dilated(3, 2);
+        assert_eq!(dilated.span(), 5);
+        assert_eq!((0..=6).filter(|&j| dilated.contains(6, j)).collect::<Vec<_>>(), [2, 4, 6]);
+        // Segment 4, dilation 2, offset 1: positions 1 and 3 of each segment.
+        let branch = HeadWindow::longnet(4, 2, 1);
+        assert_eq!(branch.reach(), Some(4));
+        assert_eq!((0..8).filter(|&j| branch.contains(7, j)).collect::<Vec<_>>(), [5, 7]);
+        assert!(!branch.contains(6, 6), "offset 2 of its segment is not the head's");
+    }
+
+    #[test]
+    fn window_range_holds_every_visible_window_key() {
+        let specs = [
+            WindowSpec::dilated(&[3, 2], &[1, 3], 1).unwrap(),
+            WindowSpec::longnet_branch(2, 1, 4, 2).unwrap(),
+            WindowSpec::longformer(2, &[1, 2], 2, false).unwrap(),
+        ];
+        for spec in &specs {
+            for (h, i) in (0..spec.num_heads()).flat_map(|h| (0..12).map(move |i| (h, i))) {
+                for j in (0..12).filter(|&j| spec.visible(h, i, j, 12)) {
+                    let (lo, hi) = spec.window_range(h, i, 12).expect("a visible key");
+                    assert!((lo..=hi).contains(&j), "{spec:?}: head {h}, ({i}, {j})");
+                    assert_eq!(spec.stride_class(h, i), spec.stride_class(h, j));
+                }
+            }
+        }
     }
 }

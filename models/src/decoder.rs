@@ -54,10 +54,10 @@ impl DecoderConfig {
         if self.attention.is_empty() {
             return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
-        if self.heads == 0 || self.d_model % self.heads != 0 {
+        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
         }
-        if self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
         }
         for layer in 0..self.layers {
@@ -91,11 +91,12 @@ impl DecoderConfig {
     }
 }
 
-/// Draws every parameter's value at once. Burn 0.21 initialises parameters lazily, and a clone
-/// of a parameter not yet drawn draws its own values: evaluating a clone of a fresh model (as
-/// an evaluation or a rebuild under another config does) would score other weights than the
-/// model's own.
-struct Materialize;
+/// Draws every parameter's value at once, in place. Burn 0.21 initialises parameters lazily,
+/// and a clone of a parameter not yet drawn draws its own values: evaluating a clone of a fresh
+/// model (as an evaluation or a rebuild under another config does) would score other weights
+/// than the model's own, and a record of a clone would hold other weights than the model then
+/// has. [`DecoderConfig::init`] and [`crate::weights::save_record`] run it.
+pub(crate) struct Materialize;
 
 impl<B: Backend> ModuleVisitor<B> for Materialize {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
@@ -198,5 +199,22 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
             x = block.forward(x).map_err(in_layer(l))?;
         }
         Ok(self.logits(x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use swa_attention::layers::AttentionKind;
+
+    use super::*;
+
+    #[test]
+    fn a_clone_of_a_fresh_model_holds_its_weights() {
+        let config = DecoderConfig::new(16, 8, 1, 2, 2, vec![AttentionKind::Full]);
+        let model = config.init::<NdArray>(&Default::default()).unwrap();
+        let clone = model.clone();
+        let weights = |m: &Decoder<NdArray>| m.embedding.weight.val().into_data();
+        assert_eq!(weights(&model), weights(&clone));
     }
 }

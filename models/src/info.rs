@@ -70,3 +70,43 @@ impl fmt::Display for ModelInfo {
         write!(f, "KV cache bytes      {}", self.kv_cache_bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use swa_attention::layers::AttentionKind;
+
+    use crate::decoder::DecoderConfig;
+
+    /// Width 8 and vocabulary 16; two query heads of width 4 sharing one kv head; a sliding
+    /// layer of 4 keys and a linear layer of 4 features per head.
+    fn config() -> DecoderConfig {
+        let kinds =
+            vec![AttentionKind::Sliding { window: 4 }, AttentionKind::Linear { feature_dim: 4 }];
+        DecoderConfig::new(16, 8, 2, 2, 1, kinds)
+    }
+
+    #[test]
+    fn window_sums_clip_to_the_context() {
+        assert_eq!(config().window_sum(2), 2 * 2);
+        assert_eq!(config().window_sum(10), 2 * 4);
+    }
+
+    #[test]
+    fn parameters_and_kv_cache() {
+        let model = config().init::<NdArray>(&Default::default()).unwrap();
+        let info = model.info(&config(), 10);
+        // Each block: two norms and the SwiGLU MLP (hidden width 64); the sliding layer's
+        // q, k, v, o are 8×8, 8×4, 8×4, 8×8; the linear layer's four are 8×8. Then the
+        // embedding and the LM head, 16×8 each, and the final norm.
+        let block = 2 * 8 + 3 * 8 * 64;
+        let attention = (64 + 32 + 32 + 64) + 4 * 64;
+        assert_eq!(info.parameters, 2 * block + attention + 2 * 16 * 8 + 8);
+        // Only the sliding layer caches: K and V of its one kv head, 4 f32 each.
+        assert_eq!(info.kv_bytes_per_token, 2 * 4 * 4);
+        // Its 2 heads' windows of 4 keys, read through the one kv head.
+        assert_eq!(info.window_sum, 8);
+        assert_eq!(info.kv_cache_bytes, 4 * info.kv_bytes_per_token);
+        assert_eq!(info.relative_cost(16), 0.5);
+    }
+}

@@ -12,6 +12,7 @@ mod info;
 mod mlp;
 mod norm;
 pub mod presets;
+mod rng;
 pub mod sampling;
 pub mod weights;
 
@@ -23,3 +24,4 @@ pub use info::ModelInfo;
 pub use mlp::{SwiGlu, SwiGluConfig};
 pub use norm::{RmsNorm, RmsNormConfig};
 pub use presets::{Preset, Scale};
+pub use rng::SplitMix64;

@@ -249,3 +249,56 @@ impl Preset {
             .find(|p| p.name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tiny_preset_is_valid_and_named_tiny() {
+        let presets = Preset::all(Scale::Tiny, 256).unwrap();
+        assert_eq!(presets.len(), 15);
+        for preset in presets {
+            preset.config.validate().unwrap_or_else(|e| panic!("{}: {e}", preset.name));
+            assert!(preset.name.ends_with("-tiny"), "{}", preset.name);
+        }
+    }
+
+    #[test]
+    fn mswa_layers_have_a_window_per_head() {
+        let dims = mswa_dims(Scale::Tiny);
+        for variant in
+            [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both]
+        {
+            let config = Preset::mswa(variant, Scale::Tiny, 256).unwrap().config;
+            assert_eq!(config.attention.len(), dims.layers);
+            for kind in &config.attention {
+                let windows = kind.windows().expect("MSWA layers are windowed");
+                assert_eq!(windows.len(), dims.heads, "{variant:?}");
+                if variant == MswaVariant::Swa {
+                    assert!(windows.iter().all(|&w| w == dims.window));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hybrids_are_linear_then_two_local_layers() {
+        let config = Preset::mswa_hybrid(Some(MswaVariant::Both), Scale::Tiny, 256).unwrap().config;
+        for (l, kind) in config.attention.iter().enumerate() {
+            let linear = matches!(kind, AttentionKind::Linear { .. });
+            assert_eq!(linear, l % 3 == 0, "layer {l}: {kind:?}");
+            assert_eq!(kind.windows().is_some(), !linear);
+        }
+    }
+
+    #[test]
+    fn swat_trains_at_four_windows() {
+        for scale in [Scale::Paper, Scale::Tiny] {
+            for preset in [Preset::swat_340m(scale, 256), Preset::swat_analysis(scale, 256)] {
+                let window = preset.config.kind_of(0).windows().unwrap()[0];
+                assert_eq!(preset.train_len, 4 * window, "{}", preset.name);
+            }
+        }
+    }
+}

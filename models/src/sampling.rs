@@ -1,20 +1,22 @@
 //! Choosing the next token from logits: greedy, or sampled with temperature, top-k and top-p,
 //! from a seeded generator so that a run can be repeated exactly.
 
+use crate::rng::SplitMix64;
+
 /// A seeded token sampler.
 #[derive(Clone, Debug)]
 pub struct Sampler {
     temperature: f32,
     top_k: usize,
     top_p: f32,
-    state: u64,
+    rng: SplitMix64,
 }
 
 impl Sampler {
     /// `temperature` 0 is greedy; `top_k` 0 keeps every token; `top_p` 1 keeps every token.
     /// The arguments are checked by [`crate::GenerateConfig::validate`].
     pub fn new(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Self {
-        Self { temperature, top_k, top_p, state: seed }
+        Self { temperature, top_k, top_p, rng: SplitMix64::new(seed) }
     }
 
     /// The next token for one row of logits.
@@ -45,7 +47,7 @@ impl Sampler {
             .map_or(weights.len(), |i| i + 1);
         weights.truncate(cut);
         let total: f64 = weights.iter().sum();
-        let mut u = self.uniform() * total;
+        let mut u = self.rng.next_f64() * total;
         for (i, w) in weights.iter().enumerate() {
             if u < *w {
                 return order[i];
@@ -54,18 +56,43 @@ impl Sampler {
         }
         order[weights.len() - 1]
     }
-
-    /// A uniform draw in [0, 1) (SplitMix64).
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// A logit, with NaN read as −∞ so that it is never chosen over a number.
 fn logit(x: f32) -> f32 {
     if x.is_nan() { f32::NEG_INFINITY } else { x }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sampler;
+
+    #[test]
+    fn greedy_takes_the_largest_logit_and_never_nan() {
+        let mut greedy = Sampler::new(0.0, 0, 1.0, 0);
+        assert_eq!(greedy.sample(&[0.5, f32::NAN, 2.0, 2.0, -1.0]), 2);
+        assert_eq!(greedy.sample(&[f32::NAN, -3.0]), 1);
+    }
+
+    #[test]
+    fn top_k_and_top_p_cut_the_tail() {
+        let logits = [1.0, 3.0, 2.0, 0.0];
+        let mut top_one = Sampler::new(1.0, 1, 1.0, 7);
+        assert!((0..20).all(|_| top_one.sample(&logits) == 1));
+        // Token 0 holds about 98% of the probability: a nucleus of 0.9 is token 0 alone.
+        let mut nucleus = Sampler::new(1.0, 0, 0.9, 7);
+        assert!((0..20).all(|_| nucleus.sample(&[5.0, 1.0, 0.0, 0.0]) == 0));
+        let mut top_two = Sampler::new(1.0, 2, 1.0, 7);
+        assert!((0..50).all(|_| [1, 2].contains(&top_two.sample(&logits))));
+    }
+
+    #[test]
+    fn a_seed_repeats_its_draws() {
+        let draws = |seed| {
+            let mut sampler = Sampler::new(1.0, 0, 1.0, seed);
+            (0..32).map(|_| sampler.sample(&[0.0; 8])).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(3), draws(3));
+        assert_ne!(draws(3), draws(4));
+    }
 }

@@ -52,7 +52,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder, Record
 use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, SafetensorsStoreError};
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::decoder::{Decoder, DecoderConfig, DecoderRecord};
+use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 
 /// The extension Burn's named MessagePack recorder gives its files.
@@ -62,7 +62,7 @@ const RECORD_EXTENSION: &str = "mpk";
 /// recorders do, and returns that path.
 pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBuf, ModelError> {
     let file = path.with_extension(RECORD_EXTENSION);
-    model.visit(&mut Initialize);
+    model.visit(&mut Materialize);
     write_atomically(&file, |temp| {
         recorder().record(model.clone().into_record(), temp.to_path_buf()).map_err(recorder_problem)
     })?;
@@ -124,12 +124,16 @@ fn weights_error(path: &Path, problem: String) -> ModelError {
     ModelError::Weights { path: path.to_path_buf(), problem }
 }
 
-fn recorder_problem(error: RecorderError) -> String {
+/// What a failed read of a Burn record means, in one line. Burn appends a note on the record
+/// format of its version 0.14 to every decoding error, whatever the cause (a truncated file
+/// too); only the decoder's own first line is kept.
+pub fn recorder_problem(error: RecorderError) -> String {
     match error {
         RecorderError::FileNotFound(e) => format!("cannot open: {e}"),
-        RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => {
-            format!("not a readable Burn record: {e}")
-        }
+        RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => format!(
+            "truncated or corrupt, not a readable Burn record ({})",
+            e.lines().next().unwrap_or_default()
+        ),
     }
 }
 
@@ -175,17 +179,6 @@ fn write_atomically(
         fs::remove_file(&temp).ok();
     }
     written.map_err(fail)
-}
-
-/// Initialises every lazily initialised parameter in place. Burn 0.21 gives the clone of an
-/// uninitialised parameter an initialisation of its own, so a record of a clone taken before
-/// would hold other random weights than the model then has.
-struct Initialize;
-
-impl<B: Backend> ModuleVisitor<B> for Initialize {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        param.val();
-    }
 }
 
 /// Parameter shapes by dotted module path, the safetensors names.

@@ -13,9 +13,10 @@
 //! Losses reported in nats convert to bits per unit with [`bits_per_unit`].
 
 use std::collections::HashMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
+
+use crate::error::TrainingError;
 
 /// The embedded default corpus: the Book of Genesis, King James Bible (public domain).
 const GENESIS: &str = include_str!("../data/genesis.txt");
@@ -26,30 +27,6 @@ const ENWIK8_HELD_OUT: usize = 5_000_000;
 pub const EOS: &str = "<eos>";
 /// The token of words outside the vocabulary.
 pub const UNK: &str = "<unk>";
-
-/// Why a corpus could not be built. Every variant names the file concerned.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CorpusError {
-    /// The file could not be read (missing, unreadable, not UTF-8 text for word corpora).
-    Read { path: PathBuf, problem: String },
-    /// The file is too small for the split it needs.
-    TooSmall { path: PathBuf, problem: String },
-}
-
-impl fmt::Display for CorpusError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CorpusError::Read { path, problem } => {
-                write!(f, "cannot read corpus {}: {problem}", path.display())
-            }
-            CorpusError::TooSmall { path, problem } => {
-                write!(f, "corpus {} is too small: {problem}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for CorpusError {}
 
 /// What one token stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,27 +65,29 @@ fn file_name(path: &Path) -> &str {
     path.file_name().and_then(|n| n.to_str()).unwrap_or("")
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, CorpusError> {
-    std::fs::read(path)
-        .map_err(|e| CorpusError::Read { path: path.to_path_buf(), problem: e.to_string() })
+fn read(path: &Path) -> Result<Vec<u8>, TrainingError> {
+    std::fs::read(path).map_err(|e| TrainingError::CorpusUnreadable {
+        path: path.to_path_buf(),
+        problem: e.to_string(),
+    })
 }
 
-fn read_text(path: &Path) -> Result<String, CorpusError> {
-    String::from_utf8(read(path)?).map_err(|e| CorpusError::Read {
+fn read_text(path: &Path) -> Result<String, TrainingError> {
+    String::from_utf8(read(path)?).map_err(|e| TrainingError::CorpusUnreadable {
         path: path.to_path_buf(),
         problem: format!("not UTF-8 text: {e}"),
     })
 }
 
 /// Splits `bytes` 90% / 5% / 5%, each split at least 2 bytes.
-fn split_bytes(bytes: &[u8], path: &Path) -> Result<[Vec<u32>; 3], CorpusError> {
+fn split_bytes(bytes: &[u8], path: &Path) -> Result<[Vec<u32>; 3], TrainingError> {
     let n = bytes.len();
     let (a, b) = (cut(n, 9, 10), cut(n, 19, 20));
     let parts = [&bytes[..a], &bytes[a..b], &bytes[b..]];
     if parts.iter().any(|p| p.len() < 2) {
         let problem =
             format!("{n} bytes; a 90/5/5 split with at least 2 bytes per split needs at least 40");
-        return Err(CorpusError::TooSmall { path: path.to_path_buf(), problem });
+        return Err(TrainingError::CorpusTooSmall { path: path.to_path_buf(), problem });
     }
     Ok(parts.map(|p| p.iter().map(|&b| b as u32).collect()))
 }
@@ -129,14 +108,14 @@ impl Corpus {
     /// A byte-level corpus from the file at `path`. A file named `enwik8` gets the standard split
     /// (the first 90,000,000 bytes train, the next 5,000,000 valid, the last 5,000,000 test) and
     /// must hold at least 100,000,000 bytes; any other file is split 90% / 5% / 5%.
-    pub fn bytes_from_file(path: &Path) -> Result<Corpus, CorpusError> {
+    pub fn bytes_from_file(path: &Path) -> Result<Corpus, TrainingError> {
         let bytes = read(path)?;
         let name = file_name(path).to_string();
         let [train, valid, test] = if name == "enwik8" {
             let need = ENWIK8_TRAIN + 2 * ENWIK8_HELD_OUT;
             if bytes.len() < need {
                 let problem = format!("{} bytes; the enwik8 split needs {need}", bytes.len());
-                return Err(CorpusError::TooSmall { path: path.to_path_buf(), problem });
+                return Err(TrainingError::CorpusTooSmall { path: path.to_path_buf(), problem });
             }
             let widen = |s: &[u8]| s.iter().map(|&b| b as u32).collect::<Vec<u32>>();
             let end = ENWIK8_TRAIN + ENWIK8_HELD_OUT;
@@ -159,7 +138,7 @@ impl Corpus {
     /// A file named `wiki.train.tokens` is the training split and its siblings
     /// `wiki.valid.tokens` and `wiki.test.tokens` the others (the WikiText-103 layout); any other
     /// file is split 90% / 5% / 5% by lines, each split at least 2 tokens.
-    pub fn words_from_file(path: &Path, min_count: usize) -> Result<Corpus, CorpusError> {
+    pub fn words_from_file(path: &Path, min_count: usize) -> Result<Corpus, TrainingError> {
         let name = file_name(path).to_string();
         let texts: [String; 3] = if name == "wiki.train.tokens" {
             let sibling = |s: &str| read_text(&path.with_file_name(s));
@@ -174,7 +153,7 @@ impl Corpus {
         if let Some(i) = [&train, &valid, &test].iter().position(|s| s.len() < 2) {
             let problem =
                 format!("the {} split has fewer than 2 words", ["train", "valid", "test"][i]);
-            return Err(CorpusError::TooSmall { path: path.to_path_buf(), problem });
+            return Err(TrainingError::CorpusTooSmall { path: path.to_path_buf(), problem });
         }
         let words = vocabulary(&train, min_count.max(1));
         let index: HashMap<&str, u32> =
@@ -202,6 +181,15 @@ impl Corpus {
     /// What a token stands for.
     pub fn unit(&self) -> Unit {
         self.unit
+    }
+    /// The unit that bits are reported per, as the literature names it: `byte`, `character` for
+    /// enwik8's bytes (bits per character) and `word`.
+    pub fn unit_name(&self) -> &'static str {
+        match (self.unit, self.name.as_str()) {
+            (Unit::Word, _) => "word",
+            (Unit::Byte, "enwik8") => "character",
+            (Unit::Byte, _) => "byte",
+        }
     }
     /// Number of distinct token ids: 256 for bytes, the vocabulary for words.
     pub fn vocab_size(&self) -> usize {
@@ -293,6 +281,8 @@ fn vocabulary(train: &[&str], min_count: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::path::PathBuf;
 
     /// A fresh path in the temp folder: `<dir unique to this test>/<name>`.
     fn temp_file(test: &str, name: &str, contents: &[u8]) -> PathBuf {
@@ -393,6 +383,15 @@ mod tests {
         ] {
             assert!(error.to_string().contains(&path.display().to_string()), "{error}");
         }
+    }
+
+    #[test]
+    fn bits_are_reported_per_byte_character_or_word() {
+        assert_eq!(Corpus::embedded().unit_name(), "byte");
+        let enwik8 = Corpus::bytes("enwik8".into(), vec![0; 4], vec![0; 2], vec![0; 2]);
+        assert_eq!(enwik8.unit_name(), "character");
+        let path = temp_file("unit", "words.txt", "a b\n".repeat(40).as_bytes());
+        assert_eq!(Corpus::words_from_file(&path, 1).unwrap().unit_name(), "word");
     }
 
     #[test]

@@ -13,9 +13,9 @@ use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig};
 
+use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
-use crate::train::TrainError;
 
 /// The model's configuration with every local window set to `window` keys and, when `sinks`
 /// is not 0, `sinks` attention sinks (StreamingLLM). Full, sliding, sinks and SWAT layers have
@@ -25,28 +25,20 @@ pub fn with_eval_window(
     config: &DecoderConfig,
     window: usize,
     sinks: usize,
-) -> Result<DecoderConfig, TrainError> {
+) -> Result<DecoderConfig, TrainingError> {
     let mut config = config.clone();
     let kinds = (0..config.layers).map(|l| {
         let kind = match config.kind_of(l) {
-            AttentionKind::Full | AttentionKind::Sliding { .. } | AttentionKind::Sinks { .. } => match sinks {
-                0 => AttentionKind::Sliding { window },
-                sinks => AttentionKind::Sinks { sinks, window },
-            },
-            AttentionKind::Swat { distance_heads, magnitudes, score_fn, positions, .. } if sinks == 0 => {
-                AttentionKind::Swat {
-                    window,
-                    distance_heads: *distance_heads,
-                    magnitudes: *magnitudes,
-                    score_fn: *score_fn,
-                    positions: *positions,
+            AttentionKind::Full | AttentionKind::Sliding { .. } | AttentionKind::Sinks { .. } => {
+                match sinks {
+                    0 => AttentionKind::Sliding { window },
+                    sinks => AttentionKind::Sinks { sinks, window },
                 }
             }
-            other => {
-                return Err(TrainError(format!(
-                    "layer {l}: an evaluation window applies to full, sliding, sinks and SWAT layers (and sinks not to SWAT), not {other:?}"
-                )));
-            }
+            swat @ AttentionKind::Swat { .. } if sinks == 0 => swat
+                .with_window(window)
+                .ok_or_else(|| TrainingError::EvalWindow { layer: l, kind: swat.clone() })?,
+            other => return Err(TrainingError::EvalWindow { layer: l, kind: other.clone() }),
         };
         Ok(kind)
     });
@@ -59,8 +51,8 @@ pub fn rebuild<B: Backend>(
     model: &Decoder<B>,
     config: &DecoderConfig,
     device: &B::Device,
-) -> Result<Decoder<B>, TrainError> {
-    let fresh = config.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
+) -> Result<Decoder<B>, TrainingError> {
+    let fresh = config.init::<B>(device)?;
     Ok(fresh.load_record(model.clone().into_record()))
 }
 
@@ -73,7 +65,7 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
     batch: usize,
     batches: usize,
     device: &B::Device,
-) -> Result<f64, TrainError> {
+) -> Result<f64, TrainingError> {
     let loader = WindowLoader::<B>::new(
         tokens,
         len,
@@ -83,7 +75,7 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
         0,
         device.clone(),
     )
-    .map_err(|e| TrainError(format!("evaluation at length {len}: {e}")))?;
+    .map_err(|e| e.in_loader(format!("evaluation at length {len}")))?;
     let scorer = LanguageModel::new(model.clone());
     let (mut total, mut count) = (0.0, 0);
     for batch in burn::data::dataloader::DataLoader::iter(&loader) {
@@ -106,14 +98,14 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
     batch: usize,
     positions: CachePositions,
     device: &B::Device,
-) -> Result<f64, TrainError> {
+) -> Result<f64, TrainingError> {
     let loader =
         WindowLoader::<B>::new(tokens, len, batch, 1, Sampling::Sequential, 0, device.clone())
-            .map_err(|e| TrainError(format!("decoded evaluation at length {len}: {e}")))?;
+            .map_err(|e| e.in_loader(format!("decoded evaluation at length {len}")))?;
     let windows = loader.batch(0, 0);
     let [rows, _] = windows.inputs.dims();
     let column = |t: &Tensor<B, 2, Int>, n: usize| t.clone().narrow(1, n, 1);
-    let mut cache = model.cache(rows, positions, device).map_err(|e| TrainError(e.to_string()))?;
+    let mut cache = model.cache(rows, positions, device)?;
     let mut total = 0.0;
     for n in 0..len {
         let logits = model.step(column(&windows.inputs, n).reshape([rows]), &mut cache);

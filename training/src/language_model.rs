@@ -12,7 +12,7 @@ use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 
-use crate::loader::TokenBatch;
+use crate::batch::TokenBatch;
 use crate::metrics::StepStats;
 use crate::mixed_precision::LossScale;
 

@@ -11,20 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use swa_models::SplitMix64;
 
-use crate::synthetic::{SyntheticTask, batch as task_batch};
-
-/// Inputs and next-token targets, both `[batch, N]`.
-#[derive(Clone, Debug)]
-pub struct TokenBatch<B: Backend> {
-    /// Tokens `t_0 … t_{N−1}`.
-    pub inputs: Tensor<B, 2, Int>,
-    /// Tokens `t_1 … t_N`.
-    pub targets: Tensor<B, 2, Int>,
-    /// A synthetic task's answers: `[batch, N]`, 1 at the positions the loss covers and 0
-    /// elsewhere, and how many there are. `None` is every position (language modelling).
-    pub scored: Option<(Tensor<B, 2, Int>, usize)>,
-}
+use crate::batch::TokenBatch;
+use crate::error::TrainingError;
+use crate::synthetic::SyntheticTask;
 
 /// What a loader reads.
 #[derive(Clone, Debug)]
@@ -75,13 +66,13 @@ impl<B: Backend> WindowLoader<B> {
         sampling: Sampling,
         first_epoch: usize,
         device: B::Device,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TrainingError> {
         if tokens.len() < len + 1 || len == 0 || batch == 0 {
-            return Err(format!(
-                "a split of {} tokens cannot give windows of {} tokens (sequence length + 1) in batches of {batch}",
-                tokens.len(),
-                len + 1
-            ));
+            return Err(TrainingError::TooFewTokens {
+                tokens: tokens.len(),
+                window: len + 1,
+                batch,
+            });
         }
         let steps = match sampling {
             Sampling::Random { .. } => steps,
@@ -112,10 +103,10 @@ impl<B: Backend> WindowLoader<B> {
         sampling: Sampling,
         first_epoch: usize,
         device: B::Device,
-    ) -> Result<Self, String> {
-        task.validate(len).map_err(|e| e.to_string())?;
+    ) -> Result<Self, TrainingError> {
+        task.validate(len)?;
         if batch == 0 {
-            return Err("a task loader needs a batch of at least 1".into());
+            return Err(TrainingError::EmptyBatch);
         }
         let epoch = Arc::new(AtomicUsize::new(first_epoch));
         Ok(Self {
@@ -136,7 +127,7 @@ impl<B: Backend> WindowLoader<B> {
         match self.sampling {
             Sampling::Random { seed } => [seed, epoch as u64, step as u64, row as u64]
                 .iter()
-                .fold(0x243F_6A88_85A3_08D3u64, |h, k| mix(h ^ k)),
+                .fold(0x243F_6A88_85A3_08D3u64, |h, k| SplitMix64::mix(h ^ k)),
             Sampling::Sequential => ((step * self.batch + row) * self.len) as u64,
         }
     }
@@ -150,7 +141,7 @@ impl<B: Backend> WindowLoader<B> {
                     task.example(self.len, *seed, self.key(epoch, step, row))
                         .expect("checked by WindowLoader::task")
                 };
-                return task_batch(
+                return TokenBatch::from_examples(
                     (0..self.batch).map(example).collect::<Vec<_>>().as_slice(),
                     &self.device,
                 );
@@ -171,14 +162,6 @@ impl<B: Backend> WindowLoader<B> {
             scored: None,
         }
     }
-}
-
-/// SplitMix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 struct Iter<'a, B: Backend> {

@@ -46,6 +46,19 @@ pub enum Stat {
     Accuracy,
 }
 
+impl Stat {
+    /// The value of this quantity in a step, and its weight in the epoch's mean: the tokens
+    /// read (the scored positions, for accuracy).
+    pub fn of(self, item: &StepStats) -> (f64, usize) {
+        match self {
+            Stat::Loss => (item.loss, item.tokens),
+            Stat::Perplexity => (item.loss.exp(), item.tokens),
+            Stat::BitsPerToken => (item.loss / std::f64::consts::LN_2, item.tokens),
+            Stat::Accuracy => (item.correct as f64 / item.scored.max(1) as f64, item.scored.max(1)),
+        }
+    }
+}
+
 /// A numeric metric computed from [`StepStats`].
 #[derive(Clone)]
 pub struct StatMetric {
@@ -65,12 +78,7 @@ impl Metric for StatMetric {
     type Input = StepStats;
 
     fn update(&mut self, item: &StepStats, _metadata: &MetricMetadata) -> SerializedEntry {
-        let (value, weight) = match self.stat {
-            Stat::Loss => (item.loss, item.tokens),
-            Stat::Perplexity => (item.loss.exp(), item.tokens),
-            Stat::BitsPerToken => (item.loss / std::f64::consts::LN_2, item.tokens),
-            Stat::Accuracy => (item.correct as f64 / item.scored.max(1) as f64, item.scored.max(1)),
-        };
+        let (value, weight) = self.stat.of(item);
         self.state.update(value, weight, FormatOptions::new(self.name()).precision(4))
     }
 
@@ -156,5 +164,23 @@ impl Numeric for TokensPerSecond {
 
     fn running_value(&self) -> NumericEntry {
         self.state.running_value()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_of_a_step() {
+        let step =
+            StepStats { loss: std::f64::consts::LN_2 * 3.0, tokens: 64, correct: 3, scored: 4 };
+        let (loss, weight) = Stat::Loss.of(&step);
+        assert_eq!((loss, weight), (step.loss, 64));
+        assert!((Stat::Perplexity.of(&step).0 - 8.0).abs() < 1e-12);
+        assert!((Stat::BitsPerToken.of(&step).0 - 3.0).abs() < 1e-12);
+        assert_eq!(Stat::Accuracy.of(&step), (0.75, 4));
+        let language = StepStats { correct: 0, scored: 0, ..step };
+        assert_eq!(Stat::Accuracy.of(&language), (0.0, 1), "no scored positions: no division by 0");
     }
 }

@@ -50,3 +50,30 @@ impl LrScheduler for WarmupCosine {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+
+    use super::*;
+
+    #[test]
+    fn warmup_then_cosine_to_the_floor() {
+        let schedule = WarmupCosine::new(1.0, 0.1, 4, 12);
+        assert_eq!(schedule.rate(1), 0.25);
+        assert_eq!(schedule.rate(4), 1.0);
+        assert!((schedule.rate(8) - 0.55).abs() < 1e-12, "halfway down the cosine");
+        assert!((schedule.rate(12) - 0.1).abs() < 1e-12);
+        assert!((schedule.rate(20) - 0.1).abs() < 1e-12, "the floor after the last step");
+    }
+
+    #[test]
+    fn a_resumed_schedule_continues_the_curve() {
+        let mut schedule = WarmupCosine::new(1.0, 0.1, 4, 12);
+        let rates: Vec<f64> = (0..6).map(|_| LrScheduler::step(&mut schedule)).collect();
+        let record = LrScheduler::to_record::<NdArray>(&schedule);
+        let mut resumed = WarmupCosine::new(1.0, 0.1, 4, 12).load_record::<NdArray>(record);
+        assert_eq!(rates[5], schedule.rate(6));
+        assert_eq!(LrScheduler::step(&mut resumed), schedule.rate(7));
+    }
+}

@@ -2,20 +2,18 @@
 //!
 //! A [`SyntheticTask`] is saved in a run's `train.json`; the loader draws its examples from
 //! `(seed, index)` like text windows, and the loss covers the scored positions only (the MQAR
-//! values asked for, the passkey's digits, the majority's class at the CLS token). [`accuracy`]
-//! runs a model on fresh examples and counts the scored positions whose most likely token is
-//! the answer. [`influence`] says which positions can reach a given one through the stack's
+//! values asked for, the passkey's digits, the majority's class at the CLS token).
+//! [`model_accuracy`] runs a model on fresh examples and counts the scored positions whose most
+//! likely token is the answer. [`influence`] says which positions can reach a given one through the stack's
 //! masks: what a windowed model can know at the position it is scored.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::AttentionKind;
-use swa_models::{Decoder, DecoderConfig};
+use swa_models::{Decoder, DecoderConfig, ModelError, SplitMix64};
 
-use crate::loader::TokenBatch;
-use crate::tasks::{Example, Majority, Mqar, Passkey, SplitMix64, TaskError, exact_match};
+use crate::batch::TokenBatch;
+use crate::error::TrainingError;
+use crate::tasks::{Example, Majority, Mqar, Passkey, correct_answers, exact_match};
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +62,7 @@ impl SyntheticTask {
     }
 
     /// Whether examples of `seq_len` tokens exist, naming the field at fault.
-    pub fn validate(&self, seq_len: usize) -> Result<(), TaskError> {
+    pub fn validate(&self, seq_len: usize) -> Result<(), TrainingError> {
         match *self {
             SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
                 Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab).map(|_| ())
@@ -79,7 +77,7 @@ impl SyntheticTask {
     }
 
     /// Example `index` of `seq_len` tokens under `seed`.
-    pub fn example(&self, seq_len: usize, seed: u64, index: u64) -> Result<Example, TaskError> {
+    pub fn example(&self, seq_len: usize, seed: u64, index: u64) -> Result<Example, TrainingError> {
         match *self {
             SyntheticTask::Mqar { pairs, key_vocab, value_vocab } => {
                 Mqar::new(pairs, pairs, seq_len, key_vocab, value_vocab)?.sample(seed, index)
@@ -87,7 +85,7 @@ impl SyntheticTask {
             SyntheticTask::Passkey { digits } => {
                 let (min, max) =
                     (Passkey::min_distance(digits), Passkey::max_distance(seq_len, digits));
-                let mut rng = SplitMix64::for_example(seed ^ 0xD157_A4CE, index);
+                let mut rng = SplitMix64::for_index(seed ^ 0xD157_A4CE, index);
                 let distance = min + rng.below(max.saturating_sub(min) + 1);
                 Passkey::new(seq_len, distance, digits)?.sample(seed, index)
             }
@@ -95,30 +93,6 @@ impl SyntheticTask {
                 Majority::new(seq_len, markers, filler_vocab)?.sample(seed, index)
             }
         }
-    }
-}
-
-/// A batch of examples: the tokens as inputs, the answers as targets where scored (0
-/// elsewhere), and the mask of scored positions.
-pub fn batch<B: Backend>(examples: &[Example], device: &B::Device) -> TokenBatch<B> {
-    let (rows, len) = (examples.len(), examples[0].tokens.len());
-    let ids = examples.iter().flat_map(|e| e.tokens.iter().map(|&t| t as i64)).collect::<Vec<_>>();
-    let targets = examples
-        .iter()
-        .flat_map(|e| e.targets.iter().map(|t| t.unwrap_or(0) as i64))
-        .collect::<Vec<_>>();
-    let scored = examples
-        .iter()
-        .flat_map(|e| e.targets.iter().map(|t| t.is_some() as i64))
-        .collect::<Vec<_>>();
-    let count = scored.iter().sum::<i64>() as usize;
-    let tensor = |values: Vec<i64>| {
-        Tensor::<B, 2, Int>::from_data(TensorData::new(values, [rows, len]), device)
-    };
-    TokenBatch {
-        inputs: tensor(ids),
-        targets: tensor(targets),
-        scored: Some((tensor(scored), count)),
     }
 }
 
@@ -149,26 +123,22 @@ impl Accuracy {
 
 /// The model's accuracy on `examples`, run `batch_size` at a time: the prediction at a
 /// position is its most likely next token.
-pub fn accuracy<B: WindowedAttentionBackend>(
+pub fn model_accuracy<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
     examples: &[Example],
     batch_size: usize,
     device: &B::Device,
-) -> Result<Accuracy, String> {
+) -> Result<Accuracy, TrainingError> {
     let mut total = Accuracy::default();
     for chunk in examples.chunks(batch_size.max(1)) {
-        let inputs = batch::<B>(chunk, device).inputs;
-        let logits = model.forward(inputs).map_err(|e| e.to_string())?;
+        let inputs = TokenBatch::<B>::from_examples(chunk, device).inputs;
+        let logits = model.forward(inputs)?;
         let [rows, len, _] = logits.dims();
         let predicted = logits.argmax(2).reshape([rows * len]).into_data().convert::<i64>();
-        let predicted: Vec<u32> = predicted
-            .to_vec::<i64>()
-            .map_err(|e| format!("{e:?}"))?
-            .into_iter()
-            .map(|t| t as u32)
-            .collect();
+        let predicted: Vec<u32> =
+            predicted.to_vec::<i64>()?.into_iter().map(|t| t as u32).collect();
         for (example, row) in chunk.iter().zip(predicted.chunks(len)) {
-            let (correct, scored) = crate::tasks::accuracy(row, example);
+            let (correct, scored) = correct_answers(row, example);
             total.correct += correct;
             total.scored += scored;
             total.exact += usize::from(exact_match(row, example));
@@ -182,13 +152,7 @@ pub fn accuracy<B: WindowedAttentionBackend>(
 /// information can travel `(W − 1)·L` positions through the stack. `None` when a layer sees
 /// the whole past (full or linear attention, LongNet, Longformer's globals).
 pub fn receptive_field(config: &DecoderConfig) -> Option<(usize, usize)> {
-    let window = |l: usize| match config.kind_of(l) {
-        AttentionKind::Sliding { window }
-        | AttentionKind::Swat { window, .. }
-        | AttentionKind::Sinks { window, .. } => Some(*window),
-        AttentionKind::MultiScale { windows } => windows.iter().copied().max(),
-        _ => None,
-    };
+    let window = |l: usize| config.kind_of(l).windows()?.iter().copied().max();
     let windows = (0..config.layers).map(window).collect::<Option<Vec<_>>>()?;
     Some((windows.into_iter().max()?, config.layers))
 }
@@ -213,9 +177,13 @@ pub fn passkey_distances(config: &DecoderConfig, seq_len: usize, digits: usize) 
 /// too). Sinks, globals and dilation count, so this is the exact receptive field of a
 /// windowed stack, dilated heads' gaps included; LongNet layers count as full attention, a
 /// superset of their branches.
-pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<bool>, String> {
+pub fn influence(
+    config: &DecoderConfig,
+    n: usize,
+    query: usize,
+) -> Result<Vec<bool>, TrainingError> {
     if query >= n {
-        return Err(format!("influence: position {query} is past a sequence of {n} tokens"));
+        return Err(TrainingError::Position { position: query, len: n });
     }
     let mut reached = vec![false; n];
     reached[query] = true;
@@ -226,7 +194,7 @@ pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<b
         let spec = config
             .kind_of(l)
             .spec(config.heads, config.kv_heads)
-            .map_err(|e| format!("layer {l}: {e}"))?;
+            .map_err(|source| ModelError::Layer { layer: l, source })?;
         let extra = spec.extra_keys(n);
         let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
         for i in from {
@@ -243,4 +211,39 @@ pub fn influence(config: &DecoderConfig, n: usize, query: usize) -> Result<Vec<b
         }
     }
     Ok(reached)
+}
+
+#[cfg(test)]
+mod tests {
+    use swa_attention::layers::AttentionKind;
+
+    use super::*;
+
+    /// `layers` layers of sliding windows of `window` keys.
+    fn sliding(window: usize, layers: usize) -> DecoderConfig {
+        DecoderConfig::new(256, 16, layers, 2, 2, vec![AttentionKind::Sliding { window }])
+    }
+
+    #[test]
+    fn the_reach_of_a_stack_is_its_windows_times_its_layers() {
+        assert_eq!(receptive_field(&sliding(8, 3)), Some((8, 3)));
+        let full = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Full]);
+        assert_eq!(receptive_field(&full), None);
+        // Position 28 sees 21 ..= 28 through the last layer, and each layer below 7 further.
+        let reached = influence(&sliding(8, 3), 32, 28).unwrap();
+        assert_eq!(reached.iter().position(|&r| r), Some(28 - 3 * 7));
+        assert!(reached[28 - 3 * 7..=28].iter().all(|&r| r) && !reached[29]);
+        assert!(matches!(
+            influence(&sliding(8, 3), 32, 32),
+            Err(TrainingError::Position { position: 32, len: 32 })
+        ));
+    }
+
+    #[test]
+    fn passkey_distances_straddle_the_window_and_reach() {
+        let digits = 2;
+        let distances = passkey_distances(&sliding(64, 2), 256, digits);
+        assert_eq!(distances, [64, 126, 128]);
+        assert!(distances.iter().all(|&d| d >= Passkey::min_distance(digits)));
+    }
 }

@@ -12,71 +12,15 @@
 //! tasks unchanged. An [`Example`] is aligned with the model's outputs: `targets[t]`, when set,
 //! is the token the model must predict at position `t`. In MQAR and passkey it is the next
 //! token `tokens[t + 1]`, predicted from `tokens[..=t]`; in [`Majority`] it is the class at
-//! the CLS position. [`accuracy`] scores the predictions at those positions.
-
-use std::fmt;
+//! the CLS position. [`correct_answers`] scores the predictions at those positions.
 
 mod majority;
 
+use swa_models::SplitMix64;
+
+use crate::error::TrainingError;
+
 pub use majority::{MAJORITY_CLS, MAJORITY_MARKERS, Majority};
-
-/// A setting that cannot produce examples, naming the field and the problem.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskError(pub String);
-
-impl fmt::Display for TaskError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TaskError {}
-
-fn bad<T>(message: String) -> Result<T, TaskError> {
-    Err(TaskError(message))
-}
-
-/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, fast, well-mixed 64-bit generator.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The generator of example `index` under `seed`: independent streams for every pair.
-    pub fn for_example(seed: u64, index: u64) -> Self {
-        let mix = |v: u64| SplitMix64::new(v).next_u64();
-        SplitMix64(mix(seed ^ mix(index ^ 0x5851_F42D_4C95_7F2D)))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`), by multiply-shift.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-
-    /// `k` distinct numbers of `0..n` in random order (`k <= n`), by a partial Fisher-Yates shuffle.
-    pub fn distinct(&mut self, k: usize, n: usize) -> Vec<usize> {
-        let mut all: Vec<usize> = (0..n).collect();
-        for i in 0..k.min(n) {
-            let j = i + self.below(n - i);
-            all.swap(i, j);
-        }
-        all.truncate(k);
-        all
-    }
-}
 
 /// One sequence of a task and the answers scored in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +63,7 @@ impl Mqar {
         seq_len: usize,
         key_vocab: usize,
         value_vocab: usize,
-    ) -> Result<Self, TaskError> {
+    ) -> Result<Self, TrainingError> {
         let task = Mqar { pairs, queries, seq_len, key_vocab, value_vocab };
         task.validate().map(|_| task)
     }
@@ -127,41 +71,54 @@ impl Mqar {
     /// Whether the setting can produce examples: at least one pair, query, key and value;
     /// `queries <= pairs <= key_vocab`; `1 + key_vocab + value_vocab <= 256`; and
     /// `seq_len >= 2 * (pairs + queries)`.
-    pub fn validate(&self) -> Result<(), TaskError> {
+    pub fn validate(&self) -> Result<(), TrainingError> {
         let Mqar { pairs, queries, seq_len, key_vocab, value_vocab } = *self;
         if pairs == 0 || queries == 0 || value_vocab == 0 {
-            return bad(format!(
-                "Mqar: pairs ({pairs}), queries ({queries}) and value_vocab ({value_vocab}) must be at least 1"
+            return Err(TrainingError::field(
+                "Mqar",
+                format!(
+                    "pairs ({pairs}), queries ({queries}) and value_vocab ({value_vocab}) must be at least 1"
+                ),
             ));
         }
         if queries > pairs {
-            return bad(format!(
-                "Mqar.queries: {queries} distinct queries need as many pairs, not {pairs}"
+            return Err(TrainingError::field(
+                "Mqar.queries",
+                format!("{queries} distinct queries need as many pairs, not {pairs}"),
             ));
         }
         if pairs > key_vocab {
-            return bad(format!(
-                "Mqar.key_vocab: {pairs} distinct keys need a key_vocab of at least {pairs}, not {key_vocab}"
+            return Err(TrainingError::field(
+                "Mqar.key_vocab",
+                format!(
+                    "{pairs} distinct keys need a key_vocab of at least {pairs}, not {key_vocab}"
+                ),
             ));
         }
         if key_vocab.saturating_add(value_vocab) > 255 {
-            return bad(format!(
-                "Mqar: pad + key_vocab ({key_vocab}) + value_vocab ({value_vocab}) exceeds the 256 byte tokens"
+            return Err(TrainingError::field(
+                "Mqar",
+                format!(
+                    "pad + key_vocab ({key_vocab}) + value_vocab ({value_vocab}) exceeds the 256 byte tokens"
+                ),
             ));
         }
         if seq_len < pairs.saturating_add(queries).saturating_mul(2) {
-            return bad(format!(
-                "Mqar.seq_len: {seq_len} is below the {} tokens of {pairs} pairs and {queries} queries",
-                2 * (pairs + queries)
+            return Err(TrainingError::field(
+                "Mqar.seq_len",
+                format!(
+                    "{seq_len} is below the {} tokens of {pairs} pairs and {queries} queries",
+                    2 * (pairs + queries)
+                ),
             ));
         }
         Ok(())
     }
 
     /// Example `index` under `seed`; the same pair always gives the same example.
-    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TaskError> {
+    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let keys: Vec<u32> =
             rng.distinct(self.pairs, self.key_vocab).into_iter().map(|k| 1 + k as u32).collect();
         let values: Vec<u32> = keys
@@ -217,7 +174,7 @@ pub struct Passkey {
 
 impl Passkey {
     /// A checked setting (see [`Passkey::validate`]).
-    pub fn new(seq_len: usize, distance: usize, digits: usize) -> Result<Self, TaskError> {
+    pub fn new(seq_len: usize, distance: usize, digits: usize) -> Result<Self, TrainingError> {
         let task = Passkey { seq_len, distance, digits };
         task.validate().map(|_| task)
     }
@@ -240,30 +197,34 @@ impl Passkey {
 
     /// Whether the setting can produce examples: `digits >= 1` and
     /// `digits + 53 <= distance <= seq_len - digits - 16`.
-    pub fn validate(&self) -> Result<(), TaskError> {
+    pub fn validate(&self) -> Result<(), TrainingError> {
         let Passkey { seq_len, distance, digits } = *self;
         if digits == 0 {
-            return bad("Passkey.digits: must be at least 1".into());
+            return Err(TrainingError::field("Passkey.digits", "must be at least 1"));
         }
         let min = Passkey::min_distance(digits);
         if distance < min {
-            return bad(format!(
-                "Passkey.distance: {distance} is below {min}, the shortest for {digits} digits"
+            return Err(TrainingError::field(
+                "Passkey.distance",
+                format!("{distance} is below {min}, the shortest for {digits} digits"),
             ));
         }
         let max = Passkey::max_distance(seq_len, digits);
         if distance > max {
-            return bad(format!(
-                "Passkey.distance: {distance} does not fit in seq_len {seq_len} (at most {max} for {digits} digits)"
+            return Err(TrainingError::field(
+                "Passkey.distance",
+                format!(
+                    "{distance} does not fit in seq_len {seq_len} (at most {max} for {digits} digits)"
+                ),
             ));
         }
         Ok(())
     }
 
     /// Example `index` under `seed`: the key is random, the layout fixed by the setting.
-    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TaskError> {
+    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let key: Vec<u8> = (0..self.digits)
             .map(|i| if i == 0 { b'1' + rng.below(9) as u8 } else { b'0' + rng.below(10) as u8 })
             .collect();
@@ -294,7 +255,7 @@ fn filler(n: usize) -> Vec<u8> {
 
 /// `(correct, total)` over the scored positions of `example`, where `predicted[t]` is the
 /// model's token at position `t`; positions past the end of `predicted` count as wrong.
-pub fn accuracy(predicted: &[u32], example: &Example) -> (usize, usize) {
+pub fn correct_answers(predicted: &[u32], example: &Example) -> (usize, usize) {
     let scored =
         example.targets.iter().enumerate().filter_map(|(t, target)| target.map(|v| (t, v)));
     scored.fold((0, 0), |(correct, total), (t, v)| {
@@ -304,7 +265,7 @@ pub fn accuracy(predicted: &[u32], example: &Example) -> (usize, usize) {
 
 /// Whether every scored position is right (for passkey: the whole key), and there is one.
 pub fn exact_match(predicted: &[u32], example: &Example) -> bool {
-    let (correct, total) = accuracy(predicted, example);
+    let (correct, total) = correct_answers(predicted, example);
     total > 0 && correct == total
 }
 
@@ -324,12 +285,12 @@ mod tests {
     #[test]
     fn examples_are_deterministic_from_seed_and_index() {
         let mqar = Mqar::new(8, 4, 64, 64, 64).unwrap();
-        assert_eq!(mqar.sample(7, 3), mqar.sample(7, 3));
-        assert_ne!(mqar.sample(7, 3), mqar.sample(7, 4));
-        assert_ne!(mqar.sample(7, 3), mqar.sample(8, 3));
+        assert_eq!(mqar.sample(7, 3).unwrap(), mqar.sample(7, 3).unwrap());
+        assert_ne!(mqar.sample(7, 3).unwrap(), mqar.sample(7, 4).unwrap());
+        assert_ne!(mqar.sample(7, 3).unwrap(), mqar.sample(8, 3).unwrap());
         let passkey = Passkey::new(256, 100, 5).unwrap();
-        assert_eq!(passkey.sample(1, 0), passkey.sample(1, 0));
-        assert_ne!(passkey.sample(1, 0), passkey.sample(1, 1));
+        assert_eq!(passkey.sample(1, 0).unwrap(), passkey.sample(1, 0).unwrap());
+        assert_ne!(passkey.sample(1, 0).unwrap(), passkey.sample(1, 1).unwrap());
     }
 
     #[test]
@@ -381,14 +342,14 @@ mod tests {
 
     #[test]
     fn impossible_settings_are_errors() {
-        assert!(Mqar::new(8, 9, 64, 64, 64).unwrap_err().0.contains("queries"));
-        assert!(Mqar::new(8, 4, 20, 64, 64).unwrap_err().0.contains("seq_len"));
-        assert!(Mqar::new(8, 4, 64, 4, 64).unwrap_err().0.contains("key_vocab"));
-        assert!(Mqar::new(8, 4, 64, 200, 100).unwrap_err().0.contains("256"));
-        assert!(Passkey::new(256, 10, 5).unwrap_err().0.contains("below"));
-        assert!(Passkey::new(256, 236, 5).unwrap_err().0.contains("does not fit"));
+        assert!(Mqar::new(8, 9, 64, 64, 64).unwrap_err().to_string().contains("queries"));
+        assert!(Mqar::new(8, 4, 20, 64, 64).unwrap_err().to_string().contains("seq_len"));
+        assert!(Mqar::new(8, 4, 64, 4, 64).unwrap_err().to_string().contains("key_vocab"));
+        assert!(Mqar::new(8, 4, 64, 200, 100).unwrap_err().to_string().contains("256"));
+        assert!(Passkey::new(256, 10, 5).unwrap_err().to_string().contains("below"));
+        assert!(Passkey::new(256, 236, 5).unwrap_err().to_string().contains("does not fit"));
         assert!(Passkey::new(256, 235, 5).is_ok());
-        assert!(Passkey::new(256, 100, 0).unwrap_err().0.contains("digits"));
+        assert!(Passkey::new(256, 100, 0).unwrap_err().to_string().contains("digits"));
         let bad = Passkey { seq_len: 10, distance: 100, digits: 5 };
         assert!(bad.sample(0, 0).is_err());
     }
@@ -397,12 +358,12 @@ mod tests {
     fn accuracy_counts_scored_positions_only() {
         let ex = Passkey::new(128, 60, 5).unwrap().sample(3, 9).unwrap();
         let perfect: Vec<u32> = (0..128).map(|t| ex.targets[t].unwrap_or(0)).collect();
-        assert_eq!(accuracy(&perfect, &ex), (5, 5));
+        assert_eq!(correct_answers(&perfect, &ex), (5, 5));
         assert!(exact_match(&perfect, &ex));
         let mut one_wrong = perfect.clone();
         one_wrong[124] += 1;
-        assert_eq!(accuracy(&one_wrong, &ex), (4, 5));
+        assert_eq!(correct_answers(&one_wrong, &ex), (4, 5));
         assert!(!exact_match(&one_wrong, &ex));
-        assert_eq!(accuracy(&perfect[..10], &ex), (0, 5));
+        assert_eq!(correct_answers(&perfect[..10], &ex), (0, 5));
     }
 }

@@ -26,16 +26,19 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
-use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_models::{Decoder, DecoderConfig};
 
+use crate::backend::TrainingBackend;
+use crate::checkpoint::{check_model_checkpoint, last_checkpoint};
 use crate::corpus::Corpus;
+use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
+use crate::resume_logs::{renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
 use crate::synthetic::SyntheticTask;
 
@@ -94,104 +97,68 @@ pub struct TrainConfig {
     pub task: Option<SyntheticTask>,
 }
 
-/// Why a run could not start.
-#[derive(Debug)]
-pub struct TrainError(pub String);
-
-impl std::fmt::Display for TrainError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TrainError {}
-
 impl TrainConfig {
     /// Checks the run before any work, naming the field at fault.
-    pub fn validate(&self) -> Result<(), TrainError> {
-        let bad =
-            |field: &str, problem: &str| Err(TrainError(format!("TrainConfig.{field}: {problem}")));
-        self.model.validate().map_err(|e| TrainError(e.to_string()))?;
+    pub fn validate(&self) -> Result<(), TrainingError> {
+        self.model.validate()?;
         let positive = [
-            ("seq_len", self.seq_len),
-            ("batch_size", self.batch_size),
-            ("steps", self.steps),
-            ("checkpoint_every", self.checkpoint_every),
-            ("keep_checkpoints", self.keep_checkpoints),
-            ("grad_accumulation", self.grad_accumulation),
+            ("TrainConfig.seq_len", self.seq_len),
+            ("TrainConfig.batch_size", self.batch_size),
+            ("TrainConfig.steps", self.steps),
+            ("TrainConfig.checkpoint_every", self.checkpoint_every),
+            ("TrainConfig.keep_checkpoints", self.keep_checkpoints),
+            ("TrainConfig.grad_accumulation", self.grad_accumulation),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return bad(field, "must be at least 1");
+            return Err(TrainingError::field(field, "must be at least 1"));
         }
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
-            return bad("learning_rate", "must be positive and finite");
+            return Err(TrainingError::field(
+                "TrainConfig.learning_rate",
+                "must be positive and finite",
+            ));
         }
         if let Some(task) = &self.task {
-            task.validate(self.seq_len)
-                .map_err(|e| TrainError(format!("TrainConfig.task: {e}")))?;
+            task.validate(self.seq_len)?;
         }
         for l in 0..self.model.layers {
-            if let Some(w) = smallest_window(self.model.kind_of(l))
+            if let Some(w) = self.model.kind_of(l).windows().and_then(|w| w.iter().copied().min())
                 && w > self.seq_len
             {
-                return bad(
-                    "seq_len",
-                    &format!(
-                        "layer {l}'s window of {w} keys is larger than the training length {}, so it never slides; train with --seq-len {w} or more, or use full attention",
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!(
+                        "layer {l}'s window of {w} keys is larger than the training length {}, so \
+                         it never slides; train with --seq-len {w} or more, or use full attention",
                         self.seq_len
                     ),
-                );
+                ));
             }
             if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
                 && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
             {
-                return bad(
-                    "seq_len",
-                    &format!("layer {l} has global position {g}, past the sequence"),
-                );
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!("layer {l} has global position {g}, past the sequence"),
+                ));
             }
         }
         Ok(())
     }
 
     /// The corpus this run trains on.
-    pub fn load_corpus(&self) -> Result<Corpus, TrainError> {
-        let loaded = match (&self.corpus, self.word_min_count) {
+    pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
+        match (&self.corpus, self.word_min_count) {
             (None, _) => Ok(Corpus::embedded()),
             (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
             (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
-        };
-        loaded.map_err(|e| TrainError(e.to_string()))
+        }
     }
 
     /// Learner epochs: `steps / checkpoint_every`, rounded up.
     pub fn epochs(&self) -> usize {
         self.steps.div_ceil(self.checkpoint_every)
     }
-}
-
-/// The smallest causal window of a sliding, SWAT, sinks or MSWA layer.
-fn smallest_window(kind: &AttentionKind) -> Option<usize> {
-    match kind {
-        AttentionKind::Sliding { window }
-        | AttentionKind::Swat { window, .. }
-        | AttentionKind::Sinks { window, .. } => Some(*window),
-        AttentionKind::MultiScale { windows } => windows.iter().copied().min(),
-        _ => None,
-    }
-}
-
-/// The last epoch whose model, optimizer and schedule checkpoints all exist in `out`.
-pub fn last_checkpoint(out: &Path) -> Option<usize> {
-    let dir = out.join("checkpoint");
-    let epochs = std::fs::read_dir(&dir).ok()?.filter_map(|entry| {
-        let name = entry.ok()?.file_name().into_string().ok()?;
-        name.strip_prefix("model-")?.strip_suffix(".mpk")?.parse::<usize>().ok()
-    });
-    let complete = |e: &usize| {
-        ["optim", "scheduler"].iter().all(|part| dir.join(format!("{part}-{e}.mpk")).is_file())
-    };
-    epochs.filter(complete).max()
 }
 
 /// The model at the end of a run, and where its files are.
@@ -205,34 +172,26 @@ pub struct TrainOutcome<B: AutodiffBackend> {
 /// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
 /// resuming from its last checkpoint when `resume` is set. Shows Burn's dashboard on a
 /// terminal and the plain log elsewhere.
-pub fn train<B>(
+pub fn train<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
     out: &Path,
     resume: bool,
     device: &B::Device,
-) -> Result<TrainOutcome<B>, TrainError>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<TrainOutcome<B>, TrainingError> {
     train_with(config, corpus, out, resume, ExecutionStrategy::SingleDevice(device.clone()))
 }
 
 /// [`train`] under one of Burn's execution strategies. The learning-rate schedule counts
 /// the scheduler steps the strategy takes: one per batch on one device and under DDP, one
 /// per round of one batch per device under Burn's multi-device strategy.
-pub fn train_with<B>(
+pub fn train_with<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
     out: &Path,
     resume: bool,
     strategy: ExecutionStrategy<B>,
-) -> Result<TrainOutcome<B>, TrainError>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+) -> Result<TrainOutcome<B>, TrainingError> {
     config.validate()?;
     let device = &strategy.main_device().clone();
     let scheduler_steps = match &strategy {
@@ -240,37 +199,31 @@ where
         _ => config.steps,
     };
     if config.model.vocab_size < corpus.vocab_size() {
-        return Err(TrainError(format!(
-            "DecoderConfig.vocab_size: {} is smaller than the corpus's {} tokens",
-            config.model.vocab_size,
-            corpus.vocab_size()
-        )));
+        return Err(TrainingError::field(
+            "DecoderConfig.vocab_size",
+            format!(
+                "{} is smaller than the corpus's {} tokens",
+                config.model.vocab_size,
+                corpus.vocab_size()
+            ),
+        ));
     }
-    let io = |e: std::io::Error| TrainError(format!("{}: {e}", out.display()));
-    std::fs::create_dir_all(out).map_err(io)?;
+    let io = |path: PathBuf| move |source| TrainingError::Io { path, source };
+    std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
     let start = match resume {
-        true => last_checkpoint(out).ok_or_else(|| {
-            TrainError(format!(
-                "--resume: no complete checkpoint in {}",
-                out.join("checkpoint").display()
-            ))
-        })?,
+        true => last_checkpoint(out)
+            .ok_or_else(|| TrainingError::NoCheckpoint { dir: out.join("checkpoint") })?,
         false => 0,
     };
     if start == 0 && out.join("train.json").exists() {
-        return Err(TrainError(format!(
-            "{} already holds a training run (train.json); continue it with --resume or choose another --out",
-            out.display()
-        )));
+        return Err(TrainingError::RunExists { out: out.to_path_buf() });
     }
     if start > 0 {
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
-        crate::checkpoint::check_model_checkpoint::<B>(&config.model, &checkpoint, device)
-            .map_err(|e| TrainError(format!("--resume: {e}")))?;
+        check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
     }
-    config.save(out.join("train.json")).map_err(io)?;
-    let loader_error =
-        |split: &'static str| move |e: String| TrainError(format!("{split} split: {e}"));
+    let saved = out.join("train.json");
+    config.save(&saved).map_err(io(saved))?;
     let (len, batch) = (config.seq_len, config.batch_size);
     let train_sampling = Sampling::Random { seed: config.seed };
     let (train_loader, valid_loader) = match &config.task {
@@ -318,10 +271,10 @@ where
         ),
     };
     let (train_loader, valid_loader) = (
-        train_loader.map_err(loader_error("train"))?,
-        valid_loader.map_err(loader_error("valid"))?,
+        train_loader.map_err(|e| e.in_loader("train split"))?,
+        valid_loader.map_err(|e| e.in_loader("valid split"))?,
     );
-    let decoder = config.model.init::<B>(device).map_err(|e| TrainError(e.to_string()))?;
+    let decoder = config.model.init::<B>(device)?;
     let schedule = WarmupCosine::new(
         config.learning_rate,
         config.learning_rate * config.min_lr_ratio,
@@ -334,14 +287,14 @@ where
         config,
         out,
         start,
-        unit: corpus.unit(),
+        bits: format!("Bits per {}", corpus.unit_name()),
         strategy,
         train_loader,
         valid_loader,
         schedule,
     };
     if start > 0 {
-        set_logs_aside(out).map_err(io)?;
+        set_logs_aside(out).map_err(io(out.to_path_buf()))?;
     }
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
@@ -357,10 +310,9 @@ where
         }
     };
     if start > 0 {
-        renumber_resumed_logs(out, start).map_err(io)?;
+        renumber_resumed_logs(out, start).map_err(io(out.to_path_buf()))?;
     }
-    swa_models::weights::save_record(&model, &out.join("model.mpk"))
-        .map_err(|e| TrainError(e.to_string()))?;
+    swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
     Ok(TrainOutcome { model, out: out.to_path_buf() })
 }
 
@@ -369,18 +321,15 @@ struct Run<'a, B: AutodiffBackend> {
     config: &'a TrainConfig,
     out: &'a Path,
     start: usize,
-    unit: crate::corpus::Unit,
+    /// The name of the bits metric: bits per byte, character or word.
+    bits: String,
     strategy: ExecutionStrategy<B>,
     train_loader: WindowLoader<B>,
     valid_loader: WindowLoader<B::InnerBackend>,
     schedule: WarmupCosine,
 }
 
-impl<B> Run<'_, B>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-    B::InnerBackend: WindowedAttentionBackend,
-{
+impl<B: TrainingBackend> Run<'_, B> {
     /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
     /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
     fn launch<O>(self, model: LanguageModel<B>, optimizer: O) -> Decoder<B::InnerBackend>
@@ -388,10 +337,7 @@ where
         O: Optimizer<LanguageModel<B>, B> + 'static,
     {
         let config = self.config;
-        let bits = match self.unit {
-            crate::corpus::Unit::Byte => "Bits per byte",
-            crate::corpus::Unit::Word => "Bits per word",
-        };
+        let bits = self.bits.as_str();
         let mut training = SupervisedTraining::new(
             self.out,
             Arc::new(self.train_loader),
@@ -426,47 +372,28 @@ where
     }
 }
 
-/// The metric logs of the epochs before a resume, kept aside while the resumed run writes its
-/// own: Burn's Learner numbers a resumed run's log folders from epoch 1 again.
-const LOGS_ASIDE: &str = ".before-resume";
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn set_logs_aside(out: &Path) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        if aside.exists() {
-            std::fs::remove_dir_all(&aside)?;
-        }
-        if logs.exists() {
-            std::fs::rename(&logs, &aside)?;
-        }
+    fn config(window: usize, seq_len: usize) -> TrainConfig {
+        let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window }]);
+        TrainConfig::new(model, seq_len).with_steps(250).with_checkpoint_every(100)
     }
-    Ok(())
-}
 
-/// Moves the resumed run's `epoch-k` log folders to `epoch-(start+k)` among the earlier ones, so
-/// the logs (and the loss curve) read as one run.
-fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        std::fs::create_dir_all(&aside)?;
-        if logs.exists() {
-            for entry in std::fs::read_dir(&logs)? {
-                let entry = entry?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok()) {
-                    Some(k) => {
-                        let target = aside.join(format!("epoch-{}", start + k));
-                        if target.exists() {
-                            std::fs::remove_dir_all(&target)?;
-                        }
-                        std::fs::rename(entry.path(), target)?;
-                    }
-                    None => std::fs::rename(entry.path(), aside.join(name))?,
-                }
-            }
-            std::fs::remove_dir_all(&logs)?;
-        }
-        std::fs::rename(&aside, &logs)?;
+    #[test]
+    fn epochs_round_the_steps_up() {
+        assert_eq!(config(8, 16).epochs(), 3);
     }
-    Ok(())
+
+    #[test]
+    fn validation_names_the_field_at_fault() {
+        assert!(config(8, 16).validate().is_ok());
+        let message = |config: TrainConfig| config.validate().unwrap_err().to_string();
+        assert!(message(config(32, 16)).starts_with("TrainConfig.seq_len: layer 0's window of 32"));
+        assert!(message(config(8, 16).with_batch_size(0)).starts_with("TrainConfig.batch_size"));
+        assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
+        let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
+        assert!(message(task).starts_with("Mqar.seq_len"));
+    }
 }

@@ -16,25 +16,41 @@ use burn::tensor::TensorMetadata;
 use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
-    KernelBackward, WindowedAttentionBackend, WindowedKernel, blocked_primitives, split_packed,
+    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
+    split_packed,
 };
 use crate::{ScoreOptions, WindowSpec};
 
-/// [`WindowedAttentionBackend::windowed_attention`] for `Autodiff<B>`: the kernels with their
-/// backward when `B` has them and they take the call, else the blocked path (differentiated op
-/// by op, as on every backend).
-pub(crate) fn windowed_attention<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBackend
+    for Autodiff<B, C>
+{
+    /// The kernels with their backward when `B` has them and they take the call, else the
+    /// blocked path (differentiated op by op, as on every backend).
+    fn windowed_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> OutputPrimitives<Self> {
+        match B::windowed_kernel() {
+            Some(kernel) if WindowedKernel::<B>::runs(spec, &q.shape(), &k.shape(), &v.shape()) => {
+                kernel_op::<B, C>(kernel, q, k, v, spec, opts)
+            }
+            _ => blocked_primitives::<Self>(q, k, v, spec, opts),
+        }
+    }
+}
+
+/// The inner backend's forward kernel as one tracked op whose backward is its backward kernel.
+fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+    kernel: WindowedKernel<B>,
     q: FloatTensor<Autodiff<B, C>>,
     k: FloatTensor<Autodiff<B, C>>,
     v: FloatTensor<Autodiff<B, C>>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> (FloatTensor<Autodiff<B, C>>, FloatTensor<Autodiff<B, C>>) {
-    let kernel = B::windowed_kernel()
-        .filter(|_| WindowedKernel::<B>::runs(spec, &q.shape(), &k.shape(), &v.shape()));
-    let Some(kernel) = kernel else {
-        return blocked_primitives::<Autodiff<B, C>>(q, k, v, spec, opts);
-    };
+) -> OutputPrimitives<Autodiff<B, C>> {
     let dim = q.shape()[3];
     let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
     let packed = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {

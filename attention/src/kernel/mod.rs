@@ -4,7 +4,7 @@
 //!
 //! They compute exactly what the dense reference [`crate::reference::dense_attention`]
 //! computes (docs/semantics.md §1–§2, §4), and the tests compare them with it
-//! (`tests/core/kernel.rs`). Calls they do not take ([`crate::WindowedKernel::runs`]: global
+//! (`tests/attention/kernel.rs`). Calls they do not take ([`crate::WindowedKernel::runs`]: global
 //! tokens, big head dims) run the blocked path.
 //!
 //! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
@@ -17,7 +17,7 @@
 //!   `Autodiff<B>`, whose backward runs the backward kernels; [`fusion`]: as custom ops of
 //!   `Fusion<B>`.
 
-pub(crate) mod autodiff;
+mod autodiff;
 mod backward_keys;
 mod backward_launch;
 mod backward_queries;

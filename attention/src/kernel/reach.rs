@@ -52,7 +52,7 @@ pub(crate) fn key_tiles(
         lo = max(lo, first / segment * segment);
         hi = min(hi, end_start + min(segment - 1, u32::MAX - end_start));
     }
-    let sink_tiles = (min(call.sinks, call.kv_len) + tile - 1) / tile;
+    let sink_tiles = min(call.sinks, call.kv_len).div_ceil(tile);
     let mut tiles = Tiles { before: sink_tiles, first: 0, count: 0 };
     if lo <= hi {
         tiles.first = lo / tile;

@@ -1,7 +1,7 @@
 //! The cube-side twin of THE visibility rule (docs/semantics.md §2): [`visible`] is
 //! [`crate::WindowSpec::visible`] and [`contains`] is [`crate::HeadWindow::contains`], clause for
 //! clause, on `u32` positions. Global tokens are not part of it: calls with globals run the
-//! blocked path ([`crate::WindowedKernel::runs`]). `tests/core/kernel.rs` checks this rule
+//! blocked path ([`crate::WindowedKernel::runs`]). `tests/attention/kernel.rs` checks this rule
 //! against `WindowSpec::visible` exhaustively on small shapes through [`super::probe`].
 
 use cubecl::prelude::*;

@@ -5,15 +5,16 @@
 //! group keeps only its last `reach` positions in a ring of slots, so MSWA heads get buffers of
 //! their own sizes and memory stops growing once the windows are full. Positions that every
 //! later query sees (sinks, Longformer globals) are pinned for good. Which cached key a query
-//! sees is asked of the window spec ([`WindowSpec::visible`]); the cache never re-derives a
-//! mask. Full attention has no reach, and its cache grows.
+//! sees is asked of the window spec ([`WindowSpec::mask`] of [`WindowSpec::visible`]); the
+//! cache never re-derives a mask. Full attention has no reach, and its cache grows.
 
 use std::collections::VecDeque;
 
-use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::entry::expand_kv;
+use crate::index::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, Rope, ScoreOptions, WindowSpec};
@@ -150,12 +151,8 @@ impl<B: Backend> KvCache<B> {
         if order.iter().enumerate().all(|(i, &h)| i == h) {
             return out;
         }
-        let mut inverse = vec![0i64; heads];
-        for (i, &h) in order.iter().enumerate() {
-            inverse[h] = i as i64;
-        }
-        let index =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(inverse, [heads]), &out.device());
+        let inverse = inverse_permutation(heads, order.into_iter().map(Some));
+        let index = index_tensor::<B>(inverse, &out.device());
         out.select(1, index)
     }
 
@@ -194,11 +191,8 @@ impl<B: Backend> KvCache<B> {
         });
         let (mut outs, mut lses) = (Vec::new(), Vec::new());
         for spec in &self.specs {
-            let mask: Vec<bool> = buffer
-                .heads
-                .iter()
-                .flat_map(|&h| buffer.slots.iter().map(move |&j| spec.visible(h, t, j, t + 1)))
-                .collect();
+            let mask =
+                spec.mask(buffer.heads.iter().copied(), [t], buffer.slots.iter().copied(), t + 1);
             let mask = Tensor::<B, 4, Bool>::from_data(
                 TensorData::new(mask, [1, rows, 1, slots]),
                 &device,
@@ -266,10 +260,7 @@ impl<B: Backend> Buffer<B> {
     fn slot_ranks(&self) -> (usize, Vec<usize>) {
         let mut order: Vec<usize> = (0..self.slots.len()).collect();
         order.sort_by_key(|&s| self.slots[s]);
-        let mut ranks = vec![0; self.slots.len()];
-        for (rank, &slot) in order.iter().enumerate() {
-            ranks[slot] = rank;
-        }
+        let ranks = inverse_permutation(self.slots.len(), order.into_iter().map(Some));
         (self.slots.len() - 1, ranks)
     }
 }
@@ -280,7 +271,6 @@ fn select_heads<B: Backend>(x: Tensor<B, 4>, heads: &[usize]) -> Tensor<B, 4> {
     if heads.len() == x.dims()[1] {
         return x;
     }
-    let index: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
-    let index = Tensor::<B, 1, Int>::from_data(TensorData::new(index, [heads.len()]), &x.device());
+    let index = index_tensor::<B>(heads.iter().copied(), &x.device());
     x.select(1, index)
 }

@@ -127,6 +127,41 @@ impl AttentionKind {
         !matches!(self, Self::Swat { positions: SwatPositions::Alibi, .. })
     }
 
+    /// The causal sliding windows of the kind, in keys, self included: the one window that every
+    /// head of a sliding, SWAT or sinks layer shares, or MSWA's window per head
+    /// (docs/semantics.md §2, §3). `None` for the kinds whose queries see further back than a
+    /// window: full, LongNet and linear attention, and Longformer, whose global tokens reach
+    /// every position. Callers take the smallest or largest entry, e.g. to check that a
+    /// training length lets every window slide, or to bound how far information travels.
+    pub fn windows(&self) -> Option<&[usize]> {
+        match self {
+            Self::Sliding { window } | Self::Swat { window, .. } | Self::Sinks { window, .. } => {
+                Some(std::slice::from_ref(window))
+            }
+            Self::MultiScale { windows } => Some(windows),
+            Self::Full | Self::LongNet { .. } | Self::Longformer { .. } | Self::Linear { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The kind with its one window replaced by `window` keys, everything else kept: for the
+    /// sliding, SWAT and sinks kinds, whose weights do not depend on the window (SWAT Table 2's
+    /// evaluation window). `None` for the others, MSWA included (its heads have windows of
+    /// their own).
+    pub fn with_window(&self, window: usize) -> Option<Self> {
+        let mut kind = self.clone();
+        match &mut kind {
+            Self::Sliding { window: w }
+            | Self::Swat { window: w, .. }
+            | Self::Sinks { window: w, .. } => {
+                *w = window;
+                Some(kind)
+            }
+            _ => None,
+        }
+    }
+
     /// The window spec of one call of the core for `heads` query heads over `kv_heads`, for
     /// every kind but LongNet (one spec per branch) and linear attention (no window).
     pub fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
@@ -220,5 +255,100 @@ fn expect_per_head(what: &'static str, got: usize, heads: usize) -> Result<(), A
     match got == heads {
         true => Ok(()),
         false => Err(AttentionError::ShapeMismatch { what, expected: heads, got }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One kind of each variant, for 4 heads.
+    fn every_kind() -> Vec<AttentionKind> {
+        vec![
+            AttentionKind::Full,
+            AttentionKind::Sliding { window: 8 },
+            AttentionKind::MultiScale { windows: vec![2, 4, 8, 16] },
+            AttentionKind::swat(8),
+            AttentionKind::Sinks { sinks: 2, window: 8 },
+            AttentionKind::LongNet { segments: vec![8, 16], dilations: vec![1, 2] },
+            AttentionKind::Longformer {
+                window: 4,
+                dilations: vec![1, 1, 2, 2],
+                globals: vec![0],
+                causal: true,
+            },
+            AttentionKind::Linear { feature_dim: 8 },
+        ]
+    }
+
+    #[test]
+    fn windows_of_every_kind() {
+        let windows: Vec<Option<Vec<usize>>> =
+            every_kind().iter().map(|kind| kind.windows().map(<[usize]>::to_vec)).collect();
+        let expected = [
+            None,
+            Some(vec![8]),
+            Some(vec![2, 4, 8, 16]),
+            Some(vec![8]),
+            Some(vec![8]),
+            None,
+            None,
+            None,
+        ];
+        assert_eq!(windows, expected);
+    }
+
+    #[test]
+    fn with_window_replaces_the_window_alone() {
+        let replaced: Vec<Option<AttentionKind>> =
+            every_kind().iter().map(|kind| kind.with_window(3)).collect();
+        let expected = [
+            None,
+            Some(AttentionKind::Sliding { window: 3 }),
+            None,
+            Some(AttentionKind::swat(3)),
+            Some(AttentionKind::Sinks { sinks: 2, window: 3 }),
+            None,
+            None,
+            None,
+        ];
+        assert_eq!(replaced, expected);
+        let ablation = AttentionKind::Swat {
+            window: 8,
+            distance_heads: Some(1),
+            magnitudes: SlopeMagnitudes::Paper,
+            score_fn: ScoreFn::Softmax,
+            positions: SwatPositions::Rope,
+        };
+        let AttentionKind::Swat { window, distance_heads, positions, .. } =
+            ablation.with_window(5).unwrap()
+        else {
+            panic!("SWAT stays SWAT");
+        };
+        assert_eq!((window, distance_heads, positions), (5, Some(1), SwatPositions::Rope));
+    }
+
+    #[test]
+    fn every_kind_validates_for_four_heads() {
+        for kind in every_kind() {
+            assert_eq!(kind.validate(4, 2), Ok(()), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn window_sums_clip_to_the_context() {
+        let sums: Vec<usize> = every_kind().iter().map(|kind| kind.window_sum(4, 10)).collect();
+        // Full 4·10; SWA 4·8; MSWA 2+4+8+10; SWAT 4·8; sinks 4·min(10, 10); LongNet
+        // 4·min(8 + 10/2, 10); Longformer decoder 4·(4+1+1); linear 0.
+        assert_eq!(sums, [40, 32, 24, 32, 40, 40, 24, 0]);
+    }
+
+    #[test]
+    fn swat_splits_alibi_between_recency_and_distance_heads() {
+        let opts = AttentionKind::swat(8).score_options(4).unwrap();
+        assert_eq!(opts.score_fn, ScoreFn::Sigmoid { beta: 0.0 });
+        let slopes = opts.alibi.expect("SWAT uses ALiBi");
+        assert_eq!(slopes.len(), 4);
+        assert!(AttentionKind::Sliding { window: 8 }.score_options(4).unwrap().alibi.is_none());
     }
 }

@@ -69,7 +69,7 @@ impl LinearAttentionConfig {
         if self.heads == 0 {
             return bad("LinearAttentionConfig.heads (must be positive)", 1, 0);
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             let expected = self.d_model.next_multiple_of(self.heads);
             return bad(
                 "LinearAttentionConfig.d_model (must be a multiple of heads)",
@@ -77,7 +77,7 @@ impl LinearAttentionConfig {
                 self.d_model,
             );
         }
-        if self.feature_dim == 0 || self.feature_dim % 2 != 0 {
+        if self.feature_dim == 0 || !self.feature_dim.is_multiple_of(2) {
             let expected = self.feature_dim.next_multiple_of(2).max(2);
             return bad(
                 "LinearAttentionConfig.feature_dim (must be even and positive)",

@@ -3,9 +3,10 @@
 //! local result for those rows. The local rows are one call of the core with the Longformer
 //! window spec, whose global keys every query sees.
 
-use burn::tensor::{Bool, Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
 use crate::entry::expand_kv;
+use crate::index::{index_tensor, inverse_permutation};
 use crate::scores::attend;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -26,23 +27,15 @@ pub fn replace_global_rows<B: Backend>(
     }
     let device = local.device();
     let count = globals.len();
-    let positions: Vec<i64> = globals.iter().map(|&g| g as i64).collect();
-    let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [count]), &device);
-    let mut mask = Vec::with_capacity(heads * count * n);
-    for h in 0..heads {
-        for &g in globals {
-            mask.extend((0..n).map(|j| spec.visible(h, g, j, n)));
-        }
-    }
+    let rows = index_tensor::<B>(globals.iter().copied(), &device);
+    let mask = spec.mask(0..heads, globals.iter().copied(), 0..n, n);
     let mask =
         Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, count, n]), &device);
     let (k_g, v_g) = (expand_kv(k_g, heads), expand_kv(v_g, heads));
     let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, &ScoreOptions::softmax());
-    // Row i reads itself from `local`, or its global row from the appended block.
-    let mut index: Vec<i64> = (0..n as i64).collect();
-    for (slot, &g) in globals.iter().enumerate() {
-        index[g] = (n + slot) as i64;
-    }
-    let index = Tensor::<B, 1, Int>::from_data(TensorData::new(index, [n]), &device);
+    // The rows of `local`, then the global rows appended: a global position reads the last
+    // slot that holds it, its global row.
+    let slots = (0..n).chain(globals.iter().copied()).map(Some);
+    let index = index_tensor::<B>(inverse_permutation(n, slots), &device);
     Tensor::cat(vec![local, global], 2).select(2, index)
 }

@@ -169,6 +169,10 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
 /// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is an
 /// independent copy (tensors are shared until one of the copies writes).
 #[derive(Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one cache per layer: boxing would add an indirection to save a few hundred bytes"
+)]
 pub enum LayerCache<B: Backend> {
     /// Windowed kinds: the bounded cache of the local projections, and for Longformer's global
     /// rows a cache of the global projections, kept only until the last global position.

@@ -2,7 +2,10 @@
 //! token in Longformer's classification tasks (Beltagy et al. 2020, §3.1 and §6), must gather
 //! evidence spread over the whole sequence.
 
-use super::{Example, SplitMix64, TaskError, bad};
+use swa_models::SplitMix64;
+
+use super::Example;
+use crate::error::TrainingError;
 
 /// The class token at position 0 of [`Majority`], where the answer is asked for.
 pub const MAJORITY_CLS: u32 = 0;
@@ -32,36 +35,40 @@ pub struct Majority {
 
 impl Majority {
     /// A checked setting (see [`Majority::validate`]).
-    pub fn new(seq_len: usize, markers: usize, filler_vocab: usize) -> Result<Self, TaskError> {
+    pub fn new(seq_len: usize, markers: usize, filler_vocab: usize) -> Result<Self, TrainingError> {
         let task = Majority { seq_len, markers, filler_vocab };
         task.validate().map(|_| task)
     }
 
     /// Whether the setting can produce examples: an odd number of markers, at most one per
     /// position after the CLS token, and `1 ≤ filler_vocab ≤ 253` (all tokens below 256).
-    pub fn validate(&self) -> Result<(), TaskError> {
+    pub fn validate(&self) -> Result<(), TrainingError> {
         let Majority { seq_len, markers, filler_vocab } = *self;
         if markers % 2 == 0 {
-            return bad(format!("Majority.markers: {markers} can tie; use an odd number"));
+            return Err(TrainingError::field(
+                "Majority.markers",
+                format!("{markers} can tie; use an odd number"),
+            ));
         }
         if markers >= seq_len {
-            return bad(format!(
-                "Majority.seq_len: {seq_len} leaves no room for the CLS token and {markers} markers"
+            return Err(TrainingError::field(
+                "Majority.seq_len",
+                format!("{seq_len} leaves no room for the CLS token and {markers} markers"),
             ));
         }
         if filler_vocab == 0 || FIRST_FILLER + filler_vocab > 256 {
-            return bad(format!(
-                "Majority.filler_vocab: {filler_vocab} is not in 1 ..= {}",
-                256 - FIRST_FILLER
+            return Err(TrainingError::field(
+                "Majority.filler_vocab",
+                format!("{filler_vocab} is not in 1 ..= {}", 256 - FIRST_FILLER),
             ));
         }
         Ok(())
     }
 
     /// Example `index` under `seed`; the same pair always gives the same example.
-    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TaskError> {
+    pub fn sample(&self, seed: u64, index: u64) -> Result<Example, TrainingError> {
         self.validate()?;
-        let mut rng = SplitMix64::for_example(seed, index);
+        let mut rng = SplitMix64::for_index(seed, index);
         let mut tokens: Vec<u32> = (0..self.seq_len)
             .map(|_| (FIRST_FILLER + rng.below(self.filler_vocab)) as u32)
             .collect();

@@ -1,0 +1,140 @@
+//! `info`: parameters, Σ windows, relative cost and KV-cache bytes of a model, or the list of
+//! presets.
+
+use clap::Args;
+use swa_attention::layers::AttentionKind;
+use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_models::{DecoderConfig, Preset, Scale};
+
+use super::ModelArgs;
+use crate::error::AppError;
+
+/// Flags of `info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Context length at which windows and the KV cache are counted.
+    #[arg(long, default_value_t = 2048)]
+    context: usize,
+    /// List the presets with their sizes and sources.
+    #[arg(long)]
+    list: bool,
+}
+
+/// `info`.
+pub fn info(args: InfoArgs) -> Result<(), AppError> {
+    type B = burn::backend::NdArray;
+    let device = Default::default();
+    if args.list {
+        for scale in [Scale::Paper, Scale::Tiny] {
+            for preset in Preset::all(scale, 256)? {
+                println!(
+                    "{:<34} train_len {:>5}  {}",
+                    preset.name, preset.train_len, preset.source
+                );
+            }
+        }
+        return Ok(());
+    }
+    let (config, _, name) = args.model.config(256)?;
+    let model = config.init::<B>(&device)?;
+    let info = model.info(&config, args.context);
+    println!("{name}\n{info}");
+    match swa_reference(&config) {
+        Some(swa) => println!(
+            "relative cost vs SWA of the same base window (w = {}): {:.3}",
+            swa.base,
+            info.relative_cost(swa.config.window_sum(args.context))
+        ),
+        None => println!("relative cost vs SWA: no layer has a base window"),
+    }
+    Ok(())
+}
+
+/// SWA at the base window of a model: every layer a sliding window of `base` keys, the rest
+/// of the model as it is. The reference of MSWA's relative cost (docs/semantics.md §3).
+struct SwaReference {
+    /// The base window `w`.
+    base: usize,
+    /// The SWA model.
+    config: DecoderConfig,
+}
+
+/// The SWA reference of `config`: its base window is the window of its first sliding, SWAT or
+/// sinks layer or, for multi-scale layers, the `w` that [`mswa_windows`] allocates their
+/// windows from (under one of its variants and strategies). `None` when no layer has a window,
+/// or the multi-scale windows are no MSWA allocation.
+fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
+    let kinds: Vec<&AttentionKind> = (0..config.layers).map(|l| config.kind_of(l)).collect();
+    let sliding = kinds.iter().find_map(|kind| match kind.windows()? {
+        [window] => Some(*window),
+        _ => None,
+    });
+    let base = sliding.or_else(|| mswa_base(config.heads, &kinds))?;
+    let attention = vec![AttentionKind::Sliding { window: base }];
+    Some(SwaReference { base, config: DecoderConfig { attention, ..config.clone() } })
+}
+
+/// The base window `w` from which [`mswa_windows`] gives the multi-scale layers among `kinds`
+/// their windows, with `heads` heads per layer. The allocation's multiplier 1 gives some head
+/// the window `w` itself, so `w` is one of the windows.
+fn mswa_base(heads: usize, kinds: &[&AttentionKind]) -> Option<usize> {
+    let windows: Vec<Vec<usize>> = kinds
+        .iter()
+        .filter_map(|kind| match kind {
+            AttentionKind::MultiScale { windows } => Some(windows.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut candidates: Vec<usize> = windows.iter().flatten().copied().collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let variants = [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both];
+    let strategies = [MswaStrategy::Geometric, MswaStrategy::Arithmetic, MswaStrategy::Reversed];
+    candidates.into_iter().find(|&base| {
+        variants.iter().any(|&variant| {
+            strategies.iter().any(|&strategy| {
+                mswa_windows(variant, strategy, base, windows.len(), heads).ok().as_ref()
+                    == Some(&windows)
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use swa_attention::layers::mswa::MswaVariant;
+    use swa_models::{Preset, Scale};
+
+    use super::swa_reference;
+
+    /// Σ windows of MSWA's Table 2 preset `variant` over that of its SWA reference, at 2048.
+    fn relative_cost(variant: MswaVariant, scale: Scale) -> f64 {
+        let config = Preset::mswa(variant, scale, 256).unwrap().config;
+        let swa = swa_reference(&config).unwrap().config;
+        config.window_sum(2048) as f64 / swa.window_sum(2048) as f64
+    }
+
+    #[test]
+    fn table2_costs_relative_to_swa_are_the_papers() {
+        for scale in [Scale::Paper, Scale::Tiny] {
+            assert_eq!(relative_cost(MswaVariant::Swa, scale), 1.0);
+            assert_eq!(relative_cost(MswaVariant::Heads, scale), 15.0 / 16.0);
+            assert_eq!(relative_cost(MswaVariant::Layers, scale), 15.0 / 16.0);
+            assert_eq!(relative_cost(MswaVariant::Both, scale), (15.0f64 / 16.0).powi(2));
+        }
+    }
+
+    #[test]
+    fn the_base_window_is_the_presets() {
+        for (scale, base) in [(Scale::Paper, 128), (Scale::Tiny, 16)] {
+            for variant in [MswaVariant::Swa, MswaVariant::Both] {
+                let config = Preset::mswa(variant, scale, 256).unwrap().config;
+                assert_eq!(swa_reference(&config).unwrap().base, base);
+            }
+        }
+        let full = Preset::mswa_full(1024, Scale::Tiny, 256).config;
+        assert!(swa_reference(&full).is_none());
+    }
+}

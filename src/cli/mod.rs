@@ -1,0 +1,137 @@
+//! The `swa-zoo` command line: `train`, `eval`, `generate`, `info`, `bench` and `check-backends`.
+//!
+//! Window conventions, as in docs/semantics.md §2: a causal window `W` sees the W keys `i−W+1 … i`, the
+//! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
+//! config value is two-sided, 2w).
+
+mod bench;
+mod check_backends;
+mod eval;
+mod generate;
+mod info;
+mod tasks;
+mod train;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::Backend;
+use clap::{Args, Parser, Subcommand};
+use swa_models::{Decoder, DecoderConfig, Preset};
+use swa_training::train::TrainConfig;
+
+use crate::error::AppError;
+use crate::runtime::{BackendChoice, Placement, Precision};
+
+/// Train, evaluate, sample from and benchmark windowed-attention transformers (SWA, MSWA, SWAT,
+/// LongNet, Longformer, sinks) on Burn, and check every backend against the reference.
+#[derive(Parser, Debug)]
+#[command(name = "swa-zoo", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
+    Train(train::TrainArgs),
+    /// Loss, perplexity and bits per byte (character, word) at several lengths, and the
+    /// window × length grid.
+    Eval(eval::EvalArgs),
+    /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
+    Generate(generate::GenerateArgs),
+    /// Parameters, Σ windows, relative cost and KV-cache bytes of a model; `--list` the presets.
+    Info(info::InfoArgs),
+    /// The quick efficiency suite (decode latency, KV bytes, StreamingLLM, training throughput).
+    Bench(bench::BenchArgs),
+    /// Compare every attention kind on each backend of this build with ndarray (f32):
+    /// logits, loss, gradients, one AdamW step and greedy decoding.
+    CheckBackends(check_backends::CheckArgs),
+}
+
+/// Which model: a preset or a JSON config, overridable by flags of the command.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A preset name (see `swa-zoo info --list`), e.g. `mswa-table2-mswa-tiny`.
+    #[arg(long, default_value = "mswa-table2-mswa-tiny")]
+    preset: String,
+    /// A model config as JSON (`DecoderConfig`), instead of the preset.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Where to run.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Backend: flex (CPU, default), ndarray (CPU), wgpu (Vulkan/Metal/DX12), cuda.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Flex)]
+    backend: BackendChoice,
+    /// Device index for wgpu (discrete GPU n) and cuda.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Float type: f32, or half precision on GPU backends (f16 on wgpu where the adapter has
+    /// shader-f16; f16 or bf16 on cuda). The windowed-attention kernels accumulate in f32;
+    /// training in half precision keeps f32 master weights for AdamW (and scales f16 losses).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+}
+
+impl ModelArgs {
+    /// The model config of `--config`, or of `--preset` with its training length, and its name.
+    fn config(&self, vocab: usize) -> Result<(DecoderConfig, usize, String), AppError> {
+        if let Some(path) = &self.config {
+            let config: DecoderConfig = swa_training::config_file::load(path)?;
+            let name =
+                path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+            return Ok((config, 512, name));
+        }
+        let preset = Preset::by_name(&self.preset, vocab)
+            .ok_or_else(|| AppError::UnknownPreset { name: self.preset.clone() })?;
+        Ok((preset.config, preset.train_len, preset.name))
+    }
+}
+
+impl DeviceArgs {
+    /// One device, in the chosen precision.
+    fn placement(&self) -> Placement {
+        Placement { backend: self.backend, devices: vec![self.device], precision: self.precision }
+    }
+}
+
+/// Parses the arguments and runs the command; the error names the problem.
+pub fn main() -> Result<(), AppError> {
+    match Cli::parse().command {
+        Command::Train(args) => train::train(args),
+        Command::Eval(args) => eval::eval(args),
+        Command::Generate(args) => generate::generate(args),
+        Command::Info(args) => info::info(args),
+        Command::Bench(args) => bench::bench(args),
+        Command::CheckBackends(args) => check_backends::check_backends(args),
+    }
+}
+
+/// A trained run's config and model, from `out/train.json` and `out/model.mpk`.
+fn load_run<B: Backend>(
+    out: &Path,
+    device: &B::Device,
+) -> Result<(TrainConfig, Decoder<B>), AppError> {
+    let config: TrainConfig = swa_training::config_file::load(&out.join("train.json"))
+        .map_err(|source| AppError::NotARun { source })?;
+    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
+        .map_err(|source| AppError::RunModel { run: out.to_path_buf(), source })?;
+    Ok((config, model))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_help_says_what_the_command_does() {
+        let help = Cli::command().render_help().to_string();
+        assert!(help.starts_with("Train, evaluate, sample from and benchmark"), "{help}");
+        assert!(!help.contains("Training, evaluation, data"), "{help}");
+    }
+}

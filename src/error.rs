@@ -1,0 +1,225 @@
+//! The application's error: what a command, a benchmark, the backend check or a study could not
+//! do, naming the flag, file, backend or step at fault. Failures of the library crates are
+//! wrapped as they are.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use burn::tensor::backend::ExecutionError;
+use swa_attention::AttentionError;
+use swa_models::ModelError;
+use swa_training::TrainingError;
+
+use crate::report::ReportError;
+use crate::runtime::Precision;
+
+/// Why a command, benchmark, check or study failed.
+#[derive(Debug)]
+pub enum AppError {
+    /// Training, evaluation or a data source failed.
+    Training(TrainingError),
+    /// Building, running, saving or loading a model failed.
+    Model(ModelError),
+    /// An attention layer or window allocation rejected its configuration.
+    Attention(AttentionError),
+    /// A figure or table could not be written.
+    Report(ReportError),
+    /// A file or folder could not be read, written or created.
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A flag's value cannot work.
+    Flag {
+        /// The flag, e.g. `--lengths`.
+        flag: &'static str,
+        /// What is wrong, as the rest of a sentence starting with the flag.
+        problem: String,
+    },
+    /// No preset has this name.
+    UnknownPreset {
+        /// The name asked for.
+        name: String,
+    },
+    /// A preset is not what a study needs.
+    Preset {
+        /// The preset's name.
+        name: String,
+        /// What is unexpected about it.
+        problem: String,
+    },
+    /// This build has no such backend.
+    NoBackend {
+        /// The cargo feature that brings it.
+        feature: &'static str,
+    },
+    /// A CPU backend was asked for several devices.
+    OneDevice {
+        /// The backend.
+        backend: &'static str,
+    },
+    /// Several devices were asked for a job that runs on one.
+    SeveralDevices,
+    /// The backend or its device cannot compute in the precision asked for.
+    Precision {
+        /// The precision asked for.
+        precision: Precision,
+        /// Why it cannot be had.
+        problem: String,
+    },
+    /// A backend's default device does not answer a first tensor operation.
+    NoDevice {
+        /// The backend.
+        backend: &'static str,
+        /// The panic it raised.
+        problem: String,
+    },
+    /// A backend panicked while running.
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// Waiting for the device's queued work failed.
+    Sync(ExecutionError),
+    /// Benchmark settings that cannot be measured.
+    BenchSettings {
+        /// What does not fit.
+        problem: String,
+    },
+    /// A study's corpus cannot be read.
+    StudyCorpus {
+        /// Why the corpus could not be read.
+        source: TrainingError,
+    },
+    /// `--out` is not a training run: its `train.json` cannot be read.
+    NotARun {
+        /// Why `train.json` could not be read.
+        source: TrainingError,
+    },
+    /// The trained model of a run cannot be loaded (its `model.mpk` is missing, truncated,
+    /// corrupt or of another configuration).
+    RunModel {
+        /// The run's folder.
+        run: PathBuf,
+        /// What the loader found.
+        source: ModelError,
+    },
+    /// The backend check's weights do not fit the model they were drawn for.
+    WeightsMismatch {
+        /// Burn's account of the tensors that failed, are missing or unused.
+        problem: String,
+    },
+    /// Comparisons of the backend check failed.
+    ChecksFailed {
+        /// How many.
+        count: usize,
+    },
+    /// A step of a command or study failed.
+    Step {
+        /// The step, e.g. `dilated attention at N = 512` or a model's run name.
+        step: String,
+        /// Why it failed.
+        source: Box<AppError>,
+    },
+}
+
+impl AppError {
+    /// [`AppError::Step`]: `step` failed because of `source`.
+    pub fn step(step: impl Into<String>, source: impl Into<AppError>) -> Self {
+        AppError::Step { step: step.into(), source: Box::new(source.into()) }
+    }
+}
+
+impl fmt::Display for AppError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use AppError::*;
+        match self {
+            Training(source) => write!(f, "{source}"),
+            Model(source) => write!(f, "{source}"),
+            Attention(source) => write!(f, "{source}"),
+            Report(source) => write!(f, "{source}"),
+            Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Flag { flag, problem } => write!(f, "{flag} {problem}"),
+            UnknownPreset { name } => {
+                write!(f, "no preset named `{name}`; `swa-zoo info --list` lists them")
+            }
+            Preset { name, problem } => write!(f, "preset {name}: {problem}"),
+            NoBackend { feature } => {
+                write!(
+                    f,
+                    "this build has no {feature} backend; rebuild with `--features {feature}`"
+                )
+            }
+            OneDevice { backend } => write!(
+                f,
+                "{backend} runs on one device, the CPU; --devices needs --backend wgpu or cuda"
+            ),
+            SeveralDevices => write!(f, "only `train` runs on several devices"),
+            Precision { precision, problem } => {
+                write!(f, "--precision {}: {problem}", precision.name())
+            }
+            NoDevice { backend, problem } => write!(f, "no {backend} device answers: {problem}"),
+            Panicked { message } => write!(f, "panicked: {message}"),
+            Sync(source) => write!(f, "device sync failed: {source:?}"),
+            BenchSettings { problem } => write!(f, "{problem}"),
+            StudyCorpus { source } => {
+                write!(f, "{source} (pass --corpus PATH for another text, or --corpus embedded)")
+            }
+            NotARun { source } => write!(f, "{source} (is --out a training run?)"),
+            RunModel { run, source } => {
+                write!(f, "the model of the run in {} cannot be loaded: {source}", run.display())
+            }
+            WeightsMismatch { problem } => write!(f, "the weights do not fit the model: {problem}"),
+            ChecksFailed { count } => write!(f, "{count} comparisons failed"),
+            Step { step, source } => write!(f, "{step}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for AppError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AppError::Training(source)
+            | AppError::StudyCorpus { source }
+            | AppError::NotARun { source } => Some(source),
+            AppError::Model(source) | AppError::RunModel { source, .. } => Some(source),
+            AppError::Attention(source) => Some(source),
+            AppError::Report(source) => Some(source),
+            AppError::Io { source, .. } => Some(source),
+            AppError::Step { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<TrainingError> for AppError {
+    fn from(error: TrainingError) -> Self {
+        AppError::Training(error)
+    }
+}
+
+impl From<ModelError> for AppError {
+    fn from(error: ModelError) -> Self {
+        AppError::Model(error)
+    }
+}
+
+impl From<AttentionError> for AppError {
+    fn from(error: AttentionError) -> Self {
+        AppError::Attention(error)
+    }
+}
+
+impl From<ReportError> for AppError {
+    fn from(error: ReportError) -> Self {
+        AppError::Report(error)
+    }
+}
+
+impl From<ExecutionError> for AppError {
+    fn from(error: ExecutionError) -> Self {
+        AppError::Sync(error)
+    }
+}

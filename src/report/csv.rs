@@ -1,0 +1,46 @@
+//! CSV tables: the numbers behind a figure.
+
+use std::path::Path;
+
+use super::{ReportError, write_atomic};
+
+/// Writes a CSV table: `header`, then `rows`, each with as many fields as the header. Fields
+/// holding commas, quotes or line breaks are quoted.
+pub fn write_csv(
+    path: impl AsRef<Path>,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> Result<(), ReportError> {
+    let path = path.as_ref();
+    if let Some(i) = rows.iter().position(|r| r.len() != header.len()) {
+        let problem = format!("row {i} has {} fields, the header {}", rows[i].len(), header.len());
+        return Err(ReportError::Input { path: path.to_path_buf(), problem });
+    }
+    let field = |f: &str| match f.contains([',', '"', '\n', '\r']) {
+        true => format!("\"{}\"", f.replace('"', "\"\"")),
+        false => f.to_string(),
+    };
+    let line = |fields: Vec<String>| fields.join(",") + "\n";
+    let mut text = line(header.iter().map(|h| field(h)).collect());
+    for row in rows {
+        text.push_str(&line(row.iter().map(|f| field(f)).collect()));
+    }
+    write_atomic(path, text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_fields_and_checks_rows() {
+        let path = std::env::temp_dir().join(format!("swa-csv-{}.csv", std::process::id()));
+        let rows = vec![vec!["64".into(), "a,b".into()], vec!["128".into(), "say \"hi\"".into()]];
+        write_csv(&path, &["window", "note"], &rows).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n"
+        );
+        assert!(write_csv(&path, &["a"], &rows).unwrap_err().to_string().contains("row 0"));
+    }
+}

@@ -1,0 +1,206 @@
+//! Running a job on the backend, precision and devices chosen on the command line or an
+//! example's flags: [`run_on`] turns a [`Placement`] into a concrete Burn backend type and runs
+//! a [`Job`] on it, or names what this build or backend cannot do.
+
+use burn::backend::Autodiff;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use burn::tensor::DType;
+use burn::train::ExecutionStrategy;
+use clap::ValueEnum;
+pub use swa_training::TrainingBackend;
+
+use crate::error::AppError;
+
+/// The backends a build can offer; those not compiled in say how to get them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// burn-flex on the CPU: the fastest CPU backend here.
+    Flex,
+    /// burn-ndarray on the CPU: the tests' reference.
+    Ndarray,
+    /// wgpu: Vulkan, Metal or DX12 (needs `--features wgpu`).
+    Wgpu,
+    /// CUDA (needs `--features cuda`).
+    Cuda,
+}
+
+/// The float type of the model's weights, activations and gradients (training in half precision
+/// keeps an f32 master copy of the weights: see [`swa_training::mixed_precision`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Precision {
+    /// 32-bit floats, on every backend.
+    F32,
+    /// IEEE half precision, on wgpu (where the adapter has shader-f16) and CUDA.
+    F16,
+    /// bfloat16, on CUDA.
+    Bf16,
+}
+
+impl BackendChoice {
+    /// The flag's value, also the cargo feature that brings the backend.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Flex => "flex",
+            BackendChoice::Ndarray => "ndarray",
+            BackendChoice::Wgpu => "wgpu",
+            BackendChoice::Cuda => "cuda",
+        }
+    }
+}
+
+impl Precision {
+    /// The flag's value: `f32`, `f16` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// Where a job runs: a backend, its device indices (one, or several for data-parallel
+/// training) and a precision.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The backend.
+    pub backend: BackendChoice,
+    /// Device indices; the first is the main device.
+    pub devices: Vec<usize>,
+    /// The float type.
+    pub precision: Precision,
+}
+
+/// A job generic over the training backend.
+pub trait Job: Sized {
+    /// Runs on backend `B` (with autodiff) and its device.
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError>;
+
+    /// Runs under one of Burn's execution strategies; only training uses several devices.
+    fn run_with<B: TrainingBackend>(self, strategy: ExecutionStrategy<B>) -> Result<(), AppError> {
+        match strategy {
+            ExecutionStrategy::SingleDevice(device) => self.run::<B>(device),
+            _ => Err(AppError::SeveralDevices),
+        }
+    }
+}
+
+/// Runs `job` where `place` says, or names what this build or backend cannot do.
+pub fn run_on(place: &Placement, job: impl Job) -> Result<(), AppError> {
+    use BackendChoice::*;
+    use Precision::*;
+    let cpu = |backend: &'static str| match (place.precision, place.devices.len()) {
+        (F32, 1) => Ok(()),
+        (F32, _) => Err(AppError::OneDevice { backend }),
+        (precision, _) => Err(AppError::Precision {
+            precision,
+            problem: format!(
+                "{backend} computes in f32 only; half precision needs --backend wgpu (f16) or cuda (f16, bf16)"
+            ),
+        }),
+    };
+    match (place.backend, place.precision) {
+        #[cfg(feature = "flex")]
+        (Flex, _) => {
+            cpu("flex").and_then(|_| job.run::<Autodiff<burn::backend::Flex>>(Default::default()))
+        }
+        (Ndarray, _) => cpu("ndarray")
+            .and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, F32) => launch::<Autodiff<burn::backend::Wgpu>>(wgpu_strategy(place), F32, job),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, F16) => launch::<Autodiff<burn::backend::Wgpu<burn::tensor::f16>>>(
+            wgpu_strategy(place),
+            F16,
+            job,
+        ),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, Bf16) => Err(AppError::Precision {
+            precision: Bf16,
+            problem: "WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into(),
+        }),
+        #[cfg(feature = "cuda")]
+        (Cuda, F32) => launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), F32, job),
+        #[cfg(feature = "cuda")]
+        (Cuda, F16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::f16>>>(
+            cuda_strategy(place),
+            F16,
+            job,
+        ),
+        #[cfg(feature = "cuda")]
+        (Cuda, Bf16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::bf16>>>(
+            cuda_strategy(place),
+            Bf16,
+            job,
+        ),
+        #[allow(unreachable_patterns)]
+        (other, _) => Err(AppError::NoBackend { feature: other.name() }),
+    }
+}
+
+/// Runs `job` under `strategy` once the main device is known to compute in `precision`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn launch<B: TrainingBackend>(
+    strategy: ExecutionStrategy<B>,
+    precision: Precision,
+    job: impl Job,
+) -> Result<(), AppError> {
+    let device = strategy.main_device();
+    if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
+        let problem = format!("{} does not support it", B::name(device));
+        return Err(AppError::Precision { precision, problem });
+    }
+    // Burn 0.21 keeps one default float type per device, fixed by the first backend type that
+    // touches it; new tensors take it, whatever `B`'s own float type is.
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    if float != precision.dtype() {
+        let problem = format!("the device already computes in {float:?}");
+        return Err(AppError::Precision { precision, problem });
+    }
+    job.run_with(strategy)
+}
+
+/// wgpu devices: index 0 is the default adapter, `n` the n-th discrete GPU. Several run under
+/// Burn's multi-device data parallelism.
+#[cfg(feature = "wgpu")]
+fn wgpu_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::Backend<Device = burn::backend::wgpu::WgpuDevice>,
+{
+    use burn::backend::wgpu::WgpuDevice;
+    match place.devices.as_slice() {
+        [0] => ExecutionStrategy::SingleDevice(WgpuDevice::DefaultDevice),
+        [n] => ExecutionStrategy::SingleDevice(WgpuDevice::DiscreteGpu(*n)),
+        many => ExecutionStrategy::MultiDevice(
+            many.iter().map(|&n| WgpuDevice::DiscreteGpu(n)).collect(),
+            burn::train::MultiDeviceOptim::OptimMainDevice,
+        ),
+    }
+}
+
+/// CUDA devices; several run under Burn's multi-device data parallelism (burn-train's DDP is
+/// not wired: see the README's "Several devices").
+#[cfg(feature = "cuda")]
+fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::Backend<Device = burn::backend::cuda::CudaDevice>,
+{
+    let devices: Vec<_> =
+        place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
+    match devices.len() {
+        1 => ExecutionStrategy::SingleDevice(devices[0].clone()),
+        _ => {
+            ExecutionStrategy::MultiDevice(devices, burn::train::MultiDeviceOptim::OptimMainDevice)
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The spec matrix of the core tests and a generator of random specs over the same space.
+
+use swa_zoo::attention::{HeadWindow, ScoreOptions, WindowSpec, alibi};
+
+use crate::common::{Case, Rng};
+
+/// The lengths every mechanism is checked at: 1, below, at and above a block, and long.
+pub const LENGTHS: [usize; 6] = [1, 5, 63, 64, 65, 257];
+
+/// Named specs for `heads` heads sharing `kv_heads` kv heads at length `n`: every mechanism
+/// and edge case of docs/semantics.md §2–§5 at least once.
+pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
+    let soft = ScoreOptions::softmax;
+    let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+    let recency = alibi::recency(4, alibi::SlopeMagnitudes::Paper).unwrap();
+    let spec = |r: Result<WindowSpec, _>| r.expect("valid spec");
+    vec![
+        ("full causal", spec(WindowSpec::full(4, 4)), soft()),
+        ("full bidirectional", spec(WindowSpec::full(2, 1)).with_causal(false), soft()),
+        ("sliding W=1", spec(WindowSpec::sliding(4, 2, 1)), soft()),
+        ("sliding W=2", spec(WindowSpec::sliding(4, 4, 2)), soft()),
+        ("sliding W=7", spec(WindowSpec::sliding(4, 1, 7)), soft()),
+        ("sliding W>=N", spec(WindowSpec::sliding(2, 2, n + 3)), soft()),
+        (
+            "sliding W=7 bidirectional",
+            spec(WindowSpec::sliding(2, 2, 7)).with_causal(false),
+            soft(),
+        ),
+        ("per-head windows (MSWA)", spec(WindowSpec::per_head(&[1, 2, 7, 33], 2)), soft()),
+        ("one head", spec(WindowSpec::sliding(1, 1, 7)), soft()),
+        ("dilated 1-4", spec(WindowSpec::dilated(&[3, 5, 2, 4], &[1, 2, 3, 4], 4)), soft()),
+        ("sinks", spec(WindowSpec::sliding(4, 2, 7)).with_sinks(3), soft()),
+        (
+            "globals causal",
+            spec(WindowSpec::sliding(4, 4, 7))
+                .with_globals([0, 9, n / 2].into_iter().filter(|&g| g < n)),
+            soft(),
+        ),
+        (
+            "longformer encoder + globals",
+            spec(WindowSpec::longformer(3, &[1, 1, 2, 3], 2, false)).with_globals([0, n - 1]),
+            soft(),
+        ),
+        ("longformer decoder", spec(WindowSpec::longformer(4, &[1, 2, 1, 2], 4, true)), soft()),
+        ("longnet branch w=16 r=4", spec(WindowSpec::longnet_branch(4, 2, 16, 4)), soft()),
+        ("longnet branch w=10 r=3", spec(WindowSpec::longnet_branch(4, 4, 10, 3)), soft()),
+        ("softcap", spec(WindowSpec::sliding(4, 2, 7)), soft().with_softcap(0.5)),
+        ("sigmoid", spec(WindowSpec::sliding(4, 4, 7)), ScoreOptions::sigmoid(0.0)),
+        (
+            "sigmoid + balanced ALiBi (SWAT)",
+            spec(WindowSpec::sliding(4, 4, 7)),
+            ScoreOptions::sigmoid(-(7f32).ln()).with_alibi(balanced.clone()),
+        ),
+        ("softmax + recency ALiBi", spec(WindowSpec::sliding(4, 2, 7)), soft().with_alibi(recency)),
+        (
+            "everything",
+            spec(WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2))
+                .with_sinks(2)
+                .with_globals([n / 3]),
+            soft().with_softcap(2.0).with_alibi(balanced),
+        ),
+    ]
+}
+
+/// A random case at length `n`: heads, GQA, windows, dilations, LongNet branches, sinks,
+/// globals, causality, score function, softcap, ALiBi, decoding offsets and padding.
+pub fn random_case(rng: &mut Rng, n: usize) -> Case {
+    let heads: usize = rng.pick(&[1, 2, 3, 4, 6, 8]);
+    let divisors: Vec<usize> = (1..=heads).filter(|&d| heads.is_multiple_of(d)).collect();
+    let kv_heads = rng.pick(&divisors);
+    let causal = rng.coin(0.7);
+    let window = |rng: &mut Rng| rng.pick(&[1, 2, 3, 7, 16, n, n + 5]);
+    let windows: Vec<HeadWindow> = match rng.below(5) {
+        0 => vec![HeadWindow::sliding(window(rng)); heads],
+        1 => (0..heads).map(|_| HeadWindow::dilated(window(rng), 1 + rng.below(4))).collect(),
+        2 => {
+            let (w, d) = (rng.below(6), 1 + rng.below(3));
+            (0..heads).map(|_| HeadWindow::longformer(w, d)).collect()
+        }
+        3 => {
+            let (segment, dilation) = (1 + rng.below(20), 1 + rng.below(4));
+            (0..heads).map(|h| HeadWindow::longnet(segment, dilation, h % dilation)).collect()
+        }
+        _ => vec![HeadWindow::full(); heads],
+    };
+    let mut spec = WindowSpec::new(windows, kv_heads).unwrap().with_causal(causal);
+    let keys = n + if rng.coin(0.2) { 1 + rng.below(4) } else { 0 };
+    if keys > n {
+        spec = spec.with_kv_len(n);
+    }
+    if rng.coin(0.3) {
+        spec = spec.with_sinks(1 + rng.below(4));
+    }
+    if rng.coin(0.3) {
+        spec = spec.with_globals((0..1 + rng.below(3)).map(|_| rng.below(n)));
+    }
+    let q_len = if rng.coin(0.2) { 1 + rng.below(n) } else { n };
+    spec = spec.with_query_offset(n - q_len);
+    let mut opts = match rng.coin(0.3) {
+        true => ScoreOptions::sigmoid(rng.pick(&[0.0, -2.0])),
+        false => ScoreOptions::softmax(),
+    };
+    if rng.coin(0.3) {
+        opts = opts.with_softcap(rng.pick(&[0.5, 5.0]));
+    }
+    if rng.coin(0.3) {
+        let magnitudes = rng.pick(&[alibi::SlopeMagnitudes::Code, alibi::SlopeMagnitudes::Paper]);
+        let distance = rng.below(heads + 1);
+        opts =
+            opts.with_alibi(alibi::split(heads - distance, distance, heads, magnitudes).unwrap());
+    }
+    if rng.coin(0.2) {
+        opts = opts.with_scale(0.3);
+    }
+    let dim = rng.pick(&[1, 4, 8, 16]);
+    Case {
+        batch: 1 + rng.below(2),
+        q_len,
+        keys,
+        dim,
+        spec,
+        opts,
+        seed: rng.next_u64(),
+        half: false,
+    }
+}

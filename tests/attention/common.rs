@@ -1,0 +1,231 @@
+//! Helpers shared by the core tests: a seeded generator, random inputs, a runner for every
+//! implementation of the core, and the error measures and tolerances.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use swa_zoo::attention::{
+    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention,
+    blocked_attention_chunked, dense_attention, windowed_attention,
+};
+use swa_zoo::models::SplitMix64;
+
+/// The reference backend of every comparison: ndarray, f32.
+pub type Reference = Autodiff<NdArray<f32>>;
+
+/// Max-abs tolerances against the dense reference on inputs in [−1, 1).
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerance {
+    /// Outputs `o`.
+    pub out: f32,
+    /// Log-normalisers `lse`.
+    pub lse: f32,
+    /// Gradients of q, k and v.
+    pub grad: f32,
+}
+
+/// f32 computed in f32 (ndarray, flex, wgpu).
+pub const F32: Tolerance = Tolerance { out: 2e-5, lse: 2e-5, grad: 1e-4 };
+
+/// f32 tensors whose matmuls run on TF32 tensor cores (CUDA): inputs rounded to 10 mantissa
+/// bits, about 5e-4 relative.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub const TF32: Tolerance = Tolerance { out: 4e-3, lse: 4e-3, grad: 1e-2 };
+
+/// f16 tensors with f32 accumulation, on inputs already rounded to f16 (`Case::half`), so only
+/// the rounding of the outputs to f16 differs: about one f16 ulp of the largest value of each
+/// quantity (sigmoid outputs up to 2: 2⁻¹⁰; lse up to 8: 2⁻⁸; gradients up to 16: 2⁻⁷), and twice
+/// the largest errors measured on lavapipe (o 9.7e-4, lse 6.6e-3, gradients 1.2e-2).
+pub const F16: Tolerance = Tolerance { out: 2e-3, lse: 1.6e-2, grad: 2.5e-2 };
+
+/// Whether a first tensor op on `B`'s default device succeeds (no adapter or driver panics);
+/// prints why the calling test skips when not. With `SWA_REQUIRE_WGPU` set (CI, which
+/// installs lavapipe), a wgpu device that does not answer fails the test instead.
+pub fn device_answers<B: Backend>(name: &str) -> bool {
+    let answers = std::panic::catch_unwind(|| {
+        Tensor::<B, 1>::zeros([1], &Default::default()).into_data();
+    })
+    .is_ok();
+    if !answers {
+        let required = name == "wgpu" && std::env::var_os("SWA_REQUIRE_WGPU").is_some();
+        assert!(!required, "SWA_REQUIRE_WGPU is set but no wgpu adapter answers");
+        eprintln!("skipped: no {name} device answers on this machine");
+    }
+    answers
+}
+
+/// The draws of the random cases, from a [`SplitMix64`], so every case is reproducible from its
+/// seed.
+pub struct Rng(SplitMix64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(SplitMix64::new(seed))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// Uniform in `0..n`, by the remainder (the cases' seeds were drawn this way).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    pub fn coin(&mut self, p: f64) -> bool {
+        self.0.next_f64() <= p
+    }
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+    /// `n` values uniform in [−1, 1).
+    pub fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.0.next_signed_f32()).collect()
+    }
+}
+
+/// One call of the core: shapes, spec and options, and a seed for its inputs.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub batch: usize,
+    pub q_len: usize,
+    pub keys: usize,
+    pub dim: usize,
+    pub spec: WindowSpec,
+    pub opts: ScoreOptions,
+    pub seed: u64,
+    /// Round every input to f16 first, so that an f32 reference sees exactly what a half
+    /// precision backend sees.
+    pub half: bool,
+}
+
+impl Case {
+    pub fn new(n: usize, dim: usize, spec: WindowSpec, opts: ScoreOptions) -> Self {
+        Self { batch: 1, q_len: n, keys: n, dim, spec, opts, seed: n as u64, half: false }
+    }
+}
+
+/// Which implementation runs a case.
+#[derive(Clone, Copy, Debug)]
+pub enum Path {
+    Dense,
+    Blocked,
+    /// The blocked path holding at most this many scores at once, so that it runs in chunks.
+    Chunked(usize),
+    /// [`windowed_attention`]: the backend's own choice.
+    Dispatch,
+}
+
+/// What a call produced: `o`, `lse`, and the gradients of q, k, v for a fixed random loss.
+pub struct Outputs {
+    pub out: Vec<f32>,
+    pub lse: Vec<f32>,
+    pub grads: [Vec<f32>; 3],
+}
+
+/// Runs `case` through `path` on backend `B` and differentiates
+/// `L = Σ o·g_o + Σ_{finite lse} lse·g_l` for random `g_o, g_l`.
+pub fn run<B>(case: &Case, path: Path, device: &B::Device) -> Outputs
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    let heads = case.spec.num_heads();
+    let kv_heads = case.spec.kv_heads();
+    let mut rng = Rng::new(case.seed);
+    // Burn 0.21 keeps one default float dtype per device, shared by every backend type on it
+    // (`Wgpu<f16>` and `Wgpu<f32>` alike): ask for the backend's own float type explicitly.
+    let dtype = <B::FloatElem as burn::tensor::Element>::dtype();
+    let mut tensor = |shape: [usize; 4]| {
+        let mut values = rng.values(shape.iter().product());
+        if case.half {
+            values.iter_mut().for_each(|x| *x = burn::tensor::f16::from_f32(*x).to_f32());
+        }
+        Tensor::<B, 4>::from_data(TensorData::new(values, shape), (device, dtype))
+    };
+    let q = tensor([case.batch, heads, case.q_len, case.dim]).require_grad();
+    let k = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
+    let v = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
+    let g_out = tensor([case.batch, heads, case.q_len, case.dim]);
+    let g_lse = tensor([case.batch, heads, case.q_len, 1]).squeeze_dim::<3>(3);
+    let (qc, kc, vc) = (q.clone(), k.clone(), v.clone());
+    let result = match path {
+        Path::Dense => dense_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Blocked => blocked_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Chunked(scores) => {
+            blocked_attention_chunked(qc, kc, vc, &case.spec, &case.opts, scores)
+        }
+        Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
+    };
+    let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
+    assert_eq!(out.dtype(), dtype, "the output keeps the inputs' float type");
+    let finite_lse = lse.clone().mask_fill(lse.clone().equal_elem(f32::NEG_INFINITY), 0.0);
+    let loss = (out.clone() * g_out).sum() + (finite_lse * g_lse).sum();
+    let grads = loss.backward();
+    // An input the loss does not reach (every key padded) has a zero gradient.
+    let grad = |t: &Tensor<B, 4>| {
+        t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
+    };
+    Outputs { out: values(out), lse: values(lse), grads: [grad(&q), grad(&k), grad(&v)] }
+}
+
+pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().expect("f32 data")
+}
+
+/// Max-abs error and relative RMS error (`‖a − b‖ / ‖b‖`), the way FlashAttention and fla
+/// compare against their references. Equal infinities count as no error.
+pub fn errors(got: &[f32], want: &[f32]) -> (f32, f32) {
+    assert_eq!(got.len(), want.len(), "length");
+    let (mut max, mut diff2, mut norm2) = (0f32, 0f64, 0f64);
+    for (&a, &b) in got.iter().zip(want) {
+        let d = if a == b { 0.0 } else { (a - b).abs() };
+        let d = if d.is_nan() { f32::INFINITY } else { d };
+        max = max.max(d);
+        diff2 += (d as f64).powi(2);
+        if b.is_finite() {
+            norm2 += (b as f64).powi(2);
+        }
+    }
+    (max, (diff2 / norm2.max(1e-30)).sqrt() as f32)
+}
+
+/// Asserts `got` matches `want` within `tol` max-abs, naming the case and quantity on failure.
+pub fn assert_close(what: &str, case: &Case, got: &[f32], want: &[f32], tol: f32) {
+    assert!(got.iter().all(|x| !x.is_nan()), "{what} has NaN for {case:?}");
+    let (max, rel) = errors(got, want);
+    assert!(max <= tol, "{what}: max-abs {max:e} (rel-rms {rel:e}) > {tol:e} for {case:?}");
+}
+
+/// Asserts that two runs agree on every output and gradient within `tol`; returns the largest
+/// error of each quantity.
+pub fn assert_outputs_close(
+    case: &Case,
+    got: &Outputs,
+    want: &Outputs,
+    tol: Tolerance,
+) -> [f32; 3] {
+    assert_close("o", case, &got.out, &want.out, tol.out);
+    assert_close("lse", case, &got.lse, &want.lse, tol.lse);
+    let mut grad = 0f32;
+    for (name, (g, w)) in ["dq", "dk", "dv"].iter().zip(got.grads.iter().zip(&want.grads)) {
+        assert_close(name, case, g, w, tol.grad);
+        grad = grad.max(errors(g, w).0);
+    }
+    [errors(&got.out, &want.out).0, errors(&got.lse, &want.lse).0, grad]
+}
+
+/// Checks `path` on `B` against the dense reference on ndarray within the f32 tolerances.
+pub fn check_against_reference<B>(case: &Case, path: Path, device: &B::Device)
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    check_within::<B>(case, path, device, F32);
+}
+
+/// Checks `path` on `B` against the dense reference on ndarray within `tol`; returns the largest
+/// errors of `o`, `lse` and the gradients.
+pub fn check_within<B>(case: &Case, path: Path, device: &B::Device, tol: Tolerance) -> [f32; 3]
+where
+    B: AutodiffBackend + WindowedAttentionBackend,
+{
+    let want = run::<Reference>(case, Path::Dense, &Default::default());
+    let got = run::<B>(case, path, device);
+    assert_outputs_close(case, &got, &want, tol)
+}

@@ -1,0 +1,259 @@
+//! The CubeCL kernels of the core (`swa_attention::kernel`) on wgpu against the dense reference
+//! on ndarray, and their visibility rule against `WindowSpec::visible`. Each test runs only when
+//! the `wgpu` feature is compiled in and an adapter answers (lavapipe counts); otherwise it says
+//! why it skipped.
+
+#[cfg(feature = "wgpu")]
+mod on_wgpu {
+    use std::time::Instant;
+
+    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::backend::{Autodiff, Wgpu};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{DType, Tensor, TensorData, f16};
+    use swa_zoo::attention::kernel::probe_visibility;
+    use swa_zoo::attention::{
+        HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, WindowedKernel, alibi,
+        windowed_attention,
+    };
+    use swa_zoo::training::TrainingBackend;
+
+    use crate::cases::{LENGTHS, matrix, random_case};
+    use crate::common::{
+        Case, F16, F32, Path, Reference, Rng, Tolerance, assert_close, check_within,
+        device_answers, errors, run, values,
+    };
+
+    /// Burn's wgpu backend without the fusion wrapper.
+    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+
+    /// The specs of [`matrix`] that the kernels take (no global tokens), and cases the matrix
+    /// lacks: everything but globals, decoding offsets with padded keys, bidirectional sigmoid.
+    pub fn kernel_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+        let mut cases: Vec<(String, Case)> = matrix(n)
+            .into_iter()
+            .filter(|(_, spec, _)| spec.globals().is_empty())
+            .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
+            .collect();
+        let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+        let everything =
+            WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2).unwrap().with_sinks(2);
+        let opts = ScoreOptions::softmax().with_softcap(2.0).with_alibi(balanced.clone());
+        cases.push(("everything but globals".into(), Case::new(n, dim, everything, opts)));
+        let offset = n / 2;
+        let decode = WindowSpec::sliding(4, 2, 5)
+            .unwrap()
+            .with_sinks(1)
+            .with_query_offset(offset)
+            .with_kv_len(n);
+        let decode = Case {
+            q_len: n - offset,
+            keys: n + 3,
+            ..Case::new(n, dim, decode, ScoreOptions::softmax())
+        };
+        cases.push(("decoding offset + padded keys".into(), decode));
+        let windows = vec![HeadWindow::longformer(2, 1), HeadWindow::longformer(3, 2)];
+        let encoder = WindowSpec::new(windows, 1).unwrap().with_causal(false).with_sinks(1);
+        let sigmoid = ScoreOptions::sigmoid(-1.0).with_alibi(vec![0.5, -0.25]).with_softcap(3.0);
+        cases.push((
+            "bidirectional sigmoid + ALiBi + softcap".into(),
+            Case::new(n, dim, encoder, sigmoid),
+        ));
+        cases
+    }
+
+    /// `o` and `lse` of `case` through [`windowed_attention`] on `B`, from the inputs
+    /// [`run`] draws for the same case.
+    fn forward<B: WindowedAttentionBackend>(
+        case: &Case,
+        device: &B::Device,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = Rng::new(case.seed);
+        let mut tensor = |shape: [usize; 4]| {
+            let data = TensorData::new(rng.values(shape.iter().product()), shape);
+            Tensor::<B, 4>::from_data(data, device)
+        };
+        let (heads, kv_heads) = (case.spec.num_heads(), case.spec.kv_heads());
+        let q = tensor([case.batch, heads, case.q_len, case.dim]);
+        let k = tensor([case.batch, kv_heads, case.keys, case.dim]);
+        let v = tensor([case.batch, kv_heads, case.keys, case.dim]);
+        let kernel_runs = WindowedKernel::<B>::runs(&case.spec, &q.shape(), &k.shape(), &v.shape());
+        assert!(B::windowed_kernel().is_some() && kernel_runs, "the kernel must run {case:?}");
+        let (o, lse) = windowed_attention(q, k, v, &case.spec, &case.opts).unwrap();
+        (values(o), values(lse))
+    }
+
+    /// Forward of `cases` on `B` against the dense reference; returns the largest errors of `o`
+    /// and `lse`.
+    fn check_forward<B: WindowedAttentionBackend>(cases: &[(String, Case)]) -> [f32; 2] {
+        let mut worst = [0f32; 2];
+        for (label, case) in cases {
+            let want = run::<Reference>(case, Path::Dense, &Default::default());
+            let (out, lse) = forward::<B>(case, &Default::default());
+            assert_close(&format!("o ({label})"), case, &out, &want.out, F32.out);
+            assert_close(&format!("lse ({label})"), case, &lse, &want.lse, F32.lse);
+            worst =
+                [worst[0].max(errors(&out, &want.out).0), worst[1].max(errors(&lse, &want.lse).0)];
+        }
+        worst
+    }
+
+    #[test]
+    fn kernel_visibility_is_window_spec_visible() {
+        if !device_answers::<Cube>("wgpu") {
+            return;
+        }
+        let device = WgpuDevice::default();
+        let mut specs: Vec<(WindowSpec, usize, usize)> = Vec::new();
+        for n in 1..=12 {
+            for (_, spec, _) in matrix(n) {
+                specs.push((spec.clone().with_causal(!spec.is_causal()), n, n));
+                specs.push((spec, n, n));
+            }
+        }
+        let mut rng = Rng::new(0x0B5E_55ED);
+        while specs.len() < 800 {
+            let n = 1 + rng.below(16);
+            let case = random_case(&mut rng, n);
+            specs.push((case.spec, case.q_len, case.keys));
+        }
+        let mut pairs = 0;
+        for (spec, q_len, keys) in specs {
+            let got = probe_visibility::<WgpuRuntime>(&device, &spec, q_len, keys).unwrap();
+            let kv_len = spec.valid_keys(keys);
+            let mut index = 0;
+            for h in 0..spec.num_heads() {
+                for i in 0..q_len {
+                    let p = spec.query_offset() + i;
+                    for j in 0..keys {
+                        let global = spec.is_global(p) || spec.is_global(j);
+                        let want = spec.visible(h, p, j, kv_len);
+                        assert!(
+                            global || got[index] == want,
+                            "head {h}, query {p}, key {j}: kernel {} vs visible {want} for {spec:?}",
+                            got[index]
+                        );
+                        index += 1;
+                    }
+                }
+            }
+            pairs += index;
+        }
+        eprintln!(
+            "kernel visibility matched WindowSpec::visible on {pairs} (head, query, key) triples"
+        );
+    }
+
+    #[test]
+    fn kernel_forward_matches_dense() {
+        if !device_answers::<Cube>("wgpu") {
+            return;
+        }
+        let start = Instant::now();
+        let mut worst = [0f32; 2];
+        for n in [5, 65] {
+            let errors = check_forward::<Cube>(&kernel_cases(n, 8));
+            worst = [worst[0].max(errors[0]), worst[1].max(errors[1])];
+        }
+        eprintln!(
+            "kernel forward on wgpu: largest max-abs errors o {:e}, lse {:e} ({:.1}s)",
+            worst[0],
+            worst[1],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    /// The kernel cases at each of `lengths` (head dim 8), plus a head dim of 128 (smaller
+    /// shared tiles).
+    fn gradient_cases(lengths: &[usize]) -> Vec<(String, Case)> {
+        let mut cases: Vec<(String, Case)> =
+            lengths.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
+        cases.extend(
+            kernel_cases(70, 128).into_iter().filter(|(label, _)| label.starts_with("sliding W=7")),
+        );
+        cases
+    }
+
+    /// Forward and backward of `cases` through `Autodiff<B>` against the dense reference within
+    /// `tol`, with a loss on `o` and on `lse`.
+    fn check_gradients<B: TrainingBackend>(name: &str, cases: &[(String, Case)], tol: Tolerance) {
+        let start = Instant::now();
+        let mut worst = [0f32; 3];
+        for (label, case) in cases {
+            let (heads, dim) = (case.spec.num_heads(), case.dim);
+            let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
+            let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
+            let runs = WindowedKernel::<B::InnerBackend>::runs(&case.spec, &q, &k, &k);
+            assert!(
+                B::InnerBackend::windowed_kernel().is_some() && runs,
+                "the kernel must run {label}"
+            );
+            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), tol);
+            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
+        }
+        eprintln!(
+            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
+            cases.len(),
+            worst[0],
+            worst[1],
+            worst[2],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    /// The kernels launched directly on `CubeBackend`, every compiled variant at one query and
+    /// at a length past two blocks. The same kernels behind Burn's fusion, the type users get,
+    /// are checked at every length below; the two differ only in how the launch is reached, and
+    /// without fusion every op of the test's loss compiles on its own, which lavapipe does
+    /// slowly.
+    #[test]
+    fn kernel_gradients_on_cube_backend_match_dense() {
+        if !device_answers::<Cube>("wgpu") {
+            return;
+        }
+        let name = "kernel on Autodiff<CubeBackend<Wgpu>>";
+        check_gradients::<Autodiff<Cube>>(name, &gradient_cases(&[1, 65]), F32);
+    }
+
+    #[test]
+    fn kernel_gradients_on_fusion_wgpu_match_dense() {
+        if !device_answers::<Wgpu>("wgpu") {
+            return;
+        }
+        let name = "kernel on Autodiff<Wgpu> (fusion)";
+        check_gradients::<Autodiff<Wgpu>>(name, &gradient_cases(&LENGTHS), F32);
+    }
+
+    /// f16 tensors, f32 accumulation: the kernels on `Wgpu<f16>` (fusion) against the dense
+    /// reference in f32 on the same f16-rounded inputs, where the adapter offers f16 shaders
+    /// (lavapipe does). wgpu has no bf16.
+    #[test]
+    fn kernel_in_f16_matches_dense() {
+        type Half = Wgpu<f16, i32>;
+        if !device_answers::<Half>("wgpu") {
+            return;
+        }
+        if !Half::supports_dtype(&Default::default(), DType::F16) {
+            eprintln!("skipped: this wgpu adapter has no f16 shaders");
+            return;
+        }
+        // Every compiled variant of the score (softmax, sigmoid, softcap, ALiBi, dilation, sinks)
+        // at a length past two blocks; each f16 variant compiles anew, which lavapipe does slowly.
+        let mut cases: Vec<(String, Case)> = kernel_cases(65, 8)
+            .into_iter()
+            .filter(|(label, _)| {
+                ["sliding W=7", "everything", "bidirectional sigmoid", "sigmoid + balanced"]
+                    .iter()
+                    .any(|name| label.starts_with(name))
+            })
+            .collect();
+        cases.iter_mut().for_each(|(_, case)| case.half = true);
+        check_gradients::<Autodiff<Half>>("kernel on Autodiff<Wgpu<f16>>", &cases, F16);
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+#[test]
+fn kernel_tests_need_wgpu() {
+    eprintln!("skipped: built without the `wgpu` feature");
+}

@@ -1,0 +1,18 @@
+//! Tests of the windowed attention core: the window spec, the dense reference, the blocked path
+//! on every backend, the CubeCL kernels, RoPE and linear attention. One binary, since every test
+//! binary links Burn.
+
+mod cases;
+mod common;
+
+mod blocked;
+mod flex;
+mod gpu;
+mod kernel;
+mod linear;
+mod masked;
+mod property;
+mod reference;
+mod rope;
+mod schedule;
+mod spec;

@@ -1,0 +1,89 @@
+//! The cross-backend equivalence suite (`swa_zoo::check`): the tiny model of every
+//! attention kind, drawn once and loaded bit for bit, on ndarray (the f32 reference) against
+//! flex, wgpu and cuda, each when compiled in and a device answers (otherwise the test says why
+//! it skipped). Build with `--features flex,wgpu` to compare wgpu (lavapipe on a CPU machine).
+
+use swa_zoo::check::{
+    Candidate, CheckCase, DecodedToken, Quantity, Verdict, Weights, attention_kinds, compare,
+    measure_reference, run,
+};
+
+/// Runs every attention kind on `candidate`; fails listing every comparison outside tolerance.
+fn every_kind_matches_the_reference(candidate: Candidate) {
+    let report = run(&attention_kinds(), &[candidate]);
+    eprint!("{}", report.render());
+    let failures: Vec<String> = report
+        .failures()
+        .iter()
+        .map(|r| format!("{} {}: {}", r.case, r.quantity.label(), r.note))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} differs from ndarray:\n{}",
+        candidate.name(),
+        failures.join("\n")
+    );
+    if report.skipped.is_empty() {
+        assert_eq!(report.rows.len(), attention_kinds().len() * 6, "six quantities per kind");
+    }
+}
+
+#[test]
+fn every_attention_kind_on_flex_matches_ndarray() {
+    every_kind_matches_the_reference(Candidate::Flex);
+}
+
+#[test]
+fn every_attention_kind_on_wgpu_matches_ndarray() {
+    every_kind_matches_the_reference(Candidate::Wgpu);
+}
+
+#[test]
+fn every_attention_kind_on_cuda_matches_ndarray() {
+    every_kind_matches_the_reference(Candidate::Cuda);
+}
+
+/// The encoder is reported as not decoding, not hidden; every other kind decodes.
+#[test]
+fn only_the_encoder_does_not_decode() {
+    for case in attention_kinds() {
+        let weights = Weights::seeded(&case.config, case.seed).unwrap();
+        let outcome = measure_reference(&case, &weights).unwrap();
+        assert_eq!(outcome.decoded.is_err(), case.name == "longformer-encoder", "{}", case.name);
+        let rows = compare(&case.name, "ndarray", Candidate::Flex.arithmetic(), &outcome, &outcome);
+        let decoding = rows.iter().find(|r| r.quantity == Quantity::Decoding).unwrap();
+        let expected =
+            if outcome.decoded.is_err() { Verdict::NotApplicable } else { Verdict::Pass };
+        assert_eq!(decoding.verdict, expected, "{}: {}", case.name, decoding.note);
+    }
+}
+
+/// The check is not vacuous: a changed logit, gradient, weight or decoded token fails it, and a
+/// divergent decoding names its first step and the margins there.
+#[test]
+fn the_check_catches_differences() {
+    let case = CheckCase { decode_steps: 8, ..attention_kinds().remove(1) };
+    let weights = Weights::seeded(&case.config, case.seed).unwrap();
+    let reference = measure_reference(&case, &weights).unwrap();
+    let verdict = |candidate: &swa_zoo::check::Outcome, quantity| {
+        let rows = compare(&case.name, "test", Candidate::Flex.arithmetic(), &reference, candidate);
+        rows.into_iter().find(|r| r.quantity == quantity).unwrap()
+    };
+    let mut changed = reference.clone();
+    changed.logits[5] += 1e-3;
+    assert_eq!(verdict(&changed, Quantity::Logits).verdict, Verdict::Fail);
+    let mut changed = reference.clone();
+    changed.weights[2].values[0] = f32::from_bits(changed.weights[2].values[0].to_bits() ^ 1);
+    assert_eq!(verdict(&changed, Quantity::Weights).verdict, Verdict::Fail);
+    let mut changed = reference.clone();
+    changed.gradients[3].values[1] = f32::NAN;
+    let row = verdict(&changed, Quantity::Gradients);
+    assert_eq!(row.verdict, Verdict::Fail);
+    assert!(row.note.contains(&reference.gradients[3].name), "{}", row.note);
+    let mut changed = reference.clone();
+    let tokens = changed.decoded.as_mut().unwrap();
+    tokens[3] = DecodedToken { token: tokens[3].token + 1, margin: 0.5 };
+    let row = verdict(&changed, Quantity::Decoding);
+    assert_eq!(row.verdict, Verdict::Fail);
+    assert!(row.note.contains("first divergence at step 3"), "{}", row.note);
+}

@@ -1,0 +1,104 @@
+//! Smoke tests of the per-paper examples in `examples/`: each runs its whole study with
+//! `--smoke` (three steps per model on the embedded corpus, small evaluations) and must write
+//! its tables and figures.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+#[path = "../../../examples/longformer.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod longformer;
+#[path = "../../../examples/longnet.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod longnet;
+#[path = "../../../examples/mswa.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod mswa;
+#[path = "../../../examples/mswa_linear.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod mswa_linear;
+#[path = "../../../examples/streaming.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod streaming;
+#[path = "../../../examples/swat.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod swat;
+
+/// A fresh output folder for one example's smoke run.
+fn out_dir(example: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("swa-zoo-example-{example}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The smoke flags of an example writing to `out`.
+fn smoke_flags(example: &str, out: &Path) -> Vec<String> {
+    [example, "--smoke", "--backend", "ndarray", "--out"]
+        .into_iter()
+        .map(String::from)
+        .chain([out.display().to_string()])
+        .collect()
+}
+
+/// Asserts that `files` were written to `out`, then removes it.
+fn assert_wrote(out: &Path, files: &[&str]) {
+    for file in files {
+        assert!(out.join(file).is_file(), "{} was not written", out.join(file).display());
+    }
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn mswa_example_runs_end_to_end() {
+    let out = out_dir("mswa");
+    mswa::run(mswa::Flags::parse_from(smoke_flags("mswa", &out))).unwrap();
+    assert_wrote(&out, &["table2.csv", "table5.csv", "table5.svg", "table6.csv"]);
+}
+
+#[test]
+fn mswa_linear_example_runs_end_to_end() {
+    let out = out_dir("mswa_linear");
+    mswa_linear::run(mswa_linear::Flags::parse_from(smoke_flags("mswa_linear", &out))).unwrap();
+    assert_wrote(&out, &["table3.csv"]);
+}
+
+#[test]
+fn streaming_example_runs_end_to_end() {
+    let out = out_dir("streaming");
+    streaming::run(streaming::Flags::parse_from(smoke_flags("streaming", &out))).unwrap();
+    assert_wrote(
+        &out,
+        &[
+            "grid.csv",
+            "vanilla-window.svg",
+            "vanilla-sinks.svg",
+            "vanilla-streaming.svg",
+            "swat-window.svg",
+        ],
+    );
+}
+
+#[test]
+fn swat_example_runs_end_to_end() {
+    let out = out_dir("swat");
+    swat::run(swat::Flags::parse_from(smoke_flags("swat", &out))).unwrap();
+    assert_wrote(&out, &["table2.csv", "table2.svg", "table3.csv", "passkey.csv"]);
+}
+
+#[test]
+fn longnet_example_runs_end_to_end() {
+    let out = out_dir("longnet");
+    longnet::run(longnet::Flags::parse_from(smoke_flags("longnet", &out))).unwrap();
+    assert_wrote(&out, &["scaling.csv", "scaling_ratios.csv", "lm.csv", "scaling_time.svg"]);
+}
+
+#[test]
+fn longformer_example_runs_end_to_end() {
+    let out = out_dir("longformer");
+    longformer::run(longformer::Flags::parse_from(smoke_flags("longformer", &out))).unwrap();
+    let csv = std::fs::read_to_string(out.join("accuracy.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 5, "a header and five models:\n{csv}");
+    assert_wrote(&out, &["accuracy.csv", "accuracy.svg"]);
+}

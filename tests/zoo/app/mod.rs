@@ -1,0 +1,6 @@
+//! The application in the facade: the cross-backend check, the efficiency benchmarks and the
+//! per-paper examples' smoke runs.
+
+mod bench;
+mod check_backends;
+mod examples;

@@ -1,0 +1,37 @@
+//! Tests of everything built on the windowed core: the attention layers and decoders
+//! ([`models`]), training ([`training`]) and the application ([`app`]). One binary, since every
+//! test binary links Burn; the core itself is tested by the `attention` binary.
+
+mod app;
+mod models;
+mod training;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+use swa_zoo::models::SplitMix64;
+
+/// The reference backend: ndarray, f32, with autodiff.
+pub type Reference = Autodiff<NdArray<f32>>;
+
+/// Deterministic values in [−1, 1) from a seed (SplitMix64).
+pub fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_signed_f32()).collect()
+}
+
+/// A `[batch, heads, n, d]` tensor of seeded values.
+pub fn tensor<B: Backend>(seed: u64, shape: [usize; 4]) -> Tensor<B, 4> {
+    let data = TensorData::new(values(seed, shape.iter().product()), shape);
+    Tensor::from_data(data, &Default::default())
+}
+
+/// The values of a tensor, as f32.
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().expect("f32 data")
+}
+
+/// Max-abs difference.
+pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max)
+}

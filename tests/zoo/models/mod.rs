@@ -1,0 +1,11 @@
+//! The attention layers and the decoders of `swa-models`: each layer against an f64 model
+//! written from docs/semantics.md, the decoder and its presets, decoding with bounded caches,
+//! and weights I/O.
+
+mod decode;
+mod decoder;
+mod layer_forward;
+mod layer_reference;
+mod layers;
+mod presets;
+mod weights;

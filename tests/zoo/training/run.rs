@@ -1,0 +1,240 @@
+//! Training: exact resume from a checkpoint, checkpoint rotation, the schedule, the loader,
+//! evaluation (windows, and decoded token by token), and the units `swa-zoo train` reports in.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::config::Config;
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::DecoderConfig;
+use swa_zoo::training::checkpoint::last_checkpoint;
+use swa_zoo::training::corpus::Corpus;
+use swa_zoo::training::eval::with_eval_window;
+use swa_zoo::training::loader::{Sampling, WindowLoader};
+use swa_zoo::training::schedule::WarmupCosine;
+use swa_zoo::training::train::{TrainConfig, train};
+
+use crate::{max_abs, to_vec};
+
+type B = Autodiff<NdArray>;
+
+fn run_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("swa-zoo-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn tiny(steps: usize) -> TrainConfig {
+    let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    TrainConfig::new(model, 16)
+        .with_batch_size(2)
+        .with_steps(steps)
+        .with_checkpoint_every(2)
+        .with_keep_checkpoints(2)
+        .with_warmup_steps(1)
+        .with_valid_batches(1)
+}
+
+fn logits(model: &swa_zoo::models::Decoder<NdArray>) -> Vec<f32> {
+    let tokens: Vec<i64> = (0..12).map(|i| (i * 37 % 256) as i64).collect();
+    to_vec(
+        model
+            .forward(Tensor::<NdArray, 2, Int>::from_data(
+                TensorData::new(tokens, [1, 12]),
+                &Default::default(),
+            ))
+            .unwrap(),
+    )
+}
+
+/// A run killed after its second checkpoint and resumed ends where the uninterrupted run ends:
+/// same steps, same data, same optimizer and schedule state.
+#[test]
+fn a_resumed_run_ends_where_the_uninterrupted_run_ends() {
+    let corpus = Corpus::embedded();
+    let device = Default::default();
+    let straight = run_dir("straight");
+    let whole = train::<B>(&tiny(6), &corpus, &straight, false, &device).unwrap();
+    assert_eq!(last_checkpoint(&straight), Some(3));
+    let kept = std::fs::read_dir(straight.join("checkpoint"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("model-"));
+    assert_eq!(kept.count(), 2, "only the last two checkpoints are kept");
+
+    // Kill the run after its second checkpoint: a copy of the folder without the third.
+    let interrupted = run_dir("interrupted");
+    std::fs::create_dir_all(interrupted.join("checkpoint")).unwrap();
+    std::fs::copy(straight.join("train.json"), interrupted.join("train.json")).unwrap();
+    for part in ["model", "optim", "scheduler"] {
+        let file = format!("{part}-2.mpk");
+        std::fs::copy(
+            straight.join("checkpoint").join(&file),
+            interrupted.join("checkpoint").join(&file),
+        )
+        .unwrap();
+    }
+    assert_eq!(last_checkpoint(&interrupted), Some(2));
+    let resumed = train::<B>(&tiny(6), &corpus, &interrupted, true, &device).unwrap();
+    let epochs: Vec<_> = std::fs::read_dir(interrupted.join("train"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(epochs, ["epoch-3"], "the resumed epoch's logs are numbered as in the straight run");
+    let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
+    assert!(error < 1e-5, "resumed run differs from the straight run by {error}");
+    for dir in [straight, interrupted] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn resume_without_a_checkpoint_names_the_folder() {
+    let dir = run_dir("empty");
+    let error =
+        train::<B>(&tiny(2), &Corpus::embedded(), &dir, true, &Default::default()).err().unwrap();
+    assert!(error.to_string().contains("no complete checkpoint"), "{error}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_training_settings_name_the_field() {
+    let corpus = Corpus::embedded();
+    let dir = run_dir("bad");
+    let message = |config: TrainConfig| {
+        train::<B>(&config, &corpus, &dir, false, &Default::default()).err().unwrap().to_string()
+    };
+    assert!(message(tiny(0)).contains("TrainConfig.steps"));
+    assert!(message(TrainConfig { seq_len: 0, ..tiny(2) }).contains("TrainConfig.seq_len"));
+    let mut small_vocab = tiny(2);
+    small_vocab.model.vocab_size = 10;
+    assert!(message(small_vocab).contains("vocab_size"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn warmup_then_cosine() {
+    let schedule = WarmupCosine::new(1.0, 0.1, 10, 110);
+    assert!((schedule.rate(5) - 0.5).abs() < 1e-12);
+    assert!((schedule.rate(10) - 1.0).abs() < 1e-12);
+    assert!((schedule.rate(60) - 0.55).abs() < 1e-12);
+    assert!((schedule.rate(110) - 0.1).abs() < 1e-12);
+    assert!((schedule.rate(500) - 0.1).abs() < 1e-12);
+}
+
+#[test]
+fn batches_depend_only_on_seed_epoch_and_step() {
+    let tokens = Arc::new((0..1000u32).map(|t| t % 256).collect::<Vec<_>>());
+    let loader = |seed| {
+        WindowLoader::<NdArray>::new(
+            tokens.clone(),
+            8,
+            3,
+            5,
+            Sampling::Random { seed },
+            0,
+            Default::default(),
+        )
+        .unwrap()
+    };
+    let ids = |l: &WindowLoader<NdArray>, epoch, step| to_vec(l.batch(epoch, step).inputs.float());
+    assert_eq!(ids(&loader(1), 2, 3), ids(&loader(1), 2, 3));
+    assert_ne!(ids(&loader(1), 2, 3), ids(&loader(1), 1, 3));
+    assert_ne!(ids(&loader(1), 2, 3), ids(&loader(2), 2, 3));
+    let batch = loader(1).batch(0, 0);
+    let (inputs, targets) = (to_vec(batch.inputs.float()), to_vec(batch.targets.float()));
+    assert_eq!(inputs[1..8], targets[..7], "targets are the inputs shifted by one");
+    assert!(
+        WindowLoader::<NdArray>::new(
+            Arc::new(vec![1, 2]),
+            8,
+            1,
+            1,
+            Sampling::Sequential,
+            0,
+            Default::default()
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn evaluation_windows_replace_local_windows_only() {
+    let config =
+        DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Full, AttentionKind::swat(64)]);
+    let windowed = with_eval_window(&config, 16, 0).unwrap();
+    assert_eq!(
+        windowed.attention,
+        vec![AttentionKind::Sliding { window: 16 }, AttentionKind::swat(16)]
+    );
+    let sinks = with_eval_window(
+        &DecoderConfig { attention: vec![AttentionKind::Full], ..config.clone() },
+        16,
+        4,
+    )
+    .unwrap();
+    assert_eq!(sinks.attention, vec![AttentionKind::Sinks { sinks: 4, window: 16 }; 2]);
+    let linear =
+        DecoderConfig { attention: vec![AttentionKind::Linear { feature_dim: 4 }], ..config };
+    assert!(with_eval_window(&linear, 16, 0).unwrap_err().to_string().contains("layer 0"));
+}
+
+/// Decoding token by token with absolute positions scores exactly what one batch of the
+/// parallel evaluation scores; StreamingLLM's slot positions change a sink model's score only
+/// once the sequence outgrows sinks + window.
+#[test]
+fn decoded_loss_matches_the_parallel_evaluation() {
+    use swa_zoo::attention::layers::CachePositions;
+    use swa_zoo::training::eval::{decoded_loss, mean_loss};
+    let device = Default::default();
+    let corpus = Corpus::embedded();
+    let config =
+        DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sinks { sinks: 2, window: 4 }]);
+    let model = config.init::<NdArray>(&device).unwrap();
+    let parallel = mean_loss(&model, corpus.valid(), 12, 3, 1, &device).unwrap();
+    let decoded =
+        decoded_loss(&model, corpus.valid(), 12, 3, CachePositions::Absolute, &device).unwrap();
+    assert!((parallel - decoded).abs() < 1e-5, "parallel {parallel}, decoded {decoded}");
+    let short = |positions| decoded_loss(&model, corpus.valid(), 6, 3, positions, &device).unwrap();
+    assert!((short(CachePositions::Absolute) - short(CachePositions::Streaming)).abs() < 1e-5);
+    let streaming =
+        decoded_loss(&model, corpus.valid(), 12, 3, CachePositions::Streaming, &device).unwrap();
+    assert!(
+        (streaming - decoded).abs() > 1e-4,
+        "slot positions should change the score past sinks + window"
+    );
+}
+
+/// `swa-zoo train` reports validation bits per byte on text and per word on a word-level
+/// corpus, before and after training, as its metrics do.
+#[test]
+fn the_command_line_reports_bits_in_the_corpus_unit() {
+    let dir = run_dir("units");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("model.json");
+    tiny(2).model.save(&config).unwrap();
+    let words = dir.join("words.txt");
+    let text: String = (0..400).map(|i| format!("the cat sat on mat {}\n", i % 40)).collect();
+    std::fs::write(&words, text).unwrap();
+    let train = |name: &str, corpus: &[&str]| {
+        let out = dir.join(name);
+        let output = Command::new(env!("CARGO_BIN_EXE_swa-zoo"))
+            .args(["train", "--backend", "ndarray", "--config", config.to_str().unwrap()])
+            .args(["--seq-len", "16", "--steps", "2", "--batch-size", "2"])
+            .args(["--checkpoint-every", "2", "--out", out.to_str().unwrap()])
+            .args(corpus)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        stdout
+    };
+    let bytes = train("bytes", &[]);
+    assert_eq!(bytes.matches(" bits per byte").count(), 2, "{bytes}");
+    let words = train("words", &["--corpus", words.to_str().unwrap(), "--words", "1"]);
+    assert_eq!(words.matches(" bits per word").count(), 2, "{words}");
+    assert!(!(bytes + &words).contains("per token"));
+    let _ = std::fs::remove_dir_all(dir);
+}

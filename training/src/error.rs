@@ -1,0 +1,235 @@
+//! The one error type of swa-training: every variant names what failed and where (the field,
+//! the file, the checkpoint, the layer), so that a run stops with one line saying why.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use burn::tensor::DataError;
+use swa_attention::layers::AttentionKind;
+use swa_models::ModelError;
+
+/// Why training, evaluation or a data source failed.
+#[derive(Debug)]
+pub enum TrainingError {
+    /// A field of a run's or a synthetic task's configuration has a value that cannot work.
+    Field {
+        /// The field, as `Config.field` (`TrainConfig.seq_len`, `Mqar.queries`, …).
+        field: &'static str,
+        /// What is wrong with its value.
+        problem: String,
+    },
+    /// The model's configuration, or building, running or saving the model, failed.
+    Model(ModelError),
+    /// A corpus file could not be read: missing, unreadable, or not UTF-8 text for a word corpus.
+    CorpusUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O or encoding error.
+        problem: String,
+    },
+    /// A corpus file is too small for the split it needs.
+    CorpusTooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size and what the split needs.
+        problem: String,
+    },
+    /// A token stream too short for one batch of windows of the loader.
+    TooFewTokens {
+        /// Tokens in the stream.
+        tokens: usize,
+        /// Tokens per window: the sequence length + 1.
+        window: usize,
+        /// Windows per batch.
+        batch: usize,
+    },
+    /// A loader of a synthetic task asked for batches of no examples.
+    EmptyBatch,
+    /// A loader could not be built for `purpose`.
+    Loader {
+        /// What the loader was for: `train split`, `evaluation at length 512`, …
+        purpose: String,
+        /// Why it could not be built.
+        source: Box<TrainingError>,
+    },
+    /// A JSON configuration file could not be read.
+    ConfigUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A JSON configuration file does not hold the configuration.
+    ConfigInvalid {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A JSON configuration file names a field the configuration does not have (a misspelt
+    /// field would otherwise keep its default silently).
+    ConfigUnknownField {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a dotted path.
+        field: String,
+    },
+    /// Reading or writing a run's files failed.
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A fresh run into a folder that already holds one.
+    RunExists {
+        /// The run's folder.
+        out: PathBuf,
+    },
+    /// A resume with no complete checkpoint to resume from.
+    NoCheckpoint {
+        /// The checkpoint folder.
+        dir: PathBuf,
+    },
+    /// The checkpoint a resume starts from cannot be read: truncated, corrupt or missing.
+    CheckpointUnreadable {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What the reader found.
+        problem: String,
+    },
+    /// The checkpoint a resume starts from holds the weights of another configuration.
+    CheckpointMismatch {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The weight that is missing, unexpected or of another shape.
+        problem: String,
+    },
+    /// An evaluation window asked of a layer whose kind has no window to replace.
+    EvalWindow {
+        /// The layer.
+        layer: usize,
+        /// Its attention kind.
+        kind: AttentionKind,
+    },
+    /// A position past the end of the sequence.
+    Position {
+        /// The position.
+        position: usize,
+        /// Tokens in the sequence.
+        len: usize,
+    },
+    /// Tensor values could not be read back from the device.
+    Data(DataError),
+}
+
+impl TrainingError {
+    /// [`TrainingError::Field`]: `field` (as `Config.field`) has a value that cannot work.
+    pub fn field(field: &'static str, problem: impl Into<String>) -> Self {
+        TrainingError::Field { field, problem: problem.into() }
+    }
+
+    /// This error as the reason a loader for `purpose` (`train split`, `evaluation at length
+    /// 512`) could not be built.
+    pub fn in_loader(self, purpose: impl Into<String>) -> Self {
+        TrainingError::Loader { purpose: purpose.into(), source: Box::new(self) }
+    }
+}
+
+impl fmt::Display for TrainingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use TrainingError::*;
+        match self {
+            Field { field, problem } => write!(f, "{field}: {problem}"),
+            Model(source) => write!(f, "{source}"),
+            CorpusUnreadable { path, problem } => {
+                write!(f, "cannot read corpus {}: {problem}", path.display())
+            }
+            CorpusTooSmall { path, problem } => {
+                write!(f, "corpus {} is too small: {problem}", path.display())
+            }
+            TooFewTokens { tokens, window, batch } => write!(
+                f,
+                "a split of {tokens} tokens cannot give windows of {window} tokens \
+                 (sequence length + 1) in batches of {batch}"
+            ),
+            EmptyBatch => write!(f, "a task loader needs a batch of at least 1"),
+            Loader { purpose, source } => write!(f, "{purpose}: {source}"),
+            ConfigUnreadable { path, source } => {
+                write!(f, "{}: cannot read: {source}", path.display())
+            }
+            ConfigInvalid { path, source } => {
+                write!(f, "{}: not a valid configuration: {source}", path.display())
+            }
+            ConfigUnknownField { path, field } => {
+                write!(f, "{}: unknown field `{field}`", path.display())
+            }
+            Io { path, source } => write!(f, "{}: {source}", path.display()),
+            RunExists { out } => write!(
+                f,
+                "{} already holds a training run (train.json); continue it with --resume or choose another --out",
+                out.display()
+            ),
+            NoCheckpoint { dir } => {
+                write!(f, "--resume: no complete checkpoint in {}", dir.display())
+            }
+            CheckpointUnreadable { path, problem } | CheckpointMismatch { path, problem } => {
+                write!(f, "--resume: {}: {problem}", path.display())
+            }
+            EvalWindow { layer, kind } => write!(
+                f,
+                "layer {layer}: an evaluation window applies to full, sliding, sinks and SWAT \
+                 layers (and sinks not to SWAT), not {kind:?}"
+            ),
+            Position { position, len } => {
+                write!(f, "position {position} is past a sequence of {len} tokens")
+            }
+            Data(source) => write!(f, "cannot read tensor values: {source:?}"),
+        }
+    }
+}
+
+impl std::error::Error for TrainingError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrainingError::Model(source) => Some(source),
+            TrainingError::Loader { source, .. } => Some(source.as_ref()),
+            TrainingError::ConfigUnreadable { source, .. } | TrainingError::Io { source, .. } => {
+                Some(source)
+            }
+            TrainingError::ConfigInvalid { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<ModelError> for TrainingError {
+    fn from(error: ModelError) -> Self {
+        TrainingError::Model(error)
+    }
+}
+
+impl From<DataError> for TrainingError {
+    fn from(error: DataError) -> Self {
+        TrainingError::Data(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_field_and_what_failed_where() {
+        let field = TrainingError::field("TrainConfig.steps", "must be at least 1");
+        assert_eq!(field.to_string(), "TrainConfig.steps: must be at least 1");
+        let loader = TrainingError::TooFewTokens { tokens: 10, window: 17, batch: 2 }
+            .in_loader("valid split");
+        assert_eq!(
+            loader.to_string(),
+            "valid split: a split of 10 tokens cannot give windows of 17 tokens (sequence length \
+             + 1) in batches of 2"
+        );
+        assert!(std::error::Error::source(&loader).is_some());
+    }
+}

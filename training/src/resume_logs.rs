@@ -1,0 +1,50 @@
+//! The metric logs of a resumed run: Burn's Learner numbers a resumed run's log folders from
+//! epoch 1 again, so the earlier epochs' logs are set aside while it runs and the new ones are
+//! renumbered after them, so that the logs (and the loss curve) read as one run.
+
+use std::path::Path;
+
+/// The suffix of the folders that keep the earlier epochs' logs while the resumed run writes.
+const LOGS_ASIDE: &str = ".before-resume";
+
+/// Moves the logs of the epochs before a resume aside.
+pub(crate) fn set_logs_aside(out: &Path) -> std::io::Result<()> {
+    for split in ["train", "valid"] {
+        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside)?;
+        }
+        if logs.exists() {
+            std::fs::rename(&logs, &aside)?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the resumed run's `epoch-k` log folders to `epoch-(start+k)` among the earlier ones, so
+/// the logs (and the loss curve) read as one run.
+pub(crate) fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
+    for split in ["train", "valid"] {
+        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
+        std::fs::create_dir_all(&aside)?;
+        if logs.exists() {
+            for entry in std::fs::read_dir(&logs)? {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                match name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok()) {
+                    Some(k) => {
+                        let target = aside.join(format!("epoch-{}", start + k));
+                        if target.exists() {
+                            std::fs::remove_dir_all(&target)?;
+                        }
+                        std::fs::rename(entry.path(), target)?;
+                    }
+                    None => std::fs::rename(entry.path(), aside.join(name))?,
+                }
+            }
+            std::fs::remove_dir_all(&logs)?;
+        }
+        std::fs::rename(&aside, &logs)?;
+    }
+    Ok(())
+}
