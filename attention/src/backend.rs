@@ -2,18 +2,22 @@
 //! `examples/custom-cubecl-kernel`.
 //!
 //! - [`WindowedAttentionBackend`] is what [`crate::windowed_attention`] calls. Its default runs the
-//!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and
-//!   [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise, so every
-//!   backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
+//!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and the
+//!   kernel's [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise,
+//!   so every backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
+//!   Setting [`PATH_VARIABLE`] to `blocked` makes every call take the blocked path, for
+//!   comparisons.
 //! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
-//!   returns `o` and `lse` packed in one tensor, and the exact backward of that forward. The
-//!   CubeCL backends implement it (`crate::kernel`, feature `cube`); `Autodiff<B>` turns it into a
-//!   differentiable op whose backward runs the backward kernels.
+//!   returns `o` and `lse` packed in one tensor, the exact backward of that forward, and which
+//!   calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and so
+//!   does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
+//!   whose backward runs the backward kernels (`crate::autodiff`).
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::blocked_attention;
+use crate::decode::DecodeKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// A Burn backend that can run the windowed core.
@@ -31,14 +35,12 @@ pub trait WindowedAttentionBackend: Backend {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        match Self::windowed_kernel() {
-            Some(kernel)
-                if WindowedKernel::<Self>::runs(spec, &q.shape(), &k.shape(), &v.shape()) =>
-            {
+        match chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape()) {
+            Some(kernel) => {
                 let dim = q.shape()[3];
                 split_packed::<Self>((kernel.forward)(q, k, v, spec, opts), dim)
             }
-            _ => blocked_primitives::<Self>(q, k, v, spec, opts),
+            None => blocked_primitives::<Self>(q, k, v, spec, opts),
         }
     }
 
@@ -47,6 +49,34 @@ pub trait WindowedAttentionBackend: Backend {
     fn windowed_kernel() -> Option<WindowedKernel<Self>> {
         None
     }
+
+    /// The backend's fused decode step for the bounded caches ([`crate::decode`]), or `None`
+    /// (the default) when the cache's tensor ops run.
+    fn windowed_decode() -> Option<DecodeKernel<Self>> {
+        None
+    }
+}
+
+/// The environment variable that chooses the path of every call: `blocked` forces the blocked
+/// path on every backend, and the caches' tensor ops in place of a fused decode step (to compare
+/// them with the fused kernels); unset or anything else lets each backend choose. Read at every
+/// call, so a process can compare both.
+pub const PATH_VARIABLE: &str = "SWA_WINDOWED_PATH";
+
+/// The fused kernel that runs this call on `B`: the backend's, when it has one, the kernel takes
+/// the call, and [`PATH_VARIABLE`] does not force the blocked path.
+pub(crate) fn chosen_kernel<B: WindowedAttentionBackend>(
+    spec: &WindowSpec,
+    q: &Shape,
+    k: &Shape,
+    v: &Shape,
+) -> Option<WindowedKernel<B>> {
+    B::windowed_kernel().filter(|kernel| !blocked_forced() && (kernel.runs)(spec, q, k, v))
+}
+
+/// Whether [`PATH_VARIABLE`] forces the blocked path (and the caches' tensor ops).
+pub(crate) fn blocked_forced() -> bool {
+    std::env::var(PATH_VARIABLE).is_ok_and(|path| path == "blocked")
 }
 
 /// A backend with fused windowed-attention kernels (the CubeCL backends, `crate::kernel`).
@@ -71,6 +101,10 @@ pub trait WindowedKernelBackend: Backend {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> [FloatTensor<Self>; 3];
+
+    /// Whether the kernels take a call with this spec and the shapes of `q`, `k` and `v`
+    /// (already checked by [`crate::windowed_attention`]); otherwise the blocked path runs it.
+    fn windowed_runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool;
 }
 
 /// What the backward kernels read: the forward's inputs and output, and the output's gradient.
@@ -96,6 +130,8 @@ pub struct WindowedKernel<B: Backend> {
     pub forward: KernelForward<B>,
     /// [`WindowedKernelBackend::windowed_backward`].
     pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> [FloatTensor<B>; 3],
+    /// [`WindowedKernelBackend::windowed_runs`].
+    pub runs: fn(&WindowSpec, &Shape, &Shape, &Shape) -> bool,
 }
 
 /// The signature of [`WindowedKernelBackend::windowed_forward`].
@@ -124,44 +160,17 @@ impl<B: Backend> std::fmt::Debug for WindowedKernel<B> {
     }
 }
 
-/// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
-/// registers, and a tile of keys must fit in shared memory.
-pub const MAX_KERNEL_HEAD_DIM: usize = 256;
-
-/// Largest `N_q` and `N_k` the kernels take: 65535 blocks of 32 rows, the grid limit of wgpu.
-pub const MAX_KERNEL_LEN: usize = 65535 * 32;
-
 impl<B: Backend> WindowedKernel<B> {
     /// The kernels of a [`WindowedKernelBackend`].
     pub fn of() -> Self
     where
         B: WindowedKernelBackend,
     {
-        Self { forward: B::windowed_forward, backward: B::windowed_backward }
-    }
-
-    /// Whether the kernels take this call; otherwise the blocked path runs it.
-    ///
-    /// - Global tokens (Longformer): a global query sees every key and every query sees the
-    ///   global keys, which breaks the banded tile schedule; the blocked path runs such calls
-    ///   whole (its global rows are one dense block).
-    /// - Calls without a query or a valid key, `v`'s head dim differing from `q`'s, `d > `[`MAX_KERNEL_HEAD_DIM`],
-    ///   lengths above [`MAX_KERNEL_LEN`], or more than 65535 heads or batch elements (grid
-    ///   limits).
-    pub fn runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool {
-        let [batch, heads, q_len, dim] = q.dims::<4>();
-        let keys = k.dims::<4>()[2];
-        let positions = spec.query_offset().saturating_add(q_len).max(keys);
-        spec.globals().is_empty()
-            && batch > 0
-            && q_len > 0
-            && spec.valid_keys(keys) > 0
-            && (1..=MAX_KERNEL_HEAD_DIM).contains(&dim)
-            && v.dims::<4>()[3] == dim
-            && q_len.max(keys) <= MAX_KERNEL_LEN
-            && positions < u32::MAX as usize
-            && heads <= 65535
-            && batch <= 65535
+        Self {
+            forward: B::windowed_forward,
+            backward: B::windowed_backward,
+            runs: B::windowed_runs,
+        }
     }
 }
 
@@ -191,16 +200,6 @@ fn tensor<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 4> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// `Autodiff<B>` without the kernels: the blocked path, differentiated op by op. With feature
-/// `cube` the kernel module implements it instead, to differentiate through the kernels.
-#[cfg(not(feature = "cube"))]
-impl<
-    B: WindowedAttentionBackend,
-    C: burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy,
-> WindowedAttentionBackend for burn::backend::Autodiff<B, C>
-{
-}
-
 #[cfg(feature = "ndarray")]
 impl<E, I, Q> WindowedAttentionBackend for burn::backend::NdArray<E, I, Q>
 where
@@ -211,6 +210,3 @@ where
     burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
 {
 }
-
-#[cfg(feature = "flex")]
-impl WindowedAttentionBackend for burn::backend::Flex {}

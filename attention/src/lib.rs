@@ -10,16 +10,17 @@
 //! - [`dense_attention`], the O(N²) reference for tests ([`reference`]);
 //! - [`blocked_attention`], the O(N·w) tensor-op path that runs and differentiates everywhere
 //!   ([`blocked`], scheduled by `plan`);
-//! - custom CubeCL kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]).
-//!
-//! [`cpu`] (feature `flex`) is the fused CPU kernel of the same core on plain f32 slices, not yet
-//! behind the backend seam.
+//! - fused kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]): the CubeCL
+//!   kernels for wgpu and CUDA (`kernel`, feature `cube`) and the CPU kernel for `Flex` ([`cpu`],
+//!   feature `flex`), both differentiated by `Autodiff<B>` through their own backward.
 
 pub mod alibi;
+mod autodiff;
 pub mod backend;
 pub mod blocked;
 #[cfg(feature = "flex")]
 pub mod cpu;
+pub mod decode;
 mod entry;
 mod error;
 mod index;
@@ -36,8 +37,8 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    KernelForward, MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN, OutputPrimitives, WindowedAttentionBackend,
-    WindowedKernel, WindowedKernelBackend,
+    KernelForward, OutputPrimitives, PATH_VARIABLE, WindowedAttentionBackend, WindowedKernel,
+    WindowedKernelBackend,
 };
 pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
 pub use entry::windowed_attention;

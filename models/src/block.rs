@@ -43,15 +43,15 @@ impl<B: Backend> Block<B> {
     pub fn attention(&self) -> &SelfAttention<B> {
         &self.attention
     }
+}
 
+impl<B: WindowedAttentionBackend> Block<B> {
     /// One decoding step: `x: [batch, 1, d]` at the cache's next position → `[batch, 1, d]`.
     pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
         let x = x.clone() + self.attention.step(self.attention_norm.forward(x), cache);
         x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
     }
-}
 
-impl<B: WindowedAttentionBackend> Block<B> {
     /// `x: [batch, N, d]` → `[batch, N, d]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
         let x = x.clone() + self.attention.forward(self.attention_norm.forward(x))?;

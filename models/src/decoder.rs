@@ -172,7 +172,10 @@ impl<B: Backend> Decoder<B> {
     /// One decoding step: `tokens: [batch]` at the cache's next position → logits
     /// `[batch, vocab]`, the same as that position's row of [`Decoder::forward`] over the
     /// whole prefix (with absolute positions).
-    pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2> {
+    pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2>
+    where
+        B: WindowedAttentionBackend,
+    {
         let mut x = self.embedding.forward(tokens.unsqueeze_dim(1));
         for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
             x = block.step(x, layer);

@@ -2,7 +2,8 @@
 //! then each new token is sampled from the last logits and fed back.
 
 use burn::config::Config;
-use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::CachePositions;
 
 use crate::sampling::Sampler;
@@ -50,7 +51,7 @@ impl GenerateConfig {
     }
 }
 
-impl<B: Backend> Decoder<B> {
+impl<B: WindowedAttentionBackend> Decoder<B> {
     /// Continues each prompt (token ids, all of one length ≥ 1) by `max_new_tokens` tokens and
     /// returns the new tokens of each. Memory stays bounded by the windows however long it runs.
     pub fn generate(

@@ -1,9 +1,8 @@
 //! The benchmarks as one suite, at three sizes: [`Suite::full`] (the `efficiency` bench),
 //! [`Suite::quick`] (`swa-zoo bench`) and [`Suite::tiny`] (the test that the code runs).
 
-use burn::tensor::backend::AutodiffBackend;
 use clap::ValueEnum;
-use swa_attention::WindowedAttentionBackend;
+use swa_training::TrainingBackend;
 
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
@@ -153,7 +152,7 @@ pub fn run<B>(
     mut report: impl FnMut(&str, &Table),
 ) -> Result<Results, AppError>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: TrainingBackend,
 {
     let mut results = Results::default();
     for part in parts {

@@ -4,8 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::AutodiffBackend;
-use swa_attention::WindowedAttentionBackend;
+use swa_training::TrainingBackend;
 
 use super::cases::CheckCase;
 use super::compare::Arithmetic;
@@ -84,10 +83,7 @@ pub fn measure_reference(case: &CheckCase, weights: &Weights) -> Result<Outcome,
 }
 
 /// [`measure`] on `B`'s default device, with a panic turned into an error naming it.
-fn guarded<B>(case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError>
-where
-    B: AutodiffBackend + WindowedAttentionBackend,
-{
+fn guarded<B: TrainingBackend>(case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError> {
     catch_unwind(AssertUnwindSafe(|| measure::<B>(case, weights, &Default::default())))
         .unwrap_or_else(|panic| Err(AppError::Panicked { message: panic_message(panic.as_ref()) }))
 }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, ModelError};
+use swa_training::TrainingBackend;
 use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
 
@@ -57,7 +58,7 @@ pub fn measure<B>(
     device: &B::Device,
 ) -> Result<Outcome, AppError>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: TrainingBackend,
 {
     let decoder = weights.load::<B>(&case.config, device)?;
     let loaded = parameters(&decoder);
@@ -99,7 +100,7 @@ fn token_batch<B: Backend>(rows: &[Vec<usize>], device: &B::Device) -> TokenBatc
 
 /// Feeds `prompt` through the cache (StreamingLLM's position shift for sink layers, as
 /// `generate` does by default), then decodes `steps` tokens greedily.
-fn decode<B: Backend>(
+fn decode<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
     prompt: &[usize],
     steps: usize,

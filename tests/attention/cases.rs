@@ -62,6 +62,41 @@ pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
     ]
 }
 
+/// Cases the matrix lacks, at length `n` and head dim `dim`: everything but globals at once,
+/// decoding offsets with padded keys, bidirectional sigmoid, and a bidirectional band with more
+/// sinks than one block of keys, in a batch of two (sinks past a query block's band).
+pub fn extra_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+    let mut cases = Vec::new();
+    let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+    let everything = WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2).unwrap().with_sinks(2);
+    let opts = ScoreOptions::softmax().with_softcap(2.0).with_alibi(balanced);
+    cases.push(("everything but globals".into(), Case::new(n, dim, everything, opts)));
+    let offset = n / 2;
+    let decode = WindowSpec::sliding(4, 2, 5)
+        .unwrap()
+        .with_sinks(1)
+        .with_query_offset(offset)
+        .with_kv_len(n);
+    let decode = Case {
+        q_len: n - offset,
+        keys: n + 3,
+        ..Case::new(n, dim, decode, ScoreOptions::softmax())
+    };
+    cases.push(("decoding offset + padded keys".into(), decode));
+    let windows = vec![HeadWindow::longformer(2, 1), HeadWindow::longformer(3, 2)];
+    let encoder = WindowSpec::new(windows, 1).unwrap().with_causal(false).with_sinks(1);
+    let sigmoid = ScoreOptions::sigmoid(-1.0).with_alibi(vec![0.5, -0.25]).with_softcap(3.0);
+    cases.push((
+        "bidirectional sigmoid + ALiBi + softcap".into(),
+        Case::new(n, dim, encoder, sigmoid),
+    ));
+    let band = WindowSpec::new(vec![HeadWindow::longformer(3, 1); 2], 2).unwrap();
+    let sinks = band.with_causal(false).with_sinks(n.min(100));
+    let sinks = Case { batch: 2, ..Case::new(n, dim, sinks, ScoreOptions::softmax()) };
+    cases.push(("bidirectional, more sinks than a key block, batch 2".into(), sinks));
+    cases
+}
+
 /// A random case at length `n`: heads, GQA, windows, dilations, LongNet branches, sinks,
 /// globals, causality, score function, softcap, ALiBi, decoding offsets and padding.
 pub fn random_case(rng: &mut Rng, n: usize) -> Case {
@@ -122,5 +157,6 @@ pub fn random_case(rng: &mut Rng, n: usize) -> Case {
         opts,
         seed: rng.next_u64(),
         half: false,
+        dtype: None,
     }
 }

@@ -94,11 +94,24 @@ pub struct Case {
     /// Round every input to f16 first, so that an f32 reference sees exactly what a half
     /// precision backend sees.
     pub half: bool,
+    /// The dtype of the tested backend's tensors, when not its own float type (the reference
+    /// always runs in its own f32).
+    pub dtype: Option<burn::tensor::DType>,
 }
 
 impl Case {
     pub fn new(n: usize, dim: usize, spec: WindowSpec, opts: ScoreOptions) -> Self {
-        Self { batch: 1, q_len: n, keys: n, dim, spec, opts, seed: n as u64, half: false }
+        Self {
+            batch: 1,
+            q_len: n,
+            keys: n,
+            dim,
+            spec,
+            opts,
+            seed: n as u64,
+            half: false,
+            dtype: None,
+        }
     }
 }
 
@@ -130,8 +143,9 @@ where
     let kv_heads = case.spec.kv_heads();
     let mut rng = Rng::new(case.seed);
     // Burn 0.21 keeps one default float dtype per device, shared by every backend type on it
-    // (`Wgpu<f16>` and `Wgpu<f32>` alike): ask for the backend's own float type explicitly.
-    let dtype = <B::FloatElem as burn::tensor::Element>::dtype();
+    // (`Wgpu<f16>` and `Wgpu<f32>` alike): ask for the backend's own float type explicitly, or
+    // the case's own (Flex holds any dtype in its one backend type).
+    let dtype = case.dtype.unwrap_or(<B::FloatElem as burn::tensor::Element>::dtype());
     let mut tensor = |shape: [usize; 4]| {
         let mut values = rng.values(shape.iter().product());
         if case.half {
@@ -225,7 +239,8 @@ pub fn check_within<B>(case: &Case, path: Path, device: &B::Device, tol: Toleran
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
-    let want = run::<Reference>(case, Path::Dense, &Default::default());
+    let reference = Case { dtype: None, ..case.clone() };
+    let want = run::<Reference>(&reference, Path::Dense, &Default::default());
     let got = run::<B>(case, path, device);
     assert_outputs_close(case, &got, &want, tol)
 }

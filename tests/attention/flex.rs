@@ -1,24 +1,103 @@
-//! The flex backend runs the same core: blocked path on flex vs the dense reference on ndarray.
+//! The flex backend: the fused CPU kernel (`swa_attention::cpu`, what `windowed_attention`
+//! runs on `Flex`) and the blocked path on flex, outputs and gradients through `Autodiff<Flex>`,
+//! against the dense reference on ndarray.
 
 #[cfg(feature = "flex")]
-#[test]
-fn blocked_on_flex_matches_dense_on_ndarray() {
+mod on_flex {
+    use std::time::Instant;
+
     use burn::backend::{Autodiff, Flex};
+    use burn::tensor::DType;
+    use swa_zoo::attention::WindowedAttentionBackend;
 
-    use crate::cases::{LENGTHS, matrix};
-    use crate::common::{Case, Path, check_against_reference};
+    use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
+    use crate::common::{Case, F16, F32, Path, Rng, Tolerance, check_within};
 
-    for n in LENGTHS {
-        for (name, spec, opts) in matrix(n) {
-            eprintln!("{name} n={n}");
-            let case = Case::new(n, 8, spec, opts);
-            check_against_reference::<Autodiff<Flex>>(&case, Path::Dispatch, &Default::default());
+    type Backend = Autodiff<Flex>;
+
+    /// Every case of the matrix (global tokens included) and the extra cases at `n`.
+    fn cases(n: usize) -> Vec<(String, Case)> {
+        let mut cases: Vec<(String, Case)> = matrix(n)
+            .into_iter()
+            .map(|(label, spec, opts)| (label.to_string(), Case::new(n, 8, spec, opts)))
+            .collect();
+        cases.extend(extra_cases(n, 8));
+        cases
+    }
+
+    /// Runs `cases` through `path` on `Autodiff<Flex>` against the dense reference within `tol`,
+    /// asserting that the fused kernel takes each call when `path` is the dispatch.
+    fn check(name: &str, cases: &[(String, Case)], path: Path, tol: Tolerance) {
+        let start = Instant::now();
+        let kernel = Flex::windowed_kernel().expect("flex has the fused CPU kernel");
+        let mut worst = [0f32; 3];
+        for (label, case) in cases {
+            let dims = |heads, len| burn::tensor::Shape::new([case.batch, heads, len, case.dim]);
+            let q = dims(case.spec.num_heads(), case.q_len);
+            let k = dims(case.spec.kv_heads(), case.keys);
+            let runs = (kernel.runs)(&case.spec, &q, &k, &k);
+            assert!(runs || !matches!(path, Path::Dispatch), "the kernel must run {label}");
+            let errors = check_within::<Backend>(case, path, &Default::default(), tol);
+            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
         }
+        eprintln!(
+            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
+            cases.len(),
+            worst[0],
+            worst[1],
+            worst[2],
+            start.elapsed().as_secs_f32()
+        );
+    }
+
+    #[test]
+    fn fused_kernel_on_flex_matches_dense() {
+        let cases: Vec<_> = LENGTHS.iter().flat_map(|&n| cases(n)).collect();
+        check("fused CPU kernel on Autodiff<Flex>", &cases, Path::Dispatch, F32);
+        let wide: Vec<_> = cases_at(70, 128);
+        check("fused CPU kernel, head dim 128", &wide, Path::Dispatch, F32);
+    }
+
+    /// The matrix at head dim `dim`, for the kernel's wider rows.
+    fn cases_at(n: usize, dim: usize) -> Vec<(String, Case)> {
+        cases(n).into_iter().map(|(label, case)| (label, Case { dim, ..case })).collect()
+    }
+
+    #[test]
+    fn fused_kernel_on_flex_matches_dense_on_random_specs() {
+        let mut rng = Rng::new(0xF1E7_2026);
+        let cases: Vec<_> = (0..150)
+            .map(|i| {
+                let n = rng.pick(&[1, 2, 5, 17, 40, 63, 64, 65, 100]);
+                (format!("random case {i}"), random_case(&mut rng, n))
+            })
+            .collect();
+        check("fused CPU kernel, random specs", &cases, Path::Dispatch, F32);
+    }
+
+    /// f16 tensors into the kernel, which computes in f32: against the dense reference in f32
+    /// on the same f16-rounded inputs.
+    #[test]
+    fn fused_kernel_on_flex_takes_f16() {
+        let cases: Vec<_> = [5, 65]
+            .iter()
+            .flat_map(|&n| cases(n))
+            .map(|(label, case)| (label, Case { half: true, dtype: Some(DType::F16), ..case }))
+            .collect();
+        check("fused CPU kernel, f16 tensors", &cases, Path::Dispatch, F16);
+    }
+
+    /// The blocked path stays a reference on flex too (and runs what a user forces with
+    /// `SWA_WINDOWED_PATH=blocked`).
+    #[test]
+    fn blocked_on_flex_matches_dense() {
+        let cases: Vec<_> = [5, 65].iter().flat_map(|&n| cases(n)).collect();
+        check("blocked path on Autodiff<Flex>", &cases, Path::Blocked, F32);
     }
 }
 
 #[cfg(not(feature = "flex"))]
 #[test]
-fn blocked_on_flex_matches_dense_on_ndarray() {
+fn flex_tests_need_flex() {
     eprintln!("skipped: built without the `flex` feature (cargo test --features flex)");
 }

@@ -12,13 +12,10 @@ mod on_wgpu {
     use burn::tensor::backend::Backend;
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::kernel::probe_visibility;
-    use swa_zoo::attention::{
-        HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, WindowedKernel, alibi,
-        windowed_attention,
-    };
+    use swa_zoo::attention::{WindowSpec, WindowedAttentionBackend, windowed_attention};
     use swa_zoo::training::TrainingBackend;
 
-    use crate::cases::{LENGTHS, matrix, random_case};
+    use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
     use crate::common::{
         Case, F16, F32, Path, Reference, Rng, Tolerance, assert_close, check_within,
         device_answers, errors, run, values,
@@ -27,38 +24,14 @@ mod on_wgpu {
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 
-    /// The specs of [`matrix`] that the kernels take (no global tokens), and cases the matrix
-    /// lacks: everything but globals, decoding offsets with padded keys, bidirectional sigmoid.
+    /// The specs of [`matrix`] and [`extra_cases`] that the kernels take (no global tokens).
     pub fn kernel_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
         let mut cases: Vec<(String, Case)> = matrix(n)
             .into_iter()
             .filter(|(_, spec, _)| spec.globals().is_empty())
             .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
             .collect();
-        let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
-        let everything =
-            WindowSpec::dilated(&[4, 4, 9, 9], &[2, 2, 1, 3], 2).unwrap().with_sinks(2);
-        let opts = ScoreOptions::softmax().with_softcap(2.0).with_alibi(balanced.clone());
-        cases.push(("everything but globals".into(), Case::new(n, dim, everything, opts)));
-        let offset = n / 2;
-        let decode = WindowSpec::sliding(4, 2, 5)
-            .unwrap()
-            .with_sinks(1)
-            .with_query_offset(offset)
-            .with_kv_len(n);
-        let decode = Case {
-            q_len: n - offset,
-            keys: n + 3,
-            ..Case::new(n, dim, decode, ScoreOptions::softmax())
-        };
-        cases.push(("decoding offset + padded keys".into(), decode));
-        let windows = vec![HeadWindow::longformer(2, 1), HeadWindow::longformer(3, 2)];
-        let encoder = WindowSpec::new(windows, 1).unwrap().with_causal(false).with_sinks(1);
-        let sigmoid = ScoreOptions::sigmoid(-1.0).with_alibi(vec![0.5, -0.25]).with_softcap(3.0);
-        cases.push((
-            "bidirectional sigmoid + ALiBi + softcap".into(),
-            Case::new(n, dim, encoder, sigmoid),
-        ));
+        cases.extend(extra_cases(n, dim));
         cases
     }
 
@@ -77,8 +50,9 @@ mod on_wgpu {
         let q = tensor([case.batch, heads, case.q_len, case.dim]);
         let k = tensor([case.batch, kv_heads, case.keys, case.dim]);
         let v = tensor([case.batch, kv_heads, case.keys, case.dim]);
-        let kernel_runs = WindowedKernel::<B>::runs(&case.spec, &q.shape(), &k.shape(), &v.shape());
-        assert!(B::windowed_kernel().is_some() && kernel_runs, "the kernel must run {case:?}");
+        let kernel = B::windowed_kernel().expect("the backend has kernels");
+        let kernel_runs = (kernel.runs)(&case.spec, &q.shape(), &k.shape(), &v.shape());
+        assert!(kernel_runs, "the kernel must run {case:?}");
         let (o, lse) = windowed_attention(q, k, v, &case.spec, &case.opts).unwrap();
         (values(o), values(lse))
     }
@@ -163,14 +137,16 @@ mod on_wgpu {
         );
     }
 
-    /// The kernel cases at each of `lengths` (head dim 8), plus a head dim of 128 (smaller
-    /// shared tiles).
+    /// The kernel cases at each of `lengths` (head dim 8), plus head dims of 128 and 192 (smaller
+    /// shared tiles: 16 keys at 192).
     fn gradient_cases(lengths: &[usize]) -> Vec<(String, Case)> {
         let mut cases: Vec<(String, Case)> =
             lengths.iter().flat_map(|&n| kernel_cases(n, 8)).collect();
-        cases.extend(
-            kernel_cases(70, 128).into_iter().filter(|(label, _)| label.starts_with("sliding W=7")),
-        );
+        let wide = |n, dim, name: &str| {
+            kernel_cases(n, dim).into_iter().filter(|(label, _)| label.starts_with(name)).collect()
+        };
+        cases.extend::<Vec<_>>(wide(70, 128, "sliding W=7"));
+        cases.extend::<Vec<_>>(wide(70, 192, "bidirectional, more sinks"));
         cases
     }
 
@@ -183,11 +159,8 @@ mod on_wgpu {
             let (heads, dim) = (case.spec.num_heads(), case.dim);
             let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
             let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
-            let runs = WindowedKernel::<B::InnerBackend>::runs(&case.spec, &q, &k, &k);
-            assert!(
-                B::InnerBackend::windowed_kernel().is_some() && runs,
-                "the kernel must run {label}"
-            );
+            let kernel = B::InnerBackend::windowed_kernel().expect("the backend has kernels");
+            assert!((kernel.runs)(&case.spec, &q, &k, &k), "the kernel must run {label}");
             let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), tol);
             worst = std::array::from_fn(|i| worst[i].max(errors[i]));
         }

@@ -12,6 +12,8 @@
 //!   `gather` lays each list's rows out contiguously and puts the tiles' rows back.
 //! - `block` scores one chunk (`scale·q·k`, softcap, ALiBi, −∞ where not visible), with the
 //!   block products of `matmul` (gemm) and the vectorised `exp` and reductions of `math`.
+//! - [`decode`] is the fused decode step of the bounded caches: one query per head against its
+//!   ring buffer.
 //! - [`forward`] computes `o` and `lse`; [`backward`] the exact `dq`, `dk`, `dv` from `∂L/∂o`
 //!   and `∂L/∂lse`, recomputing weights from `lse` (a dQ pass over query tiles, a dK/dV pass over
 //!   key tiles, each owning its outputs).
@@ -27,12 +29,17 @@
 //! - the backward takes `∂L/∂o` and `∂L/∂lse` in those shapes and returns `dq`, `dk`, `dv` in the
 //!   shapes of `q`, `k`, `v`; padded keys (at or past the spec's valid length) get zeros.
 //!
+//! `flex` makes it the windowed core of `Flex` (and, through `crate::autodiff`, of
+//! `Autodiff<Flex>`).
+//!
 //! Every option of [`crate::WindowSpec`] and [`crate::ScoreOptions`] runs, global tokens
 //! included: a global query's tile reads every key, and global keys are read like sinks.
 //! Threads (rayon) go over (batch, kv head) slabs and, inside, over tiles.
 
 mod backward;
 mod block;
+mod decode;
+mod flex;
 mod forward;
 mod gather;
 mod math;
@@ -42,6 +49,7 @@ mod schedule;
 mod tests;
 
 pub use backward::{BackwardInputs, Gradients, backward};
+pub use decode::{DecodeBuffer, decode};
 pub use forward::{Output, forward};
 
 use crate::{AttentionError, ScoreOptions, WindowSpec};

@@ -1,5 +1,6 @@
 //! The kernels as the windowed core of `CubeBackend`, on every CubeCL runtime (wgpu, CUDA, …).
 
+use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
 use burn_cubecl::element::BoolElement;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -10,6 +11,13 @@ use crate::backend::{
     KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
 };
 use crate::{ScoreOptions, WindowSpec};
+
+/// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
+/// registers, and a tile of keys must fit in shared memory.
+pub const MAX_KERNEL_HEAD_DIM: usize = 256;
+
+/// Largest `N_q` and `N_k` the kernels take: 65535 blocks of 32 rows, the grid limit of wgpu.
+pub const MAX_KERNEL_LEN: usize = 65535 * 32;
 
 impl<R, F, I, BT> WindowedKernelBackend for CubeBackend<R, F, I, BT>
 where
@@ -34,6 +42,29 @@ where
         opts: &ScoreOptions,
     ) -> [FloatTensor<Self>; 3] {
         backward(inputs, spec, opts)
+    }
+
+    /// Every call but these, which the blocked path runs:
+    /// - global tokens (Longformer): a global query sees every key and every query sees the
+    ///   global keys, which breaks the banded tile schedule; the blocked path runs such calls
+    ///   whole (its global rows are one dense block);
+    /// - calls without a query or a valid key, `v`'s head dim differing from `q`'s,
+    ///   `d >` [`MAX_KERNEL_HEAD_DIM`], lengths above [`MAX_KERNEL_LEN`], or more than 65535
+    ///   heads or batch elements (grid limits).
+    fn windowed_runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool {
+        let [batch, heads, q_len, dim] = q.dims::<4>();
+        let keys = k.dims::<4>()[2];
+        let positions = spec.query_offset().saturating_add(q_len).max(keys);
+        spec.globals().is_empty()
+            && batch > 0
+            && q_len > 0
+            && spec.valid_keys(keys) > 0
+            && (1..=MAX_KERNEL_HEAD_DIM).contains(&dim)
+            && v.dims::<4>()[3] == dim
+            && q_len.max(keys) <= MAX_KERNEL_LEN
+            && positions < u32::MAX as usize
+            && heads <= 65535
+            && batch <= 65535
     }
 }
 

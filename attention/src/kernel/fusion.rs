@@ -60,6 +60,11 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         };
         client.register(streams, OperationIr::Custom(desc), BackwardOp(op)).outputs()
     }
+
+    /// The inner backend's choice: the same kernels run inside the stream.
+    fn windowed_runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool {
+        B::windowed_runs(spec, q, k, v)
+    }
 }
 
 impl<B: FusionBackend + WindowedKernelBackend> WindowedAttentionBackend for Fusion<B> {

@@ -4,7 +4,7 @@
 //!
 //! They compute exactly what the dense reference [`crate::reference::dense_attention`]
 //! computes (docs/semantics.md §1–§2, §4), and the tests compare them with it
-//! (`tests/attention/kernel.rs`). Calls they do not take ([`crate::WindowedKernel::runs`]: global
+//! (`tests/attention/kernel.rs`). Calls they do not take (`windowed_runs` in [`cube`]: global
 //! tokens, big head dims) run the blocked path.
 //!
 //! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
@@ -13,11 +13,9 @@
 //! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
-//! - [`cube`]: the kernels as `CubeBackend`'s core; [`autodiff`]: as one differentiable op of
-//!   `Autodiff<B>`, whose backward runs the backward kernels; [`fusion`]: as custom ops of
-//!   `Fusion<B>`.
+//! - [`cube`]: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
+//!   differentiable op of `Autodiff<B>`); [`fusion`]: as custom ops of `Fusion<B>`.
 
-mod autodiff;
 mod backward_keys;
 mod backward_launch;
 mod backward_queries;
@@ -33,4 +31,5 @@ mod score;
 mod tile;
 mod visibility;
 
+pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
 pub use probe::probe_visibility;

@@ -11,7 +11,8 @@ use cubecl::prelude::*;
 use super::config::Call;
 use super::visibility::Window;
 
-/// Tiles `0 … before − 1` (sink tiles left of the band), then `first … first + count − 1`.
+/// Tiles `0 … before − 1` (sink tiles left of the band), then `first … first + count − 1` (the
+/// band, which starts at tile 0 and takes in the sink tiles when they reach it).
 #[derive(CubeType)]
 pub(crate) struct Tiles {
     /// Sink tiles visited before the band.
@@ -55,9 +56,17 @@ pub(crate) fn key_tiles(
     let sink_tiles = min(call.sinks, call.kv_len).div_ceil(tile);
     let mut tiles = Tiles { before: sink_tiles, first: 0, count: 0 };
     if lo <= hi {
-        tiles.first = lo / tile;
-        tiles.count = hi / tile - tiles.first + 1;
-        tiles.before = min(sink_tiles, tiles.first);
+        let band_first = lo / tile;
+        let band_end = hi / tile + 1;
+        if sink_tiles < band_first {
+            tiles.first = band_first;
+            tiles.count = band_end - band_first;
+        } else {
+            // The sink tiles reach the band (or, bidirectional, past its end): one run from
+            // tile 0 covers both, each tile once.
+            tiles.before = 0;
+            tiles.count = max(band_end, sink_tiles);
+        }
     }
     tiles
 }

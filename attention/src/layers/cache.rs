@@ -10,14 +10,16 @@
 
 use std::collections::VecDeque;
 
-use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::blocked_forced;
+use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
 use crate::entry::expand_kv;
 use crate::index::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
 use crate::scores::{Alibi, attend};
-use crate::{AttentionError, Rope, ScoreOptions, WindowSpec};
+use crate::{AttentionError, Rope, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,7 +144,18 @@ impl<B: Backend> KvCache<B> {
     /// Attends the query of the latest appended position, `q: [batch, H, 1, d]` before RoPE,
     /// to the keys its head sees → `[batch, H, 1, d]`, with the same `rope` as
     /// [`KvCache::append`], which comes first.
-    pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4> {
+    ///
+    /// A backend with a fused decode step ([`WindowedAttentionBackend::windowed_decode`]) runs
+    /// it over every buffer at once under [`CachePositions::Absolute`]; otherwise (and when
+    /// [`crate::PATH_VARIABLE`] forces the blocked path) each buffer runs its tensor ops.
+    pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4>
+    where
+        B: WindowedAttentionBackend,
+    {
+        let fused = B::windowed_decode().filter(|_| !blocked_forced());
+        if let (Some(decode), CachePositions::Absolute) = (fused, self.positions) {
+            return self.attend_fused(decode, q, rope);
+        }
         let heads = q.dims()[1];
         let outputs: Vec<_> =
             self.buffers.iter().map(|b| self.attend_buffer(b, q.clone(), rope)).collect();
@@ -154,6 +167,36 @@ impl<B: Backend> KvCache<B> {
         let inverse = inverse_permutation(heads, order.into_iter().map(Some));
         let index = index_tensor::<B>(inverse, &out.device());
         out.select(1, index)
+    }
+
+    /// The backend's fused decode step over every buffer, the query rotated at its position.
+    fn attend_fused(
+        &self,
+        decode: DecodeKernel<B>,
+        q: Tensor<B, 4>,
+        rope: Option<&Rope>,
+    ) -> Tensor<B, 4> {
+        let t = self.len - 1;
+        let q = match rope {
+            Some(rope) => rope.forward_at(q, &[t]),
+            None => q,
+        };
+        let primitive = |x: &Option<Tensor<B, 4>>| {
+            x.clone().expect("append comes before attend").into_primitive().tensor()
+        };
+        let buffers: Vec<CachedBuffer<B>> = self
+            .buffers
+            .iter()
+            .map(|buffer| CachedBuffer {
+                keys: primitive(&buffer.keys),
+                values: primitive(&buffer.values),
+                kv_heads: &buffer.kv_heads,
+                positions: &buffer.slots,
+            })
+            .collect();
+        let step = DecodeStep { specs: &self.specs, opts: &self.opts, position: t };
+        let o = decode(q.into_primitive().tensor(), &buffers, &step);
+        Tensor::from_primitive(TensorPrimitive::Float(o))
     }
 
     /// One buffer's query heads against its slots, through every spec.

@@ -237,7 +237,10 @@ impl<B: Backend> SelfAttention<B> {
     /// One decoding step: `x: [batch, 1, d_model]` at the cache's next position →
     /// `[batch, 1, d_model]`, the same as row `position` of [`SelfAttention::forward`] over the
     /// whole prefix (with [`CachePositions::Absolute`]).
-    pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
+    pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3>
+    where
+        B: WindowedAttentionBackend,
+    {
         let (local, global) = match (cache, &self.linear) {
             (LayerCache::Linear(state), Some(linear)) => {
                 let (y, next) = linear.step(x, state.clone());

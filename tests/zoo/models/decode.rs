@@ -7,7 +7,7 @@ use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::attention::layers::{
     AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions,
 };
-use swa_zoo::attention::{AttentionError, ScoreFn};
+use swa_zoo::attention::{AttentionError, ScoreFn, WindowedAttentionBackend};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 
@@ -71,8 +71,8 @@ fn token_ids(n: usize) -> Vec<i64> {
 }
 
 /// Token-by-token logits of the first `n` tokens, and the cache bytes after each step.
-fn decode(
-    model: &swa_zoo::models::Decoder<B>,
+fn decode<D: WindowedAttentionBackend>(
+    model: &swa_zoo::models::Decoder<D>,
     n: usize,
     positions: CachePositions,
 ) -> (Vec<f32>, Vec<usize>) {
@@ -80,30 +80,44 @@ fn decode(
     let mut cache = model.cache(1, positions, &device).unwrap();
     let (mut logits, mut bytes) = (Vec::new(), Vec::new());
     for token in token_ids(n) {
-        let token = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![token], [1]), &device);
+        let token = Tensor::<D, 1, Int>::from_data(TensorData::new(vec![token], [1]), &device);
         logits.extend(to_vec(model.step(token, &mut cache)));
         bytes.push(cache.bytes());
     }
     (logits, bytes)
 }
 
-#[test]
-fn decoding_reproduces_the_forward_pass_with_constant_memory() {
+/// Every windowed kind decodes on `D` as its forward pass computes, with memory that stops
+/// growing once the windows are full.
+fn check_decoding<D: WindowedAttentionBackend>(backend: &str) {
     let device = Default::default();
     for (name, attention, reach) in windowed_kinds() {
         let n = 3 * reach + 4;
-        let model = config(attention).init::<B>(&device).unwrap();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), &device);
+        let model = config(attention).init::<D>(&device).unwrap();
+        let tokens = Tensor::<D, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), &device);
         let forward = to_vec(model.forward(tokens).unwrap());
         let (stepped, bytes) = decode(&model, n, CachePositions::Absolute);
         let error = max_abs(&forward, &stepped);
-        assert!(error <= DECODE_TOLERANCE, "{name}: decoding differs from forward by {error}");
+        assert!(error <= DECODE_TOLERANCE, "{name} on {backend}: decoding differs by {error}");
         let full = &bytes[reach + 1..];
         assert!(
             full.iter().all(|b| *b == full[0]),
-            "{name}: cache grew after the window filled: {bytes:?}"
+            "{name} on {backend}: cache grew after the window filled: {bytes:?}"
         );
     }
+}
+
+/// ndarray: the cache's tensor ops.
+#[test]
+fn decoding_reproduces_the_forward_pass_with_constant_memory() {
+    check_decoding::<B>("ndarray");
+}
+
+/// flex: the fused decode step (`swa_attention::cpu`) against the fused forward kernel.
+#[cfg(feature = "flex")]
+#[test]
+fn the_fused_decode_step_reproduces_the_forward_pass() {
+    check_decoding::<burn::backend::Flex>("flex");
 }
 
 /// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and

@@ -1,5 +1,6 @@
-//! The kernels as one differentiable op of `Autodiff<B>`, after the backward of Burn's
-//! `examples/custom-cubecl-kernel`.
+//! A backend's fused kernels as one differentiable op of `Autodiff<B>`, after the backward of
+//! Burn's `examples/custom-cubecl-kernel`: the CubeCL kernels (`crate::kernel`) and the CPU
+//! kernel (`crate::cpu`) differentiate through the same op.
 //!
 //! The op's single output is the packed `[batch, H, N_q, d + 1]` tensor (`o` ‖ `lse`); `o` and
 //! `lse` are slices of it, so autodiff hands the backward one gradient holding `∂L/∂o` and
@@ -17,7 +18,7 @@ use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
-    split_packed,
+    chosen_kernel, split_packed,
 };
 use crate::{ScoreOptions, WindowSpec};
 
@@ -33,11 +34,9 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        match B::windowed_kernel() {
-            Some(kernel) if WindowedKernel::<B>::runs(spec, &q.shape(), &k.shape(), &v.shape()) => {
-                kernel_op::<B, C>(kernel, q, k, v, spec, opts)
-            }
-            _ => blocked_primitives::<Self>(q, k, v, spec, opts),
+        match chosen_kernel::<B>(spec, &q.shape(), &k.shape(), &v.shape()) {
+            Some(kernel) => kernel_op::<B, C>(kernel, q, k, v, spec, opts),
+            None => blocked_primitives::<Self>(q, k, v, spec, opts),
         }
     }
 }

@@ -1,0 +1,153 @@
+//! The fused CPU kernel as the windowed core of `Flex`, Burn's default CPU backend, through the
+//! same seam as the CubeCL kernels ([`WindowedKernelBackend`]), so that `Autodiff<Flex>`
+//! differentiates through [`super::backward`] (`crate::autodiff`).
+//!
+//! The kernel reads contiguous f32 buffers: an f32 tensor that is already contiguous is read in
+//! place, any other (a strided view, f16, bf16) is copied to f32 first, so half-precision inputs
+//! accumulate in f32. Outputs return in the inputs' dtype. The seam's packed output
+//! (`o` ‖ `lse` per row, `[batch, H, N_q, d + 1]`) is interleaved from the kernel's separate
+//! buffers, an O(N·d) copy beside the kernel's O(N·w·d) work. The fused decode step
+//! ([`super::decode`]) is `Flex`'s too.
+
+use std::borrow::Cow;
+
+use burn::backend::Flex;
+use burn::backend::flex::FlexTensor;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
+
+use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward};
+use crate::backend::{
+    KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+};
+use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
+use crate::{ScoreOptions, WindowSpec};
+
+const CHECKED: &str = "inputs are checked by windowed_attention before they reach a backend";
+
+impl WindowedKernelBackend for Flex {
+    fn windowed_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> FloatTensor<Self> {
+        let dims = dims_of(&q.shape(), &k.shape());
+        let out = forward(&f32s(&q), &f32s(&k), &f32s(&v), dims, spec, opts).expect(CHECKED);
+        let packed = pack(&out.o, &out.lse, dims.dim);
+        let shape = [dims.batch, dims.heads, dims.q_len, dims.dim + 1];
+        tensor(packed, shape, q.dtype())
+    }
+
+    fn windowed_backward(
+        inputs: KernelBackward<Self>,
+        spec: &WindowSpec,
+        opts: &ScoreOptions,
+    ) -> [FloatTensor<Self>; 3] {
+        let KernelBackward { q, k, v, packed, grad } = inputs;
+        let dims = dims_of(&q.shape(), &k.shape());
+        let (o, lse) = unpack(&f32s(&packed), dims.dim);
+        let (d_o, d_lse) = unpack(&f32s(&grad), dims.dim);
+        let buffers = BackwardInputs {
+            q: &f32s(&q),
+            k: &f32s(&k),
+            v: &f32s(&v),
+            o: &o,
+            lse: &lse,
+            d_o: &d_o,
+            d_lse: d_lse.iter().any(|&g| g != 0.0).then_some(d_lse.as_slice()),
+        };
+        let grads = backward(&buffers, dims, spec, opts).expect(CHECKED);
+        [
+            tensor(grads.dq, q.shape().dims::<4>(), q.dtype()),
+            tensor(grads.dk, k.shape().dims::<4>(), k.dtype()),
+            tensor(grads.dv, v.shape().dims::<4>(), v.dtype()),
+        ]
+    }
+
+    /// Every call [`crate::windowed_attention`] accepts, global tokens included, provided `v`'s
+    /// head dim is `q`'s (the kernel's buffers share one `d`).
+    fn windowed_runs(_spec: &WindowSpec, q: &Shape, _k: &Shape, v: &Shape) -> bool {
+        let dim = q.dims::<4>()[3];
+        dim > 0 && v.dims::<4>()[3] == dim
+    }
+}
+
+impl WindowedAttentionBackend for Flex {
+    fn windowed_kernel() -> Option<WindowedKernel<Self>> {
+        Some(WindowedKernel::of())
+    }
+
+    fn windowed_decode() -> Option<DecodeKernel<Self>> {
+        Some(decode_step)
+    }
+}
+
+/// [`super::decode`] on the cache's tensors.
+fn decode_step(
+    q: FlexTensor,
+    buffers: &[CachedBuffer<'_, Flex>],
+    step: &DecodeStep<'_>,
+) -> FlexTensor {
+    let [batch, heads, _, dim] = q.shape().dims::<4>();
+    let keys: Vec<_> = buffers.iter().map(|b| f32s(&b.keys)).collect();
+    let values: Vec<_> = buffers.iter().map(|b| f32s(&b.values)).collect();
+    let slices: Vec<DecodeBuffer> = buffers
+        .iter()
+        .zip(keys.iter().zip(&values))
+        .map(|(buffer, (keys, values))| DecodeBuffer {
+            keys,
+            values,
+            kv_heads: buffer.kv_heads,
+            positions: buffer.positions,
+        })
+        .collect();
+    let o = decode(&f32s(&q), &slices, batch, dim, step);
+    tensor(o, [batch, heads, 1, dim], q.dtype())
+}
+
+/// The sizes of a call from the shapes of `q` and `k`.
+fn dims_of(q: &Shape, k: &Shape) -> Dims {
+    let [batch, heads, q_len, dim] = q.dims::<4>();
+    let [_, kv_heads, keys, _] = k.dims::<4>();
+    Dims { batch, heads, kv_heads, q_len, keys, dim }
+}
+
+/// The tensor's elements in row-major order as f32: borrowed when it is a contiguous f32
+/// tensor, else converted.
+fn f32s(t: &FlexTensor) -> Cow<'_, [f32]> {
+    match t.as_slice::<f32>() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => {
+            let data = t.clone().into_data().convert::<f32>();
+            Cow::Owned(data.into_vec::<f32>().expect("converted to f32"))
+        }
+    }
+}
+
+/// A tensor of `shape` and `dtype` from f32 values.
+fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, shape).convert_dtype(dtype))
+}
+
+/// Interleaves rows of `o` (`dim` values) and `lse` (one value) into rows of `dim + 1`.
+fn pack(o: &[f32], lse: &[f32], dim: usize) -> Vec<f32> {
+    let mut packed = Vec::with_capacity(lse.len() * (dim + 1));
+    for (row, &l) in o.chunks_exact(dim).zip(lse) {
+        packed.extend_from_slice(row);
+        packed.push(l);
+    }
+    packed
+}
+
+/// Splits rows of `dim + 1` into `o` rows and `lse` values: the inverse of [`pack`].
+fn unpack(packed: &[f32], dim: usize) -> (Vec<f32>, Vec<f32>) {
+    let rows = packed.len() / (dim + 1);
+    let (mut o, mut lse) = (Vec::with_capacity(rows * dim), Vec::with_capacity(rows));
+    for row in packed.chunks_exact(dim + 1) {
+        o.extend_from_slice(&row[..dim]);
+        lse.push(row[dim]);
+    }
+    (o, lse)
+}

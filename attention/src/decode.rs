@@ -1,0 +1,43 @@
+//! The seam of a fused decode step (docs/semantics.md §7): what a backend with one receives from
+//! a layer's bounded cache (`crate::layers::cache`) at each generated token.
+//!
+//! A backend offers the step through [`crate::WindowedAttentionBackend::windowed_decode`]; the
+//! cache then hands it the query and every ring buffer at once, instead of running a chain of
+//! tensor ops per buffer. `Flex` offers one (`crate::cpu`, feature `flex`).
+
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+
+use crate::{ScoreOptions, WindowSpec};
+
+/// One ring buffer of a layer's cache.
+#[derive(Clone, Debug)]
+pub struct CachedBuffer<'a, B: Backend> {
+    /// Keys `[batch, kv_heads.len(), slots, d]`, rotated at their absolute positions.
+    pub keys: FloatTensor<B>,
+    /// Values, shaped as `keys`.
+    pub values: FloatTensor<B>,
+    /// The kv heads held, in the order of the second axis.
+    pub kv_heads: &'a [usize],
+    /// The position each slot holds.
+    pub positions: &'a [usize],
+}
+
+/// What a decode step attends with: the layer's spec (one per LongNet branch), its options and
+/// the position of the query.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeStep<'a> {
+    /// One spec, or one per LongNet branch (mixed by their log-normalisers, docs/semantics.md
+    /// §5); all share heads and kv heads.
+    pub specs: &'a [WindowSpec],
+    /// The layer's score options.
+    pub opts: &'a ScoreOptions,
+    /// The query's absolute position `t`; the cache holds positions up to `t`.
+    pub position: usize,
+}
+
+/// A fused decode step: `q: [batch, H, 1, d]`, rotated at the step's position, against the
+/// buffers that hold every kv head → `o: [batch, H, 1, d]`; each head sees the slots
+/// [`WindowSpec::visible`] allows at their positions, and rows that see none get 0.
+pub type DecodeKernel<B> =
+    fn(FloatTensor<B>, &[CachedBuffer<'_, B>], &DecodeStep<'_>) -> FloatTensor<B>;
