@@ -110,7 +110,7 @@ fn gflops(n: usize, window: usize, ms: f64, factor: f64) -> f64 {
 
 /// Burn's flex matmul (gemm) on 2048² f32: the dense peak this machine reaches in Rust.
 fn matmul_gflops() -> f64 {
-    let size = 2048;
+    let size: usize = 2048;
     let a = Tensor::<Flex, 2>::random([size, size], Distribution::Default, &Default::default());
     a.clone().matmul(a.clone()).into_data();
     let ms = median_ms(10, || {

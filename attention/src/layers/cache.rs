@@ -308,12 +308,20 @@ impl<B: Backend> Buffer<B> {
     }
 }
 
-/// The heads `heads` (sorted, distinct) of `x: [batch, all, rows, d]`; `x` itself when they are
-/// all of them.
+/// The heads `heads` (sorted, distinct) of `x: [batch, all, rows, d]`: `x` itself when they are
+/// all of them, a view when they are consecutive (an MSWA buffer's heads usually are), else a
+/// gathered copy.
 fn select_heads<B: Backend>(x: Tensor<B, 4>, heads: &[usize]) -> Tensor<B, 4> {
     if heads.len() == x.dims()[1] {
         return x;
     }
-    let index = index_tensor::<B>(heads.iter().copied(), &x.device());
-    x.select(1, index)
+    match (heads.first(), heads.last()) {
+        (Some(&first), Some(&last)) if last + 1 - first == heads.len() => {
+            x.narrow(1, first, heads.len())
+        }
+        _ => {
+            let index = index_tensor::<B>(heads.iter().copied(), &x.device());
+            x.select(1, index)
+        }
+    }
 }
