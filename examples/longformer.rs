@@ -27,14 +27,17 @@
 //! here). There the stack without globals reaches 12·256·2 = 6144 positions ahead with the
 //! preset's dilation, past the end of the sequence; only the no-dilation model (12·256 = 3072)
 //! falls short:
-//! `cargo run --release --features cuda --example longformer -- --backend cuda --scale paper --steps 5000 --batch-size 16 --markers 15`
+//! ```sh
+//! cargo run --release --features cuda --example longformer -- --backend cuda --scale paper \
+//!     --steps 5000 --batch-size 16 --markers 15
+//! ```
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
 //!
 //! `cargo run --example longformer`: 4 min 52 s wall (7 min 21 s in an earlier run while two
 //! other builds shared the cores). Tiny encoder: d = 64, 4 heads, 2 layers, one-sided window 8.
 //!
-//! | model | window w | dilations | globals | positions CLS reads (of 128) | farthest | best possible | accuracy | train s |
+//! | model | w | dilations | globals | CLS reads (of 128) | farthest | best possible | accuracy | train s |
 //! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 //! | Longformer, global CLS | 8 | 1 1 2 2 | 0 | 128 | 127 | 1.000 | 0.997 | 65 |
 //! | no global | 8 | 1 1 2 2 | - | 29 | 32 | 0.655 | 0.586 | 48 |
@@ -219,10 +222,10 @@ impl Job for LongformerStudy {
 
         let mut table = Table::new(&[
             "model",
-            "window w",
+            "w",
             "dilations",
             "globals",
-            &format!("positions CLS reads (of {len})"),
+            &format!("CLS reads (of {len})"),
             "farthest",
             "best possible",
             "accuracy",
@@ -244,7 +247,9 @@ impl Job for LongformerStudy {
         }
         let layers = preset.config.layers;
         let title = format!(
-            "Majority of {} markers spread over positions 1…{} of {len}, asked at CLS (position 0); {steps} steps per model, {} held-out examples, chance 0.500; {layers} layers",
+            "Majority of {} markers spread over positions 1…{} of {len}, asked at CLS \
+             (position 0); {steps} steps per model, {} held-out examples, chance 0.500; \
+             {layers} layers",
             self.markers,
             len - 1,
             held_out.len()

@@ -6,10 +6,10 @@
 //! reproduces, at the size of `Preset::longnet(Tiny)` (d = 48, 6 heads, segments (16, 32, 64),
 //! dilations (1, 2, 4)):
 //! - **Scaling** (the paper's O(N·d) against O(N²·d) of Table 1, and its runtime comparison
-//!   of Figure 5, there on GPUs with FlashAttention and sequence parallelism): time and peak memory of one attention layer (the
-//!   q/k/v/output projections and the attention; batch 1), forward alone and forward with
-//!   backward, against the sequence length `N`, for dilated attention and full causal
-//!   attention. Time is the median of `--repeats` calls after a warm-up; memory is the most
+//!   of Figure 5, there on GPUs with FlashAttention and sequence parallelism): time and peak
+//!   memory of one attention layer (the q/k/v/output projections and the attention; batch
+//!   1), forward alone and forward with backward, against the sequence length `N`, for dilated
+//!   attention and full causal attention. Time is the median of `--repeats` calls after a warm-up; memory is the most
 //!   heap bytes held during a call, counted by this binary's allocator (CPU backends only: on a
 //!   GPU it is n/a). Full attention stops at `--full-max`. A second table gives
 //!   `time(N_max) / time(N_min)` against `N_max / N_min`, and the exponent `k` of
@@ -25,7 +25,11 @@
 //! `cargo run --example longnet`
 //!
 //! On a GPU, at the paper's width and branches (memory is not counted there; not yet run):
-//! `cargo run --features cuda --example longnet -- --backend cuda --scale paper --lengths 8192,16384,32768,65536,131072 --full-max 32768 --train-len 8192 --eval-len 32768 --steps 20000 --batch-size 16 --corpus enwik8`
+//! ```sh
+//! cargo run --features cuda --example longnet -- --backend cuda --scale paper \
+//!     --lengths 8192,16384,32768,65536,131072 --full-max 32768 --train-len 8192 \
+//!     --eval-len 32768 --steps 20000 --batch-size 16 --corpus enwik8
+//! ```
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
 //!
@@ -48,7 +52,7 @@
 //! | 16384 | dilated | 984.30 | 1679.89 | 122.38 | 358.15 |
 //! | 32768 | dilated | 2723.06 | 4106.26 | 170.17 | 658.11 |
 //!
-//! | attention | N_min | N_max | N ratio | forward time ratio | forward k | fwd+bwd time ratio | fwd+bwd k | fwd+bwd memory ratio |
+//! | attention | N_min | N_max | N ratio | fwd time ratio | fwd k | fwd+bwd time ratio | fwd+bwd k | fwd+bwd mem |
 //! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 //! | dilated | 256 | 32768 | 128 | 341.9 | 1.18 | 209.6 | 1.12 | 113.1 |
 //! | full | 256 | 4096 | 16 | 272.7 | 2.00 | 652.2 | 2.33 | 171.6 |
@@ -341,11 +345,11 @@ impl LongNetStudy {
             "N_min",
             "N_max",
             "N ratio",
-            "forward time ratio",
-            "forward k",
+            "fwd time ratio",
+            "fwd k",
             "fwd+bwd time ratio",
             "fwd+bwd k",
-            "fwd+bwd memory ratio",
+            "fwd+bwd mem",
         ]);
         let (mut time_series, mut memory_series) = (Vec::new(), Vec::new());
         for kind in KINDS {
@@ -376,7 +380,8 @@ impl LongNetStudy {
                 .push((format!("{kind} forward"), points(&|c| mebibytes(c.forward_bytes))));
             memory_series.push((format!("{kind} forward+backward"), memory));
         }
-        let title = "Scaling ratios: time(N_max) / time(N_min) against N_max / N_min; k fitted to time ∝ N^k over all lengths";
+        let title = "Scaling ratios: time(N_max) / time(N_min) against N_max / N_min; \
+                     k fitted to time ∝ N^k over all lengths";
         self.study.report("scaling_ratios", title, &ratios)?;
         let plot = |file: &str, title: &str, y: &str, series: &[(String, Vec<(f64, f64)>)]| {
             line_plot(self.study.path(file), title, "sequence length N", y, series, true, true)

@@ -15,7 +15,10 @@
 //! `cargo run --release --example mswa`
 //!
 //! On a GPU, at the paper's width and depth:
-//! `cargo run --release --features cuda --example mswa -- --backend cuda --scale paper --steps 20000 --batch-size 32 --corpus enwik8`
+//! ```sh
+//! cargo run --release --features cuda --example mswa -- --backend cuda --scale paper \
+//!     --steps 20000 --batch-size 32 --corpus enwik8
+//! ```
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
 //! `cargo run --example mswa` on an otherwise idle machine: 13 min 19 s wall, 12 min 26 s

@@ -13,7 +13,10 @@
 //! `cargo run --example mswa_linear`
 //!
 //! On a GPU, at the paper's width and depth:
-//! `cargo run --release --features cuda --example mswa_linear -- --backend cuda --scale paper --steps 20000 --batch-size 32`
+//! ```sh
+//! cargo run --release --features cuda --example mswa_linear -- --backend cuda --scale paper \
+//!     --steps 20000 --batch-size 32
+//! ```
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
 //! `cargo run --example mswa_linear` on an otherwise idle machine: 16 min 12 s wall, 15 min

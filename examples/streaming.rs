@@ -25,7 +25,10 @@
 //! `cargo run --example streaming`
 //!
 //! On a GPU, at MSWA's Table 2 size (T = 1024):
-//! `cargo run --release --features cuda --example streaming -- --backend cuda --scale paper --steps 20000 --batch-size 32`
+//! ```sh
+//! cargo run --release --features cuda --example streaming -- --backend cuda --scale paper \
+//!     --steps 20000 --batch-size 32
+//! ```
 //!
 //! ## Measured on this machine (2-core CPU, flex), 2026-11-23
 //! `cargo run --example streaming`: 9 min 27 s wall, 5 min 41 s CPU, on a machine busy with

@@ -196,7 +196,10 @@ impl SwatStudy {
             true,
             false,
         )?;
-        study.report("table2", &format!("Table 2: validation bits/byte with window W = {w}; {steps} steps of the same tokens"), &table)
+        let title = format!(
+            "Table 2: validation bits/byte with window W = {w}; {steps} steps of the same tokens"
+        );
+        study.report("table2", &title, &table)
     }
 
     /// Table 3: score function × positional encoding, trained at 4W.
@@ -291,7 +294,8 @@ impl SwatStudy {
             ]);
         }
         let title = format!(
-            "Passkey: W = {w}, L = {layers}, reach (W − 1)·L = {reach}, {digits} digits (chance 0.1 per digit), trained at length {len}"
+            "Passkey: W = {w}, L = {layers}, reach (W − 1)·L = {reach}, {digits} digits \
+             (chance 0.1 per digit), trained at length {len}"
         );
         study.report("passkey", &title, &table)
     }
