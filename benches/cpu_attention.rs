@@ -145,7 +145,8 @@ fn main() {
     }
     println!();
     println!(
-        "| N | pass | fused ms | GFLOP/s | blocked ms | dense ms | fused peak MiB | blocked peak MiB | fused / blocked |"
+        "| N | pass | fused ms | GFLOP/s | blocked ms | dense ms | fused peak MiB | \
+         blocked peak MiB | fused / blocked |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     let spec = WindowSpec::sliding(HEADS, HEADS, w).expect("a valid spec");
@@ -161,7 +162,8 @@ fn main() {
             "—".into()
         };
         println!(
-            "| {n} | forward | {fused:.1} | {:.1} | {blocked:.1} | {dense} | {fused_mib:.0} | {blocked_mib:.0} | {:.2} |",
+            "| {n} | forward | {fused:.1} | {:.1} | {blocked:.1} | {dense} | {fused_mib:.0} | \
+             {blocked_mib:.0} | {:.2} |",
             gflops(n, w, fused, 1.0),
             fused / blocked
         );
@@ -183,7 +185,8 @@ fn main() {
     let rows: Vec<_> = anchors.iter().filter(|a| !a.0.contains("matmul")).collect();
     if !rows.is_empty() {
         println!(
-            "\n| N | anchor | anchor forward ms | swa-zoo / anchor, forward | anchor fwd+bwd ms | swa-zoo / anchor, fwd+bwd |"
+            "\n| N | anchor | anchor forward ms | swa-zoo / anchor, forward | anchor fwd+bwd ms | \
+             swa-zoo / anchor, fwd+bwd |"
         );
         println!("|---|---|---|---|---|---|");
         for (name, n, fwd, both) in rows {
