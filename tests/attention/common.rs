@@ -244,3 +244,32 @@ where
     let got = run::<B>(case, path, device);
     assert_outputs_close(case, &got, &want, tol)
 }
+
+/// Runs `cases` through `path` on `B` against the dense reference within `tol`, asserting that
+/// the inner backend's fused kernel takes each call when `path` is the dispatch; prints the
+/// largest errors of `o`, `lse` and the gradients under `name`.
+pub fn check_kernel_cases<B>(name: &str, cases: &[(String, Case)], path: Path, tol: Tolerance)
+where
+    B: swa_zoo::training::TrainingBackend,
+{
+    let start = std::time::Instant::now();
+    let kernel = B::InnerBackend::windowed_kernel().expect("the backend has fused kernels");
+    let mut worst = [0f32; 3];
+    for (label, case) in cases {
+        let dims = |heads, len| burn::tensor::Shape::new([case.batch, heads, len, case.dim]);
+        let q = dims(case.spec.num_heads(), case.q_len);
+        let k = dims(case.spec.kv_heads(), case.keys);
+        let runs = (kernel.runs)(&case.spec, &q, &k, &k);
+        assert!(runs || !matches!(path, Path::Dispatch), "the kernel must run {label}");
+        let errors = check_within::<B>(case, path, &Default::default(), tol);
+        worst = std::array::from_fn(|i| worst[i].max(errors[i]));
+    }
+    eprintln!(
+        "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
+        cases.len(),
+        worst[0],
+        worst[1],
+        worst[2],
+        start.elapsed().as_secs_f32()
+    );
+}

@@ -4,14 +4,11 @@
 
 #[cfg(feature = "flex")]
 mod on_flex {
-    use std::time::Instant;
-
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::DType;
-    use swa_zoo::attention::WindowedAttentionBackend;
 
     use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
-    use crate::common::{Case, F16, F32, Path, Rng, Tolerance, check_within};
+    use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
 
     type Backend = Autodiff<Flex>;
 
@@ -25,37 +22,17 @@ mod on_flex {
         cases
     }
 
-    /// Runs `cases` through `path` on `Autodiff<Flex>` against the dense reference within `tol`,
-    /// asserting that the fused kernel takes each call when `path` is the dispatch.
-    fn check(name: &str, cases: &[(String, Case)], path: Path, tol: Tolerance) {
-        let start = Instant::now();
-        let kernel = Flex::windowed_kernel().expect("flex has the fused CPU kernel");
-        let mut worst = [0f32; 3];
-        for (label, case) in cases {
-            let dims = |heads, len| burn::tensor::Shape::new([case.batch, heads, len, case.dim]);
-            let q = dims(case.spec.num_heads(), case.q_len);
-            let k = dims(case.spec.kv_heads(), case.keys);
-            let runs = (kernel.runs)(&case.spec, &q, &k, &k);
-            assert!(runs || !matches!(path, Path::Dispatch), "the kernel must run {label}");
-            let errors = check_within::<Backend>(case, path, &Default::default(), tol);
-            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
-        }
-        eprintln!(
-            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
-            cases.len(),
-            worst[0],
-            worst[1],
-            worst[2],
-            start.elapsed().as_secs_f32()
-        );
-    }
-
     #[test]
     fn fused_kernel_on_flex_matches_dense() {
         let cases: Vec<_> = LENGTHS.iter().flat_map(|&n| cases(n)).collect();
-        check("fused CPU kernel on Autodiff<Flex>", &cases, Path::Dispatch, F32);
+        check_kernel_cases::<Backend>(
+            "fused CPU kernel on Autodiff<Flex>",
+            &cases,
+            Path::Dispatch,
+            F32,
+        );
         let wide: Vec<_> = cases_at(70, 128);
-        check("fused CPU kernel, head dim 128", &wide, Path::Dispatch, F32);
+        check_kernel_cases::<Backend>("fused CPU kernel, head dim 128", &wide, Path::Dispatch, F32);
     }
 
     /// The matrix at head dim `dim`, for the kernel's wider rows.
@@ -72,7 +49,12 @@ mod on_flex {
                 (format!("random case {i}"), random_case(&mut rng, n))
             })
             .collect();
-        check("fused CPU kernel, random specs", &cases, Path::Dispatch, F32);
+        check_kernel_cases::<Backend>(
+            "fused CPU kernel, random specs",
+            &cases,
+            Path::Dispatch,
+            F32,
+        );
     }
 
     /// f16 tensors into the kernel, which computes in f32: against the dense reference in f32
@@ -84,7 +66,7 @@ mod on_flex {
             .flat_map(|&n| cases(n))
             .map(|(label, case)| (label, Case { half: true, dtype: Some(DType::F16), ..case }))
             .collect();
-        check("fused CPU kernel, f16 tensors", &cases, Path::Dispatch, F16);
+        check_kernel_cases::<Backend>("fused CPU kernel, f16 tensors", &cases, Path::Dispatch, F16);
     }
 
     /// The blocked path stays a reference on flex too (and runs what a user forces with
@@ -92,7 +74,7 @@ mod on_flex {
     #[test]
     fn blocked_on_flex_matches_dense() {
         let cases: Vec<_> = [5, 65].iter().flat_map(|&n| cases(n)).collect();
-        check("blocked path on Autodiff<Flex>", &cases, Path::Blocked, F32);
+        check_kernel_cases::<Backend>("blocked path on Autodiff<Flex>", &cases, Path::Blocked, F32);
     }
 }
 

@@ -13,12 +13,11 @@ mod on_wgpu {
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::kernel::probe_visibility;
     use swa_zoo::attention::{WindowSpec, WindowedAttentionBackend, windowed_attention};
-    use swa_zoo::training::TrainingBackend;
 
     use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
     use crate::common::{
-        Case, F16, F32, Path, Reference, Rng, Tolerance, assert_close, check_within,
-        device_answers, errors, run, values,
+        Case, F16, F32, Path, Reference, Rng, assert_close, check_kernel_cases, device_answers,
+        errors, run, values,
     };
 
     /// Burn's wgpu backend without the fusion wrapper.
@@ -150,30 +149,6 @@ mod on_wgpu {
         cases
     }
 
-    /// Forward and backward of `cases` through `Autodiff<B>` against the dense reference within
-    /// `tol`, with a loss on `o` and on `lse`.
-    fn check_gradients<B: TrainingBackend>(name: &str, cases: &[(String, Case)], tol: Tolerance) {
-        let start = Instant::now();
-        let mut worst = [0f32; 3];
-        for (label, case) in cases {
-            let (heads, dim) = (case.spec.num_heads(), case.dim);
-            let q = burn::tensor::Shape::new([case.batch, heads, case.q_len, dim]);
-            let k = burn::tensor::Shape::new([case.batch, case.spec.kv_heads(), case.keys, dim]);
-            let kernel = B::InnerBackend::windowed_kernel().expect("the backend has kernels");
-            assert!((kernel.runs)(&case.spec, &q, &k, &k), "the kernel must run {label}");
-            let errors = check_within::<B>(case, Path::Dispatch, &Default::default(), tol);
-            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
-        }
-        eprintln!(
-            "{name}: {} cases, largest max-abs errors o {:e}, lse {:e}, gradients {:e} ({:.1}s)",
-            cases.len(),
-            worst[0],
-            worst[1],
-            worst[2],
-            start.elapsed().as_secs_f32()
-        );
-    }
-
     /// The kernels launched directly on `CubeBackend`, every compiled variant at one query and
     /// at a length past two blocks. The same kernels behind Burn's fusion, the type users get,
     /// are checked at every length below; the two differ only in how the launch is reached, and
@@ -185,7 +160,7 @@ mod on_wgpu {
             return;
         }
         let name = "kernel on Autodiff<CubeBackend<Wgpu>>";
-        check_gradients::<Autodiff<Cube>>(name, &gradient_cases(&[1, 65]), F32);
+        check_kernel_cases::<Autodiff<Cube>>(name, &gradient_cases(&[1, 65]), Path::Dispatch, F32);
     }
 
     #[test]
@@ -194,7 +169,7 @@ mod on_wgpu {
             return;
         }
         let name = "kernel on Autodiff<Wgpu> (fusion)";
-        check_gradients::<Autodiff<Wgpu>>(name, &gradient_cases(&LENGTHS), F32);
+        check_kernel_cases::<Autodiff<Wgpu>>(name, &gradient_cases(&LENGTHS), Path::Dispatch, F32);
     }
 
     /// f16 tensors, f32 accumulation: the kernels on `Wgpu<f16>` (fusion) against the dense
@@ -221,7 +196,12 @@ mod on_wgpu {
             })
             .collect();
         cases.iter_mut().for_each(|(_, case)| case.half = true);
-        check_gradients::<Autodiff<Half>>("kernel on Autodiff<Wgpu<f16>>", &cases, F16);
+        check_kernel_cases::<Autodiff<Half>>(
+            "kernel on Autodiff<Wgpu<f16>>",
+            &cases,
+            Path::Dispatch,
+            F16,
+        );
     }
 }
 
