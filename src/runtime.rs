@@ -117,55 +117,55 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), AppError> {
         (Ndarray, _) => cpu("ndarray")
             .and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
         #[cfg(feature = "wgpu")]
-        (Wgpu, F32) => launch::<Autodiff<burn::backend::Wgpu>>(wgpu_strategy(place), F32, job),
-        #[cfg(feature = "wgpu")]
-        (Wgpu, F16) => launch::<Autodiff<burn::backend::Wgpu<burn::tensor::f16>>>(
-            wgpu_strategy(place),
-            F16,
-            job,
-        ),
-        #[cfg(feature = "wgpu")]
         (Wgpu, Bf16) => Err(AppError::Precision {
             precision: Bf16,
             problem: "WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into(),
         }),
+        #[cfg(feature = "wgpu")]
+        (Wgpu, precision) => {
+            launch::<Autodiff<burn::backend::Wgpu>>(wgpu_strategy(place), precision, job)
+        }
         #[cfg(feature = "cuda")]
-        (Cuda, F32) => launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), F32, job),
-        #[cfg(feature = "cuda")]
-        (Cuda, F16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::f16>>>(
-            cuda_strategy(place),
-            F16,
-            job,
-        ),
-        #[cfg(feature = "cuda")]
-        (Cuda, Bf16) => launch::<Autodiff<burn::backend::Cuda<burn::tensor::bf16>>>(
-            cuda_strategy(place),
-            Bf16,
-            job,
-        ),
+        (Cuda, precision) => {
+            launch::<Autodiff<burn::backend::Cuda>>(cuda_strategy(place), precision, job)
+        }
         #[allow(unreachable_patterns)]
         (other, _) => Err(AppError::NoBackend { feature: other.name() }),
     }
 }
 
-/// Runs `job` under `strategy` once the main device is known to compute in `precision`.
+/// Runs `job` under `strategy` once every device computes in `precision`.
+///
+/// Burn 0.21 keeps one default float type per device, settable once, before the device's first
+/// tensor; new tensors take it whatever `B`'s own float type is. So one backend type per runtime
+/// serves every precision (and the build instantiates each job once per runtime, not per float
+/// type): the device is set to `precision` here, or, where something already set it, must
+/// already compute in it.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn launch<B: TrainingBackend>(
     strategy: ExecutionStrategy<B>,
     precision: Precision,
     job: impl Job,
 ) -> Result<(), AppError> {
-    let device = strategy.main_device();
-    if precision != Precision::F32 && !B::supports_dtype(device, precision.dtype()) {
-        let problem = format!("{} does not support it", B::name(device));
-        return Err(AppError::Precision { precision, problem });
-    }
-    // Burn 0.21 keeps one default float type per device, fixed by the first backend type that
-    // touches it; new tensors take it, whatever `B`'s own float type is.
-    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
-    if float != precision.dtype() {
-        let problem = format!("the device already computes in {float:?}");
-        return Err(AppError::Precision { precision, problem });
+    let devices = match &strategy {
+        ExecutionStrategy::SingleDevice(device) => std::slice::from_ref(device),
+        ExecutionStrategy::MultiDevice(devices, _) => devices.as_slice(),
+        #[allow(unreachable_patterns)]
+        _ => &[],
+    };
+    for device in devices {
+        if !B::supports_dtype(device, precision.dtype()) {
+            let problem = format!("{} does not support it", B::name(device));
+            return Err(AppError::Precision { precision, problem });
+        }
+        // Fails only where the device's types are already fixed, which the next lines check.
+        let int = <B::IntElem as burn::tensor::Element>::dtype();
+        let _ = burn::tensor::set_default_dtypes::<B>(device, precision.dtype(), int);
+        let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+        if float != precision.dtype() {
+            let problem = format!("the device already computes in {float:?}");
+            return Err(AppError::Precision { precision, problem });
+        }
     }
     job.run_with(strategy)
 }

@@ -50,7 +50,7 @@ pub fn decode(
     if dim == 0 {
         return out;
     }
-    out.par_chunks_mut(dim).enumerate().for_each(|(row, o)| {
+    let attend_row = |(row, o): (usize, &mut [f32])| {
         let (b, h) = (row / heads, row % heads);
         let (index, local) = home[h / group];
         let buffer = &buffers[index];
@@ -60,9 +60,21 @@ pub fn decode(
         let values = &buffer.values[slab..slab + len];
         let head = Head { q: &q[row * dim..(row + 1) * dim], keys, values, buffer, h, dim };
         head.attend(step, o);
-    });
+    };
+    // Cached floats read in all; below `PARALLEL_FLOATS`, rayon's fork and join would cost more
+    // than the rows they spread.
+    let floats: usize = buffers.iter().map(|b| 2 * b.keys.len()).sum();
+    if floats < PARALLEL_FLOATS {
+        out.chunks_mut(dim).enumerate().for_each(attend_row);
+    } else {
+        out.par_chunks_mut(dim).enumerate().for_each(attend_row);
+    }
     out
 }
+
+/// The cache size, in floats read per step, from which the rows run on several threads: tens of
+/// µs of one core's work, where a fork and join costs a few µs.
+const PARALLEL_FLOATS: usize = 1 << 16;
 
 /// One head of one batch element: its query and its buffer's slab of keys and values.
 struct Head<'a> {

@@ -127,15 +127,16 @@ impl<B: Backend> KvCache<B> {
         let position = self.len;
         let spec = &self.specs[0];
         let pinned = position < spec.sinks() || spec.is_global(position);
+        // Rotated once for every buffer: RoPE acts on each head alone.
+        let k = match (self.positions, rope) {
+            (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
+            _ => k,
+        };
         for buffer in &mut self.buffers {
             let (k, v) = (
                 select_heads(k.clone(), &buffer.kv_heads),
                 select_heads(v.clone(), &buffer.kv_heads),
             );
-            let k = match (self.positions, rope) {
-                (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
-                _ => k,
-            };
             buffer.store(position, pinned, k, v);
         }
         self.len += 1;

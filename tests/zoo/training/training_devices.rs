@@ -78,11 +78,12 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
     {
         use burn::backend::Wgpu;
         use burn::backend::wgpu::WgpuDevice;
-        use burn::tensor::{DType, Tensor, f16};
-        type H = Autodiff<Wgpu<f16, i32>>;
-        // Burn 0.21 keeps one default float type per device, fixed by whichever backend type
-        // touches it first; the other wgpu tests of this binary use the default device in f32,
-        // so this one trains on the CPU adapter (lavapipe), a device of its own.
+        use burn::tensor::{DType, Tensor};
+        type H = Autodiff<Wgpu>;
+        // Burn 0.21 keeps one default float type per device, set once before its first tensor
+        // (as `swa-zoo train --precision f16` does); the other wgpu tests of this binary use the
+        // default device in f32, so this one trains on the CPU adapter (lavapipe), a device of
+        // its own.
         let device = WgpuDevice::Cpu;
         let answers = std::panic::catch_unwind(|| {
             <H as burn::tensor::backend::Backend>::supports_dtype(&device, DType::F16)
@@ -97,6 +98,8 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
             }
             Ok(false) => eprintln!("skipped: the wgpu adapter does not support f16 (shader-f16)"),
             Ok(true) => {
+                burn::tensor::set_default_dtypes::<H>(&device, DType::F16, DType::I32)
+                    .expect("nothing touched the CPU adapter before");
                 assert_eq!(
                     Tensor::<H, 1>::zeros([1], &device).dtype(),
                     DType::F16,
