@@ -8,11 +8,9 @@ use swa_zoo::check::{
     measure_reference, run,
 };
 
-/// Runs the attention kinds `range` of [`attention_kinds`] on `candidate`; fails listing every
-/// comparison outside tolerance.
-fn kinds_match_the_reference(candidate: Candidate, range: std::ops::Range<usize>) {
-    let kinds = &attention_kinds()[range];
-    let report = run(kinds, &[candidate]);
+/// Runs every attention kind on `candidate`; fails listing every comparison outside tolerance.
+fn every_kind_matches_the_reference(candidate: Candidate) {
+    let report = run(&attention_kinds(), &[candidate]);
     eprint!("{}", report.render());
     let failures: Vec<String> = report
         .failures()
@@ -26,13 +24,8 @@ fn kinds_match_the_reference(candidate: Candidate, range: std::ops::Range<usize>
         failures.join("\n")
     );
     if report.skipped.is_empty() {
-        assert_eq!(report.rows.len(), kinds.len() * 6, "six quantities per kind");
+        assert_eq!(report.rows.len(), attention_kinds().len() * 6, "six quantities per kind");
     }
-}
-
-/// Every attention kind on `candidate`.
-fn every_kind_matches_the_reference(candidate: Candidate) {
-    kinds_match_the_reference(candidate, 0..attention_kinds().len());
 }
 
 #[test]
@@ -40,20 +33,10 @@ fn every_attention_kind_on_flex_matches_ndarray() {
     every_kind_matches_the_reference(Candidate::Flex);
 }
 
-/// wgpu in two halves, which the test harness runs side by side: on lavapipe every kind's
-/// shaders compile anew (about a minute per kind on two cores).
 #[test]
-fn the_first_attention_kinds_on_wgpu_match_ndarray() {
-    kinds_match_the_reference(Candidate::Wgpu, 0..WGPU_SPLIT);
+fn every_attention_kind_on_wgpu_matches_ndarray() {
+    every_kind_matches_the_reference(Candidate::Wgpu);
 }
-
-#[test]
-fn the_other_attention_kinds_on_wgpu_match_ndarray() {
-    kinds_match_the_reference(Candidate::Wgpu, WGPU_SPLIT..attention_kinds().len());
-}
-
-/// Where the wgpu check splits the kinds.
-const WGPU_SPLIT: usize = 5;
 
 #[test]
 fn every_attention_kind_on_cuda_matches_ndarray() {
