@@ -72,9 +72,11 @@ pub fn decode(
     out
 }
 
-/// The cache size, in floats read per step, from which the rows run on several threads: tens of
-/// µs of one core's work, where a fork and join costs a few µs.
-const PARALLEL_FLOATS: usize = 1 << 16;
+/// The cache size, in floats read per step, from which the rows run on several threads. Below
+/// it, rayon's fork and join costs more than it saves: the efficiency bench's CPU model (8 heads
+/// of 16, W = 256: 65,536 floats per layer) decoded SWA in 0.61 ms per token on one thread and
+/// in 0.93 ms on two (README, "Efficiency benchmarks").
+const PARALLEL_FLOATS: usize = 1 << 18;
 
 /// One head of one batch element: its query and its buffer's slab of keys and values.
 struct Head<'a> {
