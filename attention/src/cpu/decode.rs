@@ -76,7 +76,7 @@ pub fn decode(
 /// it, rayon's fork and join costs more than it saves: the efficiency bench's CPU model (8 heads
 /// of 16, W = 256: 65,536 floats per layer) decoded SWA in 0.61 ms per token on one thread and
 /// in 0.93 ms on two (README, "Efficiency benchmarks").
-const PARALLEL_FLOATS: usize = 1 << 18;
+pub(super) const PARALLEL_FLOATS: usize = 1 << 18;
 
 /// One head of one batch element: its query and its buffer's slab of keys and values.
 struct Head<'a> {

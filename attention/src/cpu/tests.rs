@@ -1,5 +1,5 @@
-//! Unit tests of the kernel's own helpers: the schedule's claim about class rows, and the
-//! vectorised `exp`. The kernel's outputs and gradients are tested against the dense reference
+//! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
+//! vectorised `exp`, and the decode step's two schedules (threads or one thread). The kernel's outputs and gradients are tested against the dense reference
 //! through the backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random
 //! specs, f16; `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
 
@@ -84,5 +84,44 @@ fn exp_is_within_an_ulp_or_two_of_std() {
             (got - want).abs() <= 2.5e-7 * want + 2.0 * f32::MIN_POSITIVE,
             "exp({x}) = {got}, want {want}"
         );
+    }
+}
+
+/// The decode step's two schedules agree: a cache above `decode::PARALLEL_FLOATS` runs its rows
+/// on rayon's threads, and each head alone (a cache of one kv head, under the threshold) runs on
+/// one thread; the outputs are bit for bit the same.
+#[test]
+fn decode_rows_on_threads_equal_rows_on_one_thread() {
+    use super::decode::{DecodeBuffer, PARALLEL_FLOATS, decode};
+    use crate::ScoreOptions;
+    use crate::decode::DecodeStep;
+    let (heads, slots, dim) = (8, 2100, 16);
+    assert!(2 * heads * slots * dim >= PARALLEL_FLOATS && 2 * slots * dim < PARALLEL_FLOATS);
+    let value = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+    let q: Vec<f32> = (0..heads * dim).map(value).collect();
+    let keys: Vec<f32> = (0..heads * slots * dim).map(|i| value(3 * i + 1)).collect();
+    let values: Vec<f32> = (0..heads * slots * dim).map(|i| value(5 * i + 2)).collect();
+    let positions: Vec<usize> = (0..slots).collect();
+    let windows = (0..heads).map(|h| HeadWindow::sliding(200 + 300 * h)).collect();
+    let spec = WindowSpec::new(windows, heads).expect("a valid spec");
+    let opts = ScoreOptions::default();
+    let t = slots - 1;
+    let all_heads: Vec<usize> = (0..heads).collect();
+    let buffer =
+        DecodeBuffer { keys: &keys, values: &values, kv_heads: &all_heads, positions: &positions };
+    let step = DecodeStep { specs: std::slice::from_ref(&spec), opts: &opts, position: t };
+    let together = decode(&q, &[buffer], 1, dim, &step);
+    for h in 0..heads {
+        let one = WindowSpec::new(vec![spec.heads()[h]], 1).expect("a valid spec");
+        let slab = h * slots * dim..(h + 1) * slots * dim;
+        let buffer = DecodeBuffer {
+            keys: &keys[slab.clone()],
+            values: &values[slab],
+            kv_heads: &[0],
+            positions: &positions,
+        };
+        let step = DecodeStep { specs: std::slice::from_ref(&one), opts: &opts, position: t };
+        let alone = decode(&q[h * dim..(h + 1) * dim], &[buffer], 1, dim, &step);
+        assert_eq!(alone, together[h * dim..(h + 1) * dim], "head {h}");
     }
 }
