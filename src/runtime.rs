@@ -5,7 +5,7 @@
 use burn::backend::Autodiff;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use burn::tensor::DType;
+use burn::tensor::{DType, backend::DeviceError};
 use burn::train::ExecutionStrategy;
 use clap::ValueEnum;
 pub use swa_training::TrainingBackend;
@@ -147,20 +147,21 @@ fn launch<B: TrainingBackend>(
     precision: Precision,
     job: impl Job,
 ) -> Result<(), AppError> {
+    let main = std::slice::from_ref(strategy.main_device());
     let devices = match &strategy {
-        ExecutionStrategy::SingleDevice(device) => std::slice::from_ref(device),
         ExecutionStrategy::MultiDevice(devices, _) => devices.as_slice(),
-        #[allow(unreachable_patterns)]
-        _ => &[],
+        _ => main,
     };
     for device in devices {
-        if !B::supports_dtype(device, precision.dtype()) {
-            let problem = format!("{} does not support it", B::name(device));
-            return Err(AppError::Precision { precision, problem });
-        }
-        // Fails only where the device's types are already fixed, which the next lines check.
         let int = <B::IntElem as burn::tensor::Element>::dtype();
-        let _ = burn::tensor::set_default_dtypes::<B>(device, precision.dtype(), int);
+        match burn::tensor::set_default_dtypes::<B>(device, precision.dtype(), int) {
+            // Settled now, or already: either way its float type must be `precision`'s.
+            Ok(()) | Err(DeviceError::AlreadyInitialized { .. }) => {}
+            Err(_) => {
+                let problem = format!("{} does not support it", B::name(device));
+                return Err(AppError::Precision { precision, problem });
+            }
+        }
         let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
         if float != precision.dtype() {
             let problem = format!("the device already computes in {float:?}");

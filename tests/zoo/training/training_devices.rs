@@ -124,3 +124,46 @@ fn half_precision_training_learns_on_wgpu_where_the_adapter_has_f16() {
     #[cfg(not(feature = "wgpu"))]
     eprintln!("skipped: built without the `wgpu` feature");
 }
+
+/// `--precision f16` on a wgpu device that already computes in f32 is refused, naming the
+/// type it computes in, and the job never runs (Burn 0.21 fixes a device's float type at its
+/// first tensor; `runtime::run_on` sets it before the job or refuses).
+#[test]
+fn half_precision_is_refused_on_a_device_already_in_f32() {
+    #[cfg(feature = "wgpu")]
+    {
+        use burn::backend::Wgpu;
+        use burn::backend::wgpu::WgpuDevice;
+        use burn::tensor::backend::Backend;
+        use burn::tensor::{DType, Tensor};
+        use swa_zoo::AppError;
+        use swa_zoo::runtime::{BackendChoice, Job, Placement, Precision, run_on};
+
+        struct MustNotRun;
+        impl Job for MustNotRun {
+            fn run<B: TrainingBackend>(self, _device: B::Device) -> Result<(), AppError> {
+                panic!("the job ran on a device in the wrong precision")
+            }
+        }
+        let device = WgpuDevice::DefaultDevice;
+        let first = std::panic::catch_unwind(|| Tensor::<Wgpu, 1>::zeros([1], &device).dtype());
+        let Ok(dtype) = first else {
+            assert!(
+                std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
+                "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
+            );
+            return eprintln!("skipped: no wgpu adapter answers on this machine");
+        };
+        assert_eq!(dtype, DType::F32, "the default device computes in f32");
+        let place =
+            Placement { backend: BackendChoice::Wgpu, devices: vec![0], precision: Precision::F16 };
+        let error = run_on(&place, MustNotRun).expect_err("f16 on a device in f32");
+        let expected = match <Wgpu as Backend>::supports_dtype(&device, DType::F16) {
+            true => "--precision f16: the device already computes in F32",
+            false => "--precision f16: ",
+        };
+        assert!(error.to_string().starts_with(expected), "{error}");
+    }
+    #[cfg(not(feature = "wgpu"))]
+    eprintln!("skipped: built without the `wgpu` feature");
+}
