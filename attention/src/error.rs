@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::rope::RopeScaling;
+
 /// Why a window spec, score option or attention call was rejected.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttentionError {
@@ -31,6 +33,12 @@ pub enum AttentionError {
     BadAlibiSplit { recency: usize, distance: usize, heads: usize },
     /// Token-by-token decoding needs a causal layer; an encoder sees later tokens (docs/semantics.md §7).
     NotCausal { what: &'static str },
+    /// A RoPE scaling whose factors describe no stretch (docs/semantics.md §9).
+    BadRopeScaling(RopeScaling),
+    /// Learned sink logits join one softmax denominator (docs/semantics.md §9): the kind named
+    /// mixes several (LongNet), has none (linear, sigmoid scores) or replaces rows (Longformer's
+    /// globals).
+    SinkLogitsUnsupported { kind: &'static str },
 }
 
 impl fmt::Display for AttentionError {
@@ -67,6 +75,10 @@ impl fmt::Display for AttentionError {
             }
             NotCausal { what } => {
                 write!(f, "{what} is bidirectional (an encoder) and cannot decode token by token")
+            }
+            BadRopeScaling(scaling) => write!(f, "RoPE scaling {scaling:?} describes no stretch"),
+            SinkLogitsUnsupported { kind } => {
+                write!(f, "learned sink logits need one softmax per row; {kind} attention has none")
             }
         }
     }

@@ -45,5 +45,5 @@ pub use entry::windowed_attention;
 pub use error::AttentionError;
 pub use options::{ScoreFn, ScoreOptions};
 pub use reference::dense_attention;
-pub use rope::{Rope, RopeConfig};
+pub use rope::{Rope, RopeConfig, RopeScaling};
 pub use window::{HeadWindow, WindowSpec};

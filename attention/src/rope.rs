@@ -1,7 +1,11 @@
-//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md §4).
+//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md §4),
+//! with the frequency scalings of pretrained checkpoints (docs/semantics.md §9).
+
+use std::f64::consts::PI;
 
 use burn::config::Config;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
+use serde::{Deserialize, Serialize};
 
 use crate::AttentionError;
 
@@ -13,10 +17,85 @@ pub struct RopeConfig {
     /// Frequency base: dimension pair `k` turns by `position · base^(−2k/d)`.
     #[config(default = "10000.0")]
     pub base: f64,
+    /// How the frequencies are stretched for long contexts; `None` keeps them as they are.
+    pub scaling: Option<RopeScaling>,
+}
+
+/// A stretch of RoPE's frequencies (docs/semantics.md §9). Serialised with a `"type"` tag, e.g.
+/// `{"type": "linear", "factor": 8.0}`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Every frequency divided by `factor` (position interpolation; Gemma 3's global layers).
+    Linear {
+        /// The stretch, `> 0`.
+        factor: f64,
+    },
+    /// Llama 3.1's scaling: wavelengths longer than `original_max_position / low_freq_factor`
+    /// are stretched by `factor`, those shorter than `original_max_position / high_freq_factor`
+    /// kept, and the band between interpolated smoothly.
+    Llama3 {
+        /// The stretch of the low frequencies, `> 0`.
+        factor: f64,
+        /// Wavelengths above `original_max_position / low_freq_factor` are stretched.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context length the model was first trained at.
+        original_max_position: usize,
+    },
+}
+
+impl RopeScaling {
+    /// The stretched inverse frequency of one dimension pair.
+    fn apply(&self, inv_freq: f64) -> f64 {
+        match *self {
+            RopeScaling::Linear { factor } => inv_freq / factor,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let context = original_max_position as f64;
+                let wavelength = 2.0 * PI / inv_freq;
+                if wavelength < context / high_freq_factor {
+                    inv_freq
+                } else if wavelength > context / low_freq_factor {
+                    inv_freq / factor
+                } else {
+                    let smooth = (context / wavelength - low_freq_factor)
+                        / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+                }
+            }
+        }
+    }
+
+    /// Whether the numbers describe a stretch: positive finite factors, ordered bands.
+    fn is_valid(&self) -> bool {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        match *self {
+            RopeScaling::Linear { factor } => positive(factor),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                positive(factor)
+                    && positive(low_freq_factor)
+                    && high_freq_factor > low_freq_factor
+                    && high_freq_factor.is_finite()
+                    && original_max_position > 0
+            }
+        }
+    }
 }
 
 impl RopeConfig {
-    /// Builds the rotation; fails on an odd or zero head dimension.
+    /// Builds the rotation; fails on an odd or zero head dimension, or a scaling whose numbers
+    /// describe no stretch.
     pub fn init(&self) -> Result<Rope, AttentionError> {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(AttentionError::ShapeMismatch {
@@ -25,7 +104,17 @@ impl RopeConfig {
                 got: self.head_dim,
             });
         }
-        Ok(Rope { head_dim: self.head_dim, base: self.base })
+        if let Some(scaling) = self.scaling.filter(|s| !s.is_valid()) {
+            return Err(AttentionError::BadRopeScaling(scaling));
+        }
+        let d = self.head_dim;
+        let inv_freq = (0..d / 2)
+            .map(|k| {
+                let inv_freq = self.base.powf(-2.0 * k as f64 / d as f64);
+                self.scaling.map_or(inv_freq, |s| s.apply(inv_freq))
+            })
+            .collect();
+        Ok(Rope { head_dim: d, inv_freq })
     }
 }
 
@@ -33,7 +122,8 @@ impl RopeConfig {
 #[derive(Clone, Debug)]
 pub struct Rope {
     head_dim: usize,
-    base: f64,
+    /// The angle per position of dimension pair `k`, `base^(−2k/d)` after any scaling.
+    inv_freq: Vec<f64>,
 }
 
 impl Rope {
@@ -55,8 +145,7 @@ impl Rope {
         let (mut cos, mut sin) = (Vec::with_capacity(n * d), Vec::with_capacity(n * d));
         for &p in positions {
             for k in 0..d {
-                let freq = self.base.powf(-2.0 * (k % half) as f64 / d as f64);
-                let angle = p as f64 * freq;
+                let angle = p as f64 * self.inv_freq[k % half];
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
             }

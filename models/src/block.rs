@@ -1,41 +1,47 @@
-//! The decoder block, "Transformer++" (docs/semantics.md §8): pre-norm attention and SwiGLU MLP, each
-//! with a residual connection.
+//! The decoder block, "Transformer++" (docs/semantics.md §8): pre-norm attention and gated MLP,
+//! each with a residual connection, and in Gemma 2/3 a second norm on each branch's output
+//! (docs/semantics.md §9).
 
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
-use swa_attention::layers::{AttentionKind, LayerCache, SelfAttention, SelfAttentionConfig};
+use swa_attention::layers::{
+    LayerCache, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
+};
 use swa_attention::{AttentionError, WindowedAttentionBackend};
 
-use crate::mlp::{SwiGlu, SwiGluConfig};
-use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::mlp::{GatedMlp, GatedMlpConfig};
 
 /// One decoder block.
 #[derive(Module, Debug)]
 pub struct Block<B: Backend> {
     attention_norm: RmsNorm<B>,
     attention: SelfAttention<B>,
+    /// Gemma's `post_attention_layernorm`, on the attention's output before the residual.
+    post_attention_norm: Option<RmsNorm<B>>,
     mlp_norm: RmsNorm<B>,
-    mlp: SwiGlu<B>,
+    mlp: GatedMlp<B>,
+    /// Gemma's `post_feedforward_layernorm`, on the MLP's output before the residual.
+    post_mlp_norm: Option<RmsNorm<B>>,
 }
 
 impl<B: Backend> Block<B> {
-    /// A block of width `d_model` whose attention runs `kind`.
+    /// A block of `attention`'s width: its norms are `norm` (at that width), its MLP `mlp`, and
+    /// with `post_norms` each branch's output is normalised again.
     pub fn new(
-        d_model: usize,
-        heads: usize,
-        kv_heads: usize,
-        kind: AttentionKind,
-        rope_base: f64,
+        attention: &SelfAttentionConfig,
+        mlp: &GatedMlpConfig,
+        norm: &RmsNormConfig,
+        post_norms: bool,
         device: &B::Device,
     ) -> Result<Self, AttentionError> {
-        let attention = SelfAttentionConfig::new(d_model, heads, kv_heads, kind)
-            .with_rope_base(rope_base)
-            .init(device)?;
+        let norm = || norm.init(device);
         Ok(Self {
-            attention_norm: RmsNormConfig::new(d_model).init(device),
-            attention,
-            mlp_norm: RmsNormConfig::new(d_model).init(device),
-            mlp: SwiGluConfig::new(d_model).init(device),
+            attention_norm: norm(),
+            attention: attention.init(device)?,
+            post_attention_norm: post_norms.then(norm),
+            mlp_norm: norm(),
+            mlp: mlp.init(device),
+            post_mlp_norm: post_norms.then(norm),
         })
     }
 
@@ -43,18 +49,48 @@ impl<B: Backend> Block<B> {
     pub fn attention(&self) -> &SelfAttention<B> {
         &self.attention
     }
+
+    /// The MLP branch and its residual: `x: [batch, N, d]` → `[batch, N, d]`.
+    fn mlp_branch(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let y = self.mlp.forward(self.mlp_norm.forward(x.clone()));
+        x + post_norm(&self.post_mlp_norm, y)
+    }
+
+    /// The attention branch's residual, given the attention's output `y`.
+    fn attention_residual(&self, x: Tensor<B, 3>, y: Tensor<B, 3>) -> Tensor<B, 3> {
+        x + post_norm(&self.post_attention_norm, y)
+    }
+}
+
+/// `y`, normalised again when the block has post-norms.
+fn post_norm<B: Backend>(norm: &Option<RmsNorm<B>>, y: Tensor<B, 3>) -> Tensor<B, 3> {
+    match norm {
+        Some(norm) => norm.forward(y),
+        None => y,
+    }
 }
 
 impl<B: WindowedAttentionBackend> Block<B> {
     /// One decoding step: `x: [batch, 1, d]` at the cache's next position → `[batch, 1, d]`.
     pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attention.step(self.attention_norm.forward(x), cache);
-        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
+        let y = self.attention.step(self.attention_norm.forward(x.clone()), cache);
+        self.mlp_branch(self.attention_residual(x, y))
     }
 
     /// `x: [batch, N, d]` → `[batch, N, d]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
-        let x = x.clone() + self.attention.forward(self.attention_norm.forward(x))?;
-        Ok(x.clone() + self.mlp.forward(self.mlp_norm.forward(x)))
+        let y = self.attention.forward(self.attention_norm.forward(x.clone()))?;
+        Ok(self.mlp_branch(self.attention_residual(x, y)))
+    }
+
+    /// The forward pass over a prompt, filling the layer's empty `cache` as N steps would:
+    /// `x: [batch, N, d]` → `[batch, N, d]`.
+    pub fn prefill(
+        &self,
+        x: Tensor<B, 3>,
+        cache: &mut LayerCache<B>,
+    ) -> Result<Tensor<B, 3>, AttentionError> {
+        let y = self.attention.prefill(self.attention_norm.forward(x.clone()), cache)?;
+        Ok(self.mlp_branch(self.attention_residual(x, y)))
     }
 }

@@ -1,16 +1,19 @@
 //! The decoder language model: embeddings, a stack of Transformer++ blocks whose attention kind
-//! is given per layer as data, a final RMSNorm and the LM head (docs/semantics.md §8).
+//! is given per layer as data, a final RMSNorm and the LM head (docs/semantics.md §8), with the
+//! options that express pretrained architectures (docs/semantics.md §9).
 
 use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::{AttentionKind, CachePositions, LayerCache};
+use swa_attention::layers::{
+    AttentionKind, CachePositions, LayerCache, RmsNorm, RmsNormConfig, SelfAttentionConfig,
+};
+use swa_attention::{RopeScaling, WindowedAttentionBackend};
 
 use crate::block::Block;
 use crate::error::{ModelError, in_layer};
-use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::mlp::{GatedMlpConfig, MlpActivation};
 
 /// Configuration of [`Decoder`]. Saved and loaded as JSON with Burn's `Config::save`/`load`.
 #[derive(Config, Debug)]
@@ -31,15 +34,94 @@ pub struct DecoderConfig {
     /// Share the embedding matrix with the LM head.
     #[config(default = false)]
     pub tie_embeddings: bool,
-    /// RoPE base of every layer (docs/semantics.md §4).
+    /// RoPE base of every layer (docs/semantics.md §4), or of the full-attention layers when
+    /// `local_rope_base` is set.
     #[config(default = "10000.0")]
     pub rope_base: f64,
+    /// A stretch of RoPE's frequencies where `rope_base` applies (docs/semantics.md §9: Llama 3,
+    /// Gemma 3's global layers); `None` keeps them.
+    pub rope_scaling: Option<RopeScaling>,
+    /// RoPE base of the layers of every kind but full attention, which then rotate without
+    /// scaling (Gemma 3's local layers, 10⁴ against 10⁶); `None`: every layer uses `rope_base`.
+    pub local_rope_base: Option<f64>,
+    /// Width `d_h` of each head, even; `None` is `d_model / heads` (Gemma sets its own).
+    pub head_dim: Option<usize>,
+    /// Hidden width of the MLP; `None` is `⌈8d/3⌉` rounded up to a multiple of 64.
+    pub mlp_hidden: Option<usize>,
+    /// Activation of the MLP's gate: SiLU (SwiGLU) or the tanh GELU (Gemma).
+    #[config(default = "MlpActivation::Silu")]
+    pub mlp_activation: MlpActivation,
+    /// ε of every RMSNorm.
+    #[config(default = 1e-6)]
+    pub norm_epsilon: f64,
+    /// RMSNorms scale by `1 + w` (Gemma; docs/semantics.md §9).
+    #[config(default = false)]
+    pub norm_unit_offset: bool,
+    /// A second RMSNorm on each branch's output before its residual (Gemma 2/3).
+    #[config(default = false)]
+    pub post_norms: bool,
+    /// Embeddings multiplied by `√d_model` (Gemma).
+    #[config(default = false)]
+    pub scale_embeddings: bool,
+    /// Biases on the q, k and v projections (Qwen2).
+    #[config(default = false)]
+    pub qkv_bias: bool,
+    /// Multiplier of `q·k`; `None` is `1/√d_h` (Gemma: `query_pre_attn_scalar^(−½)`).
+    pub attention_scale: Option<f32>,
+    /// Softcap of the attention scores (Gemma 2); `None` disables it.
+    pub attention_softcap: Option<f32>,
+    /// Softcap of the final logits, `c·tanh(z/c)` (Gemma 2); `None` disables it.
+    pub final_softcap: Option<f32>,
+    /// RMSNorm over each head of q and k before RoPE (Gemma 3).
+    #[config(default = false)]
+    pub qk_norm: bool,
+    /// A learned sink logit per head in every layer (gpt-oss; docs/semantics.md §9).
+    #[config(default = false)]
+    pub sink_logits: bool,
 }
 
 impl DecoderConfig {
     /// The attention kind of layer `l`.
     pub fn kind_of(&self, layer: usize) -> &AttentionKind {
         &self.attention[layer % self.attention.len()]
+    }
+
+    /// The head width `d_h`.
+    pub fn head_width(&self) -> usize {
+        self.head_dim.unwrap_or(self.d_model / self.heads.max(1))
+    }
+
+    /// The RMSNorm of width `width` every norm of the model uses.
+    pub fn norm(&self, width: usize) -> RmsNormConfig {
+        RmsNormConfig::new(width)
+            .with_epsilon(self.norm_epsilon)
+            .with_unit_offset(self.norm_unit_offset)
+    }
+
+    /// The attention layer of layer `l`: its kind, and the RoPE of its kind (docs/semantics.md
+    /// §9: local layers may rotate with a base of their own).
+    pub fn attention_of(&self, layer: usize) -> SelfAttentionConfig {
+        let kind = self.kind_of(layer).clone();
+        let (base, scaling) = match (self.local_rope_base, &kind) {
+            (Some(local), kind) if *kind != AttentionKind::Full => (local, None),
+            _ => (self.rope_base, self.rope_scaling),
+        };
+        SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads, kind)
+            .with_rope_base(base)
+            .with_rope_scaling(scaling)
+            .with_head_dim(self.head_dim)
+            .with_qkv_bias(self.qkv_bias)
+            .with_scale(self.attention_scale)
+            .with_softcap(self.attention_softcap)
+            .with_qk_norm(self.qk_norm.then(|| self.norm(self.head_width())))
+            .with_sink_logits(self.sink_logits)
+    }
+
+    /// The MLP of every block.
+    pub fn mlp(&self) -> GatedMlpConfig {
+        GatedMlpConfig::new(self.d_model)
+            .with_hidden(self.mlp_hidden)
+            .with_activation(self.mlp_activation)
     }
 
     /// Checks the configuration without building it.
@@ -54,8 +136,18 @@ impl DecoderConfig {
         if self.attention.is_empty() {
             return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
-        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
+        if self.heads == 0 || (self.head_dim.is_none() && !self.d_model.is_multiple_of(self.heads))
+        {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
+        }
+        if self.head_width() == 0 || !self.head_width().is_multiple_of(2) {
+            return bad("DecoderConfig.head_dim", "must be even and positive (RoPE)");
+        }
+        if self.mlp_hidden == Some(0) {
+            return bad("DecoderConfig.mlp_hidden", "must be at least 1");
+        }
+        if let Some(c) = self.final_softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return bad("DecoderConfig.final_softcap", &format!("must be positive, got {c}"));
         }
         if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
@@ -70,10 +162,10 @@ impl DecoderConfig {
     /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
         self.validate()?;
+        let (mlp, norm) = (self.mlp(), self.norm(self.d_model));
         let blocks = (0..self.layers)
             .map(|l| {
-                let kind = self.kind_of(l).clone();
-                Block::new(self.d_model, self.heads, self.kv_heads, kind, self.rope_base, device)
+                Block::new(&self.attention_of(l), &mlp, &norm, self.post_norms, device)
                     .map_err(in_layer(l))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -83,8 +175,10 @@ impl DecoderConfig {
         let model = Decoder {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
             blocks,
-            norm: RmsNormConfig::new(self.d_model).init(device),
+            norm: norm.init(device),
             head,
+            embedding_scale: self.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
+            final_softcap: self.final_softcap,
         };
         model.visit(&mut Materialize);
         Ok(model)
@@ -112,6 +206,10 @@ pub struct Decoder<B: Backend> {
     norm: RmsNorm<B>,
     /// The LM head; `None` when tied to the embedding.
     head: Option<Linear<B>>,
+    /// Multiplier of the embeddings (Gemma's `√d`).
+    embedding_scale: Option<f64>,
+    /// Softcap of the logits (Gemma 2).
+    final_softcap: Option<f32>,
 }
 
 /// The decoding state of every layer (docs/semantics.md §7), made by [`Decoder::cache`]. A clone is an
@@ -137,6 +235,12 @@ impl<B: Backend> DecoderCache<B> {
     /// the windows are full, for every kind but full attention.
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(LayerCache::bytes).sum()
+    }
+
+    /// The bytes of [`DecoderCache::bytes`], layer by layer: a windowed layer's stop growing once
+    /// its window is full, a full layer's grow with the sequence.
+    pub fn layer_bytes(&self) -> Vec<usize> {
+        self.layers.iter().map(LayerCache::bytes).collect()
     }
 }
 
@@ -176,7 +280,7 @@ impl<B: Backend> Decoder<B> {
     where
         B: WindowedAttentionBackend,
     {
-        let mut x = self.embedding.forward(tokens.unsqueeze_dim(1));
+        let mut x = self.embed(tokens.unsqueeze_dim(1));
         for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
             x = block.step(x, layer);
         }
@@ -184,12 +288,26 @@ impl<B: Backend> Decoder<B> {
         self.logits(x).squeeze_dim(1)
     }
 
-    /// The final norm and LM head: `x: [batch, N, d]` → `[batch, N, vocab]`.
+    /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]`, scaled if the model says so.
+    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let x = self.embedding.forward(tokens);
+        match self.embedding_scale {
+            Some(scale) => x.mul_scalar(scale),
+            None => x,
+        }
+    }
+
+    /// The final norm and LM head: `x: [batch, N, d]` → `[batch, N, vocab]`, softcapped if the
+    /// model says so.
     fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = self.norm.forward(x);
-        match &self.head {
+        let logits = match &self.head {
             Some(head) => head.forward(x),
             None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+        };
+        match self.final_softcap {
+            Some(c) => logits.div_scalar(c).tanh().mul_scalar(c),
+            None => logits,
         }
     }
 }
@@ -197,11 +315,30 @@ impl<B: Backend> Decoder<B> {
 impl<B: WindowedAttentionBackend> Decoder<B> {
     /// `tokens: [batch, N]` → logits `[batch, N, vocab]`, token `n` at position `n`.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 3>, ModelError> {
-        let mut x = self.embedding.forward(tokens);
+        let mut x = self.embed(tokens);
         for (l, block) in self.blocks.iter().enumerate() {
             x = block.forward(x).map_err(in_layer(l))?;
         }
         Ok(self.logits(x))
+    }
+
+    /// One forward pass over a prompt `tokens: [batch, N]`, N ≥ 1 → its logits
+    /// `[batch, N, vocab]` (as [`Decoder::forward`]) and the decoding state after it, with
+    /// absolute positions: what N calls of [`Decoder::step`] would leave, for the cost of one
+    /// pass (docs/semantics.md §7). Windowed layers keep their last window (and sinks), full
+    /// layers every key.
+    pub fn prefill(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+    ) -> Result<(Tensor<B, 3>, DecoderCache<B>), ModelError> {
+        let [batch, n] = tokens.dims();
+        let mut cache = self.cache(batch, CachePositions::Absolute, &tokens.device())?;
+        let mut x = self.embed(tokens);
+        for (l, (block, layer)) in self.blocks.iter().zip(&mut cache.layers).enumerate() {
+            x = block.prefill(x, layer).map_err(in_layer(l))?;
+        }
+        cache.len = n;
+        Ok((self.logits(x), cache))
     }
 }
 

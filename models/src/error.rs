@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use swa_attention::AttentionError;
 
+use crate::hf::HfProblem;
+
 /// Why a model could not be built, run, saved or loaded.
 #[derive(Debug)]
 pub enum ModelError {
@@ -30,6 +32,13 @@ pub enum ModelError {
         /// unexpected or of the wrong shape.
         problem: String,
     },
+    /// A Hugging Face directory could not be read or written (docs/semantics.md §9).
+    Checkpoint {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: HfProblem,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -38,6 +47,7 @@ impl fmt::Display for ModelError {
             ModelError::Config { field, problem } => write!(f, "{field}: {problem}"),
             ModelError::Layer { layer, source } => write!(f, "layer {layer}: {source}"),
             ModelError::Weights { path, problem } => write!(f, "{}: {problem}", path.display()),
+            ModelError::Checkpoint { dir, problem } => write!(f, "{}: {problem}", dir.display()),
         }
     }
 }
@@ -46,7 +56,9 @@ impl std::error::Error for ModelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ModelError::Layer { source, .. } => Some(source),
-            ModelError::Config { .. } | ModelError::Weights { .. } => None,
+            ModelError::Config { .. }
+            | ModelError::Weights { .. }
+            | ModelError::Checkpoint { .. } => None,
         }
     }
 }

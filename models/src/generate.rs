@@ -1,10 +1,11 @@
-//! Text generation with the bounded cache (docs/semantics.md §7): the prompt is fed token by token,
-//! then each new token is sampled from the last logits and fed back.
+//! Text generation with the bounded cache (docs/semantics.md §7): the prompt fills the caches in
+//! one forward pass ([`Decoder::prefill`]), then each new token is sampled from the last logits
+//! and fed back.
 
 use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layers::CachePositions;
+use swa_attention::layers::{AttentionKind, CachePositions};
 
 use crate::sampling::Sampler;
 use crate::{Decoder, ModelError};
@@ -60,6 +61,18 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
         config: &GenerateConfig,
         device: &B::Device,
     ) -> Result<Vec<Vec<usize>>, ModelError> {
+        self.generate_with(prompts, config, device, |_| true)
+    }
+
+    /// As [`Decoder::generate`], calling `on_tokens` with each new token of every prompt as soon
+    /// as it is chosen (to stream them); generation stops early when it returns `false`.
+    pub fn generate_with(
+        &self,
+        prompts: &[Vec<usize>],
+        config: &GenerateConfig,
+        device: &B::Device,
+        mut on_tokens: impl FnMut(&[usize]) -> bool,
+    ) -> Result<Vec<Vec<usize>>, ModelError> {
         config.validate()?;
         let bad = |problem: String| ModelError::Config { field: "generate.prompts", problem };
         let length = prompts.first().map_or(0, Vec::len);
@@ -74,12 +87,23 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
         let column = |tokens: Vec<i64>| {
             Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [batch]), device)
         };
-        let mut cache = self.cache(batch, config.positions, device)?;
-        let mut logits = None;
-        for n in 0..length {
-            logits =
-                Some(self.step(column(prompts.iter().map(|p| p[n] as i64).collect()), &mut cache));
-        }
+        let (mut logits, mut cache) = match self.prefills_as_steps(config.positions) {
+            true => {
+                let ids = prompts.iter().flatten().map(|&t| t as i64).collect();
+                let tokens = Tensor::from_data(TensorData::new(ids, [batch, length]), device);
+                let (logits, cache) = self.prefill(tokens)?;
+                (Some(logits.narrow(1, length - 1, 1).squeeze_dim(1)), cache)
+            }
+            false => {
+                let mut cache = self.cache(batch, config.positions, device)?;
+                let mut logits = None;
+                for n in 0..length {
+                    let column_n = column(prompts.iter().map(|p| p[n] as i64).collect());
+                    logits = Some(self.step(column_n, &mut cache));
+                }
+                (logits, cache)
+            }
+        };
         let mut sampler = Sampler::new(config.temperature, config.top_k, config.top_p, config.seed);
         let mut outputs = vec![Vec::with_capacity(config.max_new_tokens); batch];
         for n in 0..config.max_new_tokens {
@@ -88,11 +112,29 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
             for (row, output) in values.chunks(vocab).zip(&mut outputs) {
                 output.push(sampler.sample(row));
             }
+            let chosen: Vec<usize> = outputs.iter().map(|o| o[n]).collect();
+            if !on_tokens(&chosen) {
+                break;
+            }
             if n + 1 < config.max_new_tokens {
                 let next = outputs.iter().map(|o| o[n] as i64).collect();
                 logits = Some(self.step(column(next), &mut cache));
             }
         }
         Ok(outputs)
+    }
+
+    /// Whether one forward pass over the prompt leaves the cache that stepping would: always
+    /// with absolute positions, and with StreamingLLM's shift when no layer pins positions
+    /// (sinks, Longformer's globals): RoPE sees only distances, which the shift keeps among
+    /// consecutive positions.
+    fn prefills_as_steps(&self, positions: CachePositions) -> bool {
+        let pins = |kind: &AttentionKind| match kind {
+            AttentionKind::Sinks { .. } => true,
+            AttentionKind::Longformer { globals, .. } => !globals.is_empty(),
+            _ => false,
+        };
+        positions == CachePositions::Absolute
+            || !self.blocks().iter().any(|b| pins(b.attention().kind()))
     }
 }

@@ -1,42 +1,79 @@
-//! The SwiGLU MLP of the Transformer++ block (docs/semantics.md §8).
+//! The gated MLP of the decoder block: SwiGLU in Transformer++ (docs/semantics.md §8), GeGLU
+//! with the tanh GELU in Gemma (docs/semantics.md §9).
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, activation::silu, backend::Backend};
+use serde::{Deserialize, Serialize};
 
-/// Configuration of [`SwiGlu`].
-#[derive(Config, Debug)]
-pub struct SwiGluConfig {
-    /// Model width `d`.
-    pub d_model: usize,
+/// The activation of the gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpActivation {
+    /// `x·σ(x)` (SwiGLU: Transformer++, Llama, Mistral, Qwen2).
+    #[default]
+    Silu,
+    /// GELU in its tanh approximation, `½x(1 + tanh(√(2/π)(x + 0.044715x³)))` (Gemma).
+    GeluTanh,
 }
 
-impl SwiGluConfig {
-    /// Hidden width: `⌈8d/3⌉` rounded up to a multiple of 64 (docs/semantics.md §8).
-    pub fn hidden(&self) -> usize {
-        (8 * self.d_model).div_ceil(3).div_ceil(64) * 64
+/// Configuration of [`GatedMlp`].
+#[derive(Config, Debug)]
+pub struct GatedMlpConfig {
+    /// Model width `d`.
+    pub d_model: usize,
+    /// Hidden width `F`; `None` is `⌈8d/3⌉` rounded up to a multiple of 64 (docs/semantics.md
+    /// §8).
+    pub hidden: Option<usize>,
+    /// The gate's activation.
+    #[config(default = "MlpActivation::Silu")]
+    pub activation: MlpActivation,
+}
+
+impl GatedMlpConfig {
+    /// The hidden width `F`.
+    pub fn hidden_width(&self) -> usize {
+        self.hidden.unwrap_or((8 * self.d_model).div_ceil(3).div_ceil(64) * 64)
     }
 
     /// Builds the MLP, without biases.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> SwiGlu<B> {
-        let (d, hidden) = (self.d_model, self.hidden());
+    pub fn init<B: Backend>(&self, device: &B::Device) -> GatedMlp<B> {
+        let (d, hidden) = (self.d_model, self.hidden_width());
         let linear = |a, b| LinearConfig::new(a, b).with_bias(false).init(device);
-        SwiGlu { gate: linear(d, hidden), up: linear(d, hidden), down: linear(hidden, d) }
+        GatedMlp {
+            gate: linear(d, hidden),
+            up: linear(d, hidden),
+            down: linear(hidden, d),
+            activation: self.activation,
+        }
     }
 }
 
-/// `down(silu(gate(x)) ∘ up(x))`.
+/// `down(act(gate(x)) ∘ up(x))`.
 #[derive(Module, Debug)]
-pub struct SwiGlu<B: Backend> {
+pub struct GatedMlp<B: Backend> {
     gate: Linear<B>,
     up: Linear<B>,
     down: Linear<B>,
+    activation: MlpActivation,
 }
 
-impl<B: Backend> SwiGlu<B> {
+impl<B: Backend> GatedMlp<B> {
     /// `x: [batch, N, d]` → `[batch, N, d]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.down.forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+        let gate = self.gate.forward(x.clone());
+        let gate = match self.activation {
+            MlpActivation::Silu => silu(gate),
+            MlpActivation::GeluTanh => gelu_tanh(gate),
+        };
+        self.down.forward(gate * self.up.forward(x))
     }
+}
+
+/// GELU in its tanh approximation (Burn's `gelu` is the exact, erf form).
+fn gelu_tanh<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044715))
+        .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
+    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
 }

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::blocked_forced;
@@ -142,6 +142,39 @@ impl<B: Backend> KvCache<B> {
         self.len += 1;
     }
 
+    /// Fills an empty cache with positions `0 … N−1` at once: `k, v: [batch, H_kv, N, d]`
+    /// before RoPE, `rope` as in [`KvCache::append`]. Each buffer keeps what N appends would
+    /// leave: the pinned positions and the last `reach` others (the ring's order of slots
+    /// differs, which no query can tell: visibility is asked by position).
+    pub fn fill(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>) {
+        debug_assert!(self.is_empty(), "fill starts a cache");
+        let n = k.dims()[2];
+        let spec = &self.specs[0];
+        let pinned = |j: usize| j < spec.sinks() || spec.is_global(j);
+        let k = match (self.positions, rope) {
+            (CachePositions::Absolute, Some(rope)) => rope.forward(k, 0),
+            _ => k,
+        };
+        let unpinned: Vec<usize> = (0..n).filter(|&j| !pinned(j)).collect();
+        for buffer in &mut self.buffers {
+            let skip = buffer.reach.map_or(0, |reach| unpinned.len().saturating_sub(reach));
+            let first_recent = unpinned.get(skip).copied().unwrap_or(n);
+            let kept: Vec<usize> = (0..n).filter(|&j| pinned(j) || j >= first_recent).collect();
+            let rows = |x: Tensor<B, 4>| {
+                let x = select_heads(x, &buffer.kv_heads);
+                match kept.len() == n {
+                    true => x,
+                    false => x.select(2, index_tensor::<B>(kept.iter().copied(), &k.device())),
+                }
+            };
+            buffer.keys = Some(rows(k.clone()));
+            buffer.values = Some(rows(v.clone()));
+            buffer.recent = (0..kept.len()).filter(|&slot| !pinned(kept[slot])).collect();
+            buffer.slots = kept;
+        }
+        self.len = n;
+    }
+
     /// Attends the query of the latest appended position, `q: [batch, H, 1, d]` before RoPE,
     /// to the keys its head sees → `[batch, H, 1, d]`, with the same `rope` as
     /// [`KvCache::append`], which comes first.
@@ -157,17 +190,57 @@ impl<B: Backend> KvCache<B> {
         if let (Some(decode), CachePositions::Absolute) = (fused, self.positions) {
             return self.attend_fused(decode, q, rope);
         }
-        let heads = q.dims()[1];
-        let outputs: Vec<_> =
-            self.buffers.iter().map(|b| self.attend_buffer(b, q.clone(), rope)).collect();
+        let outputs: Vec<_> = self
+            .buffers
+            .iter()
+            .map(|b| {
+                let (outs, lses) = self.attend_buffer(b, q.clone(), rope);
+                match outs.len() {
+                    1 => outs.into_iter().next().expect("one output"),
+                    _ => mix_branches(outs, lses),
+                }
+            })
+            .collect();
         let out = Tensor::cat(outputs, 1);
+        match self.head_order(q.dims()[1], &out.device()) {
+            Some(index) => out.select(1, index),
+            None => out,
+        }
+    }
+
+    /// As [`KvCache::attend`], with the log-normaliser `lse: [batch, H, 1]` of the one core
+    /// call (a cache of one spec: LongNet's mixture has no single denominator). Always the
+    /// buffers' tensor ops: the fused decode step gives no `lse`.
+    pub fn attend_with_lse(
+        &self,
+        q: Tensor<B, 4>,
+        rope: Option<&Rope>,
+    ) -> (Tensor<B, 4>, Tensor<B, 3>) {
+        debug_assert_eq!(self.specs.len(), 1, "one core call has one lse");
+        let (outs, lses): (Vec<_>, Vec<_>) = self
+            .buffers
+            .iter()
+            .map(|b| {
+                let (mut outs, mut lses) = self.attend_buffer(b, q.clone(), rope);
+                (outs.remove(0), lses.remove(0))
+            })
+            .unzip();
+        let (o, lse) = (Tensor::cat(outs, 1), Tensor::cat(lses, 1));
+        match self.head_order(q.dims()[1], &o.device()) {
+            Some(index) => (o.select(1, index.clone()), lse.select(1, index)),
+            None => (o, lse),
+        }
+    }
+
+    /// The index that puts the buffers' heads, concatenated, back in head order; `None` when
+    /// they already are.
+    fn head_order(&self, heads: usize, device: &B::Device) -> Option<Tensor<B, 1, Int>> {
         let order: Vec<usize> = self.buffers.iter().flat_map(|b| b.heads.iter().copied()).collect();
         if order.iter().enumerate().all(|(i, &h)| i == h) {
-            return out;
+            return None;
         }
         let inverse = inverse_permutation(heads, order.into_iter().map(Some));
-        let index = index_tensor::<B>(inverse, &out.device());
-        out.select(1, index)
+        Some(index_tensor::<B>(inverse, device))
     }
 
     /// The backend's fused decode step over every buffer, the query rotated at its position.
@@ -200,13 +273,14 @@ impl<B: Backend> KvCache<B> {
         Tensor::from_primitive(TensorPrimitive::Float(o))
     }
 
-    /// One buffer's query heads against its slots, through every spec.
+    /// One buffer's query heads against its slots, through every spec: each spec's output
+    /// `[batch, heads of the buffer, 1, d]` and log-normaliser `[batch, heads of the buffer, 1]`.
     fn attend_buffer(
         &self,
         buffer: &Buffer<B>,
         q: Tensor<B, 4>,
         rope: Option<&Rope>,
-    ) -> Tensor<B, 4> {
+    ) -> (Vec<Tensor<B, 4>>, Vec<Tensor<B, 3>>) {
         let (keys, values) = (buffer.keys.clone(), buffer.values.clone());
         let (keys, values) = keys.zip(values).expect("append comes before attend");
         let device = keys.device();
@@ -249,10 +323,7 @@ impl<B: Backend> KvCache<B> {
             outs.push(o);
             lses.push(lse);
         }
-        match outs.len() {
-            1 => outs.remove(0),
-            _ => mix_branches(outs, lses),
-        }
+        (outs, lses)
     }
 }
 

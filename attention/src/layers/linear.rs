@@ -181,6 +181,17 @@ impl<B: Backend> LinearAttention<B> {
         (self.merge(y), LinearState { kv, k_sum, position: state.position + 1 })
     }
 
+    /// The training form over a prompt, `x: [batch, N, d_model]` at positions `0 … N−1` →
+    /// (`[batch, N, d_model]`, the decoding state after the prompt): the state's sums taken over
+    /// every prompt token at once, as [`step`](Self::step) would have accumulated them.
+    pub fn prefill(&self, x: Tensor<B, 3>) -> (Tensor<B, 3>, LinearState<B>) {
+        let n = x.dims()[1];
+        let (_, k, v) = self.features(x.clone(), 0);
+        let kv = k.clone().swap_dims(2, 3).matmul(v);
+        let k_sum = k.sum_dim(2).squeeze_dim::<3>(2);
+        (self.forward(x), LinearState { kv, k_sum, position: n })
+    }
+
     /// Projects `x: [batch, N, d_model]` at positions `offset …` to `φ(q), φ(k): [batch, H, N, F]`
     /// and `v: [batch, H, N, d_h]`, with RoPE on q and k before the feature map.
     fn features(

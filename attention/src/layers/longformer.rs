@@ -12,13 +12,14 @@ use crate::{ScoreOptions, WindowSpec};
 
 /// Replaces the rows of `local: [batch, H, N, d]` at the spec's global positions with
 /// attention of `q_g: [batch, H, N, d]` over `k_g, v_g: [batch, H_kv, N, d]`, every key the
-/// spec shows a global query. Returns `[batch, H, N, d]`. O(|G|·N).
+/// spec shows a global query, scored with `opts`. Returns `[batch, H, N, d]`. O(|G|·N).
 pub fn replace_global_rows<B: Backend>(
     local: Tensor<B, 4>,
     q_g: Tensor<B, 4>,
     k_g: Tensor<B, 4>,
     v_g: Tensor<B, 4>,
     spec: &WindowSpec,
+    opts: &ScoreOptions,
 ) -> Tensor<B, 4> {
     let globals = spec.globals();
     let [_, heads, n, _] = local.dims();
@@ -32,7 +33,7 @@ pub fn replace_global_rows<B: Backend>(
     let mask =
         Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, count, n]), &device);
     let (k_g, v_g) = (expand_kv(k_g, heads), expand_kv(v_g, heads));
-    let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, &ScoreOptions::softmax());
+    let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, opts);
     // The rows of `local`, then the global rows appended: a global position reads the last
     // slot that holds it, its global row.
     let slots = (0..n).chain(globals.iter().copied()).map(Some);

@@ -43,21 +43,22 @@ pub fn branch_specs(
 /// key reached by two branches counts twice and a row no branch covers outputs 0. Gradients
 /// flow through α (torchscale detaches it; we do not).
 ///
-/// `q: [batch, H, N, d]`, `k, v: [batch, H_kv, N, d]` → `[batch, H, N, d]`.
+/// `q: [batch, H, N, d]`, `k, v: [batch, H_kv, N, d]` → `[batch, H, N, d]`; every branch
+/// scores with `opts` (softmax: the mixture needs each branch's denominator).
 pub fn longnet_attention<B: WindowedAttentionBackend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     segments: &[usize],
     dilations: &[usize],
+    opts: &ScoreOptions,
 ) -> Result<Tensor<B, 4>, AttentionError> {
     let [_, heads, n, _] = q.dims();
     let kv_heads = k.dims()[1];
     let specs = branch_specs(segments, dilations, heads, kv_heads, n)?;
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
     for spec in &specs {
-        let (o, lse) =
-            windowed_attention(q.clone(), k.clone(), v.clone(), spec, &ScoreOptions::softmax())?;
+        let (o, lse) = windowed_attention(q.clone(), k.clone(), v.clone(), spec, opts)?;
         outs.push(o);
         lses.push(lse);
     }

@@ -8,16 +8,22 @@
 //! - [`longformer`]: Longformer's global rows;
 //! - [`linear`]: Taylor linear attention;
 //! - [`cache`]: the bounded KV cache for decoding;
-//! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism.
+//! - [`norm`]: RMSNorm, of the decoder's blocks and of q and k per head;
+//! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism;
+//! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once.
 
 pub mod cache;
 pub mod kind;
+pub mod layer_cache;
 pub mod linear;
 pub mod longformer;
 pub mod longnet;
 pub mod mswa;
+pub mod norm;
 pub mod self_attention;
 
 pub use cache::{CachePositions, KvCache};
 pub use kind::{AttentionKind, SwatPositions};
-pub use self_attention::{LayerCache, SelfAttention, SelfAttentionConfig};
+pub use layer_cache::LayerCache;
+pub use norm::{RmsNorm, RmsNormConfig};
+pub use self_attention::{SelfAttention, SelfAttentionConfig};

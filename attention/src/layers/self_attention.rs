@@ -1,36 +1,60 @@
-//! The self-attention layer: projects, rotates (RoPE), and runs the layer's [`AttentionKind`].
+//! The self-attention layer: projects, normalises q and k if asked, rotates (RoPE), runs the
+//! layer's [`AttentionKind`] and, with learned sink logits, rescales each row
+//! (docs/semantics.md §8, §9). Decoding with it is in [`crate::layers::layer_cache`].
 
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::sigmoid;
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::layers::cache::{CachePositions, KvCache};
-use crate::layers::linear::{LinearAttention, LinearAttentionConfig, LinearState};
+use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
+use crate::layers::norm::{RmsNorm, RmsNormConfig};
 use crate::layers::{AttentionKind, longformer, longnet};
 use crate::{
-    AttentionError, Rope, RopeConfig, ScoreOptions, WindowSpec, WindowedAttentionBackend,
+    AttentionError, Rope, RopeConfig, RopeScaling, ScoreFn, ScoreOptions, WindowedAttentionBackend,
     windowed_attention,
 };
 
-/// Configuration of [`SelfAttention`].
+/// Configuration of [`SelfAttention`]. Every field after `kind` has a default that gives the
+/// Transformer++ layer of docs/semantics.md §8; the others describe pretrained architectures
+/// (docs/semantics.md §9).
 #[derive(Config, Debug)]
 pub struct SelfAttentionConfig {
     /// Model width `d`.
     pub d_model: usize,
-    /// Query heads `H`; must divide `d_model`, and the head size `d/H` must be even (RoPE).
+    /// Query heads `H`; unless `head_dim` is set, must divide `d_model`.
     pub heads: usize,
     /// Key/value heads `H_kv` (GQA); must divide `heads`.
     pub kv_heads: usize,
     /// The mechanism, as data.
     pub kind: AttentionKind,
-    /// RoPE base (docs/semantics.md §4); RoPE is applied to q and k of every kind but SWAT with ALiBi
-    /// alone.
+    /// RoPE base (docs/semantics.md §4); RoPE is applied to q and k of every kind but SWAT with
+    /// ALiBi alone.
     #[config(default = "10000.0")]
     pub rope_base: f64,
+    /// A stretch of RoPE's frequencies (docs/semantics.md §9); `None` keeps them.
+    pub rope_scaling: Option<RopeScaling>,
+    /// Width `d_h` of each head, even (RoPE); `None` is `d_model / heads`.
+    pub head_dim: Option<usize>,
+    /// Biases on the q, k and v projections (Qwen2); the output projection has none.
+    #[config(default = false)]
+    pub qkv_bias: bool,
+    /// Multiplier of `q·k`; `None` is the kind's, `1/√d_h` (Gemma sets
+    /// `query_pre_attn_scalar^(−½)`).
+    pub scale: Option<f32>,
+    /// Softcap `c` of the scores, `c·tanh(s/c)` (Gemma 2); `None` disables it.
+    pub softcap: Option<f32>,
+    /// RMSNorm over each head of q and k before RoPE (Gemma 3); its `d_model` must be `d_h`.
+    pub qk_norm: Option<RmsNormConfig>,
+    /// A learned sink logit per head joining each softmax denominator with no value (gpt-oss;
+    /// docs/semantics.md §9).
+    #[config(default = false)]
+    pub sink_logits: bool,
 }
 
-/// The q, k, v projections of one set of heads (no biases; docs/semantics.md §8).
+/// The q, k, v projections of one set of heads (biases only under
+/// [`SelfAttentionConfig::qkv_bias`]).
 #[derive(Module, Debug)]
 pub struct Projections<B: Backend> {
     query: Linear<B>,
@@ -42,25 +66,37 @@ pub struct Projections<B: Backend> {
 #[derive(Module, Debug)]
 pub struct SelfAttention<B: Backend> {
     /// q, k, v projections; absent for linear attention.
-    local: Option<Projections<B>>,
+    pub(crate) local: Option<Projections<B>>,
     /// Longformer's `Wq_g, Wk_g, Wv_g`, initialised as copies of `local`.
-    global: Option<Projections<B>>,
+    pub(crate) global: Option<Projections<B>>,
     /// Output projection; absent for linear attention, which has its own.
-    output: Option<Linear<B>>,
+    pub(crate) output: Option<Linear<B>>,
     /// Taylor linear attention, for the `Linear` kind.
-    linear: Option<LinearAttention<B>>,
-    kind: AttentionKind,
-    rope: Rope,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    pub(crate) linear: Option<LinearAttention<B>>,
+    /// RMSNorm of each query head and each key head, before RoPE.
+    query_norm: Option<RmsNorm<B>>,
+    key_norm: Option<RmsNorm<B>>,
+    /// Learned sink logit `s_h` of each query head, `[H]`.
+    sinks: Option<Param<Tensor<B, 1>>>,
+    pub(crate) kind: AttentionKind,
+    pub(crate) rope: Rope,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    /// The kind's score options with the layer's scale and softcap.
+    pub(crate) scores: ScoreOptions,
 }
 
 impl SelfAttentionConfig {
+    /// The head width `d_h`.
+    pub fn head_width(&self) -> usize {
+        self.head_dim.unwrap_or(self.d_model / self.heads.max(1))
+    }
+
     /// Builds the layer; fails, naming the field, on an inconsistent configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, AttentionError> {
         let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
-        if heads == 0 || d % heads != 0 {
+        if heads == 0 || (self.head_dim.is_none() && d % heads != 0) {
             let expected = heads.max(1) * (d / heads.max(1)).max(1);
             return Err(AttentionError::ShapeMismatch {
                 what: "SelfAttentionConfig.d_model (must be a multiple of heads)",
@@ -72,31 +108,61 @@ impl SelfAttentionConfig {
             return Err(AttentionError::HeadsNotDivisible { heads, kv_heads });
         }
         self.kind.validate(heads, kv_heads)?;
-        let head_dim = d / heads;
-        let rope = RopeConfig::new(head_dim).with_base(self.rope_base).init()?;
+        let head_dim = self.head_width();
+        let rope = RopeConfig::new(head_dim)
+            .with_base(self.rope_base)
+            .with_scaling(self.rope_scaling)
+            .init()?;
+        let mut scores = self.kind.score_options(heads)?;
+        scores.scale = self.scale.or(scores.scale);
+        scores.softcap = self.softcap.or(scores.softcap);
+        scores.check(heads)?;
         let mut layer = SelfAttention {
             local: None,
             global: None,
             output: None,
             linear: None,
+            query_norm: None,
+            key_norm: None,
+            sinks: None,
             kind: self.kind.clone(),
             rope,
             heads,
             kv_heads,
             head_dim,
+            scores,
         };
         if let AttentionKind::Linear { feature_dim } = self.kind {
+            if self.sink_logits {
+                return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
+            }
             let config = LinearAttentionConfig::new(d, heads)
                 .with_feature_dim(feature_dim)
                 .with_rope_base(self.rope_base);
             layer.linear = Some(config.init(device)?);
             return Ok(layer);
         }
-        let linear = |out: usize| LinearConfig::new(d, out).with_bias(false).init(device);
+        if self.sink_logits {
+            check_sink_logits(&self.kind, &layer.scores)?;
+            layer.sinks = Some(Param::from_tensor(Tensor::zeros([heads], device)));
+        }
+        if let Some(norm) = &self.qk_norm {
+            if norm.d_model != head_dim {
+                return Err(AttentionError::ShapeMismatch {
+                    what: "SelfAttentionConfig.qk_norm width (the head width)",
+                    expected: head_dim,
+                    got: norm.d_model,
+                });
+            }
+            layer.query_norm = Some(norm.init(device));
+            layer.key_norm = Some(norm.init(device));
+        }
+        let linear =
+            |out: usize, bias: bool| LinearConfig::new(d, out).with_bias(bias).init(device);
         let local = Projections {
-            query: linear(heads * head_dim),
-            key: linear(kv_heads * head_dim),
-            value: linear(kv_heads * head_dim),
+            query: linear(heads * head_dim, self.qkv_bias),
+            key: linear(kv_heads * head_dim, self.qkv_bias),
+            value: linear(kv_heads * head_dim, self.qkv_bias),
         };
         if let AttentionKind::Longformer { globals, .. } = &self.kind
             && !globals.is_empty()
@@ -106,6 +172,19 @@ impl SelfAttentionConfig {
         layer.local = Some(local);
         layer.output = Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
         Ok(layer)
+    }
+}
+
+/// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
+fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), AttentionError> {
+    let unsupported = |kind| Err(AttentionError::SinkLogitsUnsupported { kind });
+    match kind {
+        AttentionKind::LongNet { .. } => unsupported("LongNet"),
+        AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
+            unsupported("Longformer with global tokens")
+        }
+        _ if scores.score_fn != ScoreFn::Softmax => unsupported("sigmoid"),
+        _ => Ok(()),
     }
 }
 
@@ -129,35 +208,40 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         if let Some(linear) = &self.linear {
             return Ok(linear.forward(x));
         }
-        let [batch, n, _] = x.dims();
-        let (local, output) = (self.local.as_ref(), self.output.as_ref());
-        let (q, k, v) = self.project(local.expect("windowed layers have projections"), x.clone());
-        let rope = self.rope();
-        let rotate = |t: Tensor<B, 4>| match rope {
+        let (q, k, v) = self.project(self.projections(), x.clone());
+        let out = self.attend(q, k, v, x)?;
+        Ok(self.merge(out))
+    }
+
+    /// The kind's attention over rows at positions `0 … N−1`: q `[batch, H, N, d_h]` and k, v
+    /// `[batch, H_kv, N, d_h]` before RoPE, `x` the layer's input (for Longformer's global
+    /// projections) → `[batch, H, N, d_h]`.
+    pub(crate) fn attend(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        x: Tensor<B, 3>,
+    ) -> Result<Tensor<B, 4>, AttentionError> {
+        let rotate = |t: Tensor<B, 4>| match self.rope() {
             Some(rope) => rope.forward(t, 0),
             None => t,
         };
         let (q, k) = (rotate(q), rotate(k));
-        let out = match &self.kind {
-            AttentionKind::LongNet { segments, dilations } => {
-                longnet::longnet_attention(q, k, v, segments, dilations)?
+        if let AttentionKind::LongNet { segments, dilations } = &self.kind {
+            return longnet::longnet_attention(q, k, v, segments, dilations, &self.scores);
+        }
+        let spec = self.kind.spec(self.heads, self.kv_heads)?;
+        let (out, lse) = windowed_attention(q, k, v, &spec, &self.scores)?;
+        let out = self.sink(out, lse);
+        Ok(match &self.global {
+            Some(global) => {
+                let (q_g, k_g, v_g) = self.project(global, x);
+                let (q_g, k_g) = (rotate(q_g), rotate(k_g));
+                longformer::replace_global_rows(out, q_g, k_g, v_g, &spec, &self.scores)
             }
-            kind => {
-                let spec = kind.spec(self.heads, self.kv_heads)?;
-                let opts = kind.score_options(self.heads)?;
-                let (out, _) = windowed_attention(q, k, v, &spec, &opts)?;
-                match &self.global {
-                    Some(global) => {
-                        let (q_g, k_g, v_g) = self.project(global, x);
-                        let (q_g, k_g) = (rotate(q_g), rotate(k_g));
-                        longformer::replace_global_rows(out, q_g, k_g, v_g, &spec)
-                    }
-                    None => out,
-                }
-            }
-        };
-        let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
-        Ok(output.expect("windowed layers have an output projection").forward(merged))
+            None => out,
+        })
     }
 
     /// The layer's attention kind.
@@ -166,118 +250,45 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     }
 }
 
-/// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is an
-/// independent copy (tensors are shared until one of the copies writes).
-#[derive(Clone)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one cache per layer: boxing would add an indirection to save a few hundred bytes"
-)]
-pub enum LayerCache<B: Backend> {
-    /// Windowed kinds: the bounded cache of the local projections, and for Longformer's global
-    /// rows a cache of the global projections, kept only until the last global position.
-    Windowed {
-        /// Keys and values of the layer's ordinary projections.
-        local: KvCache<B>,
-        /// Keys and values of `Wk_g, Wv_g`, with the global positions.
-        global: Option<(KvCache<B>, Vec<usize>)>,
-    },
-    /// Linear attention's recurrent state (docs/semantics.md §6).
-    Linear(LinearState<B>),
-}
-
-impl<B: Backend> LayerCache<B> {
-    /// Bytes held by the cached keys and values or the recurrent state.
-    pub fn bytes(&self) -> usize {
-        let bytes = |t: &Tensor<B, 3>| t.shape().num_elements() * t.dtype().size();
-        match self {
-            LayerCache::Windowed { local, global } => {
-                local.bytes() + global.as_ref().map_or(0, |(cache, _)| cache.bytes())
-            }
-            LayerCache::Linear(state) => {
-                let kv = state.kv.shape().num_elements() * state.kv.dtype().size();
-                kv + bytes(&state.k_sum)
-            }
-        }
-    }
-}
-
 impl<B: Backend> SelfAttention<B> {
-    /// An empty decoding state for `batch` sequences. `positions` matters for sinks, where
-    /// [`CachePositions::Streaming`] is StreamingLLM's position shift. Fails for an encoder
-    /// (bidirectional Longformer), which cannot decode.
-    pub fn cache(
-        &self,
-        batch: usize,
-        positions: CachePositions,
-        device: &B::Device,
-    ) -> Result<LayerCache<B>, AttentionError> {
-        if let Some(linear) = &self.linear {
-            return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
+    /// With learned sink logits, `o · σ(lse − s_h)`: the softmax's denominator gains `exp(s_h)`
+    /// with no value (docs/semantics.md §9). `o: [batch, H, N, d_h]`, `lse: [batch, H, N]`.
+    pub(crate) fn sink(&self, o: Tensor<B, 4>, lse: Tensor<B, 3>) -> Tensor<B, 4> {
+        match &self.sinks {
+            Some(sinks) => {
+                let s = sinks.val().unsqueeze_dims::<3>(&[0, 2]);
+                o * sigmoid(lse - s).unsqueeze_dim(3)
+            }
+            None => o,
         }
-        let specs = match &self.kind {
-            AttentionKind::LongNet { segments, dilations } => {
-                longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?
-            }
-            kind => vec![kind.spec(self.heads, self.kv_heads)?],
-        };
-        let opts = self.kind.score_options(self.heads)?;
-        let globals = specs[0].globals().to_vec();
-        let local = KvCache::new(specs, opts, positions)?;
-        let global = match globals.is_empty() {
-            true => None,
-            false => {
-                let spec = WindowSpec::full(self.heads, self.kv_heads)?;
-                Some((KvCache::new(vec![spec], ScoreOptions::softmax(), positions)?, globals))
-            }
-        };
-        Ok(LayerCache::Windowed { local, global })
     }
 
-    /// One decoding step: `x: [batch, 1, d_model]` at the cache's next position →
-    /// `[batch, 1, d_model]`, the same as row `position` of [`SelfAttention::forward`] over the
-    /// whole prefix (with [`CachePositions::Absolute`]).
-    pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3>
-    where
-        B: WindowedAttentionBackend,
-    {
-        let (local, global) = match (cache, &self.linear) {
-            (LayerCache::Linear(state), Some(linear)) => {
-                let (y, next) = linear.step(x, state.clone());
-                *state = next;
-                return y;
-            }
-            (LayerCache::Windowed { local, global }, None) => (local, global),
-            _ => unreachable!("a layer's cache is made by its own `cache`"),
-        };
-        let batch = x.dims()[0];
-        let position = local.len();
-        let projections = self.local.as_ref().expect("windowed layers have projections");
-        let (q, k, v) = self.project(projections, x.clone());
-        local.append(k, v, self.rope());
-        let mut out = local.attend(q, self.rope());
-        if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &self.global) {
-            let (q_g, k_g, v_g) = self.project(projections, x);
-            cache.append(k_g, v_g, self.rope());
-            if globals.contains(&position) {
-                out = cache.attend(q_g, self.rope());
-            }
-            // No query after the last global position reads the global keys again.
-            if globals.last() <= Some(&position) {
-                *global = None;
-            }
-        }
-        let merged = out.swap_dims(1, 2).reshape([batch, 1, self.heads * self.head_dim]);
-        self.output.as_ref().expect("windowed layers have an output projection").forward(merged)
+    /// Whether the layer has learned sink logits.
+    pub(crate) fn has_sink_logits(&self) -> bool {
+        self.sinks.is_some()
     }
 
     /// The rotation of q and k, or `None` for a kind without RoPE ([`AttentionKind::rotates`]).
-    fn rope(&self) -> Option<&Rope> {
+    pub(crate) fn rope(&self) -> Option<&Rope> {
         self.kind.rotates().then_some(&self.rope)
     }
 
-    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, before RoPE.
-    fn project(
+    /// The ordinary projections of a windowed layer.
+    pub(crate) fn projections(&self) -> &Projections<B> {
+        self.local.as_ref().expect("every kind but linear attention has projections")
+    }
+
+    /// The heads merged and projected back: `[batch, H, N, d_h]` → `[batch, N, d_model]`.
+    pub(crate) fn merge(&self, out: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [batch, _, n, _] = out.dims();
+        let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
+        let output = self.output.as_ref().expect("every kind but linear attention has one");
+        output.forward(merged)
+    }
+
+    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, q and k normalised per head if
+    /// the layer says so, before RoPE.
+    pub(crate) fn project(
         &self,
         p: &Projections<B>,
         x: Tensor<B, 3>,
@@ -286,8 +297,12 @@ impl<B: Backend> SelfAttention<B> {
         let split = |t: Tensor<B, 3>, heads: usize| {
             t.reshape([batch, n, heads, self.head_dim]).swap_dims(1, 2)
         };
-        let q = split(p.query.forward(x.clone()), self.heads);
-        let k = split(p.key.forward(x.clone()), self.kv_heads);
+        let norm = |t: Tensor<B, 4>, norm: &Option<RmsNorm<B>>| match norm {
+            Some(norm) => norm.forward(t),
+            None => t,
+        };
+        let q = norm(split(p.query.forward(x.clone()), self.heads), &self.query_norm);
+        let k = norm(split(p.key.forward(x.clone()), self.kv_heads), &self.key_norm);
         let v = split(p.value.forward(x), self.kv_heads);
         (q, k, v)
     }

@@ -50,14 +50,15 @@ fn longnet_mixture_matches_the_formula() {
     for (n, segments, dilations) in
         [(23, vec![4, 10], vec![1, 3]), (30, vec![6, 7, 30], vec![2, 3, 4]), (9, vec![4], vec![2])]
     {
-        let (heads, d) = (4, 4);
+        let (heads, d, softmax) = (4, 4, ScoreOptions::softmax());
         let (q, k, v) = (
             tensor::<B>(1, [1, heads, n, d]),
             tensor::<B>(2, [1, heads, n, d]),
             tensor::<B>(3, [1, heads, n, d]),
         );
         let got = to_vec(
-            longnet_attention(q.clone(), k.clone(), v.clone(), &segments, &dilations).unwrap(),
+            longnet_attention(q.clone(), k.clone(), v.clone(), &segments, &dilations, &softmax)
+                .unwrap(),
         );
         let specs = branch_specs(&segments, &dilations, heads, heads, n).unwrap();
         let (q, k, v) = (to_vec(q), to_vec(k), to_vec(v));
@@ -92,8 +93,14 @@ fn longformer_global_rows_use_their_own_projections_over_every_key() {
         );
         let opts = ScoreOptions::softmax();
         let (local, _) = dense_attention(q, k, v, &spec, &opts).unwrap();
-        let got =
-            to_vec(replace_global_rows(local.clone(), qg.clone(), kg.clone(), vg.clone(), &spec));
+        let got = to_vec(replace_global_rows(
+            local.clone(),
+            qg.clone(),
+            kg.clone(),
+            vg.clone(),
+            &spec,
+            &opts,
+        ));
         // The global rows: dense attention of the global projections, every key a global query sees.
         let (global, _) = dense_attention(qg, kg, vg, &spec, &opts).unwrap();
         let (local, global) = (to_vec(local), to_vec(global));
