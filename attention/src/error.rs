@@ -39,6 +39,8 @@ pub enum AttentionError {
     /// mixes several (LongNet), has none (linear, sigmoid scores) or replaces rows (Longformer's
     /// globals).
     SinkLogitsUnsupported { kind: &'static str },
+    /// Attention maps are weights over keys; the kind named has none (linear attention).
+    NoAttentionMap { kind: &'static str },
 }
 
 impl fmt::Display for AttentionError {
@@ -80,6 +82,7 @@ impl fmt::Display for AttentionError {
             SinkLogitsUnsupported { kind } => {
                 write!(f, "learned sink logits need one softmax per row; {kind} attention has none")
             }
+            NoAttentionMap { kind } => write!(f, "{kind} attention has no attention map"),
         }
     }
 }

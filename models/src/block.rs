@@ -83,6 +83,12 @@ impl<B: WindowedAttentionBackend> Block<B> {
         Ok(self.mlp_branch(self.attention_residual(x, y)))
     }
 
+    /// The attention weights of the block's layer for its input `x: [batch, N, d]` →
+    /// `[batch, H, N, N]` ([`SelfAttention::attention_map`]).
+    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, AttentionError> {
+        self.attention.attention_map(self.attention_norm.forward(x))
+    }
+
     /// The forward pass over a prompt, filling the layer's empty `cache` as N steps would:
     /// `x: [batch, N, d]` → `[batch, N, d]`.
     pub fn prefill(

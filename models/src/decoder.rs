@@ -6,14 +6,16 @@ use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
+use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::{
-    AttentionKind, CachePositions, LayerCache, RmsNorm, RmsNormConfig, SelfAttentionConfig,
+    AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
+    SelfAttentionConfig,
 };
-use swa_attention::{RopeScaling, WindowedAttentionBackend};
 
+use crate::architecture::Architecture;
 use crate::block::Block;
 use crate::error::{ModelError, in_layer};
-use crate::mlp::{GatedMlpConfig, MlpActivation};
+use crate::mlp::GatedMlpConfig;
 
 /// Configuration of [`Decoder`]. Saved and loaded as JSON with Burn's `Config::save`/`load`.
 #[derive(Config, Debug)]
@@ -38,46 +40,9 @@ pub struct DecoderConfig {
     /// `local_rope_base` is set.
     #[config(default = "10000.0")]
     pub rope_base: f64,
-    /// A stretch of RoPE's frequencies where `rope_base` applies (docs/semantics.md §9: Llama 3,
-    /// Gemma 3's global layers); `None` keeps them.
-    pub rope_scaling: Option<RopeScaling>,
-    /// RoPE base of the layers of every kind but full attention, which then rotate without
-    /// scaling (Gemma 3's local layers, 10⁴ against 10⁶); `None`: every layer uses `rope_base`.
-    pub local_rope_base: Option<f64>,
-    /// Width `d_h` of each head, even; `None` is `d_model / heads` (Gemma sets its own).
-    pub head_dim: Option<usize>,
-    /// Hidden width of the MLP; `None` is `⌈8d/3⌉` rounded up to a multiple of 64.
-    pub mlp_hidden: Option<usize>,
-    /// Activation of the MLP's gate: SiLU (SwiGLU) or the tanh GELU (Gemma).
-    #[config(default = "MlpActivation::Silu")]
-    pub mlp_activation: MlpActivation,
-    /// ε of every RMSNorm.
-    #[config(default = 1e-6)]
-    pub norm_epsilon: f64,
-    /// RMSNorms scale by `1 + w` (Gemma; docs/semantics.md §9).
-    #[config(default = false)]
-    pub norm_unit_offset: bool,
-    /// A second RMSNorm on each branch's output before its residual (Gemma 2/3).
-    #[config(default = false)]
-    pub post_norms: bool,
-    /// Embeddings multiplied by `√d_model` (Gemma).
-    #[config(default = false)]
-    pub scale_embeddings: bool,
-    /// Biases on the q, k and v projections (Qwen2).
-    #[config(default = false)]
-    pub qkv_bias: bool,
-    /// Multiplier of `q·k`; `None` is `1/√d_h` (Gemma: `query_pre_attn_scalar^(−½)`).
-    pub attention_scale: Option<f32>,
-    /// Softcap of the attention scores (Gemma 2); `None` disables it.
-    pub attention_softcap: Option<f32>,
-    /// Softcap of the final logits, `c·tanh(z/c)` (Gemma 2); `None` disables it.
-    pub final_softcap: Option<f32>,
-    /// RMSNorm over each head of q and k before RoPE (Gemma 3).
-    #[config(default = false)]
-    pub qk_norm: bool,
-    /// A learned sink logit per head in every layer (gpt-oss; docs/semantics.md §9).
-    #[config(default = false)]
-    pub sink_logits: bool,
+    /// What the decoder does otherwise than Transformer++ (docs/semantics.md §9); `None` is
+    /// the default architecture, which departs in nothing.
+    pub architecture: Option<Architecture>,
 }
 
 impl DecoderConfig {
@@ -86,42 +51,52 @@ impl DecoderConfig {
         &self.attention[layer % self.attention.len()]
     }
 
+    /// The decoder's architecture options, the default ones when unset.
+    pub fn arch(&self) -> Architecture {
+        self.architecture.clone().unwrap_or_default()
+    }
+
     /// The head width `d_h`.
     pub fn head_width(&self) -> usize {
-        self.head_dim.unwrap_or(self.d_model / self.heads.max(1))
+        self.arch().head_dim.unwrap_or(self.d_model / self.heads.max(1))
     }
 
     /// The RMSNorm of width `width` every norm of the model uses.
     pub fn norm(&self, width: usize) -> RmsNormConfig {
+        let arch = self.arch();
         RmsNormConfig::new(width)
-            .with_epsilon(self.norm_epsilon)
-            .with_unit_offset(self.norm_unit_offset)
+            .with_epsilon(arch.norm_epsilon)
+            .with_unit_offset(arch.norm_unit_offset)
     }
 
     /// The attention layer of layer `l`: its kind, and the RoPE of its kind (docs/semantics.md
     /// §9: local layers may rotate with a base of their own).
     pub fn attention_of(&self, layer: usize) -> SelfAttentionConfig {
-        let kind = self.kind_of(layer).clone();
-        let (base, scaling) = match (self.local_rope_base, &kind) {
+        let (kind, arch) = (self.kind_of(layer).clone(), self.arch());
+        let (base, rope_scaling) = match (arch.local_rope_base, &kind) {
             (Some(local), kind) if *kind != AttentionKind::Full => (local, None),
-            _ => (self.rope_base, self.rope_scaling),
+            _ => (self.rope_base, arch.rope_scaling),
+        };
+        let options = LayerOptions {
+            rope_scaling,
+            head_dim: arch.head_dim,
+            qkv_bias: arch.qkv_bias,
+            scale: arch.attention_scale,
+            softcap: arch.attention_softcap,
+            qk_norm: arch.qk_norm.then(|| self.norm(self.head_width())),
+            sink_logits: arch.sink_logits,
         };
         SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads, kind)
             .with_rope_base(base)
-            .with_rope_scaling(scaling)
-            .with_head_dim(self.head_dim)
-            .with_qkv_bias(self.qkv_bias)
-            .with_scale(self.attention_scale)
-            .with_softcap(self.attention_softcap)
-            .with_qk_norm(self.qk_norm.then(|| self.norm(self.head_width())))
-            .with_sink_logits(self.sink_logits)
+            .with_options(self.architecture.is_some().then_some(options))
     }
 
     /// The MLP of every block.
     pub fn mlp(&self) -> GatedMlpConfig {
+        let arch = self.arch();
         GatedMlpConfig::new(self.d_model)
-            .with_hidden(self.mlp_hidden)
-            .with_activation(self.mlp_activation)
+            .with_hidden(arch.mlp_hidden)
+            .with_activation(arch.mlp_activation)
     }
 
     /// Checks the configuration without building it.
@@ -136,17 +111,18 @@ impl DecoderConfig {
         if self.attention.is_empty() {
             return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
-        if self.heads == 0 || (self.head_dim.is_none() && !self.d_model.is_multiple_of(self.heads))
+        let arch = self.arch();
+        if self.heads == 0 || (arch.head_dim.is_none() && !self.d_model.is_multiple_of(self.heads))
         {
             return bad("DecoderConfig.d_model", "must be a multiple of heads");
         }
         if self.head_width() == 0 || !self.head_width().is_multiple_of(2) {
             return bad("DecoderConfig.head_dim", "must be even and positive (RoPE)");
         }
-        if self.mlp_hidden == Some(0) {
+        if arch.mlp_hidden == Some(0) {
             return bad("DecoderConfig.mlp_hidden", "must be at least 1");
         }
-        if let Some(c) = self.final_softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        if let Some(c) = arch.final_softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
             return bad("DecoderConfig.final_softcap", &format!("must be positive, got {c}"));
         }
         if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
@@ -162,10 +138,10 @@ impl DecoderConfig {
     /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
         self.validate()?;
-        let (mlp, norm) = (self.mlp(), self.norm(self.d_model));
+        let (mlp, norm, arch) = (self.mlp(), self.norm(self.d_model), self.arch());
         let blocks = (0..self.layers)
             .map(|l| {
-                Block::new(&self.attention_of(l), &mlp, &norm, self.post_norms, device)
+                Block::new(&self.attention_of(l), &mlp, &norm, arch.post_norms, device)
                     .map_err(in_layer(l))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -177,8 +153,8 @@ impl DecoderConfig {
             blocks,
             norm: norm.init(device),
             head,
-            embedding_scale: self.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
-            final_softcap: self.final_softcap,
+            embedding_scale: arch.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
+            final_softcap: arch.final_softcap,
         };
         model.visit(&mut Materialize);
         Ok(model)
@@ -320,6 +296,30 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
             x = block.forward(x).map_err(in_layer(l))?;
         }
         Ok(self.logits(x))
+    }
+
+    /// The attention weights of each layer in `layers` over `tokens: [batch, N]`, in that
+    /// order: `[batch, H, N, N]` each, row `i` the weights of query `i` (docs/semantics.md
+    /// §9). Fails, naming it, for a layer that does not exist or has no weights (linear).
+    pub fn attention_maps(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        layers: &[usize],
+    ) -> Result<Vec<Tensor<B, 4>>, ModelError> {
+        if let Some(&layer) = layers.iter().find(|&&l| l >= self.blocks.len()) {
+            let problem = format!("layer {layer} does not exist ({} layers)", self.blocks.len());
+            return Err(ModelError::Config { field: "attention_maps.layers", problem });
+        }
+        let mut maps: Vec<Option<Tensor<B, 4>>> = vec![None; layers.len()];
+        let last = layers.iter().max().copied().unwrap_or(0);
+        let mut x = self.embed(tokens);
+        for (l, block) in self.blocks.iter().enumerate().take(last + 1) {
+            for (slot, _) in layers.iter().enumerate().filter(|&(_, &wanted)| wanted == l) {
+                maps[slot] = Some(block.attention_map(x.clone()).map_err(in_layer(l))?);
+            }
+            x = block.forward(x).map_err(in_layer(l))?;
+        }
+        Ok(maps.into_iter().flatten().collect())
     }
 
     /// One forward pass over a prompt `tokens: [batch, N]`, N ≥ 1 → its logits

@@ -4,6 +4,7 @@
 //! per-layer [`swa_attention::layers::AttentionKind`]s, with presets that reproduce the seed
 //! papers' configurations.
 
+mod architecture;
 mod block;
 mod decoder;
 mod error;
@@ -16,6 +17,7 @@ mod rng;
 pub mod sampling;
 pub mod weights;
 
+pub use architecture::Architecture;
 pub use block::Block;
 pub use decoder::{Decoder, DecoderCache, DecoderConfig};
 pub use error::ModelError;

@@ -2,13 +2,17 @@
 //! evaluation windows (the window × length grid of SWAT's Figure 2), or the accuracy of a run
 //! trained on a synthetic task.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
+use swa_attention::WindowedAttentionBackend;
+use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{mean_loss, rebuild, with_eval_window};
 
+use super::hf_run::HfRun;
 use super::{DeviceArgs, load_run};
 use crate::error::AppError;
 use crate::report::csv::write_csv;
@@ -19,11 +23,19 @@ use crate::runtime::{Job, run_on};
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// The training run to evaluate (its train.json and model.mpk).
+    #[arg(long, conflicts_with = "hf", required_unless_present = "hf")]
+    out: Option<PathBuf>,
+    /// A local Hugging Face model directory instead: perplexity per token of --corpus under
+    /// window inference (SWAT's experiment 2). Results go to `runs/eval/<checkpoint>`.
+    #[arg(long, requires = "corpus")]
+    hf: Option<PathBuf>,
+    /// With --hf: the text to evaluate on.
     #[arg(long)]
-    out: PathBuf,
+    corpus: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Evaluation lengths (SWAT Table 2: 128 … 16384). Default: the training length × 1, 2, 4, 8, 16.
+    /// Evaluation lengths (SWAT Table 2: 128 … 16384). Default: the training length × 1, 2, 4,
+    /// 8, 16; with --hf, 128, 256, 512.
     #[arg(long, value_delimiter = ',')]
     lengths: Vec<usize>,
     /// Evaluation windows W (keys, self included) replacing the trained ones; several give the
@@ -51,11 +63,15 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
     impl Job for Run {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
-            let (config, model) = load_run::<B::InnerBackend>(&args.out, &device)?;
+            let Some(out) = &args.out else {
+                let dir = args.hf.clone().expect("clap requires --out or --hf");
+                return eval_hf::<B::InnerBackend>(&args, &dir, &device);
+            };
+            let (config, model) = load_run::<B::InnerBackend>(out, &device)?;
             if let Some(task) = &config.task {
                 let (windows, lengths, distances) = (&args.windows, &args.lengths, &args.distances);
                 return super::tasks::eval(
-                    &args.out,
+                    out,
                     &config,
                     task,
                     &model,
@@ -71,58 +87,102 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 true => [1, 2, 4, 8, 16].iter().map(|m| m * config.seq_len).collect(),
                 false => args.lengths.clone(),
             };
-            let windows: Vec<Option<usize>> = match args.windows.is_empty() {
-                true => vec![None],
-                false => args.windows.iter().map(|&w| Some(w)).collect(),
-            };
-            let test = corpus.test();
-            let (mut rows, mut cells) = (Vec::new(), Vec::new());
-            for window in &windows {
-                let model = match window {
-                    Some(w) => {
-                        let windowed = with_eval_window(&config.model, *w, args.sinks)?;
-                        rebuild(&model, &windowed, &device)?
-                    }
-                    None => model.clone(),
-                };
-                let mut row = Vec::new();
-                for &len in &lengths {
-                    let loss = mean_loss(&model, test.clone(), len, 1, args.sequences, &device)?;
-                    let label = window.map_or("trained".into(), |w| w.to_string());
-                    println!(
-                        "window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}",
-                        loss.exp(),
-                        bits_per_unit(loss)
-                    );
-                    rows.push(vec![
-                        label,
-                        len.to_string(),
-                        format!("{loss:.6}"),
-                        format!("{:.6}", bits_per_unit(loss)),
-                    ]);
-                    row.push(bits_per_unit(loss));
-                }
-                cells.push(row);
-            }
-            let csv = args.out.join("eval.csv");
-            write_csv(&csv, &["window", "length", "loss", "bits"], &rows)?;
-            println!("wrote {}", csv.display());
-            if windows.len() > 1 {
-                let svg = args.out.join("eval_grid.svg");
-                heat_map(
-                    &svg,
-                    &format!("Bits per {}: evaluation window × length", corpus.unit_name()),
-                    "evaluation length",
-                    &lengths,
-                    "window",
-                    &args.windows,
-                    &cells,
-                    "bits",
-                )?;
-                println!("wrote {}", svg.display());
-            }
-            Ok(())
+            let grid = Grid { args: &args, lengths, unit: corpus.unit_name(), to: out.clone() };
+            grid.run(&config.model, &model, corpus.test(), &device)
         }
     }
     run_on(&args.device.placement(), Run(args))
+}
+
+/// The window × length grid of one model: loss, perplexity and bits per unit at every length,
+/// under each evaluation window (or the model's own), written as `eval.csv` and, with several
+/// windows, the heat map `eval_grid.svg` in `to`.
+struct Grid<'a> {
+    args: &'a EvalArgs,
+    lengths: Vec<usize>,
+    /// What a token is: byte, character, word or token.
+    unit: &'static str,
+    to: PathBuf,
+}
+
+impl Grid<'_> {
+    fn run<B: WindowedAttentionBackend>(
+        &self,
+        config: &DecoderConfig,
+        model: &Decoder<B>,
+        tokens: Arc<Vec<u32>>,
+        device: &B::Device,
+    ) -> Result<(), AppError> {
+        let args = self.args;
+        let windows: Vec<Option<usize>> = match args.windows.is_empty() {
+            true => vec![None],
+            false => args.windows.iter().map(|&w| Some(w)).collect(),
+        };
+        let (mut rows, mut cells) = (Vec::new(), Vec::new());
+        for window in &windows {
+            let model = match window {
+                Some(w) => rebuild(model, &with_eval_window(config, *w, args.sinks)?, device)?,
+                None => model.clone(),
+            };
+            let mut row = Vec::new();
+            for &len in &self.lengths {
+                let loss = mean_loss(&model, tokens.clone(), len, 1, args.sequences, device)?;
+                let label = window.map_or("trained".into(), |w| w.to_string());
+                println!(
+                    "window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}",
+                    loss.exp(),
+                    bits_per_unit(loss)
+                );
+                rows.push(vec![
+                    label,
+                    len.to_string(),
+                    format!("{loss:.6}"),
+                    format!("{:.6}", bits_per_unit(loss)),
+                ]);
+                row.push(bits_per_unit(loss));
+            }
+            cells.push(row);
+        }
+        std::fs::create_dir_all(&self.to)
+            .map_err(|source| AppError::Io { path: self.to.clone(), source })?;
+        let csv = self.to.join("eval.csv");
+        write_csv(&csv, &["window", "length", "loss", "bits"], &rows)?;
+        println!("wrote {}", csv.display());
+        if windows.len() > 1 {
+            let svg = self.to.join("eval_grid.svg");
+            heat_map(
+                &svg,
+                &format!("Bits per {}: evaluation window × length", self.unit),
+                "evaluation length",
+                &self.lengths,
+                "window",
+                &args.windows,
+                &cells,
+                "bits",
+            )?;
+            println!("wrote {}", svg.display());
+        }
+        Ok(())
+    }
+}
+
+/// `eval --hf`: the grid for a checkpoint over `--corpus`, tokenized by its tokenizer.
+fn eval_hf<B: WindowedAttentionBackend>(
+    args: &EvalArgs,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(), AppError> {
+    let run = HfRun::<B>::load(dir, device)?;
+    let path = args.corpus.as_ref().expect("clap requires --corpus with --hf");
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| AppError::Io { path: path.clone(), source })?;
+    let tokens: Vec<u32> = run.encode(dir, &text, false)?.into_iter().map(|t| t as u32).collect();
+    let lengths = match args.lengths.is_empty() {
+        true => vec![128, 256, 512],
+        false => args.lengths.clone(),
+    };
+    let name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let to = Path::new("runs/eval").join(name);
+    let grid = Grid { args, lengths, unit: "token", to };
+    grid.run(&run.config, &run.model, Arc::new(tokens), device)
 }

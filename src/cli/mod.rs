@@ -1,13 +1,17 @@
-//! The `swa-zoo` command line: `train`, `eval`, `generate`, `info`, `bench` and `check-backends`.
+//! The `swa-zoo` command line: `train`, `eval`, `generate`, `attention-map`, `eval-choice`,
+//! `info`, `bench` and `check-backends`.
 //!
 //! Window conventions, as in docs/semantics.md §2: a causal window `W` sees the W keys `i−W+1 … i`, the
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
 //! config value is two-sided, 2w).
 
+mod attention_map;
 mod bench;
 mod check_backends;
 mod eval;
+pub mod eval_choice;
 mod generate;
+mod hf_run;
 mod info;
 mod tasks;
 mod train;
@@ -38,8 +42,14 @@ enum Command {
     /// Loss, perplexity and bits per byte (character, word) at several lengths, and the
     /// window × length grid.
     Eval(eval::EvalArgs),
-    /// Continue a prompt with a trained (or untrained) model, with a bounded KV cache.
+    /// Continue a prompt with a trained (or untrained) model or a Hugging Face checkpoint,
+    /// with a bounded KV cache.
     Generate(generate::GenerateArgs),
+    /// Attention weights of chosen layers and heads over a prompt, one PNG heat map each.
+    AttentionMap(attention_map::AttentionMapArgs),
+    /// Zero-shot multiple choice scored by log-likelihood (acc and acc_norm, as
+    /// lm-eval-harness) for a Hugging Face checkpoint.
+    EvalChoice(eval_choice::EvalChoiceArgs),
     /// Parameters, Σ windows, relative cost and KV-cache bytes of a model; `--list` the presets.
     Info(info::InfoArgs),
     /// The quick efficiency suite (decode latency, KV bytes, StreamingLLM, training throughput).
@@ -104,6 +114,8 @@ pub fn main() -> Result<(), AppError> {
         Command::Train(args) => train::train(args),
         Command::Eval(args) => eval::eval(args),
         Command::Generate(args) => generate::generate(args),
+        Command::AttentionMap(args) => attention_map::attention_map(args),
+        Command::EvalChoice(args) => eval_choice::eval_choice(args),
         Command::Info(args) => info::info(args),
         Command::Bench(args) => bench::bench(args),
         Command::CheckBackends(args) => check_backends::check_backends(args),

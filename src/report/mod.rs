@@ -1,6 +1,7 @@
 //! Reports of results: figures, tables and the loss curve of a run.
 //!
 //! - [`plot`]: SVG figures (heat maps, line plots) drawn with plotters;
+//! - [`png`]: heat maps as PNG images (attention maps);
 //! - [`csv`]: the numbers behind a figure, as CSV;
 //! - [`table`]: a [`Table`] printed as Markdown and written as CSV;
 //! - [`curve`]: the loss curve of a training run, from the Learner's metric logs.
@@ -11,6 +12,7 @@
 pub mod csv;
 pub mod curve;
 pub mod plot;
+pub mod png;
 pub mod table;
 
 use std::fmt;

@@ -136,15 +136,13 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let n = x.dims()[1];
         let (q, k, v) = self.project(self.projections(), x.clone());
         local.fill(k.clone(), v.clone(), self.rope());
-        if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &self.global) {
+        let projected = self.global.as_ref().map(|projections| self.project(projections, x));
+        if let (Some((cache, globals)), Some((_, k_g, v_g))) = (global.as_mut(), &projected) {
             match globals.last().is_some_and(|&last| last < n) {
                 true => *global = None,
-                false => {
-                    let (_, k_g, v_g) = self.project(projections, x.clone());
-                    cache.fill(k_g, v_g, self.rope());
-                }
+                false => cache.fill(k_g.clone(), v_g.clone(), self.rope()),
             }
         }
-        Ok(self.merge(self.attend(q, k, v, x)?))
+        Ok(self.merge(self.attend(q, k, v, projected)?))
     }
 }

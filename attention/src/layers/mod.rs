@@ -9,12 +9,14 @@
 //! - [`linear`]: Taylor linear attention;
 //! - [`cache`]: the bounded KV cache for decoding;
 //! - [`norm`]: RMSNorm, of the decoder's blocks and of q and k per head;
+//! - [`layer_options`]: how a layer departs from Transformer++ for a pretrained architecture;
 //! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism;
 //! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once.
 
 pub mod cache;
 pub mod kind;
 pub mod layer_cache;
+pub mod layer_options;
 pub mod linear;
 pub mod longformer;
 pub mod longnet;
@@ -25,5 +27,6 @@ pub mod self_attention;
 pub use cache::{CachePositions, KvCache};
 pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
+pub use layer_options::LayerOptions;
 pub use norm::{RmsNorm, RmsNormConfig};
-pub use self_attention::{SelfAttention, SelfAttentionConfig};
+pub use self_attention::{SelfAttention, SelfAttentionConfig, with_sink_logits};

@@ -8,17 +8,17 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::layers::layer_options::LayerOptions;
 use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
-use crate::layers::norm::{RmsNorm, RmsNormConfig};
+use crate::layers::norm::RmsNorm;
 use crate::layers::{AttentionKind, longformer, longnet};
 use crate::{
-    AttentionError, Rope, RopeConfig, RopeScaling, ScoreFn, ScoreOptions, WindowedAttentionBackend,
+    AttentionError, Rope, RopeConfig, ScoreFn, ScoreOptions, WindowedAttentionBackend,
     windowed_attention,
 };
 
-/// Configuration of [`SelfAttention`]. Every field after `kind` has a default that gives the
-/// Transformer++ layer of docs/semantics.md §8; the others describe pretrained architectures
-/// (docs/semantics.md §9).
+/// Configuration of [`SelfAttention`]: the Transformer++ layer of docs/semantics.md §8 unless
+/// `options` say otherwise (docs/semantics.md §9).
 #[derive(Config, Debug)]
 pub struct SelfAttentionConfig {
     /// Model width `d`.
@@ -33,28 +33,13 @@ pub struct SelfAttentionConfig {
     /// ALiBi alone.
     #[config(default = "10000.0")]
     pub rope_base: f64,
-    /// A stretch of RoPE's frequencies (docs/semantics.md §9); `None` keeps them.
-    pub rope_scaling: Option<RopeScaling>,
-    /// Width `d_h` of each head, even (RoPE); `None` is `d_model / heads`.
-    pub head_dim: Option<usize>,
-    /// Biases on the q, k and v projections (Qwen2); the output projection has none.
-    #[config(default = false)]
-    pub qkv_bias: bool,
-    /// Multiplier of `q·k`; `None` is the kind's, `1/√d_h` (Gemma sets
-    /// `query_pre_attn_scalar^(−½)`).
-    pub scale: Option<f32>,
-    /// Softcap `c` of the scores, `c·tanh(s/c)` (Gemma 2); `None` disables it.
-    pub softcap: Option<f32>,
-    /// RMSNorm over each head of q and k before RoPE (Gemma 3); its `d_model` must be `d_h`.
-    pub qk_norm: Option<RmsNormConfig>,
-    /// A learned sink logit per head joining each softmax denominator with no value (gpt-oss;
-    /// docs/semantics.md §9).
-    #[config(default = false)]
-    pub sink_logits: bool,
+    /// What the layer does otherwise than Transformer++ (docs/semantics.md §9); `None` is the
+    /// default options, none.
+    pub options: Option<LayerOptions>,
 }
 
 /// The q, k, v projections of one set of heads (biases only under
-/// [`SelfAttentionConfig::qkv_bias`]).
+/// [`LayerOptions::qkv_bias`]).
 #[derive(Module, Debug)]
 pub struct Projections<B: Backend> {
     query: Linear<B>,
@@ -88,15 +73,21 @@ pub struct SelfAttention<B: Backend> {
 }
 
 impl SelfAttentionConfig {
+    /// The layer's options, the default ones when unset.
+    pub fn layer_options(&self) -> LayerOptions {
+        self.options.clone().unwrap_or_default()
+    }
+
     /// The head width `d_h`.
     pub fn head_width(&self) -> usize {
-        self.head_dim.unwrap_or(self.d_model / self.heads.max(1))
+        self.layer_options().head_dim.unwrap_or(self.d_model / self.heads.max(1))
     }
 
     /// Builds the layer; fails, naming the field, on an inconsistent configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, AttentionError> {
         let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
-        if heads == 0 || (self.head_dim.is_none() && d % heads != 0) {
+        let options = self.layer_options();
+        if heads == 0 || (options.head_dim.is_none() && d % heads != 0) {
             let expected = heads.max(1) * (d / heads.max(1)).max(1);
             return Err(AttentionError::ShapeMismatch {
                 what: "SelfAttentionConfig.d_model (must be a multiple of heads)",
@@ -111,11 +102,11 @@ impl SelfAttentionConfig {
         let head_dim = self.head_width();
         let rope = RopeConfig::new(head_dim)
             .with_base(self.rope_base)
-            .with_scaling(self.rope_scaling)
+            .with_scaling(options.rope_scaling)
             .init()?;
         let mut scores = self.kind.score_options(heads)?;
-        scores.scale = self.scale.or(scores.scale);
-        scores.softcap = self.softcap.or(scores.softcap);
+        scores.scale = options.scale.or(scores.scale);
+        scores.softcap = options.softcap.or(scores.softcap);
         scores.check(heads)?;
         let mut layer = SelfAttention {
             local: None,
@@ -133,7 +124,7 @@ impl SelfAttentionConfig {
             scores,
         };
         if let AttentionKind::Linear { feature_dim } = self.kind {
-            if self.sink_logits {
+            if options.sink_logits {
                 return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
             }
             let config = LinearAttentionConfig::new(d, heads)
@@ -142,11 +133,11 @@ impl SelfAttentionConfig {
             layer.linear = Some(config.init(device)?);
             return Ok(layer);
         }
-        if self.sink_logits {
+        if options.sink_logits {
             check_sink_logits(&self.kind, &layer.scores)?;
             layer.sinks = Some(Param::from_tensor(Tensor::zeros([heads], device)));
         }
-        if let Some(norm) = &self.qk_norm {
+        if let Some(norm) = &options.qk_norm {
             if norm.d_model != head_dim {
                 return Err(AttentionError::ShapeMismatch {
                     what: "SelfAttentionConfig.qk_norm width (the head width)",
@@ -160,9 +151,9 @@ impl SelfAttentionConfig {
         let linear =
             |out: usize, bias: bool| LinearConfig::new(d, out).with_bias(bias).init(device);
         let local = Projections {
-            query: linear(heads * head_dim, self.qkv_bias),
-            key: linear(kv_heads * head_dim, self.qkv_bias),
-            value: linear(kv_heads * head_dim, self.qkv_bias),
+            query: linear(heads * head_dim, options.qkv_bias),
+            key: linear(kv_heads * head_dim, options.qkv_bias),
+            value: linear(kv_heads * head_dim, options.qkv_bias),
         };
         if let AttentionKind::Longformer { globals, .. } = &self.kind
             && !globals.is_empty()
@@ -173,6 +164,18 @@ impl SelfAttentionConfig {
         layer.output = Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
         Ok(layer)
     }
+}
+
+/// The core's output with learned sink logits (docs/semantics.md §9): `o · σ(lse − s_h)`, as if
+/// each head's softmax had one more key, of score `s_h` and value 0. `o: [batch, H, N, d]`,
+/// `lse: [batch, H, N]`, `sinks: [H]` → `[batch, H, N, d]`; differentiable in all three.
+pub fn with_sink_logits<B: Backend>(
+    o: Tensor<B, 4>,
+    lse: Tensor<B, 3>,
+    sinks: Tensor<B, 1>,
+) -> Tensor<B, 4> {
+    let s = sinks.unsqueeze_dims::<3>(&[0, 2]);
+    o * sigmoid(lse - s).unsqueeze_dim(3)
 }
 
 /// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
@@ -209,19 +212,50 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             return Ok(linear.forward(x));
         }
         let (q, k, v) = self.project(self.projections(), x.clone());
-        let out = self.attend(q, k, v, x)?;
+        let globals = self.global.as_ref().map(|global| self.project(global, x));
+        let out = self.attend(q, k, v, globals)?;
         Ok(self.merge(out))
     }
 
+    /// The attention weights of every head, `x: [batch, N, d_model]` → `[batch, H, N, N]`, row
+    /// `i` holding the weight query `i` gives each key (0 where it sees none; with learned
+    /// sinks the rows sum to less than 1, the rest going to the sink). Every path's output is
+    /// linear in the values, so this is the layer's own attention run with columns of the
+    /// identity as values, `d_h` keys at a time: the weights come from the same code as the
+    /// output, whatever the kind and backend. Fails for linear attention, which has no weights
+    /// of this form.
+    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, AttentionError> {
+        if self.linear.is_some() {
+            return Err(AttentionError::NoAttentionMap { kind: "linear" });
+        }
+        let [batch, n, _] = x.dims();
+        let (d, chunks) = (self.head_dim, n.div_ceil(self.head_dim));
+        let identity = Tensor::<B, 2>::eye(chunks * d, &x.device()).narrow(0, 0, n);
+        let (q, k, _) = self.project(self.projections(), x.clone());
+        let globals = self.global.as_ref().map(|global| self.project(global, x.clone()));
+        let mut columns = Vec::with_capacity(chunks);
+        for chunk in 0..chunks {
+            let values = identity.clone().narrow(1, chunk * d, d).unsqueeze::<4>().expand([
+                batch,
+                self.kv_heads,
+                n,
+                d,
+            ]);
+            let globals = globals.clone().map(|(q_g, k_g, _)| (q_g, k_g, values.clone()));
+            columns.push(self.attend(q.clone(), k.clone(), values, globals)?);
+        }
+        Ok(Tensor::cat(columns, 3).narrow(3, 0, n))
+    }
+
     /// The kind's attention over rows at positions `0 … N−1`: q `[batch, H, N, d_h]` and k, v
-    /// `[batch, H_kv, N, d_h]` before RoPE, `x` the layer's input (for Longformer's global
-    /// projections) → `[batch, H, N, d_h]`.
+    /// `[batch, H_kv, N, d_v]` before RoPE, with Longformer's global projections of the same
+    /// shapes when the layer has them → `[batch, H, N, d_v]`.
     pub(crate) fn attend(
         &self,
         q: Tensor<B, 4>,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
-        x: Tensor<B, 3>,
+        globals: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)>,
     ) -> Result<Tensor<B, 4>, AttentionError> {
         let rotate = |t: Tensor<B, 4>| match self.rope() {
             Some(rope) => rope.forward(t, 0),
@@ -234,9 +268,8 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let spec = self.kind.spec(self.heads, self.kv_heads)?;
         let (out, lse) = windowed_attention(q, k, v, &spec, &self.scores)?;
         let out = self.sink(out, lse);
-        Ok(match &self.global {
-            Some(global) => {
-                let (q_g, k_g, v_g) = self.project(global, x);
+        Ok(match globals {
+            Some((q_g, k_g, v_g)) => {
                 let (q_g, k_g) = (rotate(q_g), rotate(k_g));
                 longformer::replace_global_rows(out, q_g, k_g, v_g, &spec, &self.scores)
             }
@@ -255,10 +288,7 @@ impl<B: Backend> SelfAttention<B> {
     /// with no value (docs/semantics.md §9). `o: [batch, H, N, d_h]`, `lse: [batch, H, N]`.
     pub(crate) fn sink(&self, o: Tensor<B, 4>, lse: Tensor<B, 3>) -> Tensor<B, 4> {
         match &self.sinks {
-            Some(sinks) => {
-                let s = sinks.val().unsqueeze_dims::<3>(&[0, 2]);
-                o * sigmoid(lse - s).unsqueeze_dim(3)
-            }
+            Some(sinks) => with_sink_logits(o, lse, sinks.val()),
             None => o,
         }
     }

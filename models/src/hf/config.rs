@@ -10,6 +10,7 @@ use serde_json::Value;
 use swa_attention::RopeScaling;
 use swa_attention::layers::AttentionKind;
 
+use crate::architecture::Architecture;
 use crate::decoder::DecoderConfig;
 use crate::hf::{Family, HfProblem};
 use crate::mlp::MlpActivation;
@@ -102,20 +103,23 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
     )
     .with_tie_embeddings(raw.tie_word_embeddings.unwrap_or(gemma))
     .with_rope_base(global.base)
-    .with_rope_scaling(global.scaling)
-    .with_local_rope_base(local.filter(|l| *l != global).map(|l| l.base))
-    .with_head_dim(raw.head_dim)
-    .with_mlp_hidden(Some(raw.intermediate_size))
-    .with_mlp_activation(mlp_activation)
-    .with_norm_epsilon(raw.rms_norm_eps.unwrap_or(1e-6))
-    .with_norm_unit_offset(gemma)
-    .with_post_norms(gemma)
-    .with_scale_embeddings(gemma)
-    .with_qkv_bias(family == Family::Qwen2 || raw.attention_bias.unwrap_or(false))
-    .with_attention_scale(raw.query_pre_attn_scalar.map(|s| s.powf(-0.5) as f32))
-    .with_attention_softcap(raw.attn_logit_softcapping)
-    .with_final_softcap(raw.final_logit_softcapping)
-    .with_qk_norm(family == Family::Gemma3);
+    .with_architecture(Some(Architecture {
+        head_dim: raw.head_dim,
+        mlp_hidden: Some(raw.intermediate_size),
+        mlp_activation,
+        norm_epsilon: raw.rms_norm_eps.unwrap_or(1e-6),
+        norm_unit_offset: gemma,
+        post_norms: gemma,
+        scale_embeddings: gemma,
+        qkv_bias: family == Family::Qwen2 || raw.attention_bias.unwrap_or(false),
+        attention_scale: raw.query_pre_attn_scalar.map(|s| s.powf(-0.5) as f32),
+        attention_softcap: raw.attn_logit_softcapping,
+        final_softcap: raw.final_logit_softcapping,
+        qk_norm: family == Family::Gemma3,
+        sink_logits: false,
+        rope_scaling: global.scaling,
+        local_rope_base: local.filter(|l| *l != global).map(|l| l.base),
+    }));
     if local.is_some_and(|l| l.scaling.is_some()) {
         return Err(HfProblem::BadField {
             field: "rope_parameters",

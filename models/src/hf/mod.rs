@@ -6,10 +6,27 @@
 //! swa-zoo reads local directories only: users download checkpoints with their own tools.
 
 mod config;
+mod tokenizer;
+
+use crate::{DecoderConfig, ModelError};
 
 use std::fmt;
+use std::fs;
+use std::path::Path;
 
 pub use config::parse as parse_config;
+pub use tokenizer::{HfTokenizer, load_tokenizer};
+
+/// The family and decoder configuration of the Hugging Face directory `dir`, from its
+/// `config.json`, validated.
+pub fn read_config(dir: &Path) -> Result<(Family, DecoderConfig), ModelError> {
+    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
+    let text =
+        fs::read_to_string(dir.join("config.json")).map_err(|_| fail(HfProblem::NoConfig))?;
+    let (family, config) = parse_config(&text).map_err(fail)?;
+    config.validate()?;
+    Ok((family, config))
+}
 
 /// The architectures swa-zoo imports, by `config.json`'s `model_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,4 +184,12 @@ impl fmt::Display for HfProblem {
             }
         }
     }
+}
+
+/// TEMPORARY, replaced by the weights import: a model of the checkpoint's configuration.
+pub fn load_decoder<B: burn::tensor::backend::Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<crate::Decoder<B>, ModelError> {
+    read_config(dir)?.1.init(device)
 }

@@ -17,11 +17,11 @@ use crate::{max_abs, to_vec, values};
 type B = NdArray;
 
 /// f32 on ndarray: the step and the forward pass sum the same terms in different orders.
-const DECODE_TOLERANCE: f32 = 2e-5;
+pub(crate) const DECODE_TOLERANCE: f32 = 2e-5;
 
 /// Every windowed kind and the hybrid, with the largest reach of any head (span, segment, or
 /// last global), over 4 heads and 2 kv heads (GQA).
-fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
+pub(crate) fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
     let swat = AttentionKind::Swat {
         window: 5,
         distance_heads: Some(1),
@@ -61,17 +61,17 @@ fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
     ]
 }
 
-fn config(attention: Vec<AttentionKind>) -> DecoderConfig {
+pub(crate) fn config(attention: Vec<AttentionKind>) -> DecoderConfig {
     let layers = attention.len().max(2);
     DecoderConfig::new(32, 16, layers, 4, 2, attention)
 }
 
-fn token_ids(n: usize) -> Vec<i64> {
+pub(crate) fn token_ids(n: usize) -> Vec<i64> {
     (0..n).map(|i| ((i * 7919 + 13) % 32) as i64).collect()
 }
 
 /// Token-by-token logits of the first `n` tokens, and the cache bytes after each step.
-fn decode<D: WindowedAttentionBackend>(
+pub(crate) fn decode<D: WindowedAttentionBackend>(
     model: &swa_zoo::models::Decoder<D>,
     n: usize,
     positions: CachePositions,

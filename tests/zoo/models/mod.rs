@@ -8,4 +8,5 @@ mod layer_forward;
 mod layer_reference;
 mod layers;
 mod presets;
+mod pretrained;
 mod weights;

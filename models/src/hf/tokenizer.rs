@@ -1,0 +1,64 @@
+//! A checkpoint's `tokenizer.json`, through Hugging Face's `tokenizers` crate (built without
+//! its network features: swa-zoo reads local files only), checked against the model's
+//! vocabulary, with the end-of-sequence ids `config.json` names.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+use tokenizers::Tokenizer;
+
+use crate::ModelError;
+use crate::hf::HfProblem;
+
+/// Text to token ids and back, for one checkpoint.
+pub struct HfTokenizer {
+    inner: Tokenizer,
+    /// Ids that end a sequence (`eos_token_id` of `config.json`, a number or a list).
+    eos: Vec<usize>,
+}
+
+/// Reads `dir/tokenizer.json` for a model of `vocab_size` ids; fails when the file is missing
+/// or unreadable, or when it has more ids than the model.
+pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, ModelError> {
+    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
+    let inner = Tokenizer::from_file(dir.join("tokenizer.json"))
+        .map_err(|e| fail(HfProblem::Tokenizer { problem: e.to_string() }))?;
+    let tokenizer = inner.get_vocab_size(true);
+    if tokenizer > vocab_size {
+        return Err(fail(HfProblem::TokenizerVocab { tokenizer, model: vocab_size }));
+    }
+    let config: Value = fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let eos = match &config["eos_token_id"] {
+        Value::Number(id) => id.as_u64().into_iter().map(|id| id as usize).collect(),
+        Value::Array(ids) => ids.iter().filter_map(Value::as_u64).map(|id| id as usize).collect(),
+        _ => Vec::new(),
+    };
+    Ok(HfTokenizer { inner, eos })
+}
+
+impl HfTokenizer {
+    /// The ids of `text`, with the tokenizer's special tokens (a BOS, for most checkpoints)
+    /// when `special` is set.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<usize>, HfProblem> {
+        let encoding = self
+            .inner
+            .encode(text, special)
+            .map_err(|e| HfProblem::Tokenizer { problem: e.to_string() })?;
+        Ok(encoding.get_ids().iter().map(|&id| id as usize).collect())
+    }
+
+    /// The text of `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[usize]) -> Result<String, HfProblem> {
+        let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
+        self.inner.decode(&ids, true).map_err(|e| HfProblem::Tokenizer { problem: e.to_string() })
+    }
+
+    /// Whether `id` ends a sequence.
+    pub fn is_eos(&self, id: usize) -> bool {
+        self.eos.contains(&id)
+    }
+}

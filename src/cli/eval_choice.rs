@@ -1,0 +1,173 @@
+//! `eval-choice`: zero-shot multiple choice scored by log-likelihood, as lm-eval-harness scores
+//! PIQA, HellaSwag and ARC (SWAT Table 1, MSWA Table 4).
+//!
+//! The tasks file is JSON Lines, one question a line:
+//! `{"context": "Q: … A:", "choices": ["first", "second"], "answer": 1}`. Each choice is scored
+//! as the continuation `" " + choice` of the context: the whole text is tokenized, and the
+//! continuation's tokens are those past the context's own tokens. Its log-likelihood is the sum
+//! of their log-probabilities. `acc` counts questions whose answer has the highest
+//! log-likelihood; `acc_norm` divides each by the choice's length in characters first.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+use clap::Args;
+use serde::Deserialize;
+use swa_attention::WindowedAttentionBackend;
+use swa_models::Decoder;
+use swa_training::TrainingBackend;
+
+use super::DeviceArgs;
+use super::hf_run::HfRun;
+use crate::error::AppError;
+use crate::runtime::{Job, run_on};
+
+/// Flags of `eval-choice`.
+#[derive(Args, Debug)]
+pub struct EvalChoiceArgs {
+    /// A local Hugging Face model directory.
+    #[arg(long)]
+    hf: PathBuf,
+    /// The questions, as JSON Lines (see `swa-zoo eval-choice --help`'s module doc in the
+    /// README: context, choices, answer).
+    #[arg(long)]
+    tasks: PathBuf,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+/// One question of the tasks file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Question {
+    context: String,
+    choices: Vec<String>,
+    answer: usize,
+}
+
+/// The accuracies over the questions.
+#[derive(Debug, PartialEq)]
+pub struct Accuracy {
+    /// Share of questions whose answer has the largest summed log-likelihood.
+    pub acc: f64,
+    /// The same with each log-likelihood divided by its choice's length in characters.
+    pub acc_norm: f64,
+}
+
+/// `acc` and `acc_norm` of `scores` (per question, per choice: log-likelihood and the choice's
+/// length in characters) against `answers`. Ties go to the first choice, as `argmax` does.
+pub fn accuracy(scores: &[Vec<(f64, usize)>], answers: &[usize]) -> Accuracy {
+    let argmax = |values: Vec<f64>| {
+        values.iter().enumerate().fold(0, |best, (i, &v)| if v > values[best] { i } else { best })
+    };
+    let (mut acc, mut acc_norm) = (0, 0);
+    for (choices, &answer) in scores.iter().zip(answers) {
+        acc += usize::from(argmax(choices.iter().map(|c| c.0).collect()) == answer);
+        let normalised = choices.iter().map(|&(ll, len)| ll / len.max(1) as f64).collect();
+        acc_norm += usize::from(argmax(normalised) == answer);
+    }
+    let count = answers.len().max(1) as f64;
+    Accuracy { acc: acc as f64 / count, acc_norm: acc_norm as f64 / count }
+}
+
+/// `eval-choice`.
+pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
+    struct Run(EvalChoiceArgs);
+    impl Job for Run {
+        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
+            let args = self.0;
+            let questions = read_questions(&args.tasks)?;
+            let run = HfRun::<B::InnerBackend>::load(&args.hf, &device)?;
+            let (mut scores, mut answers) = (Vec::new(), Vec::new());
+            for (q, question) in questions.iter().enumerate() {
+                let context = run.encode(&args.hf, &question.context, true)?;
+                let mut choices = Vec::new();
+                for choice in &question.choices {
+                    let whole = format!("{} {choice}", question.context);
+                    let whole = run.encode(&args.hf, &whole, true)?;
+                    let ll = log_likelihood(&run.model, &context, &whole, &device)?;
+                    choices.push((ll, choice.chars().count()));
+                }
+                let lls: Vec<String> = choices.iter().map(|c| format!("{:.4}", c.0)).collect();
+                println!(
+                    "question {q}: answer {}  log-likelihoods [{}]",
+                    question.answer,
+                    lls.join(", ")
+                );
+                scores.push(choices);
+                answers.push(question.answer);
+            }
+            let Accuracy { acc, acc_norm } = accuracy(&scores, &answers);
+            println!("{} questions: acc {acc:.4}  acc_norm {acc_norm:.4}", questions.len());
+            Ok(())
+        }
+    }
+    run_on(&args.device.placement(), Run(args))
+}
+
+/// The questions of a JSON Lines file, each checked: at least two choices, the answer among
+/// them. Blank lines are skipped.
+fn read_questions(path: &Path) -> Result<Vec<Question>, AppError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| AppError::Io { path: path.into(), source })?;
+    let bad = |line: usize, problem: String| AppError::Flag {
+        flag: "--tasks",
+        problem: format!("line {}: {problem}", line + 1),
+    };
+    let mut questions = Vec::new();
+    for (line, json) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let question: Question =
+            serde_json::from_str(json).map_err(|e| bad(line, e.to_string()))?;
+        if question.choices.len() < 2 || question.answer >= question.choices.len() {
+            let problem = format!(
+                "needs two choices or more and an answer among them ({} choices, answer {})",
+                question.choices.len(),
+                question.answer
+            );
+            return Err(bad(line, problem));
+        }
+        questions.push(question);
+    }
+    if questions.is_empty() {
+        return Err(AppError::Flag { flag: "--tasks", problem: "holds no question".into() });
+    }
+    Ok(questions)
+}
+
+/// The summed log-probability of `whole`'s tokens past the first `context.len()`, each given
+/// those before it. The context must tokenize as a prefix of the whole and leave it longer.
+fn log_likelihood<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    context: &[usize],
+    whole: &[usize],
+    device: &B::Device,
+) -> Result<f64, AppError> {
+    if context.is_empty() || whole.len() <= context.len() || !whole.starts_with(context) {
+        let problem = "a context must tokenize to a non-empty prefix of context + choice".into();
+        return Err(AppError::Flag { flag: "--tasks", problem });
+    }
+    let n = whole.len();
+    let ids = whole.iter().map(|&t| t as i64).collect();
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, n]), device);
+    let logits = model.forward(tokens)?;
+    let vocab = logits.dims()[2];
+    let log_probs = log_softmax(logits, 2).into_data().convert::<f32>().to_vec::<f32>();
+    let log_probs = log_probs.map_err(|e| AppError::Flag {
+        flag: "--hf",
+        problem: format!("unreadable logits: {e:?}"),
+    })?;
+    Ok((context.len()..n).map(|t| log_probs[(t - 1) * vocab + whole[t]] as f64).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Accuracy, accuracy};
+
+    #[test]
+    fn acc_norm_divides_by_the_choice_length() {
+        // Question 0: the long answer has the larger total but the smaller mean.
+        let scores = vec![vec![(-4.0, 2), (-6.0, 6)], vec![(-1.0, 1), (-3.0, 1)]];
+        assert_eq!(accuracy(&scores, &[1, 0]), Accuracy { acc: 0.5, acc_norm: 1.0 });
+    }
+}
