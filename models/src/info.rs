@@ -24,6 +24,9 @@ pub struct ModelInfo {
     pub kv_bytes_per_token: usize,
     /// Bytes of the whole KV cache (f32) at this context: each head keeps its window's keys.
     pub kv_cache_bytes: usize,
+    /// The same, layer by layer: a windowed layer's stays at its window, a full layer's is the
+    /// whole context, a linear layer's 0 (its recurrent state is not a KV cache).
+    pub kv_layer_bytes: Vec<usize>,
 }
 
 impl ModelInfo {
@@ -38,25 +41,39 @@ impl DecoderConfig {
     pub fn window_sum(&self, n: usize) -> usize {
         (0..self.layers).map(|l| self.kind_of(l).window_sum(self.heads, n)).sum()
     }
+
+    /// Bytes of K and V (f32) that one cached position of one kv head costs.
+    fn kv_bytes_per_position(&self) -> usize {
+        2 * self.head_width() * std::mem::size_of::<f32>()
+    }
+
+    /// Bytes of each layer's KV cache (f32) at context `n`: each query head keeps its window's
+    /// keys, read through its kv head (GQA).
+    pub fn kv_layer_bytes(&self, n: usize) -> Vec<usize> {
+        (0..self.layers)
+            .map(|l| {
+                let keys = self.kind_of(l).window_sum(self.heads, n);
+                keys * self.kv_heads / self.heads * self.kv_bytes_per_position()
+            })
+            .collect()
+    }
 }
 
 impl<B: Backend> Decoder<B> {
     /// Parameters, window sum and KV-cache bytes of the model built from `config`, at context
     /// length `context`.
     pub fn info(&self, config: &DecoderConfig, context: usize) -> ModelInfo {
-        let head_dim = config.d_model / config.heads;
-        // Bytes of K and V per kv head and position; query heads share kv heads under GQA.
-        let per_position = 2 * head_dim * std::mem::size_of::<f32>();
         let cached_layers = (0..config.layers)
             .filter(|&l| !matches!(config.kind_of(l), AttentionKind::Linear { .. }))
             .count();
-        let window_sum = config.window_sum(context);
+        let kv_layer_bytes = config.kv_layer_bytes(context);
         ModelInfo {
             parameters: self.num_params(),
             context,
-            window_sum,
-            kv_bytes_per_token: cached_layers * config.kv_heads * per_position,
-            kv_cache_bytes: window_sum * config.kv_heads / config.heads * per_position,
+            window_sum: config.window_sum(context),
+            kv_bytes_per_token: cached_layers * config.kv_heads * config.kv_bytes_per_position(),
+            kv_cache_bytes: kv_layer_bytes.iter().sum(),
+            kv_layer_bytes,
         }
     }
 }
@@ -67,7 +84,8 @@ impl fmt::Display for ModelInfo {
         writeln!(f, "context             {}", self.context)?;
         writeln!(f, "Σ windows (keys)    {}", self.window_sum)?;
         writeln!(f, "KV bytes per token  {}", self.kv_bytes_per_token)?;
-        write!(f, "KV cache bytes      {}", self.kv_cache_bytes)
+        writeln!(f, "KV cache bytes      {}", self.kv_cache_bytes)?;
+        write!(f, "  per layer         {:?}", self.kv_layer_bytes)
     }
 }
 
@@ -107,6 +125,7 @@ mod tests {
         // Its 2 heads' windows of 4 keys, read through the one kv head.
         assert_eq!(info.window_sum, 8);
         assert_eq!(info.kv_cache_bytes, 4 * info.kv_bytes_per_token);
+        assert_eq!(info.kv_layer_bytes, vec![info.kv_cache_bytes, 0]);
         assert_eq!(info.relative_cost(16), 0.5);
     }
 }

@@ -1,6 +1,8 @@
 //! `info`: parameters, Σ windows, relative cost and KV-cache bytes of a model, or the list of
 //! presets.
 
+use std::path::PathBuf;
+
 use clap::Args;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
@@ -20,6 +22,10 @@ pub struct InfoArgs {
     /// List the presets with their sizes and sources.
     #[arg(long)]
     list: bool,
+    /// A local Hugging Face model directory: its layers and the KV-cache bytes of each (from
+    /// config.json alone; no weights are read).
+    #[arg(long, conflicts_with = "list")]
+    hf: Option<PathBuf>,
 }
 
 /// `info`.
@@ -35,6 +41,19 @@ pub fn info(args: InfoArgs) -> Result<(), AppError> {
                 );
             }
         }
+        return Ok(());
+    }
+    if let Some(dir) = &args.hf {
+        let (family, config) = swa_models::hf::read_config(dir)?;
+        println!("{} ({}), context {}", dir.display(), family.model_type(), args.context);
+        let bytes = config.kv_layer_bytes(args.context);
+        for (l, bytes) in bytes.iter().enumerate() {
+            println!(
+                "layer {l:>3}  {:<24}  KV cache bytes {bytes}",
+                format!("{:?}", config.kind_of(l))
+            );
+        }
+        println!("KV cache bytes (f32) {}", bytes.iter().sum::<usize>());
         return Ok(());
     }
     let (config, _, name) = args.model.config(256)?;

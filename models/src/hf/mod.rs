@@ -6,6 +6,10 @@
 //! swa-zoo reads local directories only: users download checkpoints with their own tools.
 
 mod config;
+mod import;
+mod names;
+#[cfg(test)]
+mod tests;
 mod tokenizer;
 
 use crate::{DecoderConfig, ModelError};
@@ -15,6 +19,7 @@ use std::fs;
 use std::path::Path;
 
 pub use config::parse as parse_config;
+pub use import::load_decoder;
 pub use tokenizer::{HfTokenizer, load_tokenizer};
 
 /// The family and decoder configuration of the Hugging Face directory `dir`, from its
@@ -184,12 +189,4 @@ impl fmt::Display for HfProblem {
             }
         }
     }
-}
-
-/// TEMPORARY, replaced by the weights import: a model of the checkpoint's configuration.
-pub fn load_decoder<B: burn::tensor::backend::Backend>(
-    dir: &Path,
-    device: &B::Device,
-) -> Result<crate::Decoder<B>, ModelError> {
-    read_config(dir)?.1.init(device)
 }

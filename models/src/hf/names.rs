@@ -1,0 +1,118 @@
+//! One table of tensor names, a checkpoint's against the model's, read both ways: importing
+//! maps `model.layers.{l}.self_attn.q_proj.weight` to `blocks.{l}.attention.local.query.weight`,
+//! exporting the reverse. Gemma's blocks name their norms otherwise than Llama's.
+
+use crate::hf::Family;
+
+/// Tensors outside the blocks.
+const MODEL: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "embedding.weight"),
+    ("model.norm.weight", "norm.gamma"),
+    ("lm_head.weight", "head.weight"),
+];
+
+/// Tensors of a block, after `model.layers.{l}.` and `blocks.{l}.`, in every family.
+const BLOCK: [(&str, &str); 15] = [
+    ("input_layernorm.weight", "attention_norm.gamma"),
+    ("self_attn.q_proj.weight", "attention.local.query.weight"),
+    ("self_attn.q_proj.bias", "attention.local.query.bias"),
+    ("self_attn.k_proj.weight", "attention.local.key.weight"),
+    ("self_attn.k_proj.bias", "attention.local.key.bias"),
+    ("self_attn.v_proj.weight", "attention.local.value.weight"),
+    ("self_attn.v_proj.bias", "attention.local.value.bias"),
+    ("self_attn.o_proj.weight", "attention.output.weight"),
+    ("self_attn.q_norm.weight", "attention.query_norm.gamma"),
+    ("self_attn.k_norm.weight", "attention.key_norm.gamma"),
+    ("self_attn.sinks", "attention.sinks"),
+    ("mlp.gate_proj.weight", "mlp.gate.weight"),
+    ("mlp.up_proj.weight", "mlp.up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+    // Llama, Mistral, Qwen2: the norm after the attention's residual is the MLP's pre-norm.
+    ("post_attention_layernorm.weight", "mlp_norm.gamma"),
+];
+
+/// Gemma 2 and 3: a norm on each branch's output, and the MLP's own pre-norm.
+const GEMMA_BLOCK: [(&str, &str); 3] = [
+    ("post_attention_layernorm.weight", "post_attention_norm.gamma"),
+    ("pre_feedforward_layernorm.weight", "mlp_norm.gamma"),
+    ("post_feedforward_layernorm.weight", "post_mlp_norm.gamma"),
+];
+
+/// Buffers some checkpoints carry that are not weights.
+pub fn is_ignored(name: &str) -> bool {
+    name.ends_with("rotary_emb.inv_freq")
+}
+
+/// The block table of `family`: `(checkpoint suffix, model suffix)`.
+fn block(family: Family) -> Vec<(&'static str, &'static str)> {
+    let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
+    let common =
+        BLOCK.iter().filter(|(hf, _)| !(gemma && *hf == "post_attention_layernorm.weight"));
+    let norms = GEMMA_BLOCK.iter().filter(|_| gemma);
+    common.chain(norms).copied().collect()
+}
+
+/// The model's name of the checkpoint's tensor `name`, `None` if the family has no such tensor.
+pub fn to_model(name: &str, family: Family) -> Option<String> {
+    if let Some((_, ours)) = MODEL.iter().find(|(hf, _)| *hf == name) {
+        return Some(ours.to_string());
+    }
+    let (layer, suffix) = name.strip_prefix("model.layers.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (_, ours) = block(family).into_iter().find(|(hf, _)| *hf == suffix)?;
+    Some(format!("blocks.{layer}.{ours}"))
+}
+
+/// The checkpoint's name of the model's tensor `path`, `None` if the family has no such tensor.
+pub fn to_checkpoint(path: &str, family: Family) -> Option<String> {
+    if let Some((hf, _)) = MODEL.iter().find(|(_, ours)| *ours == path) {
+        return Some(hf.to_string());
+    }
+    let (layer, suffix) = path.strip_prefix("blocks.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (hf, _) = block(family).into_iter().find(|(_, ours)| *ours == suffix)?;
+    Some(format!("model.layers.{layer}.{hf}"))
+}
+
+/// Key remappings (regular expression, replacement) from the checkpoint's names to the
+/// model's, for burn-store's `SafetensorsStore`; with `reverse`, from the model's to the
+/// checkpoint's.
+pub fn remappings(family: Family, reverse: bool) -> Vec<(String, String)> {
+    let escape = |s: &str| s.replace('.', r"\.");
+    let whole = MODEL.iter().map(|&(hf, ours)| match reverse {
+        false => (format!("^{}$", escape(hf)), ours.to_string()),
+        true => (format!("^{}$", escape(ours)), hf.to_string()),
+    });
+    let blocks = block(family).into_iter().map(|(hf, ours)| match reverse {
+        false => (format!(r"^model\.layers\.(\d+)\.{}$", escape(hf)), format!("blocks.$1.{ours}")),
+        true => (format!(r"^blocks\.(\d+)\.{}$", escape(ours)), format!("model.layers.$1.{hf}")),
+    });
+    whole.chain(blocks).collect()
+}
+
+/// Whether the model's tensor `path` is a linear layer's weight, which a checkpoint stores
+/// transposed (`[out, in]`).
+pub fn is_linear_weight(path: &str, shape: &[usize]) -> bool {
+    shape.len() == 2 && path.ends_with(".weight") && path != "embedding.weight"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_both_ways_and_gemma_names_its_norms() {
+        for family in [Family::Llama, Family::Gemma2] {
+            for (hf, _) in block(family) {
+                let name = format!("model.layers.3.{hf}");
+                let ours = to_model(&name, family).unwrap();
+                assert_eq!(to_checkpoint(&ours, family).as_deref(), Some(name.as_str()));
+            }
+        }
+        let name = "model.layers.0.post_attention_layernorm.weight";
+        assert_eq!(to_model(name, Family::Mistral).unwrap(), "blocks.0.mlp_norm.gamma");
+        assert_eq!(to_model(name, Family::Gemma3).unwrap(), "blocks.0.post_attention_norm.gamma");
+        assert_eq!(to_model("model.layers.0.self_attn.rotary_emb.x", Family::Llama), None);
+        assert!(is_ignored("model.layers.0.self_attn.rotary_emb.inv_freq"));
+    }
+}

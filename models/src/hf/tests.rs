@@ -1,0 +1,206 @@
+//! The import against transformers: tiny random checkpoints of every family
+//! (`tests/fixtures/hf`, built by its `make_fixtures.py`) with the logits and greedy
+//! continuation transformers computed (eager attention, f32); and every bad input named.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use burn::backend::NdArray;
+use burn::store::{ModuleStore, SafetensorsStore};
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_attention::layers::CachePositions;
+
+use crate::hf::{Family, HfProblem, load_decoder, parse_config};
+use crate::{GenerateConfig, ModelError};
+
+type B = NdArray;
+
+/// f32 on the CPU against torch's f32: the same sums in other orders.
+const LOGIT_TOLERANCE: f32 = 1e-4;
+
+const FAMILIES: [&str; 5] = ["mistral", "qwen2", "gemma2", "gemma3", "llama"];
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf").join(family)
+}
+
+/// A tensor of `expected.safetensors` as its values and shape.
+fn expected(family: &str, name: &str) -> (TensorData, Vec<usize>) {
+    let mut store = SafetensorsStore::from_file(fixture(family).join("expected.safetensors"));
+    let snapshot = store.get_snapshot(name).unwrap().expect("fixture tensor").clone();
+    (snapshot.to_data().unwrap(), snapshot.shape.to_vec())
+}
+
+fn ids(family: &str, name: &str) -> Vec<i64> {
+    expected(family, name).0.convert::<i64>().to_vec().unwrap()
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn every_family_computes_transformers_logits() {
+    let device = Default::default();
+    for family in FAMILIES {
+        let model = load_decoder::<B>(&fixture(family), &device).unwrap();
+        let (input, shape) = expected(family, "input_ids");
+        let input = Tensor::<B, 2, Int>::from_data(input.convert::<i64>(), &device);
+        let got: Vec<f32> = model.forward(input).unwrap().into_data().to_vec().unwrap();
+        let want: Vec<f32> = expected(family, "logits").0.to_vec().unwrap();
+        let error = max_abs(&got, &want);
+        assert!(error <= LOGIT_TOLERANCE, "{family} {shape:?}: logits differ by {error}");
+    }
+}
+
+#[test]
+fn both_config_forms_read_as_one_model() {
+    for family in FAMILIES {
+        let read = |file: &str| {
+            let text = fs::read_to_string(fixture(family).join(file)).unwrap();
+            let (family, config) = parse_config(&text).unwrap();
+            format!("{family:?} {config:?}")
+        };
+        assert_eq!(read("config.json"), read("config.transformers4.json"), "{family}");
+    }
+}
+
+#[test]
+fn prefill_and_greedy_decoding_follow_transformers() {
+    let device = Default::default();
+    for family in FAMILIES {
+        let model = load_decoder::<B>(&fixture(family), &device).unwrap();
+        let prompt = ids(family, "prompt_ids");
+        let n = prompt.len();
+        let tokens =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(prompt.clone(), [1, n]), &device);
+        let (logits, _) = model.prefill(tokens).unwrap();
+        let last: Vec<f32> = logits.narrow(1, n - 1, 1).into_data().to_vec().unwrap();
+        let want: Vec<f32> = expected(family, "prefill_last_logits").0.to_vec().unwrap();
+        let error = max_abs(&last, &want);
+        assert!(error <= LOGIT_TOLERANCE, "{family}: prefill logits differ by {error}");
+        let greedy = GenerateConfig::new()
+            .with_max_new_tokens(32)
+            .with_temperature(0.0)
+            .with_positions(CachePositions::Absolute);
+        let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
+        let got = model.generate(&[prompt], &greedy, &device).unwrap();
+        let want: Vec<usize> = ids(family, "greedy_ids").iter().map(|&t| t as usize).collect();
+        assert_eq!(got[0], want, "{family}: greedy continuation");
+    }
+}
+
+/// A copy of a fixture in a fresh temporary directory, to damage.
+fn scratch(family: &str, tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("swa-zoo-hf-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    for entry in fs::read_dir(fixture(family)).unwrap() {
+        let path = entry.unwrap().path();
+        fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+/// The checkpoint problem of loading `dir`, and its one-line message.
+fn problem(dir: &Path) -> (HfProblem, String) {
+    match load_decoder::<B>(dir, &Default::default()) {
+        Err(error @ ModelError::Checkpoint { .. }) => {
+            let message = error.to_string();
+            let ModelError::Checkpoint { problem, .. } = error else { unreachable!() };
+            (problem, message)
+        }
+        Err(other) => panic!("expected a checkpoint error, got {other}"),
+        Ok(_) => panic!("expected an error"),
+    }
+}
+
+/// Rewrites `config.json` of `dir` through `edit`.
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut json);
+    fs::write(path, json.to_string()).unwrap();
+}
+
+#[test]
+fn bad_checkpoints_are_named_one_line_errors() {
+    let dir = scratch("mistral", "config");
+    fs::remove_file(dir.join("config.json")).unwrap();
+    assert!(matches!(problem(&dir).0, HfProblem::NoConfig));
+
+    let dir = scratch("mistral", "model-type");
+    edit_config(&dir, |json| json["model_type"] = "gpt2".into());
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::UnsupportedModelType { .. }), "{message}");
+    assert!(message.contains("gpt2") && message.contains(Family::SUPPORTED), "{message}");
+
+    let dir = scratch("mistral", "shape");
+    edit_config(&dir, |json| json["intermediate_size"] = 96.into());
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::ShapeMismatch { .. }), "{message}");
+    assert!(message.contains("mlp.down_proj.weight") && message.contains("[64, 128]"), "{message}");
+    assert!(message.contains("[64, 96]"), "{message}");
+
+    let dir = scratch("mistral", "missing");
+    edit_config(&dir, |json| json["tie_word_embeddings"] = false.into());
+    edit_config(&dir, |json| json["num_hidden_layers"] = 4.into());
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::MissingTensor { .. }), "{message}");
+    assert!(message.contains("model.layers.3."), "{message}");
+
+    let dir = scratch("mistral", "unexpected");
+    edit_config(&dir, |json| json["num_hidden_layers"] = 2.into());
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::UnexpectedTensor { .. }), "{message}");
+    assert!(message.contains("model.layers.2."), "{message}");
+
+    let dir = scratch("qwen2", "shard");
+    fs::remove_file(dir.join("model-00003-of-00007.safetensors")).unwrap();
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::MissingShard { .. }), "{message}");
+    assert!(message.contains("model-00003-of-00007.safetensors"), "{message}");
+
+    let dir = scratch("mistral", "truncated");
+    let weights = dir.join("model.safetensors");
+    let bytes = fs::read(&weights).unwrap();
+    fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let (found, message) = problem(&dir);
+    assert!(matches!(found, HfProblem::CorruptFile { .. }), "{message}");
+    assert!(message.contains("model.safetensors is truncated or corrupt"), "{message}");
+    assert!(!message.contains('\n'), "one line: {message}");
+
+    let dir = scratch("mistral", "weights");
+    fs::remove_file(dir.join("model.safetensors")).unwrap();
+    assert!(matches!(problem(&dir).0, HfProblem::NoWeights));
+
+    let dir = scratch("mistral", "vocab");
+    edit_config(&dir, |json| json["vocab_size"] = 300.into());
+    let config = crate::hf::read_config(&dir).unwrap().1;
+    match crate::hf::load_tokenizer(&dir, config.vocab_size) {
+        Err(ModelError::Checkpoint {
+            problem: HfProblem::TokenizerVocab { tokenizer, model },
+            ..
+        }) => {
+            assert_eq!((tokenizer, model), (512, 300));
+        }
+        other => panic!("expected a vocabulary mismatch, got {:?}", other.err()),
+    }
+    for tag in [
+        "config",
+        "model-type",
+        "shape",
+        "missing",
+        "unexpected",
+        "shard",
+        "truncated",
+        "weights",
+        "vocab",
+    ] {
+        let _ = fs::remove_dir_all(
+            std::env::temp_dir().join(format!("swa-zoo-hf-{tag}-{}", std::process::id())),
+        );
+    }
+}
