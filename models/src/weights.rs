@@ -147,7 +147,7 @@ fn safetensors_problem(error: SafetensorsStoreError) -> String {
 /// Writes `target` through `write`, which creates the file at the path it is given: first a
 /// temporary file in the target's directory, then renamed over the target, so that an existing
 /// file is replaced whole or not at all. The directory must exist.
-fn write_atomically(
+pub(crate) fn write_atomically(
     target: &Path,
     write: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(), ModelError> {

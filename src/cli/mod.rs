@@ -1,5 +1,5 @@
 //! The `swa-zoo` command line: `train`, `eval`, `generate`, `attention-map`, `eval-choice`,
-//! `info`, `bench` and `check-backends`.
+//! `export`, `info`, `bench` and `check-backends`.
 //!
 //! Window conventions, as in docs/semantics.md §2: a causal window `W` sees the W keys `i−W+1 … i`, the
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
@@ -10,6 +10,7 @@ mod bench;
 mod check_backends;
 mod eval;
 pub mod eval_choice;
+mod export;
 mod generate;
 mod hf_run;
 mod info;
@@ -47,6 +48,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Attention weights of chosen layers and heads over a prompt, one PNG heat map each.
     AttentionMap(attention_map::AttentionMapArgs),
+    /// Write a run's model as a Hugging Face directory (Mistral or Llama).
+    Export(export::ExportArgs),
     /// Zero-shot multiple choice scored by log-likelihood (acc and acc_norm, as
     /// lm-eval-harness) for a Hugging Face checkpoint.
     EvalChoice(eval_choice::EvalChoiceArgs),
@@ -116,6 +119,7 @@ pub fn main() -> Result<(), AppError> {
         Command::Generate(args) => generate::generate(args),
         Command::AttentionMap(args) => attention_map::attention_map(args),
         Command::EvalChoice(args) => eval_choice::eval_choice(args),
+        Command::Export(args) => export::export(args),
         Command::Info(args) => info::info(args),
         Command::Bench(args) => bench::bench(args),
         Command::CheckBackends(args) => check_backends::check_backends(args),

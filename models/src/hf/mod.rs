@@ -6,6 +6,7 @@
 //! swa-zoo reads local directories only: users download checkpoints with their own tools.
 
 mod config;
+mod export;
 mod import;
 mod names;
 #[cfg(test)]
@@ -19,6 +20,7 @@ use std::fs;
 use std::path::Path;
 
 pub use config::parse as parse_config;
+pub use export::export_decoder;
 pub use import::load_decoder;
 pub use tokenizer::{HfTokenizer, load_tokenizer};
 
@@ -149,6 +151,16 @@ pub enum HfProblem {
         /// What no family expresses.
         reason: String,
     },
+    /// An export would replace a file of an existing checkpoint.
+    WouldOverwrite {
+        /// The file.
+        file: String,
+    },
+    /// The directory could not be created.
+    Write {
+        /// The I/O error.
+        problem: String,
+    },
 }
 
 impl fmt::Display for HfProblem {
@@ -187,6 +199,10 @@ impl fmt::Display for HfProblem {
             HfProblem::NotExportable { reason } => {
                 write!(f, "no supported family expresses this model: {reason}")
             }
+            HfProblem::WouldOverwrite { file } => {
+                write!(f, "{file} exists; exporting never replaces a checkpoint")
+            }
+            HfProblem::Write { problem } => write!(f, "cannot create the directory: {problem}"),
         }
     }
 }

@@ -204,3 +204,67 @@ fn bad_checkpoints_are_named_one_line_errors() {
         );
     }
 }
+
+#[test]
+fn an_exported_model_reads_back_with_its_logits() {
+    use crate::{Architecture, DecoderConfig};
+    use swa_attention::RopeScaling;
+    use swa_attention::layers::AttentionKind;
+
+    let device = Default::default();
+    let scaled = Architecture {
+        head_dim: Some(6),
+        rope_scaling: Some(RopeScaling::Linear { factor: 2.0 }),
+        ..Architecture::default()
+    };
+    let configs = [
+        (
+            DecoderConfig::new(40, 16, 2, 4, 2, vec![AttentionKind::Sliding { window: 3 }]),
+            Family::Mistral,
+        ),
+        (
+            DecoderConfig::new(40, 16, 2, 4, 1, vec![AttentionKind::Full])
+                .with_tie_embeddings(true)
+                .with_rope_base(5e5)
+                .with_architecture(Some(scaled)),
+            Family::Llama,
+        ),
+    ];
+    let n = 9;
+    let ids: Vec<i64> = (0..n as i64).map(|i| (i * 7 + 3) % 40).collect();
+    for (k, (config, family)) in configs.iter().enumerate() {
+        let model = config.init::<B>(&device).unwrap();
+        let dir = std::env::temp_dir().join(format!("swa-zoo-export-{k}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(crate::hf::export_decoder(&model, config, &dir).unwrap(), *family);
+        let again = crate::hf::export_decoder(&model, config, &dir);
+        assert!(matches!(
+            again,
+            Err(ModelError::Checkpoint { problem: HfProblem::WouldOverwrite { .. }, .. })
+        ));
+        let back = load_decoder::<B>(&dir, &device).unwrap();
+        let tokens =
+            || Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [1, n]), &device);
+        let want: Vec<f32> = model.forward(tokens()).unwrap().into_data().to_vec().unwrap();
+        let got: Vec<f32> = back.forward(tokens()).unwrap().into_data().to_vec().unwrap();
+        assert_eq!(got, want, "{family:?}: the round trip changes the logits");
+        let _ = fs::remove_dir_all(&dir);
+    }
+    let mswa = DecoderConfig::new(
+        40,
+        16,
+        2,
+        4,
+        2,
+        vec![AttentionKind::MultiScale { windows: vec![1, 2, 3, 4] }],
+    );
+    let model = mswa.init::<B>(&device).unwrap();
+    let dir = std::env::temp_dir().join(format!("swa-zoo-export-mswa-{}", std::process::id()));
+    match crate::hf::export_decoder(&model, &mswa, &dir) {
+        Err(ModelError::Checkpoint { problem: HfProblem::NotExportable { reason }, .. }) => {
+            assert!(reason.contains("MultiScale"), "{reason}");
+        }
+        other => panic!("expected NotExportable, got {:?}", other.err()),
+    }
+    assert!(!dir.exists(), "a refused export writes nothing");
+}

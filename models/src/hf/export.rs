@@ -1,0 +1,130 @@
+//! `export_decoder`: a model trained here written as a Hugging Face directory that
+//! [`super::load_decoder`] and transformers both read, when one supported family expresses it:
+//! one sliding window on every layer is Mistral, full attention on every layer is Llama.
+
+use std::fs;
+use std::path::Path;
+
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use burn::tensor::backend::Backend;
+use burn_store::BurnToPyTorchAdapter;
+use serde_json::{Value, json};
+use swa_attention::RopeScaling;
+use swa_attention::layers::AttentionKind;
+
+use crate::hf::{Family, HfProblem, names};
+use crate::mlp::MlpActivation;
+use crate::weights::write_atomically;
+use crate::{Decoder, DecoderConfig, ModelError};
+
+/// Writes `model` (built from `config`) into the new directory `dir` as `config.json` and
+/// `model.safetensors` (f32, PyTorch's `[out, in]` layout, transformers' names), and returns the
+/// family it was written as. Fails, saying why, when no family expresses the model, and
+/// without touching anything when `dir` already holds a checkpoint.
+pub fn export_decoder<B: Backend>(
+    model: &Decoder<B>,
+    config: &DecoderConfig,
+    dir: &Path,
+) -> Result<Family, ModelError> {
+    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
+    let (family, json) = family_config(config).map_err(fail)?;
+    for file in ["config.json", "model.safetensors"] {
+        if dir.join(file).exists() {
+            return Err(fail(HfProblem::WouldOverwrite { file: file.into() }));
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| fail(HfProblem::Write { problem: e.to_string() }))?;
+    write_atomically(&dir.join("model.safetensors"), |temp| {
+        let mut store = SafetensorsStore::from_file(temp).with_to_adapter(BurnToPyTorchAdapter);
+        for (from, to) in names::remappings(family, true) {
+            store = store.with_key_remapping(from, to);
+        }
+        model.save_into(&mut store).map_err(|e| e.to_string())
+    })?;
+    let text = serde_json::to_string_pretty(&json).expect("a JSON value prints");
+    write_atomically(&dir.join("config.json"), |temp| {
+        fs::write(temp, text + "\n").map_err(|e| e.to_string())
+    })?;
+    Ok(family)
+}
+
+/// The family that expresses `config`, and its `config.json`: the 5.x fields with the 4.x
+/// RoPE fields beside them, so that either version reads it.
+fn family_config(config: &DecoderConfig) -> Result<(Family, Value), HfProblem> {
+    let refuse = |reason: String| Err(HfProblem::NotExportable { reason });
+    let kinds: Vec<&AttentionKind> = (0..config.layers).map(|l| config.kind_of(l)).collect();
+    let (family, window) = match kinds[0] {
+        AttentionKind::Sliding { window } => (Family::Mistral, Some(*window)),
+        AttentionKind::Full => (Family::Llama, None),
+        other => return refuse(format!("layer 0 is {other:?}; Mistral needs sliding, Llama full")),
+    };
+    if let Some(l) = (1..kinds.len()).find(|&l| kinds[l] != kinds[0]) {
+        return refuse(format!("layer {l} is {:?} but layer 0 is {:?}", kinds[l], kinds[0]));
+    }
+    let arch = config.arch();
+    let unsupported = [
+        (arch.mlp_activation != MlpActivation::Silu, "the tanh GELU"),
+        (arch.norm_unit_offset, "(1 + w) norms"),
+        (arch.post_norms, "post-norms"),
+        (arch.scale_embeddings, "scaled embeddings"),
+        (arch.qkv_bias, "q/k/v biases"),
+        (arch.attention_scale.is_some(), "a query scale"),
+        (arch.attention_softcap.is_some() || arch.final_softcap.is_some(), "softcaps"),
+        (arch.qk_norm, "q/k norms"),
+        (arch.sink_logits, "learned sink logits"),
+        (arch.local_rope_base.is_some(), "a RoPE base for local layers"),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
+        return refuse(format!("{} has no {what}", family.model_type()));
+    }
+    let scaling = arch.rope_scaling.map(|scaling| match scaling {
+        RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        } => {
+            json!({
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_max_position,
+            })
+        }
+    });
+    let mut rope_parameters = json!({"rope_type": "default", "rope_theta": config.rope_base});
+    if let Some(Value::Object(scaling)) = &scaling {
+        rope_parameters = json!({"rope_theta": config.rope_base});
+        rope_parameters.as_object_mut().expect("an object").extend(scaling.clone());
+    }
+    let architecture = match family {
+        Family::Mistral => "MistralForCausalLM",
+        _ => "LlamaForCausalLM",
+    };
+    let json = json!({
+        "architectures": [architecture],
+        "model_type": family.model_type(),
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "intermediate_size": config.mlp().hidden_width(),
+        "num_hidden_layers": config.layers,
+        "num_attention_heads": config.heads,
+        "num_key_value_heads": config.kv_heads,
+        "head_dim": config.head_width(),
+        "hidden_act": "silu",
+        "rms_norm_eps": arch.norm_epsilon,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": config.tie_embeddings,
+        "sliding_window": window,
+        "attention_bias": false,
+        "mlp_bias": false,
+        "rope_parameters": rope_parameters,
+        "rope_theta": config.rope_base,
+        "rope_scaling": scaling,
+        "torch_dtype": "float32",
+        "dtype": "float32",
+    });
+    Ok((family, json))
+}

@@ -1,0 +1,30 @@
+//! `export`: a training run's model written as a Hugging Face directory (config.json and
+//! model.safetensors) that transformers and `--hf` read, when a supported family expresses it
+//! (one sliding window on every layer: Mistral; full attention: Llama).
+
+use std::path::PathBuf;
+
+use burn::backend::NdArray;
+use clap::Args;
+
+use super::load_run;
+use crate::error::AppError;
+
+/// Flags of `export`.
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The training run (its train.json and model.mpk).
+    #[arg(long)]
+    out: PathBuf,
+    /// The directory to write; it must not hold a checkpoint already.
+    #[arg(long)]
+    to: PathBuf,
+}
+
+/// `export`, on the CPU: it only copies weights.
+pub fn export(args: ExportArgs) -> Result<(), AppError> {
+    let (config, model) = load_run::<NdArray>(&args.out, &Default::default())?;
+    let family = swa_models::hf::export_decoder(&model, &config.model, &args.to)?;
+    println!("wrote {} as {}", args.to.display(), family.model_type());
+    Ok(())
+}
