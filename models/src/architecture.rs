@@ -42,9 +42,13 @@ pub struct Architecture {
     /// A stretch of RoPE's frequencies where `rope_base` applies (Llama 3, Gemma 3's global
     /// layers); `None` keeps them.
     pub rope_scaling: Option<RopeScaling>,
-    /// RoPE base of the layers of every kind but full attention, which then rotate without
-    /// scaling (Gemma 3's local layers, 10⁴ against 10⁶); `None`: every layer uses `rope_base`.
+    /// RoPE base of every layer not in `global_layers`, which then rotate without scaling
+    /// (Gemma 3's local layers, 10⁴ against 10⁶); `None`: every layer uses `rope_base`.
     pub local_rope_base: Option<f64>,
+    /// With `local_rope_base`, the layers that rotate with `rope_base` and `rope_scaling`
+    /// (Gemma 3's global layers). Kept by index, not by attention kind, so that evaluating
+    /// under another window (every layer sliding) keeps each layer's RoPE.
+    pub global_layers: Vec<usize>,
 }
 
 impl Default for Architecture {
@@ -66,6 +70,7 @@ impl Default for Architecture {
             sink_logits: false,
             rope_scaling: None,
             local_rope_base: None,
+            global_layers: Vec::new(),
         }
     }
 }

@@ -69,12 +69,12 @@ impl DecoderConfig {
             .with_unit_offset(arch.norm_unit_offset)
     }
 
-    /// The attention layer of layer `l`: its kind, and the RoPE of its kind (docs/semantics.md
-    /// §9: local layers may rotate with a base of their own).
+    /// The attention layer of layer `l`: its kind, and its RoPE (docs/semantics.md §9: local
+    /// layers may rotate with a base of their own).
     pub fn attention_of(&self, layer: usize) -> SelfAttentionConfig {
         let (kind, arch) = (self.kind_of(layer).clone(), self.arch());
-        let (base, rope_scaling) = match (arch.local_rope_base, &kind) {
-            (Some(local), kind) if *kind != AttentionKind::Full => (local, None),
+        let (base, rope_scaling) = match arch.local_rope_base {
+            Some(local) if !arch.global_layers.contains(&layer) => (local, None),
             _ => (self.rope_base, arch.rope_scaling),
         };
         let options = LayerOptions {

@@ -32,6 +32,9 @@ pub struct EvalArgs {
     /// With --hf: the text to evaluate on.
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// With --hf: where to write eval.csv and the grid. Default: `runs/eval/<checkpoint>`.
+    #[arg(long, requires = "hf")]
+    to: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
     /// Evaluation lengths (SWAT Table 2: 128 … 16384). Default: the training length × 1, 2, 4,
@@ -182,7 +185,7 @@ fn eval_hf<B: WindowedAttentionBackend>(
         false => args.lengths.clone(),
     };
     let name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    let to = Path::new("runs/eval").join(name);
+    let to = args.to.clone().unwrap_or_else(|| Path::new("runs/eval").join(name));
     let grid = Grid { args, lengths, unit: "token", to };
     grid.run(&run.config, &run.model, Arc::new(tokens), device)
 }

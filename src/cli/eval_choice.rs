@@ -29,8 +29,7 @@ pub struct EvalChoiceArgs {
     /// A local Hugging Face model directory.
     #[arg(long)]
     hf: PathBuf,
-    /// The questions, as JSON Lines (see `swa-zoo eval-choice --help`'s module doc in the
-    /// README: context, choices, answer).
+    /// The questions, as JSON Lines: `{"context": …, "choices": [… ], "answer": k}` a line.
     #[arg(long)]
     tasks: PathBuf,
     #[command(flatten)]
@@ -71,35 +70,57 @@ pub fn accuracy(scores: &[Vec<(f64, usize)>], answers: &[usize]) -> Accuracy {
     Accuracy { acc: acc as f64 / count, acc_norm: acc_norm as f64 / count }
 }
 
+/// The scores of every question: each choice's summed log-likelihood, and the accuracies.
+#[derive(Debug)]
+pub struct ChoiceResults {
+    /// Per question, per choice, the summed log-likelihood of its continuation.
+    pub log_likelihoods: Vec<Vec<f64>>,
+    /// The answers, per question.
+    pub answers: Vec<usize>,
+    /// `acc` and `acc_norm` over the questions.
+    pub accuracy: Accuracy,
+}
+
+/// Scores the questions of `tasks` (JSON Lines) with the checkpoint in `dir`.
+pub fn evaluate<B: WindowedAttentionBackend>(
+    dir: &Path,
+    tasks: &Path,
+    device: &B::Device,
+) -> Result<ChoiceResults, AppError> {
+    let questions = read_questions(tasks)?;
+    let run = HfRun::<B>::load(dir, device)?;
+    let (mut scores, mut answers) = (Vec::new(), Vec::new());
+    for question in &questions {
+        let context = run.encode(dir, &question.context, true)?;
+        let mut choices = Vec::new();
+        for choice in &question.choices {
+            let whole = run.encode(dir, &format!("{} {choice}", question.context), true)?;
+            let ll = log_likelihood(&run.model, &context, &whole, device)?;
+            choices.push((ll, choice.chars().count()));
+        }
+        scores.push(choices);
+        answers.push(question.answer);
+    }
+    let accuracy = accuracy(&scores, &answers);
+    let log_likelihoods = scores.iter().map(|c| c.iter().map(|s| s.0).collect()).collect();
+    Ok(ChoiceResults { log_likelihoods, answers, accuracy })
+}
+
 /// `eval-choice`.
 pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
     struct Run(EvalChoiceArgs);
     impl Job for Run {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
-            let questions = read_questions(&args.tasks)?;
-            let run = HfRun::<B::InnerBackend>::load(&args.hf, &device)?;
-            let (mut scores, mut answers) = (Vec::new(), Vec::new());
-            for (q, question) in questions.iter().enumerate() {
-                let context = run.encode(&args.hf, &question.context, true)?;
-                let mut choices = Vec::new();
-                for choice in &question.choices {
-                    let whole = format!("{} {choice}", question.context);
-                    let whole = run.encode(&args.hf, &whole, true)?;
-                    let ll = log_likelihood(&run.model, &context, &whole, &device)?;
-                    choices.push((ll, choice.chars().count()));
-                }
-                let lls: Vec<String> = choices.iter().map(|c| format!("{:.4}", c.0)).collect();
-                println!(
-                    "question {q}: answer {}  log-likelihoods [{}]",
-                    question.answer,
-                    lls.join(", ")
-                );
-                scores.push(choices);
-                answers.push(question.answer);
+            let results = evaluate::<B::InnerBackend>(&args.hf, &args.tasks, &device)?;
+            for (q, lls) in results.log_likelihoods.iter().enumerate() {
+                let lls: Vec<String> = lls.iter().map(|ll| format!("{ll:.4}")).collect();
+                let answer = results.answers[q];
+                println!("question {q}: answer {answer}  log-likelihoods [{}]", lls.join(", "));
             }
-            let Accuracy { acc, acc_norm } = accuracy(&scores, &answers);
-            println!("{} questions: acc {acc:.4}  acc_norm {acc_norm:.4}", questions.len());
+            let Accuracy { acc, acc_norm } = results.accuracy;
+            let count = results.answers.len();
+            println!("{count} questions: acc {acc:.4}  acc_norm {acc_norm:.4}");
             Ok(())
         }
     }

@@ -113,7 +113,12 @@ impl DeviceArgs {
 
 /// Parses the arguments and runs the command; the error names the problem.
 pub fn main() -> Result<(), AppError> {
-    match Cli::parse().command {
+    run(Cli::parse())
+}
+
+/// Runs a parsed command line (`Cli::parse_from` in tests).
+pub fn run(cli: Cli) -> Result<(), AppError> {
+    match cli.command {
         Command::Train(args) => train::train(args),
         Command::Eval(args) => eval::eval(args),
         Command::Generate(args) => generate::generate(args),

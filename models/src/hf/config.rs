@@ -81,6 +81,7 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (global, local) = rope(&raw, family)?;
+    let global_layers = (0..kinds.len()).filter(|&l| kinds[l] == AttentionKind::Full).collect();
     let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
     let activation = raw.hidden_activation.as_deref().or(raw.hidden_act.as_deref());
     let mlp_activation = match activation {
@@ -119,6 +120,7 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
         sink_logits: false,
         rope_scaling: global.scaling,
         local_rope_base: local.filter(|l| *l != global).map(|l| l.base),
+        global_layers,
     }));
     if local.is_some_and(|l| l.scaling.is_some()) {
         return Err(HfProblem::BadField {

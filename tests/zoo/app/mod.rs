@@ -4,3 +4,4 @@
 mod bench;
 mod check_backends;
 mod examples;
+mod pretrained;

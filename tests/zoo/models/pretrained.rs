@@ -158,6 +158,7 @@ fn a_model_with_every_pretrained_option_decodes_as_it_runs_forward() {
             original_max_position: 8,
         }),
         local_rope_base: Some(100.0),
+        global_layers: vec![1, 3],
     };
     let config = DecoderConfig::new(32, 16, 4, 4, 2, kinds)
         .with_rope_base(1e6)
