@@ -114,7 +114,8 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
         scale_embeddings: gemma,
         qkv_bias: family == Family::Qwen2 || raw.attention_bias.unwrap_or(false),
         attention_scale: raw.query_pre_attn_scalar.map(|s| s.powf(-0.5) as f32),
-        attention_softcap: raw.attn_logit_softcapping,
+        // Gemma 3 keeps the field but transformers ignores it: only Gemma 2 caps its scores.
+        attention_softcap: raw.attn_logit_softcapping.filter(|_| family == Family::Gemma2),
         final_softcap: raw.final_logit_softcapping,
         qk_norm: family == Family::Gemma3,
         sink_logits: false,

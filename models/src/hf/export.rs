@@ -35,7 +35,11 @@ pub fn export_decoder<B: Backend>(
     }
     fs::create_dir_all(dir).map_err(|e| fail(HfProblem::Write { problem: e.to_string() }))?;
     write_atomically(&dir.join("model.safetensors"), |temp| {
-        let mut store = SafetensorsStore::from_file(temp).with_to_adapter(BurnToPyTorchAdapter);
+        // transformers 4.x refuses a safetensors file whose `format` is not a framework's
+        // name; burn-store writes "safetensors".
+        let mut store = SafetensorsStore::from_file(temp)
+            .with_to_adapter(BurnToPyTorchAdapter)
+            .metadata("format", "pt");
         for (from, to) in names::remappings(family, true) {
             store = store.with_key_remapping(from, to);
         }

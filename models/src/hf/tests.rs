@@ -66,28 +66,42 @@ fn both_config_forms_read_as_one_model() {
     }
 }
 
+/// The prompt in one forward pass, then transformers' greedy tokens one step at a time: every
+/// step's logits against transformers' (`greedy_logits`, eager, f32); and greedy generation
+/// gives transformers' 32 tokens.
 #[test]
-fn prefill_and_greedy_decoding_follow_transformers() {
+fn prefill_and_decoding_follow_transformers_step_by_step() {
     let device = Default::default();
     for family in FAMILIES {
         let model = load_decoder::<B>(&fixture(family), &device).unwrap();
         let prompt = ids(family, "prompt_ids");
+        let greedy = ids(family, "greedy_ids");
+        let want: Vec<f32> = expected(family, "greedy_logits").0.to_vec().unwrap();
+        let vocab = want.len() / greedy.len();
         let n = prompt.len();
         let tokens =
             Tensor::<B, 2, Int>::from_data(TensorData::new(prompt.clone(), [1, n]), &device);
-        let (logits, _) = model.prefill(tokens).unwrap();
-        let last: Vec<f32> = logits.narrow(1, n - 1, 1).into_data().to_vec().unwrap();
-        let want: Vec<f32> = expected(family, "prefill_last_logits").0.to_vec().unwrap();
-        let error = max_abs(&last, &want);
+        let (logits, mut cache) = model.prefill(tokens).unwrap();
+        let mut got: Vec<f32> = logits.narrow(1, n - 1, 1).into_data().to_vec().unwrap();
+        let last: Vec<f32> = expected(family, "prefill_last_logits").0.to_vec().unwrap();
+        let error = max_abs(&got, &last);
         assert!(error <= LOGIT_TOLERANCE, "{family}: prefill logits differ by {error}");
-        let greedy = GenerateConfig::new()
+        for &token in &greedy[..greedy.len() - 1] {
+            let token = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![token], [1]), &device);
+            got.extend(model.step(token, &mut cache).into_data().to_vec::<f32>().unwrap());
+        }
+        for (step, (g, w)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+            let error = max_abs(g, w);
+            assert!(error <= LOGIT_TOLERANCE, "{family}: step {step} differs by {error}");
+        }
+        let config = GenerateConfig::new()
             .with_max_new_tokens(32)
             .with_temperature(0.0)
             .with_positions(CachePositions::Absolute);
         let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
-        let got = model.generate(&[prompt], &greedy, &device).unwrap();
-        let want: Vec<usize> = ids(family, "greedy_ids").iter().map(|&t| t as usize).collect();
-        assert_eq!(got[0], want, "{family}: greedy continuation");
+        let generated = model.generate(&[prompt], &config, &device).unwrap();
+        let greedy: Vec<usize> = greedy.iter().map(|&t| t as usize).collect();
+        assert_eq!(generated[0], greedy, "{family}: greedy continuation");
     }
 }
 
