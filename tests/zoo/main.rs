@@ -35,3 +35,21 @@ pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max)
 }
+
+/// Whether the default wgpu device answers a first op; says why the calling test skips when
+/// not, and panics instead under `SWA_REQUIRE_WGPU` (CI, which installs lavapipe).
+#[cfg(feature = "wgpu")]
+pub fn wgpu_answers() -> bool {
+    let answers = std::panic::catch_unwind(|| {
+        Tensor::<burn::backend::Wgpu, 1>::zeros([1], &Default::default()).into_data();
+    })
+    .is_ok();
+    if !answers {
+        assert!(
+            std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
+            "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
+        );
+        eprintln!("skipped: no wgpu adapter answers on this machine");
+    }
+    answers
+}

@@ -5,8 +5,17 @@
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
+use burn::store::{ModuleStore, SafetensorsStore};
+use burn::tensor::{Int, Tensor};
 use clap::Parser;
+use swa_zoo::attention::WindowedAttentionBackend;
 use swa_zoo::cli::{Cli, eval_choice};
+use swa_zoo::models::hf::load_decoder;
+
+use crate::{max_abs, to_vec};
+
+/// f32 against torch's f32, on the fused kernels (CPU, or CubeCL through lavapipe).
+const LOGIT_TOLERANCE: f32 = 1e-4;
 
 const FAMILIES: [&str; 5] = ["mistral", "qwen2", "gemma2", "gemma3", "llama"];
 
@@ -16,7 +25,12 @@ fn fixtures() -> PathBuf {
 
 /// Runs `swa-zoo` with `args` on ndarray.
 fn swa_zoo(args: &[&str]) {
-    let argv = ["swa-zoo"].iter().chain(args).chain(&["--backend", "ndarray"]);
+    cli(&[args, &["--backend", "ndarray"]].concat());
+}
+
+/// Runs `swa-zoo` with `args`.
+fn cli(args: &[&str]) {
+    let argv = ["swa-zoo"].iter().chain(args);
     swa_zoo::cli::run(Cli::parse_from(argv)).unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
@@ -26,6 +40,8 @@ fn every_fixture_generates_maps_attention_and_evaluates_under_window_inference()
         let dir = fixtures().join(family);
         let dir = dir.to_str().unwrap();
         swa_zoo(&["generate", "--hf", dir, "--prompt", "And God said", "--tokens", "8"]);
+        let tasks = fixtures().join("choice/tasks.jsonl");
+        swa_zoo(&["eval-choice", "--hf", dir, "--tasks", tasks.to_str().unwrap()]);
         let out =
             std::env::temp_dir().join(format!("swa-zoo-hf-cli-{family}-{}", std::process::id()));
         let to = out.to_str().unwrap();
@@ -72,4 +88,73 @@ fn multiple_choice_scores_as_transformers_does() {
     assert_eq!(results.accuracy.acc, expected["acc"].as_f64().unwrap());
     assert_eq!(results.accuracy.acc_norm, expected["acc_norm"].as_f64().unwrap());
     assert_eq!((results.accuracy.acc, results.accuracy.acc_norm), (1.0, 0.5));
+}
+
+/// The largest difference between `D`'s logits of the fixture's `input_ids` and transformers'.
+fn logit_error<D: WindowedAttentionBackend>(family: &str) -> f32 {
+    let device = Default::default();
+    let dir = fixtures().join(family);
+    let mut expected = SafetensorsStore::from_file(dir.join("expected.safetensors"));
+    let mut read = |name: &str| expected.get_snapshot(name).unwrap().unwrap().to_data().unwrap();
+    let (input, want) = (read("input_ids"), read("logits"));
+    let model = load_decoder::<D>(&dir, &device).unwrap();
+    let tokens = Tensor::<D, 2, Int>::from_data(input.convert::<i64>(), &device);
+    max_abs(&to_vec(model.forward(tokens).unwrap()), &want.to_vec::<f32>().unwrap())
+}
+
+/// flex runs the fused CPU kernel for every layer of every family.
+#[cfg(feature = "flex")]
+#[test]
+fn every_family_on_the_fused_cpu_kernel_computes_transformers_logits() {
+    for family in FAMILIES {
+        let error = logit_error::<burn::backend::Flex>(family);
+        assert!(error <= LOGIT_TOLERANCE, "{family} on flex: logits differ by {error}");
+    }
+}
+
+/// wgpu runs the CubeCL kernels (lavapipe in CI) for the families with windowed layers.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_windowed_families_on_the_cubecl_kernels_compute_transformers_logits() {
+    if !crate::wgpu_answers() {
+        return;
+    }
+    for family in ["mistral", "qwen2", "gemma2", "gemma3"] {
+        let error = logit_error::<burn::backend::Wgpu>(family);
+        assert!(error <= LOGIT_TOLERANCE, "{family} on wgpu: logits differ by {error}");
+    }
+}
+
+/// A run trained here: its attention maps, and its export as a Mistral directory that reads
+/// back with the run's own logits.
+#[test]
+fn a_run_trained_here_maps_its_attention_and_exports_as_mistral() {
+    use burn::config::Config;
+    use swa_zoo::attention::layers::AttentionKind;
+    use swa_zoo::models::DecoderConfig;
+
+    let dir = std::env::temp_dir().join(format!("swa-zoo-hf-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let config = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    config.save(path("model.json")).unwrap();
+    let (run, maps, hf) = (path("run"), path("maps"), path("hf"));
+    let steps = ["--seq-len", "16", "--steps", "2", "--batch-size", "2", "--checkpoint-every", "2"];
+    swa_zoo(&[&["train", "--config", &path("model.json"), "--out", &run][..], &steps[..]].concat());
+    swa_zoo(&["attention-map", "--out", &run, "--layers", "1", "--heads", "1", "--to", &maps]);
+    assert_eq!(&std::fs::read(dir.join("maps/layer1_head1.png")).unwrap()[1..4], b"PNG");
+    cli(&["export", "--out", &run, "--to", &hf]);
+    let device = Default::default();
+    let trained = swa_zoo::models::weights::load_record::<NdArray>(
+        &config,
+        &dir.join("run/model.mpk"),
+        &device,
+    )
+    .unwrap();
+    let exported = load_decoder::<NdArray>(&dir.join("hf"), &device).unwrap();
+    let tokens = || Tensor::<NdArray, 2, Int>::from_data([[1i64, 72, 101, 108, 108, 111]], &device);
+    let (want, got) = (trained.forward(tokens()).unwrap(), exported.forward(tokens()).unwrap());
+    assert_eq!(to_vec(got), to_vec(want));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

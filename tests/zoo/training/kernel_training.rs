@@ -95,26 +95,10 @@ fn every_tiny_preset_trains_on_the_fused_cpu_kernel_as_on_ndarray() {
 #[cfg(feature = "wgpu")]
 mod on_wgpu {
     use burn::backend::{Autodiff, Wgpu};
-    use burn::tensor::Tensor;
     use swa_zoo::models::Preset;
 
     use super::check;
-
-    /// Whether the default wgpu device answers a first op; panics under `SWA_REQUIRE_WGPU`.
-    fn wgpu_answers() -> bool {
-        let answers = std::panic::catch_unwind(|| {
-            Tensor::<Wgpu, 1>::zeros([1], &Default::default()).into_data();
-        })
-        .is_ok();
-        if !answers {
-            assert!(
-                std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
-                "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
-            );
-            eprintln!("skipped: no wgpu adapter answers on this machine");
-        }
-        answers
-    }
+    use crate::wgpu_answers;
 
     fn on_wgpu(name: &str) {
         if wgpu_answers() {
