@@ -1,5 +1,6 @@
 //! `train`: a run with Burn's Learner on a corpus or a synthetic task, on one device or
-//! several, in the chosen precision.
+//! several, in the chosen precision; or one process of a multi-process run (`--nodes`), each
+//! process with one device.
 
 use std::path::PathBuf;
 
@@ -8,8 +9,9 @@ use clap::Args;
 use swa_models::DecoderConfig;
 use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
+use swa_training::distributed::ClusterConfig;
 use swa_training::eval::mean_loss;
-use swa_training::train::{TrainConfig, train_with};
+use swa_training::train::{TrainConfig, train_in_cluster, train_with};
 
 use super::tasks::TaskArgs;
 use super::{DeviceArgs, ModelArgs};
@@ -69,6 +71,53 @@ pub struct TrainArgs {
     /// Seed of the data order.
     #[arg(long)]
     seed: Option<u64>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Flags of a multi-process run.
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// Processes in a multi-process data-parallel run, on this machine or several, one device
+    /// each; every process reads --batch-size sequences per step. Needs --coordinator.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// This process's rank, 0 … nodes − 1; rank 0 writes the run (checkpoints, logs, model).
+    #[arg(long, default_value_t = 0)]
+    node_rank: usize,
+    /// HOST:PORT of the run's coordinator (`swa-zoo coordinator --port PORT`).
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// HOST:PORT the other processes reach this one at. Default with a coordinator on
+    /// 127.0.0.1: the coordinator's port + 1 + rank.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Seconds a process waits for the others (to join, or at a step) before it stops with an
+    /// error.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+}
+
+impl ClusterArgs {
+    /// The run this process is part of; `None` alone.
+    fn config(&self) -> Result<Option<ClusterConfig>, AppError> {
+        let Some(coordinator) = &self.coordinator else {
+            return match self.nodes {
+                1 => Ok(None),
+                n => Err(AppError::Flag {
+                    flag: "--coordinator",
+                    problem: format!(
+                        "is needed: a run of {n} processes meets at its coordinator (HOST:PORT)"
+                    ),
+                }),
+            };
+        };
+        Ok(Some(
+            ClusterConfig::new(self.nodes, self.node_rank, coordinator.clone())
+                .with_listen(self.listen.clone())
+                .with_timeout_secs(self.timeout),
+        ))
+    }
 }
 
 /// `train`.
@@ -107,7 +156,16 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
     if !args.resume {
         config.task = args.task.task(config.seq_len);
     }
-    struct Run(TrainConfig, PathBuf, bool);
+    let cluster = args.cluster.config()?;
+    if cluster.is_some() && !args.devices.is_empty() {
+        return Err(AppError::Flag {
+            flag: "--devices",
+            problem: "cannot be used with --nodes: each process of a run trains on one device \
+                      (--device); start one process per device"
+                .into(),
+        });
+    }
+    struct Run(TrainConfig, PathBuf, bool, Option<ClusterConfig>);
     impl Job for Run {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
@@ -117,7 +175,10 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
             self,
             strategy: ExecutionStrategy<B>,
         ) -> Result<(), AppError> {
-            let Run(config, out, resume) = self;
+            let Run(config, out, resume, cluster) = self;
+            let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank, c.nodes));
+            // A run of several processes validates its whole batch, as one process would.
+            let valid_batch = config.batch_size * processes;
             let device = strategy.main_device().clone();
             let corpus = config.load_corpus()?;
             config.validate()?;
@@ -125,8 +186,12 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
             let info = untrained.info(&config.model, config.seq_len);
             let data =
                 config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
+            let process = match &cluster {
+                Some(c) => format!(" as rank {rank} of {} processes", c.nodes),
+                None => String::new(),
+            };
             println!(
-                "training {data} on {} ({} parameters) into {}",
+                "training {data} on {}{process} ({} parameters) into {}",
                 B::name(&device),
                 info.parameters,
                 out.display()
@@ -136,7 +201,7 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                     &untrained,
                     corpus.valid(),
                     config.seq_len,
-                    config.batch_size,
+                    valid_batch,
                     config.valid_batches,
                     &device,
                 )?;
@@ -147,7 +212,12 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                     corpus.unit_name()
                 );
             }
-            let outcome = train_with::<B>(&config, &corpus, &out, resume, strategy)?;
+            let outcome = match &cluster {
+                Some(cluster) => {
+                    train_in_cluster::<B>(&config, &corpus, &out, resume, &device, cluster)?
+                }
+                None => train_with::<B>(&config, &corpus, &out, resume, strategy)?,
+            };
             match &config.task {
                 Some(task) => super::tasks::report(&config, task, &outcome.model, 64, &device)?,
                 None => {
@@ -155,7 +225,7 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                         &outcome.model,
                         corpus.valid(),
                         config.seq_len,
-                        config.batch_size,
+                        valid_batch,
                         config.valid_batches,
                         &device,
                     )?;
@@ -165,6 +235,19 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                         corpus.unit_name()
                     );
                 }
+            }
+            if processes > 1 {
+                println!(
+                    "weights identical on all {processes} processes (fingerprint {:016x})",
+                    outcome.fingerprint
+                );
+            }
+            if rank > 0 {
+                println!(
+                    "rank {rank}'s logs are in {}",
+                    out.join(format!("rank-{rank}")).display()
+                );
+                return Ok(());
             }
             println!("model saved to {}", out.join("model.mpk").display());
             let curve = crate::report::curve::plot_loss_curve(&out, config.checkpoint_every)?;
@@ -178,5 +261,5 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
     };
     let place =
         Placement { backend: args.device.backend, devices, precision: args.device.precision };
-    run_on(&place, Run(config, out, args.resume))
+    run_on(&place, Run(config, out, args.resume, cluster))
 }

@@ -5,8 +5,11 @@ use std::fmt;
 use std::path::PathBuf;
 
 use burn::tensor::DataError;
+use swa_attention::AttentionError;
 use swa_attention::layers::AttentionKind;
 use swa_models::ModelError;
+
+use crate::distributed::ClusterProblem;
 
 /// Why training, evaluation or a data source failed.
 #[derive(Debug)]
@@ -121,6 +124,22 @@ pub enum TrainingError {
     },
     /// Tensor values could not be read back from the device.
     Data(DataError),
+    /// An attention call outside a model (LongNet's sequence parallelism) refused its input.
+    Attention(AttentionError),
+    /// The coordinator of a multi-process run could not start.
+    Coordinator {
+        /// The port it was to serve on.
+        port: u16,
+        /// Why: the port is taken, or the runtime could not start.
+        source: std::io::Error,
+    },
+    /// A process of a multi-process run could not take its place in it.
+    Cluster {
+        /// The process's rank.
+        rank: usize,
+        /// What went wrong.
+        problem: ClusterProblem,
+    },
 }
 
 impl TrainingError {
@@ -185,6 +204,11 @@ impl fmt::Display for TrainingError {
                 write!(f, "position {position} is past a sequence of {len} tokens")
             }
             Data(source) => write!(f, "cannot read tensor values: {source:?}"),
+            Attention(source) => write!(f, "{source}"),
+            Coordinator { port, source } => {
+                write!(f, "the coordinator cannot serve on port {port}: {source}")
+            }
+            Cluster { rank, problem } => write!(f, "rank {rank}: {problem}"),
         }
     }
 }
@@ -206,6 +230,12 @@ impl std::error::Error for TrainingError {
 impl From<ModelError> for TrainingError {
     fn from(error: ModelError) -> Self {
         TrainingError::Model(error)
+    }
+}
+
+impl From<AttentionError> for TrainingError {
+    fn from(error: AttentionError) -> Self {
+        TrainingError::Attention(error)
     }
 }
 

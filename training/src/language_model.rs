@@ -1,10 +1,13 @@
 //! The decoder as a Learner model: next-token cross-entropy for training and validation, over
 //! every position (language modelling) or over the scored positions of a synthetic task, whose
 //! accuracy it counts too. In half-precision training its backward pass starts from the loss
-//! times the loss scale of [`crate::mixed_precision`].
+//! times the loss scale of [`crate::mixed_precision`]. In a multi-process run its gradients
+//! are averaged over the processes inside the step ([`crate::distributed::gradients`]), where
+//! the Learner lets a model shape its gradients.
 
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, Transaction};
@@ -13,6 +16,8 @@ use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 
 use crate::batch::TokenBatch;
+use crate::distributed::Cluster;
+use crate::distributed::gradients::mean_gradients;
 use crate::metrics::StepStats;
 use crate::mixed_precision::LossScale;
 
@@ -26,6 +31,10 @@ pub struct LanguageModel<B: Backend> {
     /// optimizer's record holds it).
     #[module(skip)]
     pub loss_scale: Option<LossScale>,
+    /// The processes a multi-process run averages each step's gradients over; `None` trains
+    /// alone.
+    #[module(skip)]
+    pub cluster: Option<Cluster>,
 }
 
 /// The loss of a step, still on the device, and how many tokens it covers.
@@ -61,7 +70,7 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
 impl<B: Backend> LanguageModel<B> {
     /// `decoder` trained in f32, without loss scaling.
     pub fn new(decoder: Decoder<B>) -> Self {
-        Self { decoder, loss_scale: None }
+        Self { decoder, loss_scale: None, cluster: None }
     }
 }
 
@@ -105,7 +114,12 @@ where
             Some(scale) => output.loss.clone().mul_scalar(scale.factor()).backward(),
             None => output.loss.backward(),
         };
-        TrainOutput::new(self, grads, output)
+        let grads = GradientsParams::from_grads(grads, self);
+        let grads = match &self.cluster {
+            Some(cluster) => mean_gradients(cluster, self, grads),
+            None => grads,
+        };
+        TrainOutput { grads, item: output }
     }
 }
 

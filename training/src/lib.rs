@@ -9,6 +9,8 @@
 //! - [`language_model`], [`metrics`], [`schedule`], [`renderer`], [`train`], [`checkpoint`]: the
 //!   training run, on any [`TrainingBackend`]; [`mixed_precision`]: f16 and bf16 training on f32
 //!   master weights with loss scaling;
+//! - [`distributed`]: training over several processes or machines on Burn's collective (data
+//!   parallelism, and LongNet's sequence parallelism);
 //! - [`eval`]: evaluation at several lengths and windows, in parallel or decoded;
 //! - [`config_file`]: strict reading of JSON configurations;
 //! - [`error`]: [`TrainingError`], the one error type, naming what failed and where.
@@ -21,6 +23,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config_file;
 pub mod corpus;
+pub mod distributed;
 pub mod error;
 pub mod eval;
 pub mod language_model;
@@ -33,6 +36,7 @@ pub mod schedule;
 pub mod synthetic;
 pub mod tasks;
 pub mod train;
+mod train_config;
 
 pub use backend::TrainingBackend;
 pub use error::TrainingError;

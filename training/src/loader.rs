@@ -5,6 +5,10 @@
 //! Here training batch `s` of epoch `e` is drawn from `(seed, e, s)`, and the loader counts its
 //! epochs from the checkpoint it resumes, which is all the data position there is. A loader
 //! of a [`SyntheticTask`] draws example `hash(seed, e, s, row)` the same way.
+//!
+//! In a multi-process run ([`crate::distributed`]) each step's batch is the run's rows
+//! `rank·batch … (rank+1)·batch − 1` ([`WindowLoader::shard`]), so `P` processes of `batch`
+//! rows read exactly what one process of `P·batch` rows reads.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,6 +52,10 @@ pub struct WindowLoader<B: Backend> {
     /// The step index of this loader's first batch: a slice of a loader (one device's share)
     /// reads its own steps.
     first_step: usize,
+    /// The row index of this loader's first row: a process's shard of the run's batch.
+    first_row: usize,
+    /// The rows of one step of the whole run: `batch`, or `P·batch` over `P` processes.
+    run_rows: usize,
     sampling: Sampling,
     /// The next epoch to hand out, shared by the loader's copies.
     epoch: Arc<AtomicUsize>,
@@ -85,6 +93,8 @@ impl<B: Backend> WindowLoader<B> {
             batch,
             steps,
             first_step: 0,
+            first_row: 0,
+            run_rows: batch,
             sampling,
             epoch,
             device,
@@ -115,20 +125,32 @@ impl<B: Backend> WindowLoader<B> {
             batch,
             steps,
             first_step: 0,
+            first_row: 0,
+            run_rows: batch,
             sampling,
             epoch,
             device,
         })
     }
 
+    /// The shard of process `rank` of `processes`: rows `rank·batch … (rank+1)·batch − 1` of
+    /// every step of the run's batch of `processes·batch` rows.
+    pub fn shard(self, rank: usize, processes: usize) -> Self {
+        Self { first_row: rank * self.batch, run_rows: processes * self.batch, ..self }
+    }
+
     /// The key of row `row` of step `step` in epoch `epoch`: a window offset (modulo the room)
     /// or an example index.
     fn key(&self, epoch: usize, step: usize, row: usize) -> u64 {
         match self.sampling {
-            Sampling::Random { seed } => [seed, epoch as u64, step as u64, row as u64]
-                .iter()
-                .fold(0x243F_6A88_85A3_08D3u64, |h, k| SplitMix64::mix(h ^ k)),
-            Sampling::Sequential => ((step * self.batch + row) * self.len) as u64,
+            Sampling::Random { seed } => {
+                [seed, epoch as u64, step as u64, (self.first_row + row) as u64]
+                    .iter()
+                    .fold(0x243F_6A88_85A3_08D3u64, |h, k| SplitMix64::mix(h ^ k))
+            }
+            Sampling::Sequential => {
+                ((step * self.run_rows + self.first_row + row) * self.len) as u64
+            }
         }
     }
 

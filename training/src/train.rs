@@ -9,7 +9,12 @@
 //! curve that continues without a jump.
 //!
 //! [`train_with`] takes Burn's execution strategy: one device, or Burn's multi-device data
-//! parallelism.
+//! parallelism. [`train_in_cluster`] trains as one process of a multi-process run
+//! ([`crate::distributed`]): each process reads its shard of every step's batch and the
+//! gradients are averaged over the processes inside the Learner's step. Rank 0 writes the run
+//! (`train.json`, checkpoints, logs, `model.mpk`); rank `r > 0` writes its metric logs to
+//! `out/rank-r` and resumes from rank 0's checkpoints, so `out` must be one folder that every
+//! process reads (one machine, or a shared file system).
 //!
 //! A device computing in f16 or bf16 trains with [`crate::mixed_precision`]: f32 master weights
 //! stepped by AdamW, and loss scaling in f16.
@@ -20,18 +25,20 @@ use std::sync::Arc;
 use burn::config::Config;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
 use burn::tensor::DType;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
-use swa_attention::layers::AttentionKind;
-use swa_models::{Decoder, DecoderConfig};
+use swa_models::weights::recorder_problem;
+use swa_models::{Decoder, SplitMix64};
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, last_checkpoint};
 use crate::corpus::Corpus;
+use crate::distributed::cluster::{Cluster, ClusterConfig};
+use crate::distributed::gradients::{agree_on_weights, rank_zero_weights, weights_fingerprint};
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
@@ -40,126 +47,8 @@ use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::resume_logs::{renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
-use crate::synthetic::SyntheticTask;
 
-/// Configuration of a training run, saved as `train.json` in the run's folder.
-#[derive(Config, Debug)]
-pub struct TrainConfig {
-    /// The model.
-    pub model: DecoderConfig,
-    /// Training sequence length, independent of the windows (SWAT's sliding-window training
-    /// uses 4·W).
-    pub seq_len: usize,
-    /// Sequences per step.
-    #[config(default = 8)]
-    pub batch_size: usize,
-    /// Training steps (batches) in all.
-    #[config(default = 1000)]
-    pub steps: usize,
-    /// Steps between checkpoints (one Learner epoch).
-    #[config(default = 100)]
-    pub checkpoint_every: usize,
-    /// Checkpoints kept; older ones are deleted.
-    #[config(default = 3)]
-    pub keep_checkpoints: usize,
-    /// Batches whose gradients are summed before one optimizer update.
-    #[config(default = 1)]
-    pub grad_accumulation: usize,
-    /// Peak learning rate of AdamW.
-    #[config(default = 1e-3)]
-    pub learning_rate: f64,
-    /// Final learning rate, as a fraction of the peak.
-    #[config(default = 0.1)]
-    pub min_lr_ratio: f64,
-    /// Linear warmup, in steps (batches).
-    #[config(default = 100)]
-    pub warmup_steps: usize,
-    /// AdamW's decoupled weight decay.
-    #[config(default = 0.1)]
-    pub weight_decay: f32,
-    /// Gradient norm clipping.
-    #[config(default = 1.0)]
-    pub grad_clip: f32,
-    /// Validation batches at the end of each epoch.
-    #[config(default = 8)]
-    pub valid_batches: usize,
-    /// Seed of the data order (and of nothing else: weights come from Burn's seeded RNG).
-    #[config(default = 42)]
-    pub seed: u64,
-    /// The text file trained on; `None` is the embedded corpus.
-    #[config(default = "None")]
-    pub corpus: Option<String>,
-    /// Word-level vocabulary of the words seen at least this often; `None` is byte-level.
-    #[config(default = "None")]
-    pub word_min_count: Option<usize>,
-    /// A synthetic task to train on instead of the corpus; `None` is language modelling.
-    #[config(default = "None")]
-    pub task: Option<SyntheticTask>,
-}
-
-impl TrainConfig {
-    /// Checks the run before any work, naming the field at fault.
-    pub fn validate(&self) -> Result<(), TrainingError> {
-        self.model.validate()?;
-        let positive = [
-            ("TrainConfig.seq_len", self.seq_len),
-            ("TrainConfig.batch_size", self.batch_size),
-            ("TrainConfig.steps", self.steps),
-            ("TrainConfig.checkpoint_every", self.checkpoint_every),
-            ("TrainConfig.keep_checkpoints", self.keep_checkpoints),
-            ("TrainConfig.grad_accumulation", self.grad_accumulation),
-        ];
-        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(TrainingError::field(field, "must be at least 1"));
-        }
-        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
-            return Err(TrainingError::field(
-                "TrainConfig.learning_rate",
-                "must be positive and finite",
-            ));
-        }
-        if let Some(task) = &self.task {
-            task.validate(self.seq_len)?;
-        }
-        for l in 0..self.model.layers {
-            if let Some(w) = self.model.kind_of(l).windows().and_then(|w| w.iter().copied().min())
-                && w > self.seq_len
-            {
-                return Err(TrainingError::field(
-                    "TrainConfig.seq_len",
-                    format!(
-                        "layer {l}'s window of {w} keys is larger than the training length {}, so \
-                         it never slides; train with --seq-len {w} or more, or use full attention",
-                        self.seq_len
-                    ),
-                ));
-            }
-            if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
-                && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
-            {
-                return Err(TrainingError::field(
-                    "TrainConfig.seq_len",
-                    format!("layer {l} has global position {g}, past the sequence"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// The corpus this run trains on.
-    pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
-        match (&self.corpus, self.word_min_count) {
-            (None, _) => Ok(Corpus::embedded()),
-            (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
-            (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
-        }
-    }
-
-    /// Learner epochs: `steps / checkpoint_every`, rounded up.
-    pub fn epochs(&self) -> usize {
-        self.steps.div_ceil(self.checkpoint_every)
-    }
-}
+pub use crate::train_config::TrainConfig;
 
 /// The model at the end of a run, and where its files are.
 pub struct TrainOutcome<B: AutodiffBackend> {
@@ -167,6 +56,10 @@ pub struct TrainOutcome<B: AutodiffBackend> {
     pub model: Decoder<B::InnerBackend>,
     /// The run's folder: `train.json`, `checkpoint/`, the metric logs and `model.mpk`.
     pub out: PathBuf,
+    /// The fingerprint of the trained weights
+    /// ([`weights_fingerprint`](crate::distributed::gradients::weights_fingerprint)), checked
+    /// to be the same in every process of a multi-process run.
+    pub fingerprint: u64,
 }
 
 /// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
@@ -192,6 +85,33 @@ pub fn train_with<B: TrainingBackend>(
     resume: bool,
     strategy: ExecutionStrategy<B>,
 ) -> Result<TrainOutcome<B>, TrainingError> {
+    train_run(config, corpus, out, resume, strategy, None)
+}
+
+/// [`train`] as process `cluster.rank` of the multi-process run `cluster`, on `device`: every
+/// process of the run calls it with the same configuration and `out` (see the module's
+/// documentation), each step reading `config.batch_size` sequences of its own.
+pub fn train_in_cluster<B: TrainingBackend>(
+    config: &TrainConfig,
+    corpus: &Corpus,
+    out: &Path,
+    resume: bool,
+    device: &B::Device,
+    cluster: &ClusterConfig,
+) -> Result<TrainOutcome<B>, TrainingError> {
+    let strategy = ExecutionStrategy::SingleDevice(device.clone());
+    train_run(config, corpus, out, resume, strategy, Some(cluster))
+}
+
+/// [`train_with`], alone or as one process of `cluster`.
+fn train_run<B: TrainingBackend>(
+    config: &TrainConfig,
+    corpus: &Corpus,
+    out: &Path,
+    resume: bool,
+    strategy: ExecutionStrategy<B>,
+    cluster: Option<&ClusterConfig>,
+) -> Result<TrainOutcome<B>, TrainingError> {
     config.validate()?;
     let device = &strategy.main_device().clone();
     let scheduler_steps = match &strategy {
@@ -215,16 +135,31 @@ pub fn train_with<B: TrainingBackend>(
             .ok_or_else(|| TrainingError::NoCheckpoint { dir: out.join("checkpoint") })?,
         false => 0,
     };
-    if start == 0 && out.join("train.json").exists() {
+    let (rank, processes) = cluster.map_or((0, 1), |c| (c.rank, c.nodes));
+    if start == 0 && rank == 0 && out.join("train.json").exists() {
         return Err(TrainingError::RunExists { out: out.to_path_buf() });
     }
     if start > 0 {
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
         check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
     }
-    let saved = out.join("train.json");
-    config.save(&saved).map_err(io(saved))?;
+    let cluster = match cluster {
+        Some(cluster) => Some(join(cluster, config, start)?),
+        None => None,
+    };
+    // Rank 0 writes the run; the others their logs, in a folder of their own.
+    let logs = match rank {
+        0 => out.to_path_buf(),
+        r => out.join(format!("rank-{r}")),
+    };
+    std::fs::create_dir_all(&logs).map_err(io(logs.clone()))?;
+    if rank == 0 {
+        let saved = out.join("train.json");
+        config.save(&saved).map_err(io(saved))?;
+    }
+    // Every process validates the run's whole batch, so the numbers match a run of one.
     let (len, batch) = (config.seq_len, config.batch_size);
+    let valid_batch = batch * processes;
     let train_sampling = Sampling::Random { seed: config.seed };
     let (train_loader, valid_loader) = match &config.task {
         None => (
@@ -240,7 +175,7 @@ pub fn train_with<B: TrainingBackend>(
             WindowLoader::<B::InnerBackend>::new(
                 corpus.valid(),
                 len,
-                batch,
+                valid_batch,
                 config.valid_batches,
                 Sampling::Sequential,
                 0,
@@ -262,7 +197,7 @@ pub fn train_with<B: TrainingBackend>(
                 task.clone(),
                 config.seed.wrapping_add(1),
                 len,
-                batch,
+                valid_batch,
                 config.valid_batches,
                 Sampling::Sequential,
                 0,
@@ -271,10 +206,14 @@ pub fn train_with<B: TrainingBackend>(
         ),
     };
     let (train_loader, valid_loader) = (
-        train_loader.map_err(|e| e.in_loader("train split"))?,
+        train_loader.map_err(|e| e.in_loader("train split"))?.shard(rank, processes),
         valid_loader.map_err(|e| e.in_loader("valid split"))?,
     );
-    let decoder = config.model.init::<B>(device)?;
+    B::seed(device, config.seed);
+    let mut decoder = config.model.init::<B>(device)?;
+    if let Some(cluster) = &cluster {
+        decoder = rank_zero_weights(cluster, decoder);
+    }
     let schedule = WarmupCosine::new(
         config.learning_rate,
         config.learning_rate * config.min_lr_ratio,
@@ -286,6 +225,8 @@ pub fn train_with<B: TrainingBackend>(
     let run = Run {
         config,
         out,
+        logs: &logs,
+        rank,
         start,
         bits: format!("Bits per {}", corpus.unit_name()),
         strategy,
@@ -294,32 +235,61 @@ pub fn train_with<B: TrainingBackend>(
         schedule,
     };
     if start > 0 {
-        set_logs_aside(out).map_err(io(out.to_path_buf()))?;
+        set_logs_aside(&logs).map_err(io(logs.clone()))?;
     }
+    let model = LanguageModel { decoder, loss_scale: None, cluster: cluster.clone() };
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let model = match float {
-        DType::F32 => {
-            run.launch(LanguageModel::new(decoder), adamw.with_grad_clipping(Some(clipping)).init())
-        }
+        DType::F32 => run.launch(model, adamw.with_grad_clipping(Some(clipping)).init())?,
         half => {
             let loss_scale = LossScale::new(LossScaler::for_dtype(half));
             let optimizer =
                 MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
-            run.launch(LanguageModel { decoder, loss_scale: Some(loss_scale) }, optimizer)
+            run.launch(LanguageModel { loss_scale: Some(loss_scale), ..model }, optimizer)?
         }
     };
     if start > 0 {
-        renumber_resumed_logs(out, start).map_err(io(out.to_path_buf()))?;
+        renumber_resumed_logs(&logs, start).map_err(io(logs.clone()))?;
     }
-    swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
-    Ok(TrainOutcome { model, out: out.to_path_buf() })
+    let fingerprint = match &cluster {
+        Some(cluster) => {
+            let fingerprint = agree_on_weights(cluster, &model, device);
+            cluster.finish();
+            fingerprint?
+        }
+        None => weights_fingerprint(&model),
+    };
+    if rank == 0 {
+        swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
+    }
+    Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
+}
+
+/// Joins the run `cluster` and checks that every process trains the same configuration from
+/// the same checkpoint.
+fn join(
+    cluster: &ClusterConfig,
+    config: &TrainConfig,
+    start: usize,
+) -> Result<Cluster, TrainingError> {
+    let text = serde_json::to_string(config).expect("a configuration serializes");
+    let fingerprint = text
+        .bytes()
+        .chain(start.to_le_bytes())
+        .fold(0x9E37_79B9_7F4A_7C15u64, |h, b| SplitMix64::mix(h ^ b as u64));
+    Cluster::join(cluster, fingerprint)
 }
 
 /// What a run's Learner needs besides its model and optimizer.
 struct Run<'a, B: AutodiffBackend> {
     config: &'a TrainConfig,
+    /// The run's folder: its checkpoints are there.
     out: &'a Path,
+    /// Where this process's Learner writes its logs (and, for rank 0, its checkpoints).
+    logs: &'a Path,
+    /// This process's rank; 0 alone.
+    rank: usize,
     start: usize,
     /// The name of the bits metric: bits per byte, character or word.
     bits: String,
@@ -332,14 +302,20 @@ struct Run<'a, B: AutodiffBackend> {
 impl<B: TrainingBackend> Run<'_, B> {
     /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
     /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
-    fn launch<O>(self, model: LanguageModel<B>, optimizer: O) -> Decoder<B::InnerBackend>
+    /// Ranks above 0 write no checkpoint and resume from rank 0's.
+    fn launch<O>(
+        self,
+        model: LanguageModel<B>,
+        optimizer: O,
+    ) -> Result<Decoder<B::InnerBackend>, TrainingError>
     where
         O: Optimizer<LanguageModel<B>, B> + 'static,
     {
         let config = self.config;
         let bits = self.bits.as_str();
+        let device = self.strategy.main_device().clone();
         let mut training = SupervisedTraining::new(
-            self.out,
+            self.logs,
             Arc::new(self.train_loader),
             Arc::new(self.valid_loader),
         )
@@ -351,8 +327,6 @@ impl<B: TrainingBackend> Run<'_, B> {
         .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
         .metric_train_numeric(TokensPerSecond::new())
         .metric_train_numeric(LearningRateMetric::new())
-        .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-        .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints))
         .grads_accumulation(config.grad_accumulation)
         .num_epochs(config.epochs())
         .with_training_strategy(TrainingStrategy::Default(self.strategy))
@@ -362,38 +336,41 @@ impl<B: TrainingBackend> Run<'_, B> {
                 .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
                 .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
         }
-        if !dashboard_available() {
+        if self.rank == 0 {
+            training = training
+                .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+                .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints));
+        }
+        if self.rank > 0 || !dashboard_available() {
             training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
         }
+        let mut learner = Learner::new(model, optimizer, self.schedule);
         if self.start > 0 {
+            // Rank 0's Learner loads its checkpoint itself; the others load the same files.
             training = training.checkpoint(self.start);
+            if self.rank > 0 {
+                let device = &device;
+                let file = |part: &str| {
+                    self.out.join("checkpoint").join(format!("{part}-{}.mpk", self.start))
+                };
+                learner.load_model(checkpoint_part::<B, _>(&file("model"), device)?);
+                learner.load_optim(checkpoint_part::<B, _>(&file("optim"), device)?);
+                learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
+            }
         }
-        training.launch(Learner::new(model, optimizer, self.schedule)).model.decoder
+        Ok(training.launch(learner).model.decoder)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(window: usize, seq_len: usize) -> TrainConfig {
-        let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window }]);
-        TrainConfig::new(model, seq_len).with_steps(250).with_checkpoint_every(100)
-    }
-
-    #[test]
-    fn epochs_round_the_steps_up() {
-        assert_eq!(config(8, 16).epochs(), 3);
-    }
-
-    #[test]
-    fn validation_names_the_field_at_fault() {
-        assert!(config(8, 16).validate().is_ok());
-        let message = |config: TrainConfig| config.validate().unwrap_err().to_string();
-        assert!(message(config(32, 16)).starts_with("TrainConfig.seq_len: layer 0's window of 32"));
-        assert!(message(config(8, 16).with_batch_size(0)).starts_with("TrainConfig.batch_size"));
-        assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
-        let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
-        assert!(message(task).starts_with("Mqar.seq_len"));
-    }
+/// One part (model, optimizer or scheduler) of a Learner checkpoint, read as the Learner
+/// reads it.
+fn checkpoint_part<B: Backend, R: Record<B>>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<R, TrainingError> {
+    Recorder::<B>::load(&NamedMpkFileRecorder::<FullPrecisionSettings>::new(), path.into(), device)
+        .map_err(|e| TrainingError::CheckpointUnreadable {
+            path: path.to_path_buf(),
+            problem: recorder_problem(e),
+        })
 }

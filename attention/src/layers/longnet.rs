@@ -67,11 +67,8 @@ pub fn longnet_attention<B: WindowedAttentionBackend>(
 
 /// The mixture of docs/semantics.md §5: branch outputs `o_b: [batch, H, N, d]` with their log-normalisers
 /// `lse_b: [batch, H, N]` → `Σ_b α_b o_b`, `α_b = exp(lse_b − logsumexp_b' lse_b')`. Shared by
-/// the forward pass and decoding.
-pub(crate) fn mix_branches<B: Backend>(
-    outs: Vec<Tensor<B, 4>>,
-    lses: Vec<Tensor<B, 3>>,
-) -> Tensor<B, 4> {
+/// the forward pass, decoding and the sequence-parallel forward of swa-training.
+pub fn mix_branches<B: Backend>(outs: Vec<Tensor<B, 4>>, lses: Vec<Tensor<B, 3>>) -> Tensor<B, 4> {
     let outs = outs.into_iter().map(|o| o.unsqueeze_dim::<5>(4)).collect();
     let lse = Tensor::cat(lses.into_iter().map(|l| l.unsqueeze_dim::<4>(3)).collect(), 3);
     // Stabilise by the largest branch lse (detached: α does not depend on it); rows that no

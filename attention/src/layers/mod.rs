@@ -28,5 +28,6 @@ pub use cache::{CachePositions, KvCache};
 pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
 pub use layer_options::LayerOptions;
+pub use longnet::{branch_specs, longnet_attention, mix_branches};
 pub use norm::{RmsNorm, RmsNormConfig};
 pub use self_attention::{SelfAttention, SelfAttentionConfig, with_sink_logits};

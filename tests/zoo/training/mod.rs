@@ -2,6 +2,7 @@
 //! errors, several devices and half precision, the synthetic tasks, mixed precision's
 //! mechanics, and the CubeCL kernels inside training.
 
+mod distributed;
 mod kernel_training;
 mod mixed_precision;
 mod run;

@@ -1,0 +1,157 @@
+//! The configuration of a training run (`train.json`) and its checks before any work.
+
+use std::path::Path;
+
+use burn::config::Config;
+use swa_attention::layers::AttentionKind;
+use swa_models::DecoderConfig;
+
+use crate::corpus::Corpus;
+use crate::error::TrainingError;
+use crate::synthetic::SyntheticTask;
+
+/// Configuration of a training run, saved as `train.json` in the run's folder.
+#[derive(Config, Debug)]
+pub struct TrainConfig {
+    /// The model.
+    pub model: DecoderConfig,
+    /// Training sequence length, independent of the windows (SWAT's sliding-window training
+    /// uses 4·W).
+    pub seq_len: usize,
+    /// Sequences per step.
+    #[config(default = 8)]
+    pub batch_size: usize,
+    /// Training steps (batches) in all.
+    #[config(default = 1000)]
+    pub steps: usize,
+    /// Steps between checkpoints (one Learner epoch).
+    #[config(default = 100)]
+    pub checkpoint_every: usize,
+    /// Checkpoints kept; older ones are deleted.
+    #[config(default = 3)]
+    pub keep_checkpoints: usize,
+    /// Batches whose gradients are summed before one optimizer update.
+    #[config(default = 1)]
+    pub grad_accumulation: usize,
+    /// Peak learning rate of AdamW.
+    #[config(default = 1e-3)]
+    pub learning_rate: f64,
+    /// Final learning rate, as a fraction of the peak.
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Linear warmup, in steps (batches).
+    #[config(default = 100)]
+    pub warmup_steps: usize,
+    /// AdamW's decoupled weight decay.
+    #[config(default = 0.1)]
+    pub weight_decay: f32,
+    /// Gradient norm clipping.
+    #[config(default = 1.0)]
+    pub grad_clip: f32,
+    /// Validation batches at the end of each epoch.
+    #[config(default = 8)]
+    pub valid_batches: usize,
+    /// Seed of the data order and of the initial weights (the backend's generator is seeded with
+    /// it before the model is built).
+    #[config(default = 42)]
+    pub seed: u64,
+    /// The text file trained on; `None` is the embedded corpus.
+    #[config(default = "None")]
+    pub corpus: Option<String>,
+    /// Word-level vocabulary of the words seen at least this often; `None` is byte-level.
+    #[config(default = "None")]
+    pub word_min_count: Option<usize>,
+    /// A synthetic task to train on instead of the corpus; `None` is language modelling.
+    #[config(default = "None")]
+    pub task: Option<SyntheticTask>,
+}
+
+impl TrainConfig {
+    /// Checks the run before any work, naming the field at fault.
+    pub fn validate(&self) -> Result<(), TrainingError> {
+        self.model.validate()?;
+        let positive = [
+            ("TrainConfig.seq_len", self.seq_len),
+            ("TrainConfig.batch_size", self.batch_size),
+            ("TrainConfig.steps", self.steps),
+            ("TrainConfig.checkpoint_every", self.checkpoint_every),
+            ("TrainConfig.keep_checkpoints", self.keep_checkpoints),
+            ("TrainConfig.grad_accumulation", self.grad_accumulation),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(TrainingError::field(field, "must be at least 1"));
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err(TrainingError::field(
+                "TrainConfig.learning_rate",
+                "must be positive and finite",
+            ));
+        }
+        if let Some(task) = &self.task {
+            task.validate(self.seq_len)?;
+        }
+        for l in 0..self.model.layers {
+            if let Some(w) = self.model.kind_of(l).windows().and_then(|w| w.iter().copied().min())
+                && w > self.seq_len
+            {
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!(
+                        "layer {l}'s window of {w} keys is larger than the training length {}, so \
+                         it never slides; train with --seq-len {w} or more, or use full attention",
+                        self.seq_len
+                    ),
+                ));
+            }
+            if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
+                && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
+            {
+                return Err(TrainingError::field(
+                    "TrainConfig.seq_len",
+                    format!("layer {l} has global position {g}, past the sequence"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The corpus this run trains on.
+    pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
+        match (&self.corpus, self.word_min_count) {
+            (None, _) => Ok(Corpus::embedded()),
+            (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
+            (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
+        }
+    }
+
+    /// Learner epochs: `steps / checkpoint_every`, rounded up.
+    pub fn epochs(&self) -> usize {
+        self.steps.div_ceil(self.checkpoint_every)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(window: usize, seq_len: usize) -> TrainConfig {
+        let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window }]);
+        TrainConfig::new(model, seq_len).with_steps(250).with_checkpoint_every(100)
+    }
+
+    #[test]
+    fn epochs_round_the_steps_up() {
+        assert_eq!(config(8, 16).epochs(), 3);
+    }
+
+    #[test]
+    fn validation_names_the_field_at_fault() {
+        assert!(config(8, 16).validate().is_ok());
+        let message = |config: TrainConfig| config.validate().unwrap_err().to_string();
+        assert!(message(config(32, 16)).starts_with("TrainConfig.seq_len: layer 0's window of 32"));
+        assert!(message(config(8, 16).with_batch_size(0)).starts_with("TrainConfig.batch_size"));
+        assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
+        let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
+        assert!(message(task).starts_with("Mqar.seq_len"));
+    }
+}
