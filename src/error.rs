@@ -55,6 +55,11 @@ pub enum AppError {
         /// The cargo feature that brings it.
         feature: &'static str,
     },
+    /// A CPU backend was asked for in a `ddp` build, which cannot train on it.
+    CpuInDdpBuild {
+        /// The backend.
+        backend: &'static str,
+    },
     /// A CPU backend was asked for several devices.
     OneDevice {
         /// The backend.
@@ -152,6 +157,11 @@ impl fmt::Display for AppError {
                     "this build has no {feature} backend; rebuild with `--features {feature}`"
                 )
             }
+            CpuInDdpBuild { backend } => write!(
+                f,
+                "this build has the `ddp` feature, whose Burn `distributed` feature leaves {backend} \
+                 without autodiff; use a build without `ddp` for the CPU backends"
+            ),
             OneDevice { backend } => write!(
                 f,
                 "{backend} runs on one device, the CPU; --devices needs --backend wgpu or cuda"

@@ -98,10 +98,10 @@ pub trait Job: Sized {
 /// Runs `job` where `place` says, or names what this build or backend cannot do.
 pub fn run_on(place: &Placement, job: impl Job) -> Result<(), AppError> {
     use BackendChoice::*;
-    use Precision::*;
+    #[cfg(not(feature = "ddp"))]
     let cpu = |backend: &'static str| match (place.precision, place.devices.len()) {
-        (F32, 1) => Ok(()),
-        (F32, _) => Err(AppError::OneDevice { backend }),
+        (Precision::F32, 1) => Ok(()),
+        (Precision::F32, _) => Err(AppError::OneDevice { backend }),
         (precision, _) => Err(AppError::Precision {
             precision,
             problem: format!(
@@ -110,15 +110,18 @@ pub fn run_on(place: &Placement, job: impl Job) -> Result<(), AppError> {
         }),
     };
     match (place.backend, place.precision) {
-        #[cfg(feature = "flex")]
+        #[cfg(all(feature = "flex", not(feature = "ddp")))]
         (Flex, _) => {
             cpu("flex").and_then(|_| job.run::<Autodiff<burn::backend::Flex>>(Default::default()))
         }
+        #[cfg(not(feature = "ddp"))]
         (Ndarray, _) => cpu("ndarray")
             .and_then(|_| job.run::<Autodiff<burn::backend::NdArray>>(Default::default())),
+        #[cfg(feature = "ddp")]
+        (backend @ (Flex | Ndarray), _) => Err(AppError::CpuInDdpBuild { backend: backend.name() }),
         #[cfg(feature = "wgpu")]
-        (Wgpu, Bf16) => Err(AppError::Precision {
-            precision: Bf16,
+        (Wgpu, Precision::Bf16) => Err(AppError::Precision {
+            precision: Precision::Bf16,
             problem: "WGSL has no bf16; use --precision f16 on wgpu, or --backend cuda".into(),
         }),
         #[cfg(feature = "wgpu")]
@@ -150,6 +153,8 @@ fn launch<B: TrainingBackend>(
     let main = std::slice::from_ref(strategy.main_device());
     let devices = match &strategy {
         ExecutionStrategy::MultiDevice(devices, _) => devices.as_slice(),
+        #[cfg(feature = "ddp")]
+        ExecutionStrategy::DistributedDataParallel { devices, .. } => devices.as_slice(),
         _ => main,
     };
     for device in devices {
@@ -189,9 +194,8 @@ where
     }
 }
 
-/// CUDA devices; several run under Burn's multi-device data parallelism (burn-train's DDP is
-/// not wired: see the README's "Several devices").
-#[cfg(feature = "cuda")]
+/// CUDA devices; several run under Burn's multi-device data parallelism.
+#[cfg(all(feature = "cuda", not(feature = "ddp")))]
 fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
 where
     B: burn::tensor::backend::Backend<Device = burn::backend::cuda::CudaDevice>,
@@ -204,4 +208,19 @@ where
             ExecutionStrategy::MultiDevice(devices, burn::train::MultiDeviceOptim::OptimMainDevice)
         }
     }
+}
+
+/// CUDA devices, one or several, under burn-train's distributed data parallelism: a copy of the
+/// model per device, gradients averaged by NCCL's all-reduce as the backward pass produces them
+/// (the `ddp` build; see the README's "Several devices").
+#[cfg(feature = "ddp")]
+fn cuda_strategy<B>(place: &Placement) -> ExecutionStrategy<B>
+where
+    B: burn::tensor::backend::distributed::DistributedBackend<
+            Device = burn::backend::cuda::CudaDevice,
+        >,
+{
+    use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};
+    let devices = place.devices.iter().map(|&n| burn::backend::cuda::CudaDevice::new(n)).collect();
+    ExecutionStrategy::ddp(devices, DistributedConfig { all_reduce_op: ReduceOperation::Mean })
 }

@@ -78,8 +78,15 @@ impl Candidate {
 }
 
 /// Runs `case` on the reference backend.
+#[cfg(not(feature = "ddp"))]
 pub fn measure_reference(case: &CheckCase, weights: &Weights) -> Result<Outcome, AppError> {
     guarded::<Reference>(case, weights)
+}
+
+/// The reference backend, ndarray, has no autodiff in a `ddp` build.
+#[cfg(feature = "ddp")]
+pub fn measure_reference(_: &CheckCase, _: &Weights) -> Result<Outcome, AppError> {
+    Err(AppError::CpuInDdpBuild { backend: "ndarray" })
 }
 
 /// [`measure`] on `B`'s default device, with a panic turned into an error naming it.

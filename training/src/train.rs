@@ -30,7 +30,10 @@ use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
-use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
+use burn::train::{
+    ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller, Learner,
+    SupervisedTraining, TrainingStrategy,
+};
 use swa_models::weights::recorder_problem;
 use swa_models::{Decoder, SplitMix64};
 
@@ -116,6 +119,10 @@ fn train_run<B: TrainingBackend>(
     let device = &strategy.main_device().clone();
     let scheduler_steps = match &strategy {
         ExecutionStrategy::MultiDevice(devices, _) => config.steps.div_ceil(devices.len()),
+        #[cfg(feature = "ddp")]
+        ExecutionStrategy::DistributedDataParallel { devices, .. } => {
+            config.steps.div_ceil(devices.len())
+        }
         _ => config.steps,
     };
     if config.model.vocab_size < corpus.vocab_size() {
@@ -143,16 +150,20 @@ fn train_run<B: TrainingBackend>(
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
         check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
     }
-    let cluster = match cluster {
-        Some(cluster) => Some(join(cluster, config, start)?),
-        None => None,
-    };
     // Rank 0 writes the run; the others their logs, in a folder of their own.
     let logs = match rank {
         0 => out.to_path_buf(),
         r => out.join(format!("rank-{r}")),
     };
     std::fs::create_dir_all(&logs).map_err(io(logs.clone()))?;
+    // The Learner's log file, installed before the cluster's server would install its own
+    // terminal log (the first one installed in a process stays). A process that already has
+    // one (a second run in a test) keeps it, as the Learner would.
+    let _ = FileApplicationLoggerInstaller::new(logs.join("experiment.log")).install();
+    let cluster = match cluster {
+        Some(cluster) => Some(join(cluster, config, start)?),
+        None => None,
+    };
     if rank == 0 {
         let saved = out.join("train.json");
         config.save(&saved).map_err(io(saved))?;
@@ -330,6 +341,7 @@ impl<B: TrainingBackend> Run<'_, B> {
         .grads_accumulation(config.grad_accumulation)
         .num_epochs(config.epochs())
         .with_training_strategy(TrainingStrategy::Default(self.strategy))
+        .with_application_logger(None)
         .summary();
         if config.task.is_some() {
             training = training
