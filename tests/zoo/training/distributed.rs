@@ -63,7 +63,7 @@ fn model() -> DecoderConfig {
     DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }])
 }
 
-/// `swa-zoo train` of [`model`] for 40 steps of `batch` sequences into `out`, checkpointing every
+/// `swa-zoo train` of [`model`] for 60 steps of `batch` sequences into `out`, checkpointing every
 /// 5, with `extra` flags.
 fn train(dir: &Path, out: &str, batch: usize, extra: &[String]) -> Command {
     let config = dir.join("model.json");
@@ -73,7 +73,7 @@ fn train(dir: &Path, out: &str, batch: usize, extra: &[String]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
     command
         .args(["train", "--backend", "ndarray", "--config", config.to_str().unwrap()])
-        .args(["--seq-len", "16", "--steps", "40", "--checkpoint-every", "5", "--warmup", "1"])
+        .args(["--seq-len", "16", "--steps", "60", "--checkpoint-every", "5", "--warmup", "1"])
         .args(["--batch-size", &batch.to_string(), "--timeout", &TIMEOUT.to_string()])
         .args(["--out", dir.join(out).to_str().unwrap()])
         .args(extra)
@@ -173,13 +173,13 @@ fn two_processes_train_as_one_stop_together_and_resume() {
     let stderr = String::from_utf8_lossy(&survivor.stderr);
     assert!(stderr.contains("error: rank 0:"), "{stderr}");
     let stopped_at = last_checkpoint(&out).unwrap();
-    assert!(stopped_at < 8, "the run ended before rank 1 was killed");
+    assert!(stopped_at < 12, "the run ended before rank 1 was killed");
 
     let resumed = run_pair(&dir, "killed", port, &["--resume"]);
     for output in &resumed {
         assert!(output.status.success(), "{}", text(output));
     }
-    assert_eq!(last_checkpoint(&out), Some(8), "40 steps are 8 checkpoints of 5");
+    assert_eq!(last_checkpoint(&out), Some(12), "60 steps are 12 checkpoints of 5");
     assert_eq!(fingerprint(&resumed[0]), fingerprint(&resumed[1]), "the processes' weights differ");
     let error = max_abs(&logits(&dir, "pair"), &logits(&dir, "killed"));
     assert!(error < 1e-5, "the resumed run differs from the straight run by {error}");
