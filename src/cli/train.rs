@@ -236,10 +236,9 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                     );
                 }
             }
-            if processes > 1 {
+            if let Some(fingerprint) = outcome.fingerprint {
                 println!(
-                    "weights identical on all {processes} processes (fingerprint {:016x})",
-                    outcome.fingerprint
+                    "weights identical on all {processes} processes (fingerprint {fingerprint:016x})"
                 );
             }
             if rank > 0 {

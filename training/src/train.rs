@@ -41,7 +41,7 @@ use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, last_checkpoint};
 use crate::corpus::Corpus;
 use crate::distributed::cluster::{Cluster, ClusterConfig};
-use crate::distributed::gradients::{agree_on_weights, rank_zero_weights, weights_fingerprint};
+use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{Sampling, WindowLoader};
@@ -59,10 +59,10 @@ pub struct TrainOutcome<B: AutodiffBackend> {
     pub model: Decoder<B::InnerBackend>,
     /// The run's folder: `train.json`, `checkpoint/`, the metric logs and `model.mpk`.
     pub out: PathBuf,
-    /// The fingerprint of the trained weights
+    /// In a multi-process run, the fingerprint of the trained weights
     /// ([`weights_fingerprint`](crate::distributed::gradients::weights_fingerprint)), checked
-    /// to be the same in every process of a multi-process run.
-    pub fingerprint: u64,
+    /// to be the same in every process; `None` alone.
+    pub fingerprint: Option<u64>,
 }
 
 /// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
@@ -267,9 +267,9 @@ fn train_run<B: TrainingBackend>(
         Some(cluster) => {
             let fingerprint = agree_on_weights(cluster, &model, device);
             cluster.finish();
-            fingerprint?
+            Some(fingerprint?)
         }
-        None => weights_fingerprint(&model),
+        None => None,
     };
     if rank == 0 {
         swa_models::weights::save_record(&model, &out.join("model.mpk"))?;

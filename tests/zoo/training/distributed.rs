@@ -17,6 +17,7 @@ use swa_zoo::models::DecoderConfig;
 use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::distributed::{Cluster, ClusterConfig, longnet_sequence_parallel};
 
+use super::run_dir;
 use crate::{Reference, max_abs, tensor, to_vec};
 
 /// Seconds a process waits for the others in these tests.
@@ -125,19 +126,12 @@ fn logits(dir: &Path, out: &str) -> Vec<f32> {
     to_vec(model.forward(tokens).unwrap())
 }
 
-fn test_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-ddp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Two processes of 2 sequences end with identical weights, those of one process of 4 sequences
 /// up to rounding; a run whose rank 1 is killed stops within the timeout, and the restarted run
 /// resumes from its last checkpoint to the same final weights.
 #[test]
 fn two_processes_train_as_one_stop_together_and_resume() {
-    let dir = test_dir("pair");
+    let dir = run_dir("pair");
     let port = free_ports(3);
     let _coordinator = Coordinator::start(port);
     let pair = run_pair(&dir, "pair", port, &[]);
@@ -190,7 +184,7 @@ fn two_processes_train_as_one_stop_together_and_resume() {
 /// processes of different configurations each fail with one line naming the problem.
 #[test]
 fn bad_launches_are_one_line_errors() {
-    let dir = test_dir("bad");
+    let dir = run_dir("bad-launch");
     let port = free_ports(3);
     let one_line = |output: &Output, expected: &str| {
         assert!(!output.status.success());
@@ -273,7 +267,7 @@ fn longnet_sequence_parallel_matches_one_process() {
         std::fs::write(out, serde_json::to_string(&pieces).unwrap()).unwrap();
         return;
     }
-    let dir = test_dir("longnet");
+    let dir = run_dir("longnet");
     let port = free_ports(3);
     let _coordinator = Coordinator::start(port);
     let name = "training::distributed::longnet_sequence_parallel_matches_one_process";

@@ -9,3 +9,11 @@ mod run;
 mod tasks_training;
 mod training_devices;
 mod training_errors;
+
+/// An empty folder for test `name`'s runs, unique to this test process.
+fn run_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("swa-zoo-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

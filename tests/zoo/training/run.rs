@@ -1,7 +1,6 @@
 //! Training: exact resume from a checkpoint, checkpoint rotation, the schedule, the loader,
 //! evaluation (windows, and decoded token by token), and the units `swa-zoo train` reports in.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -17,15 +16,10 @@ use swa_zoo::training::loader::{Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
 use swa_zoo::training::train::{TrainConfig, train};
 
+use super::run_dir;
 use crate::{max_abs, to_vec};
 
 type B = Autodiff<NdArray>;
-
-fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn tiny(steps: usize) -> TrainConfig {
     let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);

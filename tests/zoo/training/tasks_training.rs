@@ -4,9 +4,9 @@
 //! Longformer encoder's CLS token can read. These check the accuracy path end to end, not that
 //! a model of a few steps has learned.
 
-use std::path::PathBuf;
 use std::process::Command;
 
+use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
 use swa_zoo::attention::layers::AttentionKind;
@@ -19,12 +19,6 @@ use swa_zoo::training::tasks::{MAJORITY_CLS, MAJORITY_MARKERS, Majority, Passkey
 use swa_zoo::training::train::{TrainConfig, train};
 
 type B = Autodiff<NdArray>;
-
-fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-task-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 /// A 4-layer model of window 32: reach (32 − 1)·4 = 124.
 fn model() -> DecoderConfig {
@@ -91,7 +85,7 @@ fn passkey_accuracy_is_measured_beyond_the_window_and_within_the_reach() {
 /// `swa-zoo train --task passkey` then `swa-zoo eval`: the command line's accuracy table.
 #[test]
 fn the_command_line_trains_on_a_task_and_reports_accuracy_per_distance() {
-    let dir = run_dir("cli");
+    let dir = run_dir("task-cli");
     std::fs::create_dir_all(&dir).unwrap();
     let model_file = dir.join("model.json");
     model().save(&model_file).unwrap();

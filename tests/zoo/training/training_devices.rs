@@ -2,8 +2,7 @@
 //! ndarray, which is what this machine has), and half precision on wgpu where the adapter
 //! supports f16. burn-train's DDP is not wired (see the README's "Several devices").
 
-use std::path::PathBuf;
-
+use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
 use swa_zoo::attention::layers::AttentionKind;
@@ -13,12 +12,6 @@ use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::mean_loss;
 use swa_zoo::training::train::{TrainConfig, train_with};
-
-fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-devices-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 /// A tiny sliding-window run of `steps` steps, checkpointed once at the end.
 fn tiny(steps: usize) -> TrainConfig {

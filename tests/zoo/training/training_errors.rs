@@ -3,9 +3,10 @@
 //! length, a checkpoint of another config, a truncated checkpoint or model, a fresh run into a
 //! folder holding one, and precisions or devices a backend does not have.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
 use swa_zoo::attention::layers::AttentionKind;
@@ -14,13 +15,6 @@ use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::train::{TrainConfig, train};
 
 type B = Autodiff<NdArray>;
-
-fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swa-zoo-error-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn tiny(d_model: usize) -> TrainConfig {
     let model =
@@ -59,7 +53,7 @@ fn bytes_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn corpus_preset_and_config_errors_name_the_problem() {
-    let dir = run_dir("cli");
+    let dir = run_dir("error-cli");
     let out = dir.join("run");
     let out = out.to_str().unwrap();
     let missing = dir.join("missing.txt");

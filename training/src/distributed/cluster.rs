@@ -274,10 +274,9 @@ impl Cluster {
         let id = TensorTransferId::from(self.inner.calls.fetch_add(1, Ordering::SeqCst));
         let (rank, service) = (self.rank(), self.inner.service.clone());
         let peers = self.inner.addresses.clone();
-        let peers_len = peers.len();
-        let mine = x.into_data();
-        let exchanged = self.inner.runtime.block_on(async move {
-            service.expose_data(mine.clone(), peers.len() as u32 - 1, id).await;
+        let mine = x.clone().into_data();
+        let downloaded = self.inner.runtime.block_on(async move {
+            service.expose_data(mine, peers.len() as u32 - 1, id).await;
             let mut downloads = Vec::new();
             for (peer, address) in peers.into_iter().enumerate().filter(|(p, _)| *p != rank) {
                 let service = service.clone();
@@ -285,21 +284,23 @@ impl Cluster {
                     tokio::spawn(async move { service.download_tensor(address, id).await });
                 downloads.push((peer, download));
             }
-            let mut all = vec![None; peers_len];
-            all[rank] = Some(mine);
+            let mut others = Vec::new();
             for (peer, download) in downloads {
                 match download.await {
-                    Ok(Some(data)) => all[peer] = Some(data),
+                    Ok(Some(data)) => others.push(data),
                     _ => return Err(peer),
                 }
             }
-            Ok(all)
+            Ok(others)
         });
-        let all = exchanged.unwrap_or_else(|peer| self.stop(what, peer));
-        // Rank order in every process: the same sum to the bit.
+        let others = downloaded.unwrap_or_else(|peer| self.stop(what, peer));
+        // Rank order in every process, this one's own tensor in its place: the same sum to
+        // the bit.
         let tensor =
             |data: TensorData| Tensor::<B, D>::from_data(data.convert_dtype(dtype), &device);
-        let mut terms = all.into_iter().flatten().map(tensor);
+        let mut terms: Vec<_> = others.into_iter().map(tensor).collect();
+        terms.insert(rank, x);
+        let mut terms = terms.into_iter();
         let first = terms.next().expect("this process's own tensor");
         terms.fold(first, |sum, term| sum + term)
     }

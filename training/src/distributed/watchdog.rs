@@ -1,6 +1,7 @@
-//! The deadline of every collective call. burn-collective waits for its peers without a time
-//! limit, so a process that died would leave the others waiting forever; the watchdog ends
-//! the waiting process with a one-line error once a call has waited longer than the timeout.
+//! The deadline of every collective call. A download from a peer that hangs (rather than
+//! closing its connection) has no time limit in burn-communication, so a process that hung
+//! would leave the others waiting forever; the watchdog ends the waiting process with a
+//! one-line error once a call has waited longer than the timeout.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,7 +25,8 @@ impl Watchdog {
         let pending: Pending = Arc::default();
         let watched = pending.clone();
         std::thread::spawn(move || {
-            loop {
+            // Until the process's cluster is gone (the thread holds the last reference).
+            while Arc::strong_count(&watched) > 1 {
                 std::thread::sleep(Duration::from_millis(100).min(timeout));
                 let late = watched.lock().ok().and_then(|pending| {
                     pending.as_ref().filter(|(since, _)| since.elapsed() > timeout).cloned()
