@@ -17,7 +17,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::blocked_attention;
-use crate::decode::DecodeKernel;
+use crate::decode::{CacheWrite, DecodeKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 /// A Burn backend that can run the windowed core.
@@ -53,6 +53,12 @@ pub trait WindowedAttentionBackend: Backend {
     /// The backend's fused decode step for the bounded caches ([`crate::decode`]), or `None`
     /// (the default) when the cache's tensor ops run.
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
+        None
+    }
+
+    /// The backend's fused append for the bounded caches ([`crate::decode::CacheWrite`]), or
+    /// `None` (the default) when each buffer writes its slot with tensor ops.
+    fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         None
     }
 }

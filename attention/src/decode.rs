@@ -3,7 +3,9 @@
 //!
 //! A backend offers the step through [`crate::WindowedAttentionBackend::windowed_decode`]; the
 //! cache then hands it the query and every ring buffer at once, instead of running a chain of
-//! tensor ops per buffer. `Flex` offers one (`crate::cpu`, feature `flex`).
+//! tensor ops per buffer; likewise, through
+//! [`crate::WindowedAttentionBackend::windowed_cache_write`], the new position's key and value go
+//! into every buffer in one op. `Flex` offers both (`crate::cpu`, feature `flex`).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -41,3 +43,23 @@ pub struct DecodeStep<'a> {
 /// [`WindowSpec::visible`] allows at their positions, and rows that see none get 0.
 pub type DecodeKernel<B> =
     fn(FloatTensor<B>, &[CachedBuffer<'_, B>], &DecodeStep<'_>) -> FloatTensor<B>;
+
+/// One ring buffer's slot that the new position overwrites (its oldest recent position).
+#[derive(Clone, Debug)]
+pub struct SlotWrite<'a, B: Backend> {
+    /// Keys `[batch, kv_heads.len(), slots, d]`.
+    pub keys: FloatTensor<B>,
+    /// Values, shaped as `keys`.
+    pub values: FloatTensor<B>,
+    /// The kv heads held, in the order of the second axis.
+    pub kv_heads: &'a [usize],
+    /// The slot to overwrite.
+    pub slot: usize,
+}
+
+/// A fused append: writes the new position's key and value, `k, v: [batch, H_kv, 1, d]` (every
+/// kv head, the key rotated as the cache keeps it), into each buffer's slot, for its own kv
+/// heads → each buffer's keys and values, in order. One op per layer where the tensor path
+/// writes two tensors per buffer (four buffers for MSWA's window groups).
+pub type CacheWrite<B> =
+    fn(FloatTensor<B>, FloatTensor<B>, Vec<SlotWrite<'_, B>>) -> Vec<[FloatTensor<B>; 2]>;

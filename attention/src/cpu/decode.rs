@@ -7,7 +7,8 @@
 //! Which slot a head sees is asked of [`WindowSpec::visible`] at the slot's position; scores are
 //! those of `crate::scores::attend` (scale, softcap, ALiBi, softmax or sigmoid with β), and the
 //! branches of a LongNet layer are mixed by their log-normalisers as
-//! `crate::layers::longnet::mix_branches` mixes them (docs/semantics.md §5).
+//! `crate::layers::longnet::mix_branches` mixes them (docs/semantics.md §5). [`write_slot`] is
+//! the fused append that keeps those buffers: the new position into every buffer's slot at once.
 
 use rayon::prelude::*;
 
@@ -70,6 +71,28 @@ pub fn decode(
         out.par_chunks_mut(dim).enumerate().for_each(attend_row);
     }
     out
+}
+
+/// Writes the new position's rows, `new: [batch, H_kv, d]` (every kv head), into slot `slot`
+/// of one ring buffer, `buffer: [batch, kv_heads.len(), slots, d]`, for the kv heads it holds:
+/// the fused append of the bounded caches (`crate::decode::CacheWrite`).
+pub fn write_slot(
+    buffer: &mut [f32],
+    new: &[f32],
+    kv_heads: &[usize],
+    slot: usize,
+    batch: usize,
+    dim: usize,
+) {
+    let all = new.len() / (batch * dim).max(1);
+    let slab = buffer.len() / (batch * kv_heads.len()).max(1);
+    for b in 0..batch {
+        for (local, &kv) in kv_heads.iter().enumerate() {
+            let from = (b * all + kv) * dim;
+            let to = (b * kv_heads.len() + local) * slab + slot * dim;
+            buffer[to..to + dim].copy_from_slice(&new[from..from + dim]);
+        }
+    }
 }
 
 /// The cache size, in floats read per step, from which the rows run on several threads. Below

@@ -7,7 +7,7 @@
 //! accumulate in f32. Outputs return in the inputs' dtype. The seam's packed output
 //! (`o` ‖ `lse` per row, `[batch, H, N_q, d + 1]`) is interleaved from the kernel's separate
 //! buffers, an O(N·d) copy beside the kernel's O(N·w·d) work. The fused decode step
-//! ([`super::decode`]) is `Flex`'s too.
+//! ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
 
 use std::borrow::Cow;
 
@@ -16,11 +16,11 @@ use burn::backend::flex::FlexTensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 
-use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward};
+use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, write_slot};
 use crate::backend::{
     KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
 };
-use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
+use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::{ScoreOptions, WindowSpec};
 
 const CHECKED: &str = "inputs are checked by windowed_attention before they reach a backend";
@@ -81,6 +81,54 @@ impl WindowedAttentionBackend for Flex {
 
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
         Some(decode_step)
+    }
+
+    fn windowed_cache_write() -> Option<CacheWrite<Self>> {
+        Some(cache_write)
+    }
+}
+
+/// [`write_slot`] on the cache's tensors, for keys and values of every buffer.
+fn cache_write(
+    k: FlexTensor,
+    v: FlexTensor,
+    writes: Vec<SlotWrite<'_, Flex>>,
+) -> Vec<[FlexTensor; 2]> {
+    let batch = k.shape().dims::<4>()[0];
+    let (k, v) = (f32s(&k), f32s(&v));
+    writes
+        .into_iter()
+        .map(|w| {
+            [
+                written(w.keys, &k, w.kv_heads, w.slot, batch),
+                written(w.values, &v, w.kv_heads, w.slot, batch),
+            ]
+        })
+        .collect()
+}
+
+/// `buffer` with `new`'s rows in `slot`: written in place when the cache alone holds a
+/// contiguous f32 buffer, and into a copy when a fork of the cache shares it (Flex's copy on
+/// write), or when it is strided or in half precision (converted to f32 and back).
+fn written(
+    buffer: FlexTensor,
+    new: &[f32],
+    kv_heads: &[usize],
+    slot: usize,
+    batch: usize,
+) -> FlexTensor {
+    let (shape, dtype) = (buffer.shape().dims::<4>(), buffer.dtype());
+    let in_place = dtype == DType::F32 && buffer.is_contiguous();
+    let mut buffer = match in_place {
+        true => buffer,
+        false => tensor(f32s(&buffer).into_owned(), shape, DType::F32),
+    };
+    let (start, end) = buffer.layout().contiguous_offsets().expect("contiguous by now");
+    let rows = &mut buffer.storage_mut::<f32>()[start..end];
+    write_slot(rows, new, kv_heads, slot, batch, shape[3]);
+    match dtype {
+        DType::F32 => buffer,
+        _ => tensor(f32s(&buffer).into_owned(), shape, dtype),
     }
 }
 

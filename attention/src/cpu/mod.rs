@@ -13,7 +13,7 @@
 //! - `block` scores one chunk (`scale·q·k`, softcap, ALiBi, −∞ where not visible), with the
 //!   block products of `matmul` (gemm) and the vectorised `exp` and reductions of `math`.
 //! - [`decode`] is the fused decode step of the bounded caches: one query per head against its
-//!   ring buffer.
+//!   ring buffer; [`write_slot`] their fused append.
 //! - [`forward`] computes `o` and `lse`; [`backward`] the exact `dq`, `dk`, `dv` from `∂L/∂o`
 //!   and `∂L/∂lse`, recomputing weights from `lse` (a dQ pass over query tiles, a dK/dV pass over
 //!   key tiles, each owning its outputs).
@@ -49,7 +49,7 @@ mod schedule;
 mod tests;
 
 pub use backward::{BackwardInputs, Gradients, backward};
-pub use decode::{DecodeBuffer, decode};
+pub use decode::{DecodeBuffer, decode, write_slot};
 pub use forward::{Output, forward};
 
 use crate::{AttentionError, ScoreOptions, WindowSpec};

@@ -1,7 +1,8 @@
 //! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
-//! vectorised `exp`, and the decode step's two schedules (threads or one thread). The kernel's outputs and gradients are tested against the dense reference
-//! through the backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random
-//! specs, f16; `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
+//! vectorised `exp`, the decode step's two schedules (threads or one thread), and the fused
+//! append. The kernel's outputs and gradients are tested against the dense reference through the
+//! backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random specs, f16;
+//! `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
 
 use super::schedule::groups;
 use crate::{HeadWindow, WindowSpec};
@@ -123,5 +124,27 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
         let step = DecodeStep { specs: std::slice::from_ref(&one), opts: &opts, position: t };
         let alone = decode(&q[h * dim..(h + 1) * dim], &[buffer], 1, dim, &step);
         assert_eq!(alone, together[h * dim..(h + 1) * dim], "head {h}");
+    }
+}
+
+/// The fused append writes exactly the slot of the buffer's own kv heads, in every batch row.
+#[test]
+fn write_slot_writes_its_heads_slot_and_nothing_else() {
+    let (batch, dim, slots) = (2, 3, 4);
+    // The new position of 3 kv heads; the buffer holds heads 0 and 2.
+    let new: Vec<f32> = (0..batch * 3 * dim).map(|x| 100.0 + x as f32).collect();
+    let mut buffer = vec![0.0; batch * 2 * slots * dim];
+    super::write_slot(&mut buffer, &new, &[0, 2], 1, batch, dim);
+    for b in 0..batch {
+        for (local, kv) in [0, 2].into_iter().enumerate() {
+            for slot in 0..slots {
+                let at = ((b * 2 + local) * slots + slot) * dim;
+                let want: Vec<f32> = match slot {
+                    1 => new[(b * 3 + kv) * dim..(b * 3 + kv + 1) * dim].to_vec(),
+                    _ => vec![0.0; dim],
+                };
+                assert_eq!(buffer[at..at + dim], want, "batch {b}, head {kv}, slot {slot}");
+            }
+        }
     }
 }

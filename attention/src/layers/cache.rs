@@ -8,16 +8,15 @@
 //! sees is asked of the window spec ([`WindowSpec::mask`] of [`WindowSpec::visible`]); the
 //! cache never re-derives a mask. Full attention has no reach, and its cache grows.
 
-use std::collections::VecDeque;
-
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::blocked_forced;
-use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
+use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::entry::expand_kv;
 use crate::index::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
+use crate::layers::ring::{Buffer, select_heads};
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, Rope, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 
@@ -44,24 +43,6 @@ pub struct KvCache<B: Backend> {
     buffers: Vec<Buffer<B>>,
     /// Tokens appended so far; the next one sits at this position.
     len: usize,
-}
-
-/// The keys and values of the kv heads that share one reach.
-#[derive(Clone)]
-struct Buffer<B: Backend> {
-    /// The kv heads kept here, and the query heads that read them (GQA), in order.
-    kv_heads: Vec<usize>,
-    heads: Vec<usize>,
-    /// How many recent (unpinned) positions to keep; `None` keeps them all.
-    reach: Option<usize>,
-    /// `[batch, kv_heads, slots, d]`: keys rotated at their absolute position, or not rotated
-    /// under [`CachePositions::Streaming`] or without RoPE. `None` before the first token.
-    keys: Option<Tensor<B, 4>>,
-    values: Option<Tensor<B, 4>>,
-    /// The position held by each slot.
-    slots: Vec<usize>,
-    /// The slots of the recent positions, oldest first.
-    recent: VecDeque<usize>,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -123,7 +104,15 @@ impl<B: Backend> KvCache<B> {
 
     /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE;
     /// `rope` is the layer's rotation, `None` for a layer without RoPE.
-    pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>) {
+    ///
+    /// Once every buffer's ring is full, a backend with a fused append
+    /// ([`WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
+    /// [`crate::PATH_VARIABLE`] forces the blocked path); otherwise each buffer writes its slot
+    /// with tensor ops.
+    pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
+    where
+        B: WindowedAttentionBackend,
+    {
         let position = self.len;
         let spec = &self.specs[0];
         let pinned = position < spec.sinks() || spec.is_global(position);
@@ -132,14 +121,54 @@ impl<B: Backend> KvCache<B> {
             (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
             _ => k,
         };
-        for buffer in &mut self.buffers {
-            let (k, v) = (
-                select_heads(k.clone(), &buffer.kv_heads),
-                select_heads(v.clone(), &buffer.kv_heads),
-            );
-            buffer.store(position, pinned, k, v);
+        let write = B::windowed_cache_write().filter(|_| !blocked_forced());
+        let slots: Option<Vec<usize>> =
+            self.buffers.iter().map(|buffer| buffer.reusable_slot(pinned)).collect();
+        match (write, slots) {
+            (Some(write), Some(slots)) => self.write_fused(write, k, v, &slots),
+            _ => {
+                for buffer in &mut self.buffers {
+                    let (k, v) = (
+                        select_heads(k.clone(), &buffer.kv_heads),
+                        select_heads(v.clone(), &buffer.kv_heads),
+                    );
+                    buffer.store(position, pinned, k, v);
+                }
+            }
         }
         self.len += 1;
+    }
+
+    /// The backend's fused append: the next position into `slots`, one per buffer, every
+    /// buffer's ring full (the steady state of decoding).
+    fn write_fused(
+        &mut self,
+        write: CacheWrite<B>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        slots: &[usize],
+    ) {
+        let primitive = |x: &mut Option<Tensor<B, 4>>| {
+            x.take().expect("a full ring holds keys").into_primitive().tensor()
+        };
+        let writes: Vec<SlotWrite<B>> = self
+            .buffers
+            .iter_mut()
+            .zip(slots)
+            .map(|(buffer, &slot)| SlotWrite {
+                keys: primitive(&mut buffer.keys),
+                values: primitive(&mut buffer.values),
+                kv_heads: &buffer.kv_heads,
+                slot,
+            })
+            .collect();
+        let written = write(k.into_primitive().tensor(), v.into_primitive().tensor(), writes);
+        let position = self.len;
+        for (buffer, [keys, values]) in self.buffers.iter_mut().zip(written) {
+            let tensor = |x| Tensor::from_primitive(TensorPrimitive::Float(x));
+            (buffer.keys, buffer.values) = (Some(tensor(keys)), Some(tensor(values)));
+            buffer.reuse(position);
+        }
     }
 
     /// Fills an empty cache with positions `0 … N−1` at once: `k, v: [batch, H_kv, N, d]`
@@ -324,76 +353,5 @@ impl<B: Backend> KvCache<B> {
             lses.push(lse);
         }
         (outs, lses)
-    }
-}
-
-impl<B: Backend> Buffer<B> {
-    fn new(reach: Option<usize>) -> Self {
-        let (keys, values) = (None, None);
-        Self {
-            kv_heads: Vec::new(),
-            heads: Vec::new(),
-            reach,
-            keys,
-            values,
-            slots: Vec::new(),
-            recent: VecDeque::new(),
-        }
-    }
-
-    /// Writes position `position` into a new slot, or over the oldest recent one once `reach`
-    /// recent positions are kept.
-    fn store(&mut self, position: usize, pinned: bool, k: Tensor<B, 4>, v: Tensor<B, 4>) {
-        let full = self.reach.is_some_and(|reach| self.recent.len() >= reach);
-        let reuse = if !pinned && full { self.recent.pop_front() } else { None };
-        let slot = match reuse {
-            Some(slot) => {
-                let [batch, heads, _, d] = k.dims();
-                let range = [0..batch, 0..heads, slot..slot + 1, 0..d];
-                self.keys = self.keys.take().map(|keys| keys.slice_assign(range.clone(), k));
-                self.values = self.values.take().map(|values| values.slice_assign(range, v));
-                self.slots[slot] = position;
-                slot
-            }
-            None => {
-                let grow = |cache: Option<Tensor<B, 4>>, x| match cache {
-                    Some(cache) => Tensor::cat(vec![cache, x], 2),
-                    None => x,
-                };
-                self.keys = Some(grow(self.keys.take(), k));
-                self.values = Some(grow(self.values.take(), v));
-                self.slots.push(position);
-                self.slots.len() - 1
-            }
-        };
-        if !pinned {
-            self.recent.push_back(slot);
-        }
-    }
-
-    /// StreamingLLM positions: the query's slot index and each slot's index in position order.
-    fn slot_ranks(&self) -> (usize, Vec<usize>) {
-        let mut order: Vec<usize> = (0..self.slots.len()).collect();
-        order.sort_by_key(|&s| self.slots[s]);
-        let ranks = inverse_permutation(self.slots.len(), order.into_iter().map(Some));
-        (self.slots.len() - 1, ranks)
-    }
-}
-
-/// The heads `heads` (sorted, distinct) of `x: [batch, all, rows, d]`: `x` itself when they are
-/// all of them, a view when they are consecutive (an MSWA buffer's heads usually are), else a
-/// gathered copy.
-fn select_heads<B: Backend>(x: Tensor<B, 4>, heads: &[usize]) -> Tensor<B, 4> {
-    if heads.len() == x.dims()[1] {
-        return x;
-    }
-    match (heads.first(), heads.last()) {
-        (Some(&first), Some(&last)) if last + 1 - first == heads.len() => {
-            x.narrow(1, first, heads.len())
-        }
-        _ => {
-            let index = index_tensor::<B>(heads.iter().copied(), &x.device());
-            x.select(1, index)
-        }
     }
 }

@@ -7,7 +7,8 @@
 //! - [`longnet`]: LongNet's branches and their mixture;
 //! - [`longformer`]: Longformer's global rows;
 //! - [`linear`]: Taylor linear attention;
-//! - [`cache`]: the bounded KV cache for decoding;
+//! - [`cache`]: the bounded KV cache for decoding, one ring buffer (`ring`) per group of kv heads
+//!   that share a reach;
 //! - [`norm`]: RMSNorm, of the decoder's blocks and of q and k per head;
 //! - [`layer_options`]: how a layer departs from Transformer++ for a pretrained architecture;
 //! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism;
@@ -22,6 +23,7 @@ pub mod longformer;
 pub mod longnet;
 pub mod mswa;
 pub mod norm;
+mod ring;
 pub mod self_attention;
 
 pub use cache::{CachePositions, KvCache};

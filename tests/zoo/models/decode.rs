@@ -122,15 +122,14 @@ fn the_fused_decode_step_reproduces_the_forward_pass() {
 
 /// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
 /// both give the same logits for the same tokens (the flatness benchmark forks caches so).
-#[test]
-fn a_forked_cache_decodes_independently() {
+fn forked_caches_decode_independently<D: WindowedAttentionBackend>() {
     let device = Default::default();
     for (name, attention, reach) in windowed_kinds() {
-        let model = config(attention).init::<B>(&device).unwrap();
+        let model = config(attention).init::<D>(&device).unwrap();
         let ids = token_ids(2 * reach + 6);
         let (prefix, rest) = ids.split_at(reach + 3);
         let token =
-            |id: i64| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
+            |id: i64| Tensor::<D, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
         let mut original = model.cache(1, CachePositions::Absolute, &device).unwrap();
         for &id in prefix {
             model.step(token(id), &mut original);
@@ -143,6 +142,19 @@ fn a_forked_cache_decodes_independently() {
             rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut original))).collect();
         assert_eq!(forked, resumed, "{name}: the fork and the original decode differently");
     }
+}
+
+/// ndarray: the buffers are written with tensor ops.
+#[test]
+fn a_forked_cache_decodes_independently() {
+    forked_caches_decode_independently::<B>();
+}
+
+/// flex: the fused append writes a buffer in place only when no fork shares it.
+#[cfg(feature = "flex")]
+#[test]
+fn a_forked_cache_decodes_independently_under_the_fused_append() {
+    forked_caches_decode_independently::<burn::backend::Flex>();
 }
 
 #[test]
