@@ -267,27 +267,3 @@ pub fn cost_table(rows: &[CostRow], reference: usize) -> Table {
     }
     table
 }
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use clap::Parser;
-
-    use super::StudyArgs;
-
-    /// An example's flags: those of every study.
-    #[derive(Parser)]
-    struct Flags {
-        #[command(flatten)]
-        study: StudyArgs,
-    }
-
-    #[test]
-    fn the_default_corpus_is_a_file_of_the_repository() {
-        let corpus = Flags::parse_from(["example"]).study.corpus;
-        let path = Path::new(&corpus);
-        assert!(path.starts_with(env!("CARGO_MANIFEST_DIR")), "{corpus} is outside the repository");
-        assert!(path.is_file(), "{corpus} is missing");
-    }
-}

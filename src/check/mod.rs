@@ -134,7 +134,15 @@ pub fn run(cases: &[CheckCase], candidates: &[Candidate]) -> Report {
             }
         };
         for candidate in &available {
-            match candidate.measure(case, &weights) {
+            let started = std::time::Instant::now();
+            let measured = candidate.measure(case, &weights);
+            eprintln!(
+                "checked {} on {} in {:.1} s",
+                case.name,
+                candidate.name(),
+                started.elapsed().as_secs_f64()
+            );
+            match measured {
                 Ok(outcome) => report.rows.extend(compare(
                     &case.name,
                     candidate.name(),

@@ -73,18 +73,18 @@ pub fn info(args: InfoArgs) -> Result<(), AppError> {
 
 /// SWA at the base window of a model: every layer a sliding window of `base` keys, the rest
 /// of the model as it is. The reference of MSWA's relative cost (docs/semantics.md §3).
-struct SwaReference {
+pub struct SwaReference {
     /// The base window `w`.
-    base: usize,
+    pub base: usize,
     /// The SWA model.
-    config: DecoderConfig,
+    pub config: DecoderConfig,
 }
 
 /// The SWA reference of `config`: its base window is the window of its first sliding, SWAT or
 /// sinks layer or, for multi-scale layers, the `w` that [`mswa_windows`] allocates their
 /// windows from (under one of its variants and strategies). `None` when no layer has a window,
 /// or the multi-scale windows are no MSWA allocation.
-fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
+pub fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
     let kinds: Vec<&AttentionKind> = (0..config.layers).map(|l| config.kind_of(l)).collect();
     let sliding = kinds.iter().find_map(|kind| match kind.windows()? {
         [window] => Some(*window),
@@ -119,41 +119,4 @@ fn mswa_base(heads: usize, kinds: &[&AttentionKind]) -> Option<usize> {
             })
         })
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use swa_attention::layers::mswa::MswaVariant;
-    use swa_models::{Preset, Scale};
-
-    use super::swa_reference;
-
-    /// Σ windows of MSWA's Table 2 preset `variant` over that of its SWA reference, at 2048.
-    fn relative_cost(variant: MswaVariant, scale: Scale) -> f64 {
-        let config = Preset::mswa(variant, scale, 256).unwrap().config;
-        let swa = swa_reference(&config).unwrap().config;
-        config.window_sum(2048) as f64 / swa.window_sum(2048) as f64
-    }
-
-    #[test]
-    fn table2_costs_relative_to_swa_are_the_papers() {
-        for scale in [Scale::Paper, Scale::Tiny] {
-            assert_eq!(relative_cost(MswaVariant::Swa, scale), 1.0);
-            assert_eq!(relative_cost(MswaVariant::Heads, scale), 15.0 / 16.0);
-            assert_eq!(relative_cost(MswaVariant::Layers, scale), 15.0 / 16.0);
-            assert_eq!(relative_cost(MswaVariant::Both, scale), (15.0f64 / 16.0).powi(2));
-        }
-    }
-
-    #[test]
-    fn the_base_window_is_the_presets() {
-        for (scale, base) in [(Scale::Paper, 128), (Scale::Tiny, 16)] {
-            for variant in [MswaVariant::Swa, MswaVariant::Both] {
-                let config = Preset::mswa(variant, scale, 256).unwrap().config;
-                assert_eq!(swa_reference(&config).unwrap().base, base);
-            }
-        }
-        let full = Preset::mswa_full(1024, Scale::Tiny, 256).config;
-        assert!(swa_reference(&full).is_none());
-    }
 }

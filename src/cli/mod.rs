@@ -14,7 +14,7 @@ pub mod eval_choice;
 mod export;
 mod generate;
 mod hf_run;
-mod info;
+pub mod info;
 mod tasks;
 mod train;
 
@@ -146,18 +146,4 @@ fn load_run<B: Backend>(
     let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
         .map_err(|source| AppError::RunModel { run: out.to_path_buf(), source })?;
     Ok((config, model))
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    use super::Cli;
-
-    #[test]
-    fn the_help_says_what_the_command_does() {
-        let help = Cli::command().render_help().to_string();
-        assert!(help.starts_with("Train, evaluate, sample from and benchmark"), "{help}");
-        assert!(!help.contains("Training, evaluation, data"), "{help}");
-    }
 }

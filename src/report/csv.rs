@@ -27,20 +27,3 @@ pub fn write_csv(
     }
     write_atomic(path, text.as_bytes())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_quotes_fields_and_checks_rows() {
-        let path = std::env::temp_dir().join(format!("swa-csv-{}.csv", std::process::id()));
-        let rows = vec![vec!["64".into(), "a,b".into()], vec!["128".into(), "say \"hi\"".into()]];
-        write_csv(&path, &["window", "note"], &rows).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "window,note\n64,\"a,b\"\n128,\"say \"\"hi\"\"\"\n"
-        );
-        assert!(write_csv(&path, &["a"], &rows).unwrap_err().to_string().contains("row 0"));
-    }
-}

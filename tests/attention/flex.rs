@@ -30,9 +30,11 @@ mod on_flex {
             &cases,
             Path::Dispatch,
             F32,
+            &Default::default(),
         );
         let wide: Vec<_> = cases_at(70, 128);
-        check_kernel_cases::<Backend>("fused CPU kernel, head dim 128", &wide, Path::Dispatch, F32);
+        let name = "fused CPU kernel, head dim 128";
+        check_kernel_cases::<Backend>(name, &wide, Path::Dispatch, F32, &Default::default());
     }
 
     /// The matrix at head dim `dim`, for the kernel's wider rows.
@@ -54,6 +56,7 @@ mod on_flex {
             &cases,
             Path::Dispatch,
             F32,
+            &Default::default(),
         );
     }
 
@@ -66,7 +69,8 @@ mod on_flex {
             .flat_map(|&n| cases(n))
             .map(|(label, case)| (label, Case { half: true, dtype: Some(DType::F16), ..case }))
             .collect();
-        check_kernel_cases::<Backend>("fused CPU kernel, f16 tensors", &cases, Path::Dispatch, F16);
+        let name = "fused CPU kernel, f16 tensors";
+        check_kernel_cases::<Backend>(name, &cases, Path::Dispatch, F16, &Default::default());
     }
 
     /// The blocked path stays a reference on flex too (and runs what a user forces with
@@ -74,7 +78,8 @@ mod on_flex {
     #[test]
     fn blocked_on_flex_matches_dense() {
         let cases: Vec<_> = [5, 65].iter().flat_map(|&n| cases(n)).collect();
-        check_kernel_cases::<Backend>("blocked path on Autodiff<Flex>", &cases, Path::Blocked, F32);
+        let name = "blocked path on Autodiff<Flex>";
+        check_kernel_cases::<Backend>(name, &cases, Path::Blocked, F32, &Default::default());
     }
 }
 

@@ -5,26 +5,27 @@
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use crate::cases::matrix;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-use crate::common::{Case, Path, Tolerance, check_within, device_answers};
+use crate::common::{Case, Path, Tolerance, check_within};
 
-/// Every case of `cases` through the dispatch on `B` against the dense reference within `tol`;
-/// prints the largest errors under `name` (the device's, for `device_answers`).
+/// Every case of `cases` through the dispatch on `B`'s `device` against the dense reference
+/// within `tol`; prints the largest errors under `name`.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn check_backend<B>(name: &str, cases: impl Iterator<Item = Case>, tol: Tolerance)
-where
+fn check_backend<B>(
+    name: &str,
+    cases: impl Iterator<Item = Case>,
+    tol: Tolerance,
+    device: &B::Device,
+) where
     B: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::WindowedAttentionBackend,
 {
-    if !device_answers::<B>(name) {
-        return;
-    }
     let mut worst = [0f32; 3];
     for case in cases {
-        let errors = check_within::<B>(&case, Path::Dispatch, &Default::default(), tol);
+        let errors = check_within::<B>(&case, Path::Dispatch, device, tol);
         worst = std::array::from_fn(|i| worst[i].max(errors[i]));
     }
     eprintln!(
         "{name} ({}): largest max-abs errors: o {:e}, lse {:e}, gradients {:e}",
-        B::name(&Default::default()),
+        B::name(device),
         worst[0],
         worst[1],
         worst[2]
@@ -48,11 +49,14 @@ fn matrix_cases(lengths: &[usize]) -> impl Iterator<Item = Case> + '_ {
 #[test]
 fn core_on_wgpu_matches_dense_on_ndarray() {
     #[cfg(feature = "wgpu")]
-    check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>(
-        "wgpu",
-        matrix_cases(&[65]).filter(|case| !case.spec.globals().is_empty()),
-        crate::common::F32,
-    );
+    if let Some([device, _]) = crate::wgpu_devices::wgpu_devices() {
+        check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>(
+            "wgpu",
+            matrix_cases(&[65]).filter(|case| !case.spec.globals().is_empty()),
+            crate::common::F32,
+            &device,
+        );
+    }
     #[cfg(not(feature = "wgpu"))]
     eprintln!("skipped: built without the `wgpu` feature");
 }
@@ -67,15 +71,21 @@ fn core_on_cuda_matches_dense_on_ndarray() {
     #[cfg(feature = "cuda")]
     {
         use burn::backend::{Autodiff, Cuda};
-        check_backend::<Autodiff<Cuda>>(
-            "cuda",
-            matrix_cases(&crate::cases::LENGTHS),
-            crate::common::TF32,
-        );
+        if !crate::common::device_answers::<Cuda>("cuda") {
+            return;
+        }
+        let device = Default::default();
+        let cases = matrix_cases(&crate::cases::LENGTHS);
+        check_backend::<Autodiff<Cuda>>("cuda", cases, crate::common::TF32, &device);
         let half = matrix_cases(&[65])
             .filter(|case| case.spec.globals().is_empty())
             .map(|case| Case { half: true, ..case });
-        check_backend::<Autodiff<Cuda<burn::tensor::f16>>>("cuda", half, crate::common::F16);
+        check_backend::<Autodiff<Cuda<burn::tensor::f16>>>(
+            "cuda",
+            half,
+            crate::common::F16,
+            &device,
+        );
     }
     #[cfg(not(feature = "cuda"))]
     eprintln!("skipped: built without the `cuda` feature");

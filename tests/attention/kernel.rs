@@ -5,7 +5,7 @@
 
 #[cfg(feature = "wgpu")]
 mod on_wgpu {
-    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::backend::wgpu::{CubeBackend, WgpuRuntime};
     use burn::backend::{Autodiff, Wgpu};
     use burn::tensor::backend::Backend;
     use burn::tensor::{DType, f16};
@@ -13,7 +13,8 @@ mod on_wgpu {
     use swa_zoo::attention::kernel::probe_visibility;
 
     use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
-    use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases, device_answers};
+    use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
+    use crate::wgpu_devices::wgpu_devices;
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
@@ -31,10 +32,9 @@ mod on_wgpu {
 
     #[test]
     fn kernel_visibility_is_window_spec_visible() {
-        if !device_answers::<Cube>("wgpu") {
+        let Some([device, _]) = wgpu_devices() else {
             return;
-        }
-        let device = WgpuDevice::default();
+        };
         let mut specs: Vec<(WindowSpec, usize, usize)> = Vec::new();
         for n in 1..=12 {
             for (_, spec, _) in matrix(n) {
@@ -92,23 +92,24 @@ mod on_wgpu {
     /// two blocks. The same kernels behind Burn's fusion, the type users get, are checked at
     /// every length and head dim below; the two differ only in how the launch is reached, and
     /// without fusion every op of the test's loss compiles on its own, which lavapipe does
-    /// slowly (seconds per new shape), so one shape covers this route.
+    /// slowly (seconds per new shape), so one shape covers this route. On the tests' second
+    /// device, so that its shaders compile beside the other wgpu tests' (`crate::wgpu_devices`).
     #[test]
     fn kernel_gradients_on_cube_backend_match_dense() {
-        if !device_answers::<Cube>("wgpu") {
+        let Some([_, device]) = wgpu_devices() else {
             return;
-        }
-        let name = "kernel on Autodiff<CubeBackend<Wgpu>>";
-        check_kernel_cases::<Autodiff<Cube>>(name, &kernel_cases(65, 8), Path::Dispatch, F32);
+        };
+        let (name, cases) = ("kernel on Autodiff<CubeBackend<Wgpu>>", kernel_cases(65, 8));
+        check_kernel_cases::<Autodiff<Cube>>(name, &cases, Path::Dispatch, F32, &device);
     }
 
     #[test]
     fn kernel_gradients_on_fusion_wgpu_match_dense() {
-        if !device_answers::<Wgpu>("wgpu") {
+        let Some([device, _]) = wgpu_devices() else {
             return;
-        }
-        let name = "kernel on Autodiff<Wgpu> (fusion)";
-        check_kernel_cases::<Autodiff<Wgpu>>(name, &gradient_cases(&LENGTHS), Path::Dispatch, F32);
+        };
+        let (name, cases) = ("kernel on Autodiff<Wgpu> (fusion)", gradient_cases(&LENGTHS));
+        check_kernel_cases::<Autodiff<Wgpu>>(name, &cases, Path::Dispatch, F32, &device);
     }
 
     /// f16 tensors, f32 accumulation: the kernels on `Wgpu<f16>` (fusion) against the dense
@@ -117,10 +118,10 @@ mod on_wgpu {
     #[test]
     fn kernel_in_f16_matches_dense() {
         type Half = Wgpu<f16, i32>;
-        if !device_answers::<Half>("wgpu") {
+        let Some([_, device]) = wgpu_devices() else {
             return;
-        }
-        if !Half::supports_dtype(&Default::default(), DType::F16) {
+        };
+        if !Half::supports_dtype(&device, DType::F16) {
             eprintln!("skipped: this wgpu adapter has no f16 shaders");
             return;
         }
@@ -140,6 +141,7 @@ mod on_wgpu {
             &cases,
             Path::Dispatch,
             F16,
+            &device,
         );
     }
 }

@@ -4,6 +4,9 @@
 
 mod cases;
 mod common;
+#[cfg(feature = "wgpu")]
+#[path = "../common/wgpu_devices.rs"]
+mod wgpu_devices;
 
 mod blocked;
 mod flex;

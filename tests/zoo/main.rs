@@ -5,6 +5,12 @@
 mod app;
 mod models;
 mod training;
+#[cfg(feature = "wgpu")]
+#[path = "../common/wgpu_devices.rs"]
+mod wgpu_devices;
+
+#[cfg(feature = "wgpu")]
+pub use wgpu_devices::wgpu_devices;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
@@ -34,22 +40,4 @@ pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max)
-}
-
-/// Whether the default wgpu device answers a first op; says why the calling test skips when
-/// not, and panics instead under `SWA_REQUIRE_WGPU` (CI, which installs lavapipe).
-#[cfg(feature = "wgpu")]
-pub fn wgpu_answers() -> bool {
-    let answers = std::panic::catch_unwind(|| {
-        Tensor::<burn::backend::Wgpu, 1>::zeros([1], &Default::default()).into_data();
-    })
-    .is_ok();
-    if !answers {
-        assert!(
-            std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
-            "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
-        );
-        eprintln!("skipped: no wgpu adapter answers on this machine");
-    }
-    answers
 }

@@ -33,8 +33,12 @@ fn every_attention_kind_on_flex_matches_ndarray() {
     every_kind_matches_the_reference(Candidate::Flex);
 }
 
+/// On the default wgpu device, registered beside the second device of the tests that run next
+/// to this one (`crate::wgpu_devices`).
 #[test]
 fn every_attention_kind_on_wgpu_matches_ndarray() {
+    #[cfg(feature = "wgpu")]
+    crate::wgpu_devices();
     every_kind_matches_the_reference(Candidate::Wgpu);
 }
 

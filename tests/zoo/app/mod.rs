@@ -3,5 +3,7 @@
 
 mod bench;
 mod check_backends;
+mod cli;
 mod examples;
 mod pretrained;
+mod report;

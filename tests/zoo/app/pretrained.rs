@@ -91,14 +91,13 @@ fn multiple_choice_scores_as_transformers_does() {
 }
 
 /// The largest difference between `D`'s logits of the fixture's `input_ids` and transformers'.
-fn logit_error<D: WindowedAttentionBackend>(family: &str) -> f32 {
-    let device = Default::default();
+fn logit_error<D: WindowedAttentionBackend>(family: &str, device: &D::Device) -> f32 {
     let dir = fixtures().join(family);
     let mut expected = SafetensorsStore::from_file(dir.join("expected.safetensors"));
     let mut read = |name: &str| expected.get_snapshot(name).unwrap().unwrap().to_data().unwrap();
     let (input, want) = (read("input_ids"), read("logits"));
-    let model = load_decoder::<D>(&dir, &device).unwrap();
-    let tokens = Tensor::<D, 2, Int>::from_data(input.convert::<i64>(), &device);
+    let model = load_decoder::<D>(&dir, device).unwrap();
+    let tokens = Tensor::<D, 2, Int>::from_data(input.convert::<i64>(), device);
     max_abs(&to_vec(model.forward(tokens).unwrap()), &want.to_vec::<f32>().unwrap())
 }
 
@@ -107,22 +106,34 @@ fn logit_error<D: WindowedAttentionBackend>(family: &str) -> f32 {
 #[test]
 fn every_family_on_the_fused_cpu_kernel_computes_transformers_logits() {
     for family in FAMILIES {
-        let error = logit_error::<burn::backend::Flex>(family);
+        let error = logit_error::<burn::backend::Flex>(family, &Default::default());
         assert!(error <= LOGIT_TOLERANCE, "{family} on flex: logits differ by {error}");
     }
 }
 
-/// wgpu runs the CubeCL kernels (lavapipe in CI) for the families with windowed layers.
+/// The families with windowed layers on the CubeCL kernels through wgpu (lavapipe in CI), on
+/// the tests' wgpu device `index` (`crate::wgpu_devices`).
 #[cfg(feature = "wgpu")]
-#[test]
-fn the_windowed_families_on_the_cubecl_kernels_compute_transformers_logits() {
-    if !crate::wgpu_answers() {
+fn on_the_cubecl_kernels(families: &[&str], index: usize) {
+    let Some(devices) = crate::wgpu_devices() else {
         return;
-    }
-    for family in ["mistral", "qwen2", "gemma2", "gemma3"] {
-        let error = logit_error::<burn::backend::Wgpu>(family);
+    };
+    for family in families {
+        let error = logit_error::<burn::backend::Wgpu>(family, &devices[index]);
         assert!(error <= LOGIT_TOLERANCE, "{family} on wgpu: logits differ by {error}");
     }
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn mistral_and_qwen2_on_the_cubecl_kernels_compute_transformers_logits() {
+    on_the_cubecl_kernels(&["mistral", "qwen2"], 0);
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn gemma2_and_gemma3_on_the_cubecl_kernels_compute_transformers_logits() {
+    on_the_cubecl_kernels(&["gemma2", "gemma3"], 1);
 }
 
 /// A run trained here: its attention maps, and its export as a Mistral directory that reads

@@ -57,8 +57,8 @@ where
     losses
 }
 
-/// `preset` trained on `B` (named `backend`) against ndarray, from the same weights.
-fn check<B>(preset: &Preset, backend: &str)
+/// `preset` trained on `B` (named `backend`) on `device` against ndarray, from the same weights.
+fn check<B>(preset: &Preset, backend: &str, device: &B::Device)
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
@@ -68,7 +68,7 @@ where
     let weights =
         save_record(&reference, &std::env::temp_dir().join(file)).expect("temp dir writable");
     let want = losses::<Reference>(&preset.config, &weights, len, &Default::default());
-    let got = losses::<B>(&preset.config, &weights, len, &Default::default());
+    let got = losses::<B>(&preset.config, &weights, len, device);
     std::fs::remove_file(&weights).ok();
     eprintln!("{}: ndarray {want:?}, {backend} {got:?}", preset.name);
     for (step, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -88,7 +88,7 @@ fn every_tiny_preset_trains_on_the_fused_cpu_kernel_as_on_ndarray() {
     use swa_zoo::models::Scale;
 
     for preset in Preset::all(Scale::Tiny, 256).expect("the tiny presets") {
-        check::<Autodiff<Flex>>(&preset, "flex");
+        check::<Autodiff<Flex>>(&preset, "flex", &Default::default());
     }
 }
 
@@ -98,11 +98,13 @@ mod on_wgpu {
     use swa_zoo::models::Preset;
 
     use super::check;
-    use crate::wgpu_answers;
+    use crate::wgpu_devices;
 
+    /// Preset `name` on the default wgpu device (`crate::wgpu_devices`).
     fn on_wgpu(name: &str) {
-        if wgpu_answers() {
-            check::<Autodiff<Wgpu>>(&Preset::by_name(name, 256).expect("preset exists"), "wgpu");
+        if let Some([device, _]) = wgpu_devices() {
+            let preset = Preset::by_name(name, 256).expect("preset exists");
+            check::<Autodiff<Wgpu>>(&preset, "wgpu", &device);
         }
     }
 

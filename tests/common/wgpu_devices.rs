@@ -1,0 +1,54 @@
+//! The wgpu devices the tests spread over, shared by both test binaries.
+//!
+//! CubeCL serves each device from one thread, and lavapipe (CI's CPU Vulkan driver) compiles the
+//! shaders of one Vulkan device one at a time; compiling is most of the wgpu tests' time there,
+//! so on one device they queue behind each other while the machine's other core idles. Where
+//! the default adapter is a CPU one, the tests therefore run on two Vulkan devices of it: the
+//! default device and a second one of their own.
+
+use std::panic::catch_unwind;
+use std::sync::OnceLock;
+
+use burn::backend::Wgpu;
+use burn::backend::wgpu::graphics::AutoGraphicsApi;
+use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, init_device, init_setup};
+use burn::tensor::{Tensor, backend::Backend};
+
+/// `[the default device, a second device]`, or `None` when no wgpu adapter answers: then the
+/// calling test says why it skips, or fails under `SWA_REQUIRE_WGPU` (CI, which installs
+/// lavapipe).
+///
+/// The second device is a Vulkan device of its own on the CPU adapter when the machine has no
+/// GPU adapter (lavapipe is then the default adapter too); with a GPU it is the default device.
+/// It is made from the CPU adapter's setup, which registers `WgpuDevice::Cpu` (left untouched,
+/// for a test that sets a device's float type before its first tensor), so every wgpu test
+/// asks here before it touches a device.
+pub fn wgpu_devices() -> Option<[WgpuDevice; 2]> {
+    static DEVICES: OnceLock<Option<[WgpuDevice; 2]>> = OnceLock::new();
+    let devices = DEVICES.get_or_init(|| {
+        let default = WgpuDevice::DefaultDevice;
+        catch_unwind(|| Tensor::<Wgpu, 1>::zeros([1], &default).into_data()).ok()?;
+        // Discrete, integrated and virtual GPUs (CubeCL's device type ids 0, 1, 2).
+        let gpus: usize = (0..3).map(<Wgpu as Backend>::device_count).sum();
+        let second = match gpus {
+            0 => catch_unwind(|| {
+                let options = RuntimeOptions::default;
+                let setup = init_setup::<AutoGraphicsApi>(&WgpuDevice::Cpu, options());
+                let device = init_device(setup, options());
+                Tensor::<Wgpu, 1>::zeros([1], &device).into_data();
+                device
+            })
+            .unwrap_or(default.clone()),
+            _ => default.clone(),
+        };
+        Some([default, second])
+    });
+    if devices.is_none() {
+        assert!(
+            std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
+            "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
+        );
+        eprintln!("skipped: no wgpu adapter answers on this machine");
+    }
+    devices.clone()
+}
