@@ -135,6 +135,8 @@ fn read_anchors(path: &PathBuf) -> Vec<(String, usize, f64, Option<f64>)> {
 
 fn main() {
     let flags = Flags::parse();
+    // As every job of the CLI, the examples and the other benches does (`runtime::run_on`).
+    swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let w = flags.window;
     let anchors = flags.anchors.as_ref().map(read_anchors).unwrap_or_default();
     println!("B=1, H={HEADS}, d={DIM}, causal W={w}, f32, flex on {} threads\n", rayon_threads());
