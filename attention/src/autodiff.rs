@@ -2,10 +2,13 @@
 //! Burn's `examples/custom-cubecl-kernel`: the CubeCL kernels (`crate::kernel`) and the CPU
 //! kernel (`crate::cpu`) differentiate through the same op.
 //!
-//! The op's single output is the packed `[batch, H, N_q, d + 1]` tensor (`o` ‖ `lse`); `o` and
-//! `lse` are slices of it, so autodiff hands the backward one gradient holding `∂L/∂o` and
-//! `∂L/∂lse` (zeros where the loss does not use one of them). The backward runs the inner
-//! backend's backward kernels: exact gradients, no dense fallback (docs/semantics.md §1).
+//! The kernel's two outputs, `o` in the inputs' dtype and `lse` in f32, are two tracked tensors,
+//! while a Burn autodiff op has one output. So `o` is the output of [`KernelOp`] (parents q, k,
+//! v), and `lse` the output of [`LseOp`], whose only parent is `o`. The backward visits a child
+//! before its parent: when the loss reaches `lse`, [`LseOp`]'s step runs first and hands `∂L/∂lse`
+//! to [`KernelOp`]'s step through a cell both share, and [`KernelOp`] runs the inner backend's
+//! backward kernels once, on `∂L/∂o` and `∂L/∂lse` together: exact gradients, no dense fallback
+//! (docs/semantics.md §1).
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -15,10 +18,11 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
 use burn::tensor::ops::FloatTensor;
+use std::sync::{Arc, Mutex};
 
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
-    chosen_kernel, split_packed,
+    chosen_kernel,
 };
 use crate::{ScoreOptions, WindowSpec};
 
@@ -41,7 +45,8 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
     }
 }
 
-/// The inner backend's forward kernel as one tracked op whose backward is its backward kernel.
+/// The inner backend's forward kernel as two tracked outputs whose backward is its backward
+/// kernel.
 fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     kernel: WindowedKernel<B>,
     q: FloatTensor<Autodiff<B, C>>,
@@ -50,38 +55,54 @@ fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> OutputPrimitives<Autodiff<B, C>> {
-    let dim = q.shape()[3];
     let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
-    let packed = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {
+    let d_lse = LseGradient::<B>::default();
+    let (o, lse) = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
             let inputs = [prep.checkpoint(&q), prep.checkpoint(&k), prep.checkpoint(&v)];
-            let packed = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
+            let (o, lse) = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
             let state = KernelState {
                 inputs,
-                packed: packed.clone(),
+                o: o.clone(),
+                lse: lse.clone(),
+                d_lse: d_lse.clone(),
                 kernel,
                 spec: spec.clone(),
                 opts: opts.clone(),
             };
-            prep.finish(state, packed)
+            (prep.finish(state, o), lse)
         }
         OpsKind::UnTracked(prep) => {
-            prep.finish((kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts))
+            let (o, lse) = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
+            (prep.finish(o), lse)
         }
     };
-    split_packed::<Autodiff<B, C>>(packed, dim)
+    let lse = match LseOp.prepare::<C>([o.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let zeros_like_o =
+                (o.primitive.shape(), o.primitive.dtype(), B::float_device(&o.primitive));
+            prep.finish(LseState { d_lse, zeros_like_o }, lse)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(lse),
+    };
+    (o, lse)
 }
+
+/// `∂L/∂lse`, from [`LseOp`]'s step to [`KernelOp`]'s; empty when the loss does not reach `lse`.
+type LseGradient<B> = Arc<Mutex<Option<FloatTensor<B>>>>;
 
 /// The backward step of the kernel op; everything it needs is in [`KernelState`].
 #[derive(Debug)]
 struct KernelOp;
 
-/// What the backward keeps from the forward: the inputs (checkpointed), the packed output, the
-/// kernels, and the call's spec and options.
+/// What the backward keeps from the forward: the inputs (checkpointed), the outputs, the cell
+/// [`LseOp`] fills, the kernels, and the call's spec and options.
 #[derive(Clone, Debug)]
 struct KernelState<B: WindowedAttentionBackend> {
     inputs: [NodeId; 3],
-    packed: FloatTensor<B>,
+    o: FloatTensor<B>,
+    lse: FloatTensor<B>,
+    d_lse: LseGradient<B>,
     kernel: WindowedKernel<B>,
     spec: WindowSpec,
     opts: ScoreOptions,
@@ -96,20 +117,49 @@ impl<B: WindowedAttentionBackend> Backward<B, 3> for KernelOp {
         grads: &mut Gradients,
         checkpointer: &mut Checkpointer,
     ) {
-        let grad = grads.consume::<B>(&ops.node);
-        let KernelState { inputs: [q, k, v], packed, kernel, spec, opts } = ops.state;
+        let d_o = grads.consume::<B>(&ops.node);
+        let KernelState { inputs: [q, k, v], o, lse, d_lse, kernel, spec, opts } = ops.state;
+        let d_lse = d_lse.lock().expect("a backward step does not panic holding the cell").take();
         let inputs = KernelBackward {
             q: checkpointer.retrieve_node_output(q),
             k: checkpointer.retrieve_node_output(k),
             v: checkpointer.retrieve_node_output(v),
-            packed,
-            grad,
+            o,
+            lse,
+            d_o,
+            d_lse,
         };
         let gradients = (kernel.backward)(inputs, &spec, &opts);
         for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, gradient);
             }
+        }
+    }
+}
+
+/// The backward step of `lse`, a child of `o`: it hands `∂L/∂lse` to [`KernelOp`]'s step.
+#[derive(Debug)]
+struct LseOp;
+
+/// The cell [`KernelOp`]'s step reads, and what a zero gradient of `o` is made of.
+#[derive(Clone, Debug)]
+struct LseState<B: WindowedAttentionBackend> {
+    d_lse: LseGradient<B>,
+    zeros_like_o: (burn::tensor::Shape, burn::tensor::DType, B::Device),
+}
+
+impl<B: WindowedAttentionBackend> Backward<B, 1> for LseOp {
+    type State = LseState<B>;
+
+    /// Stores `∂L/∂lse`, and registers a zero gradient on `o` so that [`KernelOp`]'s step finds
+    /// one even when the loss reaches `o` only through `lse`.
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let LseState { d_lse, zeros_like_o: (shape, dtype, device) } = ops.state;
+        *d_lse.lock().expect("a backward step does not panic holding the cell") =
+            Some(grads.consume::<B>(&ops.node));
+        if let [Some(o)] = ops.parents {
+            grads.register::<B>(o.id, B::float_zeros(shape, &device, dtype.into()));
         }
     }
 }

@@ -8,13 +8,13 @@
 //!   Setting [`PATH_VARIABLE`] to `blocked` makes every call take the blocked path, for
 //!   comparisons.
 //! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
-//!   returns `o` and `lse` packed in one tensor, the exact backward of that forward, and which
-//!   calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and so
+//!   returns `o` in the inputs' dtype and `lse` in f32, the exact backward of that forward, and
+//!   which calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and so
 //!   does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
 //!   whose backward runs the backward kernels (`crate::autodiff`).
 
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::blocked_attention;
 use crate::decode::{CacheWrite, DecodeKernel};
@@ -25,9 +25,9 @@ use crate::{ScoreOptions, WindowSpec};
 /// Callers use [`crate::windowed_attention`], which checks its inputs first: implementations
 /// may assume the shapes, spec and options agree.
 pub trait WindowedAttentionBackend: Backend {
-    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]`,
-    /// `lse: [batch, H, N_q]`). The default runs the fused kernel where the backend has one and
-    /// it accepts the call, else the blocked O(N·w) path.
+    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]` in the
+    /// inputs' dtype, `lse: [batch, H, N_q]` in f32). The default runs the fused kernel where the
+    /// backend has one and it accepts the call, else the blocked O(N·w) path.
     fn windowed_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -36,10 +36,7 @@ pub trait WindowedAttentionBackend: Backend {
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
         match chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape()) {
-            Some(kernel) => {
-                let dim = q.shape()[3];
-                split_packed::<Self>((kernel.forward)(q, k, v, spec, opts), dim)
-            }
+            Some(kernel) => (kernel.forward)(q, k, v, spec, opts),
             None => blocked_primitives::<Self>(q, k, v, spec, opts),
         }
     }
@@ -89,19 +86,21 @@ pub(crate) fn blocked_forced() -> bool {
 ///
 /// Both methods may assume [`WindowedKernel::runs`] accepted the call.
 pub trait WindowedKernelBackend: Backend {
-    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `[batch, H, N_q, d + 1]`: `o` in
-    /// the first `d` columns, `lse` in the last (docs/semantics.md §1).
+    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]` in the
+    /// inputs' dtype, `lse: [batch, H, N_q]` in f32 whatever that dtype, as FlashAttention keeps
+    /// it: the backward recomputes every weight as `exp(s − lse)`, which a half-precision `lse`
+    /// would round by percents; docs/semantics.md §1).
     fn windowed_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> FloatTensor<Self>;
+    ) -> OutputPrimitives<Self>;
 
-    /// The exact gradients `[dq, dk, dv]` of `L` given `∂L/∂packed`, where `packed` is what
-    /// [`WindowedKernelBackend::windowed_forward`] returned for `q, k, v`: the gradient of `o`
-    /// and of `lse` (which LongNet's mixture differentiates through) arrive together.
+    /// The exact gradients `[dq, dk, dv]` of `L` given `∂L/∂o` and, when the loss reaches it,
+    /// `∂L/∂lse` (LongNet's mixture and learned sinks differentiate through `lse`), where `o` and
+    /// `lse` are what [`WindowedKernelBackend::windowed_forward`] returned for `q, k, v`.
     fn windowed_backward(
         inputs: KernelBackward<Self>,
         spec: &WindowSpec,
@@ -113,7 +112,7 @@ pub trait WindowedKernelBackend: Backend {
     fn windowed_runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool;
 }
 
-/// What the backward kernels read: the forward's inputs and output, and the output's gradient.
+/// What the backward kernels read: the forward's inputs and outputs, and their gradients.
 #[derive(Clone, Debug)]
 pub struct KernelBackward<B: Backend> {
     /// Queries `[batch, H, N_q, d]`.
@@ -122,10 +121,14 @@ pub struct KernelBackward<B: Backend> {
     pub k: FloatTensor<B>,
     /// Values `[batch, H_kv, N_k, d]`.
     pub v: FloatTensor<B>,
-    /// The forward's packed output `[batch, H, N_q, d + 1]`.
-    pub packed: FloatTensor<B>,
-    /// `∂L/∂packed`, same shape: `∂L/∂o` then `∂L/∂lse`.
-    pub grad: FloatTensor<B>,
+    /// The forward's output `o: [batch, H, N_q, d]`, in the inputs' dtype.
+    pub o: FloatTensor<B>,
+    /// The forward's `lse: [batch, H, N_q]`, f32.
+    pub lse: FloatTensor<B>,
+    /// `∂L/∂o`, shaped and typed as `o`.
+    pub d_o: FloatTensor<B>,
+    /// `∂L/∂lse`, shaped and typed as `lse`; `None` when the loss does not reach `lse`.
+    pub d_lse: Option<FloatTensor<B>>,
 }
 
 /// A backend's fused kernels as plain function pointers, so that `Autodiff<B>` can use those of
@@ -147,9 +150,10 @@ pub type KernelForward<B> = fn(
     FloatTensor<B>,
     &WindowSpec,
     &ScoreOptions,
-) -> FloatTensor<B>;
+) -> OutputPrimitives<B>;
 
-/// `(o, lse)` as backend primitives: what [`WindowedAttentionBackend::windowed_attention`] returns.
+/// `(o, lse)` as backend primitives, `o` in the inputs' dtype and `lse` in f32: what
+/// [`WindowedAttentionBackend::windowed_attention`] and the fused forward return.
 pub type OutputPrimitives<B> = (FloatTensor<B>, FloatTensor<B>);
 
 impl<B: Backend> Clone for WindowedKernel<B> {
@@ -180,7 +184,8 @@ impl<B: Backend> WindowedKernel<B> {
     }
 }
 
-/// The blocked path on raw primitives.
+/// The blocked path on raw primitives, its `lse` cast to f32 as the fused kernels give it (it
+/// computes `lse` in the inputs' dtype).
 pub(crate) fn blocked_primitives<B: Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
@@ -190,16 +195,7 @@ pub(crate) fn blocked_primitives<B: Backend>(
 ) -> OutputPrimitives<B> {
     let (o, lse) = blocked_attention(tensor::<B>(q), tensor(k), tensor(v), spec, opts)
         .expect("inputs are checked by windowed_attention before they reach a backend");
-    (o.into_primitive().tensor(), lse.into_primitive().tensor())
-}
-
-/// Splits a kernel's packed `[batch, H, N_q, d + 1]` into `o: [batch, H, N_q, d]` and
-/// `lse: [batch, H, N_q]` (views; on `Autodiff<B>` the split is differentiated like any slice).
-pub(crate) fn split_packed<B: Backend>(packed: FloatTensor<B>, dim: usize) -> OutputPrimitives<B> {
-    let packed = tensor::<B>(packed);
-    let o = packed.clone().narrow(3, 0, dim);
-    let lse = packed.narrow(3, dim, 1).squeeze_dim::<3>(3);
-    (o.into_primitive().tensor(), lse.into_primitive().tensor())
+    (o.into_primitive().tensor(), lse.cast(DType::F32).into_primitive().tensor())
 }
 
 fn tensor<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 4> {

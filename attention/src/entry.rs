@@ -8,9 +8,10 @@ use crate::{AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 /// the backend has one, else the blocked O(N·w) path.
 ///
 /// - `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, with `H_kv` dividing `H` (GQA).
-/// - Returns `o: [batch, H, N_q, d]` and `lse: [batch, H, N_q]`, `lse_i = ln Σ_j w_ij` over the
-///   visible keys: the softmax log-normaliser, or for sigmoid the log of the total weight
-///   `Σ σ(s + β)`; `−∞` for rows that see no key.
+/// - Returns `o: [batch, H, N_q, d]` in the inputs' dtype and `lse: [batch, H, N_q]` in f32
+///   whatever that dtype (as FlashAttention keeps it), `lse_i = ln Σ_j w_ij` over the visible
+///   keys: the softmax log-normaliser, or for sigmoid the log of the total weight `Σ σ(s + β)`;
+///   `−∞` for rows that see no key.
 ///
 /// The spec and options are checked against the shapes first, so bad input is reported here
 /// with the problem named, never deep inside an implementation.

@@ -3,7 +3,7 @@
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 use swa_zoo::attention::{
     ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention,
     blocked_attention_chunked, dense_attention, windowed_attention,
@@ -33,10 +33,12 @@ pub const F32: Tolerance = Tolerance { out: 2e-5, lse: 2e-5, grad: 1e-4 };
 pub const TF32: Tolerance = Tolerance { out: 4e-3, lse: 4e-3, grad: 1e-2 };
 
 /// f16 tensors with f32 accumulation, on inputs already rounded to f16 (`Case::half`), so only
-/// the rounding of the outputs to f16 differs: about one f16 ulp of the largest value of each
-/// quantity (sigmoid outputs up to 2: 2⁻¹⁰; lse up to 8: 2⁻⁸; gradients up to 16: 2⁻⁷), and twice
-/// the largest errors measured on lavapipe (o 9.7e-4, lse 6.6e-3, gradients 1.2e-2).
-pub const F16: Tolerance = Tolerance { out: 2e-3, lse: 1.6e-2, grad: 2.5e-2 };
+/// the rounding of the outputs to f16 differs. `o` and the gradients are f16: about two f16 ulps
+/// of their largest values (outputs up to 2, gradients up to 2), twice the largest errors
+/// measured on lavapipe and flex (o 9.7e-4, gradients 9.9e-4). `lse` is f32 whatever the
+/// inputs' type (docs/semantics.md §1), so it is held to the f32 tolerance (measured 1.9e-6).
+/// When `lse` was f16 the errors were lse 7.2e-3 and gradients 1.2e-2, above this tolerance.
+pub const F16: Tolerance = Tolerance { out: 2e-3, lse: 2e-5, grad: 2e-3 };
 
 /// Whether a first tensor op on `B`'s default device succeeds (no device or driver panics);
 /// prints why the calling test skips when not. (The wgpu tests ask `crate::wgpu_devices`.)
@@ -167,8 +169,12 @@ where
     };
     let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
     assert_eq!(out.dtype(), dtype, "the output keeps the inputs' float type");
+    if matches!(path, Path::Dispatch) {
+        assert_eq!(lse.dtype(), DType::F32, "the core's lse is f32 whatever the inputs' type");
+    }
+    let g_lse = g_lse.cast(lse.dtype());
     let finite_lse = lse.clone().mask_fill(lse.clone().equal_elem(f32::NEG_INFINITY), 0.0);
-    let loss = (out.clone() * g_out).sum() + (finite_lse * g_lse).sum();
+    let loss = (out.clone() * g_out).sum() + (finite_lse * g_lse).sum().cast(dtype);
     let grads = loss.backward();
     // An input the loss does not reach (every key padded) has a zero gradient.
     let grad = |t: &Tensor<B, 4>| {

@@ -4,9 +4,9 @@
 //!
 //! The kernel reads contiguous f32 buffers: an f32 tensor that is already contiguous is read in
 //! place, any other (a strided view, f16, bf16) is copied to f32 first, so half-precision inputs
-//! accumulate in f32. Outputs return in the inputs' dtype. The seam's packed output
-//! (`o` ‖ `lse` per row, `[batch, H, N_q, d + 1]`) is interleaved from the kernel's separate
-//! buffers, an O(N·d) copy beside the kernel's O(N·w·d) work. The fused decode step
+//! accumulate in f32. `o` and the gradients return in the inputs' dtype, `lse` in f32 (the
+//! kernel's own buffers become the tensors, without a copy when the inputs are f32). The fused
+//! decode step
 //! ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
 
 use std::borrow::Cow;
@@ -18,7 +18,8 @@ use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 
 use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, write_slot};
 use crate::backend::{
-    KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::{ScoreOptions, WindowSpec};
@@ -32,12 +33,11 @@ impl WindowedKernelBackend for Flex {
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> FloatTensor<Self> {
+    ) -> OutputPrimitives<Self> {
         let dims = dims_of(&q.shape(), &k.shape());
         let out = forward(&f32s(&q), &f32s(&k), &f32s(&v), dims, spec, opts).expect(CHECKED);
-        let packed = pack(&out.o, &out.lse, dims.dim);
-        let shape = [dims.batch, dims.heads, dims.q_len, dims.dim + 1];
-        tensor(packed, shape, q.dtype())
+        let o = tensor(out.o, q.shape().dims::<4>(), q.dtype());
+        (o, tensor(out.lse, [dims.batch, dims.heads, dims.q_len], DType::F32))
     }
 
     fn windowed_backward(
@@ -45,18 +45,17 @@ impl WindowedKernelBackend for Flex {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> [FloatTensor<Self>; 3] {
-        let KernelBackward { q, k, v, packed, grad } = inputs;
+        let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
         let dims = dims_of(&q.shape(), &k.shape());
-        let (o, lse) = unpack(&f32s(&packed), dims.dim);
-        let (d_o, d_lse) = unpack(&f32s(&grad), dims.dim);
+        let d_lse = d_lse.as_ref().map(f32s);
         let buffers = BackwardInputs {
             q: &f32s(&q),
             k: &f32s(&k),
             v: &f32s(&v),
-            o: &o,
-            lse: &lse,
-            d_o: &d_o,
-            d_lse: d_lse.iter().any(|&g| g != 0.0).then_some(d_lse.as_slice()),
+            o: &f32s(&o),
+            lse: &f32s(&lse),
+            d_o: &f32s(&d_o),
+            d_lse: d_lse.as_deref(),
         };
         let grads = backward(&buffers, dims, spec, opts).expect(CHECKED);
         [
@@ -177,25 +176,4 @@ fn f32s(t: &FlexTensor) -> Cow<'_, [f32]> {
 /// A tensor of `shape` and `dtype` from f32 values.
 fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape).convert_dtype(dtype))
-}
-
-/// Interleaves rows of `o` (`dim` values) and `lse` (one value) into rows of `dim + 1`.
-fn pack(o: &[f32], lse: &[f32], dim: usize) -> Vec<f32> {
-    let mut packed = Vec::with_capacity(lse.len() * (dim + 1));
-    for (row, &l) in o.chunks_exact(dim).zip(lse) {
-        packed.extend_from_slice(row);
-        packed.push(l);
-    }
-    packed
-}
-
-/// Splits rows of `dim + 1` into `o` rows and `lse` values: the inverse of [`pack`].
-fn unpack(packed: &[f32], dim: usize) -> (Vec<f32>, Vec<f32>) {
-    let rows = packed.len() / (dim + 1);
-    let (mut o, mut lse) = (Vec::with_capacity(rows * dim), Vec::with_capacity(rows));
-    for row in packed.chunks_exact(dim + 1) {
-        o.extend_from_slice(&row[..dim]);
-        lse.push(row[dim]);
-    }
-    (o, lse)
 }

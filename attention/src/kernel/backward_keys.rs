@@ -16,7 +16,7 @@ use super::score::{score, weight};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
-/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `grad: [batch, H, N_q, d + 1]`,
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]`,
 /// `terms: [batch, H, N_q, 2]` → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks, H_kv,
 /// batch).
 #[cube(launch)]
@@ -24,7 +24,7 @@ pub(crate) fn key_grads_kernel<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    grad: &Tensor<F>,
+    d_o: &Tensor<F>,
     terms: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
@@ -76,11 +76,11 @@ pub(crate) fn key_grads_kernel<F: Float>(
             let tiles =
                 query_tiles(&window, first, last, q_len as u32, &call, tile, variant.causal);
             let q_base = batch * q.stride(0) + head * q.stride(1);
-            let g_base = batch * grad.stride(0) + head * grad.stride(1);
+            let g_base = batch * d_o.stride(0) + head * d_o.stride(1);
             let t_base = batch * terms.stride(0) + head * terms.stride(1);
             for t in 0..tiles.count {
                 let i0 = nth_tile(&tiles, t) as usize * tile;
-                load_tiles(q, q_base, grad, g_base, i0, q_len, &mut q_tile, &mut g_tile, tile, dim);
+                load_tiles(q, q_base, d_o, g_base, i0, q_len, &mut q_tile, &mut g_tile, tile, dim);
                 let mut r = unit;
                 while r < tile {
                     lse_tile[r] = 0.0;

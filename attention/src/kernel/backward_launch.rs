@@ -4,7 +4,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::CubeRuntime;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
@@ -16,7 +16,8 @@ use super::forward_launch::grid;
 use crate::backend::KernelBackward;
 use crate::{ScoreOptions, WindowSpec};
 
-/// Runs the backward kernels and returns `[dq, dk, dv]`, shaped as `q, k, v`.
+/// Runs the backward kernels and returns `[dq, dk, dv]`, shaped as `q, k, v`. A missing
+/// `∂L/∂lse` is zeros (one f32 per query row).
 pub(crate) fn backward<R, B>(
     inputs: KernelBackward<B>,
     spec: &WindowSpec,
@@ -26,7 +27,7 @@ where
     R: CubeRuntime,
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
-    let KernelBackward { q, k, v, packed, grad } = inputs;
+    let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let [_, kv_heads, keys, _] = k.meta.shape().dims();
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
@@ -34,14 +35,18 @@ where
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
     let terms = empty(Shape::new([batch, heads, q_len, 2]), DType::F32);
+    let d_lse = d_lse
+        .unwrap_or_else(|| zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32));
     let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
     let cube_dim = CubeDim::new_1d(ROWS as u32);
     row_terms_kernel::launch::<R>(
         &client,
         grid(q_len, heads, batch),
         cube_dim,
-        packed.into_tensor_arg(),
-        grad.clone().into_tensor_arg(),
+        o.into_tensor_arg(),
+        d_o.clone().into_tensor_arg(),
+        lse.into_tensor_arg(),
+        d_lse.into_tensor_arg(),
         terms.clone().into_tensor_arg(),
         layout.variant,
         dtype.into(),
@@ -53,7 +58,7 @@ where
         q.clone().into_tensor_arg(),
         k.clone().into_tensor_arg(),
         v.clone().into_tensor_arg(),
-        grad.clone().into_tensor_arg(),
+        d_o.clone().into_tensor_arg(),
         terms.clone().into_tensor_arg(),
         dq.clone().into_tensor_arg(),
         layout.windows.clone().into_array_arg(),
@@ -69,7 +74,7 @@ where
         q.into_tensor_arg(),
         k.into_tensor_arg(),
         v.into_tensor_arg(),
-        grad.into_tensor_arg(),
+        d_o.into_tensor_arg(),
         terms.into_tensor_arg(),
         dk.clone().into_tensor_arg(),
         dv.clone().into_tensor_arg(),

@@ -13,14 +13,14 @@ use super::score::{score, weight};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
-/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `grad: [batch, H, N_q, d + 1]`,
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]`,
 /// `terms: [batch, H, N_q, 2]` → `dq: [batch, H, N_q, d]`. Grid: (query blocks, H, batch).
 #[cube(launch)]
 pub(crate) fn query_grads_kernel<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    grad: &Tensor<F>,
+    d_o: &Tensor<F>,
     terms: &Tensor<f32>,
     dq: &mut Tensor<F>,
     windows: &Array<u32>,
@@ -47,7 +47,7 @@ pub(crate) fn query_grads_kernel<F: Float>(
     let mut d_out = Array::<f32>::new(dim);
     let mut acc = Array::<f32>::new(dim);
     let q_base = batch * q.stride(0) + head * q.stride(1) + row * q.stride(2);
-    let g_base = batch * grad.stride(0) + head * grad.stride(1) + row * grad.stride(2);
+    let g_base = batch * d_o.stride(0) + head * d_o.stride(1) + row * d_o.stride(2);
     let mut lse = 0.0f32;
     let mut coefficient = 0.0f32;
     for c in 0..dim {
@@ -56,7 +56,7 @@ pub(crate) fn query_grads_kernel<F: Float>(
         acc[c] = 0.0;
         if live {
             q_row[c] = f32::cast_from(q[q_base + c * q.stride(3)]);
-            d_out[c] = f32::cast_from(grad[g_base + c * grad.stride(3)]);
+            d_out[c] = f32::cast_from(d_o[g_base + c * d_o.stride(3)]);
         }
     }
     if live {

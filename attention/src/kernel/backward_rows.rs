@@ -12,40 +12,43 @@ use cubecl::prelude::*;
 
 use super::config::{ROWS, Variant};
 
-/// `packed, grad: [batch, H, N_q, d + 1]` (the forward's output and its gradient) →
-/// `terms: [batch, H, N_q, 2]` f32 (`lse_i`, `c_i`). Grid: (query blocks, H, batch).
+/// `o, d_o: [batch, H, N_q, d]` (the forward's output and its gradient), `lse, d_lse:
+/// [batch, H, N_q]` f32 → `terms: [batch, H, N_q, 2]` f32 (`lse_i`, `c_i`). Grid: (query blocks,
+/// H, batch).
 #[cube(launch)]
 pub(crate) fn row_terms_kernel<F: Float>(
-    packed: &Tensor<F>,
-    grad: &Tensor<F>,
+    o: &Tensor<F>,
+    d_o: &Tensor<F>,
+    lse: &Tensor<f32>,
+    d_lse: &Tensor<f32>,
     terms: &mut Tensor<f32>,
     #[comptime] variant: Variant,
     #[define(F)] _dtype: StorageType,
 ) {
     let dim = variant.head_dim;
     let row = CUBE_POS_X as usize * ROWS + UNIT_POS_X as usize;
-    if row >= packed.shape(2) {
+    if row >= o.shape(2) {
         terminate!();
     }
     let head = CUBE_POS_Y as usize;
     let batch = CUBE_POS_Z as usize;
-    let base = batch * packed.stride(0) + head * packed.stride(1) + row * packed.stride(2);
-    let grad_base = batch * grad.stride(0) + head * grad.stride(1) + row * grad.stride(2);
+    let base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
+    let grad_base = batch * d_o.stride(0) + head * d_o.stride(1) + row * d_o.stride(2);
     let mut delta = 0.0f32;
     for c in 0..dim {
-        let o = f32::cast_from(packed[base + c * packed.stride(3)]);
-        delta += o * f32::cast_from(grad[grad_base + c * grad.stride(3)]);
+        let value = f32::cast_from(o[base + c * o.stride(3)]);
+        delta += value * f32::cast_from(d_o[grad_base + c * d_o.stride(3)]);
     }
-    let lse = f32::cast_from(packed[base + dim * packed.stride(3)]);
-    let d_lse = f32::cast_from(grad[grad_base + dim * grad.stride(3)]);
-    let mut coefficient = d_lse - delta;
+    let row_lse = lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)];
+    let row_d_lse = d_lse[batch * d_lse.stride(0) + head * d_lse.stride(1) + row * d_lse.stride(2)];
+    let mut coefficient = row_d_lse - delta;
     if comptime![variant.sigmoid] {
         coefficient = 0.0;
-        if lse > f32::min_value() {
-            coefficient = d_lse * (-lse).exp();
+        if row_lse > f32::min_value() {
+            coefficient = row_d_lse * (-row_lse).exp();
         }
     }
     let out = batch * terms.stride(0) + head * terms.stride(1) + row * terms.stride(2);
-    terms[out] = lse;
+    terms[out] = row_lse;
     terms[out + terms.stride(3)] = coefficient;
 }

@@ -8,7 +8,8 @@ use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use super::backward_launch::backward;
 use super::forward_launch::forward;
 use crate::backend::{
-    KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    WindowedKernelBackend,
 };
 use crate::{ScoreOptions, WindowSpec};
 
@@ -32,7 +33,7 @@ where
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> FloatTensor<Self> {
+    ) -> OutputPrimitives<Self> {
         forward(q, k, v, spec, opts)
     }
 

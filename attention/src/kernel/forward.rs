@@ -15,14 +15,16 @@ use super::score::{score, sigmoid};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
-/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `packed: [batch, H, N_q, d + 1]`
-/// (`o`, then `lse`). Grid: (query blocks, H, batch); [`ROWS`] threads per cube.
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `o: [batch, H, N_q, d]`,
+/// `lse: [batch, H, N_q]` (f32 whatever `F` is). Grid: (query blocks, H, batch); [`ROWS`]
+/// threads per cube.
 #[cube(launch)]
 pub(crate) fn forward_kernel<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    packed: &mut Tensor<F>,
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
     windows: &Array<u32>,
     slopes: &Array<f32>,
     call: Call,
@@ -118,25 +120,24 @@ pub(crate) fn forward_kernel<F: Float>(
     }
 
     if live {
-        let out_base = batch * packed.stride(0) + head * packed.stride(1) + row * packed.stride(2);
-        let column = packed.stride(3);
-        let mut lse = call.neg_inf;
+        let out_base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
+        let mut row_lse = call.neg_inf;
         let mut norm = 0.0f32;
         if total > 0.0 {
-            lse = total.ln();
+            row_lse = total.ln();
             norm = 1.0;
             if comptime![!variant.sigmoid] {
-                lse += running_max;
+                row_lse += running_max;
                 norm = total;
             }
         }
         for c in 0..dim {
-            let mut o = 0.0f32;
+            let mut value = 0.0f32;
             if total > 0.0 {
-                o = acc[c] / norm;
+                value = acc[c] / norm;
             }
-            packed[out_base + c * column] = F::cast_from(o);
+            o[out_base + c * o.stride(3)] = F::cast_from(value);
         }
-        packed[out_base + dim * column] = F::cast_from(lse);
+        lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = row_lse;
     }
 }

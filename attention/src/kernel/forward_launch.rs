@@ -1,6 +1,6 @@
 //! Host side of the forward kernel: output allocation, grid and launch.
 
-use burn::tensor::Shape;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
@@ -11,20 +11,23 @@ use super::forward::forward_kernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` →
-/// `[batch, H, N_q, d + 1]` (`o`, then `lse`). Inputs may have any strides.
+/// (`o: [batch, H, N_q, d]` in the inputs' dtype, `lse: [batch, H, N_q]` f32). Inputs may have
+/// any strides.
 pub(crate) fn forward<R: CubeRuntime>(
     q: CubeTensor<R>,
     k: CubeTensor<R>,
     v: CubeTensor<R>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> CubeTensor<R> {
+) -> (CubeTensor<R>, CubeTensor<R>) {
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let keys = k.meta.shape().dims::<4>()[2];
     let client = q.client.clone();
     let layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
-    let shape = Shape::new([batch, heads, q_len, dim + 1]);
-    let packed = empty_device_dtype(client.clone(), q.device.clone(), shape, q.dtype);
+    let empty =
+        |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
+    let o = empty(q.meta.shape().clone(), q.dtype);
+    let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
     forward_kernel::launch::<R>(
         &client,
@@ -33,14 +36,15 @@ pub(crate) fn forward<R: CubeRuntime>(
         q.into_tensor_arg(),
         k.into_tensor_arg(),
         v.into_tensor_arg(),
-        packed.clone().into_tensor_arg(),
+        o.clone().into_tensor_arg(),
+        lse.clone().into_tensor_arg(),
         layout.windows.clone().into_array_arg(),
         layout.slopes.clone().into_array_arg(),
         layout.call(),
         layout.variant,
         dtype.into(),
     );
-    packed
+    (o, lse)
 }
 
 /// One cube per [`ROWS`] rows of `rows`, per head, per batch element.

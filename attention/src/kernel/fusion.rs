@@ -5,14 +5,15 @@
 
 use std::marker::PhantomData;
 
-use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use crate::backend::{
-    KernelBackward, WindowedAttentionBackend, WindowedKernel, WindowedKernelBackend,
+    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    WindowedKernelBackend,
 };
 use crate::{ScoreOptions, WindowSpec};
 
@@ -23,21 +24,23 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         v: FloatTensor<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> FloatTensor<Self> {
+    ) -> OutputPrimitives<Self> {
         let client = q.client.clone();
-        let [batch, heads, q_len, dim] = q.shape.dims();
-        let shape = Shape::new([batch, heads, q_len, dim + 1]);
-        let packed = TensorIr::uninit(client.create_empty_handle(), shape, q.dtype);
+        let [batch, heads, q_len, _] = q.shape.dims();
+        let o = TensorIr::uninit(client.create_empty_handle(), q.shape.clone(), q.dtype);
+        let lse_shape = Shape::new([batch, heads, q_len]);
+        let lse = TensorIr::uninit(client.create_empty_handle(), lse_shape, DType::F32);
         let streams = OperationStreams::with_inputs([&q, &k, &v]);
         let inputs = [q.into_ir(), k.into_ir(), v.into_ir()];
-        let desc = CustomOpIr::new("swa_windowed_forward", &inputs, &[packed]);
+        let desc = CustomOpIr::new("swa_windowed_forward", &inputs, &[o, lse]);
         let op = KernelOp::<B> {
             desc: desc.clone(),
             spec: spec.clone(),
             opts: opts.clone(),
             backend: PhantomData,
         };
-        client.register(streams, OperationIr::Custom(desc), ForwardOp(op)).output()
+        let [o, lse] = client.register(streams, OperationIr::Custom(desc), ForwardOp(op)).outputs();
+        (o, lse)
     }
 
     fn windowed_backward(
@@ -45,12 +48,13 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> [FloatTensor<Self>; 3] {
-        let KernelBackward { q, k, v, packed, grad } = inputs;
+        let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
         let client = q.client.clone();
         let outputs = [&q, &k, &v]
             .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype));
-        let streams = OperationStreams::with_inputs([&q, &k, &v, &packed, &grad]);
-        let inputs = [q.into_ir(), k.into_ir(), v.into_ir(), packed.into_ir(), grad.into_ir()];
+        let given: Vec<_> = [q, k, v, o, lse, d_o].into_iter().chain(d_lse).collect();
+        let streams = OperationStreams::with_inputs(&given);
+        let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
         let desc = CustomOpIr::new("swa_windowed_backward", &inputs, &outputs);
         let op = KernelOp::<B> {
             desc: desc.clone(),
@@ -82,11 +86,12 @@ struct KernelOp<B> {
     backend: PhantomData<B>,
 }
 
-/// The forward kernel as a fusion operation: `[q, k, v]` → `[packed]`.
+/// The forward kernel as a fusion operation: `[q, k, v]` → `[o, lse]`.
 #[derive(Clone, Debug)]
 struct ForwardOp<B>(KernelOp<B>);
 
-/// The backward kernels as a fusion operation: `[q, k, v, packed, grad]` → `[dq, dk, dv]`.
+/// The backward kernels as a fusion operation: `[q, k, v, o, lse, ∂o]` and `∂lse` when the loss
+/// reaches `lse` → `[dq, dk, dv]`.
 #[derive(Clone, Debug)]
 struct BackwardOp<B>(KernelOp<B>);
 
@@ -96,20 +101,30 @@ type Handles<B> =
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for ForwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
         let KernelOp { desc, spec, opts, .. } = &self.0;
-        let ([q, k, v], [packed]) = desc.as_fixed();
+        let ([q, k, v], [o, lse]) = desc.as_fixed();
         let [q, k, v] = [q, k, v].map(|t| handles.get_float_tensor::<B>(t));
-        handles.register_float_tensor::<B>(&packed.id, B::windowed_forward(q, k, v, spec, opts));
+        let (o_value, lse_value) = B::windowed_forward(q, k, v, spec, opts);
+        handles.register_float_tensor::<B>(&o.id, o_value);
+        handles.register_float_tensor::<B>(&lse.id, lse_value);
     }
 }
 
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for BackwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
         let KernelOp { desc, spec, opts, .. } = &self.0;
-        let ([q, k, v, packed, grad], outputs) = desc.as_fixed::<5, 3>();
-        let [q, k, v, packed, grad] =
-            [q, k, v, packed, grad].map(|t| handles.get_float_tensor::<B>(t));
-        let gradients = B::windowed_backward(KernelBackward { q, k, v, packed, grad }, spec, opts);
-        for (output, gradient) in outputs.iter().zip(gradients) {
+        let mut given = desc.inputs.iter().map(|t| handles.get_float_tensor::<B>(t));
+        let mut next = || given.next().expect("registered with q, k, v, o, lse and ∂o");
+        let inputs = KernelBackward {
+            q: next(),
+            k: next(),
+            v: next(),
+            o: next(),
+            lse: next(),
+            d_o: next(),
+            d_lse: given.next(),
+        };
+        let gradients = B::windowed_backward(inputs, spec, opts);
+        for (output, gradient) in desc.outputs.iter().zip(gradients) {
             handles.register_float_tensor::<B>(&output.id, gradient);
         }
     }

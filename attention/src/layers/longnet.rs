@@ -1,7 +1,7 @@
 //! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a call of
 //! the core, mixed by their softmax denominators.
 
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{DType, Tensor, backend::Backend};
 
 use crate::reciprocal::reciprocal;
 use crate::{
@@ -67,10 +67,13 @@ pub fn longnet_attention<B: WindowedAttentionBackend>(
 
 /// The mixture of docs/semantics.md §5: branch outputs `o_b: [batch, H, N, d]` with their log-normalisers
 /// `lse_b: [batch, H, N]` → `Σ_b α_b o_b`, `α_b = exp(lse_b − logsumexp_b' lse_b')`. Shared by
-/// the forward pass, decoding and the sequence-parallel forward of swa-training.
+/// the forward pass, decoding and the sequence-parallel forward of swa-training. The weights are
+/// computed in f32 (`lse` is f32 from the core, §1), then cast to the outputs' dtype.
 pub fn mix_branches<B: Backend>(outs: Vec<Tensor<B, 4>>, lses: Vec<Tensor<B, 3>>) -> Tensor<B, 4> {
+    let dtype = outs[0].dtype();
     let outs = outs.into_iter().map(|o| o.unsqueeze_dim::<5>(4)).collect();
-    let lse = Tensor::cat(lses.into_iter().map(|l| l.unsqueeze_dim::<4>(3)).collect(), 3);
+    let lses = lses.into_iter().map(|l| l.cast(DType::F32).unsqueeze_dim::<4>(3)).collect();
+    let lse = Tensor::cat(lses, 3);
     // Stabilise by the largest branch lse (detached: α does not depend on it); rows that no
     // branch covers have only −∞ and use 0.
     let max = lse.clone().max_dim(3).detach();
@@ -78,6 +81,6 @@ pub fn mix_branches<B: Backend>(outs: Vec<Tensor<B, 4>>, lses: Vec<Tensor<B, 3>>
     let weights = (lse - max).exp();
     let total = weights.clone().sum_dim(3);
     let total = total.clone().mask_fill(total.equal_elem(0.0), 1.0);
-    let alpha = weights * reciprocal(total);
+    let alpha = (weights * reciprocal(total)).cast(dtype);
     (Tensor::cat(outs, 4) * alpha.unsqueeze_dim::<5>(3)).sum_dim(4).squeeze_dim::<4>(4)
 }

@@ -6,7 +6,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{DType, Tensor, backend::Backend};
 
 use crate::layers::layer_options::LayerOptions;
 use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
@@ -168,14 +168,16 @@ impl SelfAttentionConfig {
 
 /// The core's output with learned sink logits (docs/semantics.md §9): `o · σ(lse − s_h)`, as if
 /// each head's softmax had one more key, of score `s_h` and value 0. `o: [batch, H, N, d]`,
-/// `lse: [batch, H, N]`, `sinks: [H]` → `[batch, H, N, d]`; differentiable in all three.
+/// `lse: [batch, H, N]`, `sinks: [H]` → `[batch, H, N, d]`; differentiable in all three. The gate
+/// is computed in f32 (the core's `lse` is f32, docs/semantics.md §1), then cast to `o`'s dtype.
 pub fn with_sink_logits<B: Backend>(
     o: Tensor<B, 4>,
     lse: Tensor<B, 3>,
     sinks: Tensor<B, 1>,
 ) -> Tensor<B, 4> {
-    let s = sinks.unsqueeze_dims::<3>(&[0, 2]);
-    o * sigmoid(lse - s).unsqueeze_dim(3)
+    let s = sinks.unsqueeze_dims::<3>(&[0, 2]).cast(DType::F32);
+    let dtype = o.dtype();
+    o * sigmoid(lse.cast(DType::F32) - s).cast(dtype).unsqueeze_dim(3)
 }
 
 /// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
