@@ -104,38 +104,17 @@ impl<R: CubeRuntime> Layout<R> {
             })
             .collect();
         let slopes = opts.alibi.clone().unwrap_or_else(|| vec![0.0; spec.num_heads()]);
-        let upload = |bytes: &[u8], len: usize, dtype: DType| {
-            let handle = client.create_from_slice(bytes);
-            CubeTensor::new_contiguous(
-                client.clone(),
-                device.clone(),
-                Shape::new([len]),
-                handle,
-                dtype,
-            )
-        };
         let max_shared = client.properties().hardware.max_shared_memory_size;
-        let beta = match opts.score_fn {
-            ScoreFn::Softmax => 0.0,
-            ScoreFn::Sigmoid { beta } => beta,
-        };
         Self {
-            variant: Variant {
-                head_dim,
-                tile: tile_rows(head_dim, max_shared),
-                causal: spec.is_causal(),
-                sigmoid: matches!(opts.score_fn, ScoreFn::Sigmoid { .. }),
-                softcap: opts.softcap.is_some(),
-                alibi: opts.alibi.is_some(),
-            },
-            windows: upload(u32::as_bytes(&words), words.len(), DType::U32),
-            slopes: upload(f32::as_bytes(&slopes), slopes.len(), DType::F32),
+            variant: Variant::new(spec, opts, head_dim, tile_rows(head_dim, max_shared)),
+            windows: upload(client, device, u32::as_bytes(&words), DType::U32),
+            slopes: upload(client, device, f32::as_bytes(&slopes), DType::F32),
             kv_len: narrow(spec.valid_keys(keys)),
             query_offset: narrow(spec.query_offset()),
             sinks: narrow(spec.sinks()),
             scale: opts.scale_for(head_dim),
             cap: opts.softcap.unwrap_or(1.0),
-            beta,
+            beta: beta(opts),
         }
     }
 
@@ -153,9 +132,55 @@ impl<R: CubeRuntime> Layout<R> {
     }
 }
 
+impl Variant {
+    /// The variant of a call of `spec` and `opts` at `head_dim`, with tiles of `tile` rows.
+    pub fn new(spec: &WindowSpec, opts: &ScoreOptions, head_dim: usize, tile: usize) -> Self {
+        Variant {
+            head_dim,
+            tile,
+            causal: spec.is_causal(),
+            sigmoid: matches!(opts.score_fn, ScoreFn::Sigmoid { .. }),
+            softcap: opts.softcap.is_some(),
+            alibi: opts.alibi.is_some(),
+        }
+    }
+}
+
+/// The runtime scalars of a decode step with its query at `position` (`super::decode`): the
+/// host's mask decides visibility, so only the score's scalars and the position matter.
+pub(crate) fn decode_call<R: CubeRuntime>(
+    opts: &ScoreOptions,
+    head_dim: usize,
+    position: usize,
+) -> CallLaunch<R> {
+    let cap = opts.softcap.unwrap_or(1.0);
+    let (scale, beta) = (opts.scale_for(head_dim), beta(opts));
+    CallLaunch::new(u32::MAX, narrow(position), 0, scale, cap, beta, f32::NEG_INFINITY)
+}
+
+/// The sigmoid bias `β`, 0 for softmax.
+fn beta(opts: &ScoreOptions) -> f32 {
+    match opts.score_fn {
+        ScoreFn::Softmax => 0.0,
+        ScoreFn::Sigmoid { beta } => beta,
+    }
+}
+
+/// A 1-D tensor of `dtype` on `device` holding `bytes` (the kernels read it as an array).
+pub(crate) fn upload<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    device: &R::Device,
+    bytes: &[u8],
+    dtype: DType,
+) -> CubeTensor<R> {
+    let len = bytes.len() / dtype.size();
+    let handle = client.create_from_slice(bytes);
+    CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::new([len]), handle, dtype)
+}
+
 /// `x` as `u32`, saturated: `usize::MAX` (an unbounded window) becomes `u32::MAX`, which the
 /// kernels treat the same way since every position is below it.
-fn narrow(x: usize) -> u32 {
+pub(crate) fn narrow(x: usize) -> u32 {
     u32::try_from(x).unwrap_or(u32::MAX)
 }
 

@@ -1,4 +1,5 @@
-//! The kernels as the windowed core of `CubeBackend`, on every CubeCL runtime (wgpu, CUDA, …).
+//! The kernels as the windowed core and the fused decode step of `CubeBackend`, on every CubeCL
+//! runtime (wgpu, CUDA, …).
 
 use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
@@ -6,11 +7,13 @@ use burn_cubecl::element::BoolElement;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::backward_launch::backward;
+use super::decode_launch::decode;
 use super::forward_launch::forward;
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
+use crate::decode::DecodeKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
@@ -78,5 +81,10 @@ where
 {
     fn windowed_kernel() -> Option<WindowedKernel<Self>> {
         Some(WindowedKernel::of())
+    }
+
+    /// One launch per ring buffer ([`super::decode_launch`]).
+    fn windowed_decode() -> Option<DecodeKernel<Self>> {
+        Some(decode::<R, Self>)
     }
 }

@@ -1,5 +1,5 @@
-//! The kernels inside Burn's fusion wrapper (the default `Wgpu` and `Cuda` types), after
-//! `burn-vision`'s custom ops: each kernel is registered in the fusion stream as a
+//! The kernels and the decode step inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
+//! types), after `burn-vision`'s custom ops: each kernel is registered in the fusion stream as a
 //! [`CustomOpIr`], and runs the inner backend's kernel when the stream executes it. Fusion
 //! cannot fuse into a custom op; it treats it as a boundary and fuses the ops around it.
 
@@ -15,6 +15,7 @@ use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
+use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<B> {
@@ -71,9 +72,80 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
     }
 }
 
-impl<B: FusionBackend + WindowedKernelBackend> WindowedAttentionBackend for Fusion<B> {
+impl<B> WindowedAttentionBackend for Fusion<B>
+where
+    B: FusionBackend + WindowedKernelBackend + WindowedAttentionBackend,
+{
     fn windowed_kernel() -> Option<WindowedKernel<Self>> {
         Some(WindowedKernel::of())
+    }
+
+    /// The inner backend's decode step, as one custom op of the stream.
+    fn windowed_decode() -> Option<DecodeKernel<Self>> {
+        B::windowed_decode().map(|_| decode_step::<B> as DecodeKernel<Self>)
+    }
+}
+
+/// Registers the inner backend's decode step: `[q, keys₀, values₀, keys₁, …]` → `[o]`.
+fn decode_step<B>(
+    q: FloatTensor<Fusion<B>>,
+    buffers: &[CachedBuffer<'_, Fusion<B>>],
+    step: &DecodeStep<'_>,
+) -> FloatTensor<Fusion<B>>
+where
+    B: FusionBackend + WindowedKernelBackend + WindowedAttentionBackend,
+{
+    let client = q.client.clone();
+    let out = TensorIr::uninit(client.create_empty_handle(), q.shape.clone(), q.dtype);
+    let given: Vec<_> = std::iter::once(q)
+        .chain(buffers.iter().flat_map(|b| [b.keys.clone(), b.values.clone()]))
+        .collect();
+    let streams = OperationStreams::with_inputs(&given);
+    let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new("swa_windowed_decode", &inputs, &[out]);
+    let op = DecodeOp::<B> {
+        desc: desc.clone(),
+        buffers: buffers.iter().map(|b| (b.kv_heads.to_vec(), b.positions.to_vec())).collect(),
+        specs: step.specs.to_vec(),
+        opts: step.opts.clone(),
+        position: step.position,
+        backend: PhantomData,
+    };
+    client.register(streams, OperationIr::Custom(desc), op).output()
+}
+
+/// A registered decode step: its tensors, each buffer's kv heads and slot positions, and the
+/// step.
+#[derive(Clone, Debug)]
+struct DecodeOp<B> {
+    desc: CustomOpIr,
+    buffers: Vec<(Vec<usize>, Vec<usize>)>,
+    specs: Vec<WindowSpec>,
+    opts: ScoreOptions,
+    position: usize,
+    backend: PhantomData<B>,
+}
+
+impl<B> Operation<B::FusionRuntime> for DecodeOp<B>
+where
+    B: FusionBackend + WindowedKernelBackend + WindowedAttentionBackend,
+{
+    fn execute(&self, handles: &mut Handles<B>) {
+        let decode = B::windowed_decode().expect("registered only when the inner backend has one");
+        let mut given = self.desc.inputs.iter().map(|t| handles.get_float_tensor::<B>(t));
+        let q = given.next().expect("registered with q first");
+        let buffers: Vec<CachedBuffer<'_, B>> = self
+            .buffers
+            .iter()
+            .map(|(kv_heads, positions)| CachedBuffer {
+                keys: given.next().expect("registered with each buffer's keys"),
+                values: given.next().expect("registered with each buffer's values"),
+                kv_heads,
+                positions,
+            })
+            .collect();
+        let step = DecodeStep { specs: &self.specs, opts: &self.opts, position: self.position };
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, decode(q, &buffers, &step));
     }
 }
 

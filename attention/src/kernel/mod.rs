@@ -13,6 +13,7 @@
 //! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
+//! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches.
 //! - [`cube`]: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
 //!   differentiable op of `Autodiff<B>`); [`fusion`]: as custom ops of `Fusion<B>`.
 
@@ -22,6 +23,8 @@ mod backward_queries;
 mod backward_rows;
 mod config;
 mod cube;
+mod decode;
+mod decode_launch;
 mod forward;
 mod forward_launch;
 mod fusion;

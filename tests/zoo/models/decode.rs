@@ -76,11 +76,20 @@ pub(crate) fn decode<D: WindowedAttentionBackend>(
     n: usize,
     positions: CachePositions,
 ) -> (Vec<f32>, Vec<usize>) {
-    let device = Default::default();
-    let mut cache = model.cache(1, positions, &device).unwrap();
+    decode_on(model, n, positions, &Default::default())
+}
+
+/// [`decode`] on `device`.
+fn decode_on<D: WindowedAttentionBackend>(
+    model: &swa_zoo::models::Decoder<D>,
+    n: usize,
+    positions: CachePositions,
+    device: &D::Device,
+) -> (Vec<f32>, Vec<usize>) {
+    let mut cache = model.cache(1, positions, device).unwrap();
     let (mut logits, mut bytes) = (Vec::new(), Vec::new());
     for token in token_ids(n) {
-        let token = Tensor::<D, 1, Int>::from_data(TensorData::new(vec![token], [1]), &device);
+        let token = Tensor::<D, 1, Int>::from_data(TensorData::new(vec![token], [1]), device);
         logits.extend(to_vec(model.step(token, &mut cache)));
         bytes.push(cache.bytes());
     }
@@ -89,14 +98,13 @@ pub(crate) fn decode<D: WindowedAttentionBackend>(
 
 /// Every windowed kind decodes on `D` as its forward pass computes, with memory that stops
 /// growing once the windows are full.
-fn check_decoding<D: WindowedAttentionBackend>(backend: &str) {
-    let device = Default::default();
+fn check_decoding<D: WindowedAttentionBackend>(backend: &str, device: &D::Device) {
     for (name, attention, reach) in windowed_kinds() {
         let n = 3 * reach + 4;
-        let model = config(attention).init::<D>(&device).unwrap();
-        let tokens = Tensor::<D, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), &device);
+        let model = config(attention).init::<D>(device).unwrap();
+        let tokens = Tensor::<D, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), device);
         let forward = to_vec(model.forward(tokens).unwrap());
-        let (stepped, bytes) = decode(&model, n, CachePositions::Absolute);
+        let (stepped, bytes) = decode_on(&model, n, CachePositions::Absolute, device);
         let error = max_abs(&forward, &stepped);
         assert!(error <= DECODE_TOLERANCE, "{name} on {backend}: decoding differs by {error}");
         let full = &bytes[reach + 1..];
@@ -110,14 +118,25 @@ fn check_decoding<D: WindowedAttentionBackend>(backend: &str) {
 /// ndarray: the cache's tensor ops.
 #[test]
 fn decoding_reproduces_the_forward_pass_with_constant_memory() {
-    check_decoding::<B>("ndarray");
+    check_decoding::<B>("ndarray", &Default::default());
 }
 
 /// flex: the fused decode step (`swa_attention::cpu`) against the fused forward kernel.
 #[cfg(feature = "flex")]
 #[test]
 fn the_fused_decode_step_reproduces_the_forward_pass() {
-    check_decoding::<burn::backend::Flex>("flex");
+    check_decoding::<burn::backend::Flex>("flex", &Default::default());
+}
+
+/// wgpu: the CubeCL decode kernel (`swa_attention::kernel`) inside fusion, against the forward
+/// pass through the windowed kernels. On the tests' second device (`crate::wgpu_devices`).
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
+    let Some([_, device]) = crate::wgpu_devices() else {
+        return;
+    };
+    check_decoding::<burn::backend::Wgpu>("wgpu", &device);
 }
 
 /// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
