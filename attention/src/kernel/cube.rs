@@ -1,5 +1,5 @@
-//! The kernels as the windowed core and the fused decode step of `CubeBackend`, on every CubeCL
-//! runtime (wgpu, CUDA, …).
+//! The kernels as the windowed core, the fused decode step and the fused append of
+//! `CubeBackend`, on every CubeCL runtime (wgpu, CUDA, …).
 
 use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
@@ -7,13 +7,14 @@ use burn_cubecl::element::BoolElement;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::backward_launch::backward;
+use super::cache_write_launch::cache_write;
 use super::decode_launch::decode;
 use super::forward_launch::forward;
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
-use crate::decode::DecodeKernel;
+use crate::decode::{CacheWrite, DecodeKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
@@ -86,5 +87,10 @@ where
     /// One launch per ring buffer ([`super::decode_launch`]).
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
         Some(decode::<R, Self>)
+    }
+
+    /// One launch per ring buffer ([`super::cache_write_launch`]).
+    fn windowed_cache_write() -> Option<CacheWrite<Self>> {
+        Some(cache_write::<R, Self>)
     }
 }

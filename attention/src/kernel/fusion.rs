@@ -1,4 +1,4 @@
-//! The kernels and the decode step inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
+//! The kernels, the decode step and the append inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
 //! types), after `burn-vision`'s custom ops: each kernel is registered in the fusion stream as a
 //! [`CustomOpIr`], and runs the inner backend's kernel when the stream executes it. Fusion
 //! cannot fuse into a custom op; it treats it as a boundary and fuses the ops around it.
@@ -15,7 +15,7 @@ use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
-use crate::decode::{CachedBuffer, DecodeKernel, DecodeStep};
+use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<B> {
@@ -83,6 +83,72 @@ where
     /// The inner backend's decode step, as one custom op of the stream.
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
         B::windowed_decode().map(|_| decode_step::<B> as DecodeKernel<Self>)
+    }
+
+    /// The inner backend's fused append, as one custom op of the stream.
+    fn windowed_cache_write() -> Option<CacheWrite<Self>> {
+        B::windowed_cache_write().map(|_| cache_write::<B> as CacheWrite<Self>)
+    }
+}
+
+/// Registers the inner backend's fused append: `[k, v, keys₀, values₀, keys₁, …]` → `[keys₀,
+/// values₀, …]` written. A buffer the cache alone holds reaches the inner backend as its only
+/// handle (fusion hands over a tensor at its last use), so the append writes it in place.
+fn cache_write<B>(
+    k: FloatTensor<Fusion<B>>,
+    v: FloatTensor<Fusion<B>>,
+    writes: Vec<SlotWrite<'_, Fusion<B>>>,
+) -> Vec<[FloatTensor<Fusion<B>>; 2]>
+where
+    B: FusionBackend + WindowedKernelBackend + WindowedAttentionBackend,
+{
+    let client = k.client.clone();
+    let buffers: Vec<_> = writes.iter().map(|w| (w.kv_heads.to_vec(), w.slot)).collect();
+    let given: Vec<_> =
+        [k, v].into_iter().chain(writes.into_iter().flat_map(|w| [w.keys, w.values])).collect();
+    let outputs: Vec<_> = given[2..]
+        .iter()
+        .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
+        .collect();
+    let streams = OperationStreams::with_inputs(&given);
+    let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new("swa_cache_write", &inputs, &outputs);
+    let op = CacheWriteOp::<B> { desc: desc.clone(), buffers, backend: PhantomData };
+    let mut written = client.register(streams, OperationIr::Custom(desc), op).into_iter();
+    std::iter::from_fn(|| Some([written.next()?, written.next()?])).collect()
+}
+
+/// A registered fused append: its tensors, and each buffer's kv heads and slot.
+#[derive(Clone, Debug)]
+struct CacheWriteOp<B> {
+    desc: CustomOpIr,
+    buffers: Vec<(Vec<usize>, usize)>,
+    backend: PhantomData<B>,
+}
+
+impl<B> Operation<B::FusionRuntime> for CacheWriteOp<B>
+where
+    B: FusionBackend + WindowedKernelBackend + WindowedAttentionBackend,
+{
+    fn execute(&self, handles: &mut Handles<B>) {
+        let write =
+            B::windowed_cache_write().expect("registered only when the inner backend has one");
+        let mut given = self.desc.inputs.iter().map(|t| handles.get_float_tensor::<B>(t));
+        let (k, v) = (given.next().expect("k first"), given.next().expect("then v"));
+        let writes: Vec<SlotWrite<'_, B>> = self
+            .buffers
+            .iter()
+            .map(|(kv_heads, slot)| SlotWrite {
+                keys: given.next().expect("registered with each buffer's keys"),
+                values: given.next().expect("registered with each buffer's values"),
+                kv_heads,
+                slot: *slot,
+            })
+            .collect();
+        let written = write(k, v, writes).into_iter().flatten();
+        for (output, tensor) in self.desc.outputs.iter().zip(written) {
+            handles.register_float_tensor::<B>(&output.id, tensor);
+        }
     }
 }
 

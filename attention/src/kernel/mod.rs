@@ -13,7 +13,8 @@
 //! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
-//! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches.
+//! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches;
+//!   [`cache_write`] and [`cache_write_launch`]: their fused append.
 //! - [`cube`]: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
 //!   differentiable op of `Autodiff<B>`); [`fusion`]: as custom ops of `Fusion<B>`.
 
@@ -21,6 +22,8 @@ mod backward_keys;
 mod backward_launch;
 mod backward_queries;
 mod backward_rows;
+mod cache_write;
+mod cache_write_launch;
 mod config;
 mod cube;
 mod decode;

@@ -128,8 +128,8 @@ fn the_fused_decode_step_reproduces_the_forward_pass() {
     check_decoding::<burn::backend::Flex>("flex", &Default::default());
 }
 
-/// wgpu: the CubeCL decode kernel (`swa_attention::kernel`) inside fusion, against the forward
-/// pass through the windowed kernels. On the tests' second device (`crate::wgpu_devices`).
+/// wgpu: the CubeCL decode kernel and append (`swa_attention::kernel`) inside fusion, against
+/// the forward pass through the windowed kernels. On the tests' second device (`crate::wgpu_devices`).
 #[cfg(feature = "wgpu")]
 #[test]
 fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
@@ -139,17 +139,26 @@ fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
     check_decoding::<burn::backend::Wgpu>("wgpu", &device);
 }
 
+/// wgpu: the CubeCL append writes a buffer in place only when no fork shares it.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_forked_cache_decodes_independently_under_the_kernels_on_wgpu() {
+    let Some([_, device]) = crate::wgpu_devices() else {
+        return;
+    };
+    forked_caches_decode_independently::<burn::backend::Wgpu>(&device);
+}
+
 /// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
 /// both give the same logits for the same tokens (the flatness benchmark forks caches so).
-fn forked_caches_decode_independently<D: WindowedAttentionBackend>() {
-    let device = Default::default();
+fn forked_caches_decode_independently<D: WindowedAttentionBackend>(device: &D::Device) {
     for (name, attention, reach) in windowed_kinds() {
-        let model = config(attention).init::<D>(&device).unwrap();
+        let model = config(attention).init::<D>(device).unwrap();
         let ids = token_ids(2 * reach + 6);
         let (prefix, rest) = ids.split_at(reach + 3);
         let token =
-            |id: i64| Tensor::<D, 1, Int>::from_data(TensorData::new(vec![id], [1]), &device);
-        let mut original = model.cache(1, CachePositions::Absolute, &device).unwrap();
+            |id: i64| Tensor::<D, 1, Int>::from_data(TensorData::new(vec![id], [1]), device);
+        let mut original = model.cache(1, CachePositions::Absolute, device).unwrap();
         for &id in prefix {
             model.step(token(id), &mut original);
         }
@@ -166,14 +175,14 @@ fn forked_caches_decode_independently<D: WindowedAttentionBackend>() {
 /// ndarray: the buffers are written with tensor ops.
 #[test]
 fn a_forked_cache_decodes_independently() {
-    forked_caches_decode_independently::<B>();
+    forked_caches_decode_independently::<B>(&Default::default());
 }
 
 /// flex: the fused append writes a buffer in place only when no fork shares it.
 #[cfg(feature = "flex")]
 #[test]
 fn a_forked_cache_decodes_independently_under_the_fused_append() {
-    forked_caches_decode_independently::<burn::backend::Flex>();
+    forked_caches_decode_independently::<burn::backend::Flex>(&Default::default());
 }
 
 #[test]
