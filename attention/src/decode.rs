@@ -5,7 +5,8 @@
 //! cache then hands it the query and every ring buffer at once, instead of running a chain of
 //! tensor ops per buffer; likewise, through
 //! [`crate::WindowedAttentionBackend::windowed_cache_write`], the new position's key and value go
-//! into every buffer in one op. `Flex` offers both (`crate::cpu`, feature `flex`).
+//! into every buffer in one op. `Flex` offers both (`crate::cpu`, feature `flex`), and so do the
+//! CubeCL backends and their fusion types (`crate::kernel`, feature `cube`).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
