@@ -12,16 +12,14 @@
 //! Peak memory is the most heap a forward held above what was live before it (a counting
 //! allocator). The dense path runs only where its `H·N²` scores fit (N ≤ 4096). Prints Markdown.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
-use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, dense_attention,
-    windowed_attention,
-};
+use swa_zoo::attention::WindowSpec;
+use swa_zoo::bench::core_bench::{CorePath, anchor_rows, attend};
 use swa_zoo::bench::median_ms;
 use swa_zoo::bench::memory::{CountingAllocator, peak_during};
 
@@ -47,29 +45,6 @@ struct Flags {
     anchors: Option<PathBuf>,
 }
 
-/// One of the ways to compute the core.
-#[derive(Clone, Copy)]
-enum Path {
-    Fused,
-    Blocked,
-    Dense,
-}
-
-/// `o` of `path` on `B`; `windowed_attention` is the fused kernel on flex.
-fn attend<B: WindowedAttentionBackend>(
-    path: Path,
-    [q, k, v]: [Tensor<B, 4>; 3],
-    spec: &WindowSpec,
-) -> Tensor<B, 4> {
-    let opts = ScoreOptions::softmax();
-    let out = match path {
-        Path::Fused => windowed_attention(q, k, v, spec, &opts),
-        Path::Blocked => blocked_attention(q, k, v, spec, &opts),
-        Path::Dense => dense_attention(q, k, v, spec, &opts),
-    };
-    out.expect("a valid call").0
-}
-
 fn inputs<B: Backend>(n: usize) -> [Tensor<B, 4>; 3] {
     let shape = [1, HEADS, n, DIM];
     std::array::from_fn(|_| {
@@ -78,7 +53,7 @@ fn inputs<B: Backend>(n: usize) -> [Tensor<B, 4>; 3] {
 }
 
 /// Median forward milliseconds of `path` at length `n` and the forward's peak heap in MiB.
-fn forward(path: Path, n: usize, spec: &WindowSpec, runs: usize) -> (f64, f64) {
+fn forward(path: CorePath, n: usize, spec: &WindowSpec, runs: usize) -> (f64, f64) {
     let x = inputs::<Flex>(n);
     let ((), peak) = peak_during(|| {
         attend(path, x.clone(), spec).into_data();
@@ -90,7 +65,7 @@ fn forward(path: Path, n: usize, spec: &WindowSpec, runs: usize) -> (f64, f64) {
 }
 
 /// Median forward+backward milliseconds of `path` on `Autodiff<Flex>` at length `n`.
-fn forward_backward(path: Path, n: usize, spec: &WindowSpec, runs: usize) -> f64 {
+fn forward_backward(path: CorePath, n: usize, spec: &WindowSpec, runs: usize) -> f64 {
     let x = inputs::<Autodiff<Flex>>(n).map(Tensor::require_grad);
     let g = inputs::<Autodiff<Flex>>(n)[0].clone();
     let step = || {
@@ -120,15 +95,13 @@ fn matmul_gflops() -> f64 {
 }
 
 /// Anchor rows `(anchor, n, forward ms, forward+backward ms)` from the anchors' CSV.
-fn read_anchors(path: &PathBuf) -> Vec<(String, usize, f64, Option<f64>)> {
-    let text = std::fs::read_to_string(path)
+fn read_anchors(path: &Path) -> Vec<(String, usize, f64, Option<f64>)> {
+    let rows = anchor_rows(path)
         .unwrap_or_else(|e| panic!("cannot read the anchors {}: {e}", path.display()));
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(',').collect();
-            let [name, n, fwd, both] = fields[..] else { return None };
-            Some((name.to_string(), n.parse().ok()?, fwd.parse().ok()?, both.parse().ok()))
+    rows.iter()
+        .filter_map(|fields| {
+            let [name, n, fwd, both] = &fields[..] else { return None };
+            Some((name.clone(), n.parse().ok()?, fwd.parse().ok()?, both.parse().ok()))
         })
         .collect()
 }
@@ -138,7 +111,7 @@ fn main() {
     // As every job of the CLI, the examples and the other benches does (`runtime::run_on`).
     swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let w = flags.window;
-    let anchors = flags.anchors.as_ref().map(read_anchors).unwrap_or_default();
+    let anchors = flags.anchors.as_deref().map(read_anchors).unwrap_or_default();
     println!("B=1, H={HEADS}, d={DIM}, causal W={w}, f32, flex on {} threads\n", rayon_threads());
     let peak = matmul_gflops();
     println!("machine: Burn flex matmul 2048² f32 at {peak:.0} GFLOP/s");
@@ -156,10 +129,10 @@ fn main() {
     for &n in &flags.lengths {
         let runs = if n >= 16384 { 3 } else { 5 };
         eprintln!("N={n}: forward");
-        let (fused, fused_mib) = forward(Path::Fused, n, &spec, runs);
-        let (blocked, blocked_mib) = forward(Path::Blocked, n, &spec, runs);
+        let (fused, fused_mib) = forward(CorePath::Kernel, n, &spec, runs);
+        let (blocked, blocked_mib) = forward(CorePath::Blocked, n, &spec, runs);
         let dense = if HEADS * n * n <= DENSE_MAX_SCORES {
-            format!("{:.1}", forward(Path::Dense, n, &spec, runs).0)
+            format!("{:.1}", forward(CorePath::Dense, n, &spec, runs).0)
         } else {
             "—".into()
         };
@@ -170,8 +143,8 @@ fn main() {
             fused / blocked
         );
         eprintln!("N={n}: forward+backward");
-        let both = forward_backward(Path::Fused, n, &spec, runs);
-        let blocked_both = forward_backward(Path::Blocked, n, &spec, runs);
+        let both = forward_backward(CorePath::Kernel, n, &spec, runs);
+        let blocked_both = forward_backward(CorePath::Blocked, n, &spec, runs);
         println!(
             "| {n} | forward+backward | {both:.1} | {:.1} | {blocked_both:.1} | — | — | — | {:.2} |",
             gflops(n, w, both, 3.5),

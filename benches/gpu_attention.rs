@@ -18,7 +18,7 @@
 //! calls, each synchronised. The ratio columns are FlexAttention's time over swa-zoo's for the
 //! same row (above 1: swa-zoo is faster). Prints Markdown; progress goes to stderr.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::Autodiff;
@@ -26,9 +26,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Tensor};
 use clap::{Parser, ValueEnum};
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, windowed_attention,
-};
+use swa_zoo::attention::{WindowSpec, WindowedAttentionBackend};
+use swa_zoo::bench::core_bench::{CorePath, anchor_rows, attend};
 use swa_zoo::bench::median_ms;
 
 #[derive(Parser)]
@@ -131,13 +130,6 @@ impl Kind {
     }
 }
 
-/// Which implementation of the core a measurement runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Path {
-    Kernel,
-    Blocked,
-}
-
 /// One row's shape.
 #[derive(Clone, Copy, Debug)]
 struct Row {
@@ -180,19 +172,6 @@ fn inputs<B: Backend>(row: &Row, device: &B::Device) -> [Tensor<B, 4>; 3] {
     })
 }
 
-fn attend<B: WindowedAttentionBackend>(
-    path: Path,
-    [q, k, v]: [Tensor<B, 4>; 3],
-    spec: &WindowSpec,
-) -> Tensor<B, 4> {
-    let opts = ScoreOptions::softmax();
-    let out = match path {
-        Path::Kernel => windowed_attention(q, k, v, spec, &opts),
-        Path::Blocked => blocked_attention(q, k, v, spec, &opts),
-    };
-    out.expect("a valid call").0
-}
-
 /// Seconds of one call (each call synchronises the device before it returns).
 fn seconds(call: &mut impl FnMut()) -> f64 {
     let start = Instant::now();
@@ -212,7 +191,7 @@ fn timed(runs: usize, mut call: impl FnMut()) -> (f64, f64) {
 /// The forward and forward+backward times of `path` on `row`. Each call waits for the device
 /// while it still holds its outputs, so that no queued work is skipped or left running.
 fn measure<B: WindowedAttentionBackend>(
-    path: Path,
+    path: CorePath,
     row: &Row,
     device: &B::Device,
     runs: usize,
@@ -245,18 +224,16 @@ struct Anchor {
     both_ms: Option<f64>,
 }
 
-fn read_anchors(path: &PathBuf) -> Vec<Anchor> {
-    let text = std::fs::read_to_string(path)
+fn read_anchors(path: &Path) -> Vec<Anchor> {
+    let rows = anchor_rows(path)
         .unwrap_or_else(|e| panic!("cannot read the anchors {}: {e}", path.display()));
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(',').collect();
-            let [name, kind, dtype, n, w, d, forward, both] = fields[..] else { return None };
+    rows.iter()
+        .filter_map(|fields| {
+            let [name, kind, dtype, n, w, d, forward, both] = &fields[..] else { return None };
             Some(Anchor {
-                name: name.into(),
-                kind: kind.into(),
-                dtype: dtype.into(),
+                name: name.clone(),
+                kind: kind.clone(),
+                dtype: dtype.clone(),
                 n: n.parse().ok()?,
                 w: w.parse().ok()?,
                 dim: d.parse().ok()?,
@@ -283,7 +260,7 @@ fn cell(value: Option<f64>, digits: usize) -> String {
 
 /// Runs the grid on backend `B` and prints its tables.
 fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str) {
-    let anchors = flags.anchors.as_ref().map(read_anchors).unwrap_or_default();
+    let anchors = flags.anchors.as_deref().map(read_anchors).unwrap_or_default();
     println!("{gpu}, B=1, H={}, causal windows, median of {} calls\n", flags.heads, flags.runs);
     println!(
         "| kind | dtype | N | W | d | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | \
@@ -302,10 +279,10 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
                     for kind in [Kind::Swa, Kind::Mswa] {
                         let row = Row { kind, precision, n, w, dim, heads: flags.heads };
                         eprintln!("{} {} N={n} W={w} d={dim}", kind.name(), precision.name());
-                        let ours = measure::<B>(Path::Kernel, &row, &device, flags.runs);
+                        let ours = measure::<B>(CorePath::Kernel, &row, &device, flags.runs);
                         let blocked = flags
                             .blocked
-                            .then(|| measure::<B>(Path::Blocked, &row, &device, flags.runs));
+                            .then(|| measure::<B>(CorePath::Blocked, &row, &device, flags.runs));
                         let flex = flex_anchor(&anchors, &row);
                         let tflops =
                             |ms: f64, factor: f64| row.forward_tflop() * factor / (ms / 1e3);

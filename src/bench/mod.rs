@@ -6,10 +6,12 @@
 //!   (sinks + recent window, docs/semantics.md §7);
 //! - [`training`]: tokens per second and peak memory of one training step;
 //! - [`memory`]: the counting allocator behind the peak-memory numbers;
+//! - [`core_bench`]: what the benchmarks of the core itself share (the path a call takes, the anchors' CSV);
 //! - [`suite`]: all of them at a full, a quick and a tiny size.
 //!
 //! Every number comes from running the models built here; nothing is estimated.
 
+pub mod core_bench;
 pub mod decode;
 pub mod memory;
 pub mod streaming;
