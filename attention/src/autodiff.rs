@@ -24,6 +24,7 @@ use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
     chosen_kernel,
 };
+use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBackend
@@ -42,6 +43,10 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
             Some(kernel) => kernel_op::<B, C>(kernel, q, k, v, spec, opts),
             None => blocked_primitives::<Self>(q, k, v, spec, opts),
         }
+    }
+
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        crate::rope_op::tracked::<B, C>()
     }
 }
 

@@ -18,6 +18,7 @@ use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backen
 
 use crate::blocked::blocked_attention;
 use crate::decode::{CacheWrite, DecodeKernel};
+use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// A Burn backend that can run the windowed core.
@@ -58,11 +59,19 @@ pub trait WindowedAttentionBackend: Backend {
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         None
     }
+
+    /// The backend's fused RoPE ([`crate::rope::RotateKernel`]), or `None` (the default) when
+    /// the rotation runs as tensor ops. `Autodiff<B>` differentiates through its inner
+    /// backend's (the backward of a rotation is the opposite rotation).
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        None
+    }
 }
 
 /// The environment variable that chooses the path of every call: `blocked` forces the blocked
-/// path on every backend, and the caches' tensor ops in place of a fused decode step (to compare
-/// them with the fused kernels); unset or anything else lets each backend choose. Read at every
+/// path on every backend, the caches' tensor ops in place of a fused decode step, and the tensor
+/// ops of every other fused op (RoPE), to compare them with the fused kernels; unset or anything
+/// else lets each backend choose. Read at every
 /// call, so a process can compare both.
 pub const PATH_VARIABLE: &str = "SWA_WINDOWED_PATH";
 

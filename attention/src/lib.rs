@@ -33,6 +33,7 @@ mod plan;
 mod reciprocal;
 pub mod reference;
 pub mod rope;
+mod rope_op;
 mod scores;
 pub mod window;
 
@@ -45,5 +46,5 @@ pub use entry::windowed_attention;
 pub use error::AttentionError;
 pub use options::{ScoreFn, ScoreOptions};
 pub use reference::dense_attention;
-pub use rope::{Rope, RopeConfig, RopeScaling};
+pub use rope::{Rope, RopeAngles, RopeConfig, RopeScaling, RotateKernel, rotate_tensor_ops};
 pub use window::{HeadWindow, WindowSpec};

@@ -1,13 +1,16 @@
 //! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md §4),
-//! with the frequency scalings of pretrained checkpoints (docs/semantics.md §9).
+//! with the frequency scalings of pretrained checkpoints (docs/semantics.md §9). A backend may
+//! fuse the rotation into one op ([`RotateKernel`]); the tensor ops are the fallback.
 
 use std::f64::consts::PI;
 
 use burn::config::Config;
-use burn::tensor::{Tensor, TensorData, backend::Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::AttentionError;
+use crate::backend::blocked_forced;
+use crate::{AttentionError, WindowedAttentionBackend};
 
 /// Configuration of [`Rope`].
 #[derive(Config, Debug)]
@@ -129,7 +132,11 @@ pub struct Rope {
 impl Rope {
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at position `offset + n`.
     /// Returns the same shape.
-    pub fn forward<B: Backend>(&self, x: Tensor<B, 4>, offset: usize) -> Tensor<B, 4> {
+    pub fn forward<B: WindowedAttentionBackend>(
+        &self,
+        x: Tensor<B, 4>,
+        offset: usize,
+    ) -> Tensor<B, 4> {
         let n = x.dims()[2];
         let positions: Vec<usize> = (offset..offset + n).collect();
         self.forward_at(x, &positions)
@@ -137,26 +144,83 @@ impl Rope {
 
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at `positions[n]`; used for
     /// StreamingLLM's cache-slot positions (docs/semantics.md §7). Returns the same shape.
-    pub fn forward_at<B: Backend>(&self, x: Tensor<B, 4>, positions: &[usize]) -> Tensor<B, 4> {
-        let [_, _, n, d] = x.dims();
-        assert_eq!(d, self.head_dim, "RoPE built for head_dim {} got {d}", self.head_dim);
-        assert_eq!(n, positions.len(), "RoPE got {} positions for {n} rows", positions.len());
-        let half = d / 2;
-        let (mut cos, mut sin) = (Vec::with_capacity(n * d), Vec::with_capacity(n * d));
+    ///
+    /// Runs the backend's fused rotation ([`WindowedAttentionBackend::rope_kernel`]) where it
+    /// has one, unless [`crate::PATH_VARIABLE`] forces the tensor ops ([`rotate_tensor_ops`]).
+    pub fn forward_at<B: WindowedAttentionBackend>(
+        &self,
+        x: Tensor<B, 4>,
+        positions: &[usize],
+    ) -> Tensor<B, 4> {
+        let angles = self.angles(positions);
+        match B::rope_kernel().filter(|_| !blocked_forced()) {
+            Some(rotate) => {
+                let rotated = rotate(x.into_primitive().tensor(), &angles);
+                Tensor::from_primitive(TensorPrimitive::Float(rotated))
+            }
+            None => rotate_tensor_ops(x, &angles),
+        }
+    }
+
+    /// The angles of rows at `positions`, in f64 and then rounded to f32.
+    pub fn angles(&self, positions: &[usize]) -> RopeAngles {
+        let half = self.head_dim / 2;
+        let (mut cos, mut sin) = (Vec::with_capacity(positions.len() * half), Vec::new());
+        sin.reserve(positions.len() * half);
         for &p in positions {
-            for k in 0..d {
-                let angle = p as f64 * self.inv_freq[k % half];
+            for &inv_freq in &self.inv_freq[..half] {
+                let angle = p as f64 * inv_freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
             }
         }
-        let device = x.device();
-        let table =
-            |v: Vec<f32>| Tensor::<B, 4>::from_data(TensorData::new(v, [1, 1, n, d]), &device);
-        let (cos, sin) = (table(cos), table(sin));
-        let first = x.clone().narrow(3, 0, half);
-        let second = x.clone().narrow(3, half, half);
-        let rotated = Tensor::cat(vec![second.neg(), first], 3);
-        x * cos + rotated * sin
+        RopeAngles { rows: positions.len(), half, cos, sin }
     }
+}
+
+/// The rotation of `N` rows: `cos` and `sin` of each row's angle for each dimension pair,
+/// `[N, d/2]` row-major. Pair `k` is dimensions `k` and `k + d/2` ("rotate half").
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeAngles {
+    /// Rows `N`.
+    pub rows: usize,
+    /// Dimension pairs `d/2`.
+    pub half: usize,
+    /// `cos θ`, `[N, d/2]`.
+    pub cos: Vec<f32>,
+    /// `sin θ`, `[N, d/2]`.
+    pub sin: Vec<f32>,
+}
+
+impl RopeAngles {
+    /// The opposite rotation, `−θ`: a rotation's transpose, so the backward of a rotation.
+    pub fn inverse(&self) -> Self {
+        Self { sin: self.sin.iter().map(|s| -s).collect(), ..self.clone() }
+    }
+}
+
+/// A backend's fused rotation: `x: [batch, heads, N, d]`, row `n` turned by `angles` row `n`,
+/// → the same shape, stored in the physical order `x` was stored in (so that a fused op's
+/// output can be merged or split back without a copy).
+pub type RotateKernel<B> = fn(FloatTensor<B>, &RopeAngles) -> FloatTensor<B>;
+
+/// The rotation as tensor ops, on every backend: `x · cos θ + rotate_half(x) · sin θ` with
+/// `rotate_half(x) = [−x₂, x₁]`. The fused kernels' fallback and test reference.
+/// `x: [batch, heads, N, d]` → the same shape.
+pub fn rotate_tensor_ops<B: Backend>(x: Tensor<B, 4>, angles: &RopeAngles) -> Tensor<B, 4> {
+    let [_, _, n, d] = x.dims();
+    assert_eq!(d, 2 * angles.half, "RoPE built for head_dim {} got {d}", 2 * angles.half);
+    assert_eq!(n, angles.rows, "RoPE got {} positions for {n} rows", angles.rows);
+    let half = angles.half;
+    let device = x.device();
+    let table = |values: &[f32]| {
+        let full: Vec<f32> =
+            values.chunks_exact(half).flat_map(|row| row.iter().chain(row)).copied().collect();
+        Tensor::<B, 4>::from_data(TensorData::new(full, [1, 1, n, d]), &device)
+    };
+    let (cos, sin) = (table(&angles.cos), table(&angles.sin));
+    let first = x.clone().narrow(3, 0, half);
+    let second = x.clone().narrow(3, half, half);
+    let rotated = Tensor::cat(vec![second.neg(), first], 3);
+    x * cos + rotated * sin
 }

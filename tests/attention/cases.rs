@@ -158,5 +158,6 @@ pub fn random_case(rng: &mut Rng, n: usize) -> Case {
         seed: rng.next_u64(),
         half: false,
         dtype: None,
+        heads_inner: false,
     }
 }

@@ -97,6 +97,9 @@ pub struct Case {
     /// The dtype of the tested backend's tensors, when not its own float type (the reference
     /// always runs in its own f32).
     pub dtype: Option<burn::tensor::DType>,
+    /// Make q, k, v and the output's gradient as a layer's projections give them: `[batch, N,
+    /// H, d]` memory viewed as `[batch, H, N, d]` (the same values as without).
+    pub heads_inner: bool,
 }
 
 impl Case {
@@ -111,6 +114,7 @@ impl Case {
             seed: n as u64,
             half: false,
             dtype: None,
+            heads_inner: false,
         }
     }
 }
@@ -151,7 +155,12 @@ where
         if case.half {
             values.iter_mut().for_each(|x| *x = burn::tensor::f16::from_f32(*x).to_f32());
         }
-        Tensor::<B, 4>::from_data(TensorData::new(values, shape), (device, dtype))
+        if !case.heads_inner {
+            return Tensor::<B, 4>::from_data(TensorData::new(values, shape), (device, dtype));
+        }
+        let data =
+            TensorData::new(heads_inner(&values, shape), [shape[0], shape[2], shape[1], shape[3]]);
+        Tensor::<B, 4>::from_data(data, (device, dtype)).swap_dims(1, 2)
     };
     let q = tensor([case.batch, heads, case.q_len, case.dim]).require_grad();
     let k = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
@@ -181,6 +190,17 @@ where
         t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
     };
     Outputs { out: values(out), lse: values(lse), grads: [grad(&q), grad(&k), grad(&v)] }
+}
+
+/// `values` of a row-major `[batch, H, N, d]` tensor stored as `[batch, N, H, d]`, as a
+/// layer's projections store q, k and v.
+pub fn heads_inner(values: &[f32], [b, h, n, d]: [usize; 4]) -> Vec<f32> {
+    (0..b * n * h)
+        .flat_map(|r| {
+            let (bi, ni, hi) = (r / (n * h), r / h % n, r % h);
+            values[((bi * h + hi) * n + ni) * d..][..d].to_vec()
+        })
+        .collect()
 }
 
 pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
@@ -243,7 +263,7 @@ pub fn check_within<B>(case: &Case, path: Path, device: &B::Device, tol: Toleran
 where
     B: AutodiffBackend + WindowedAttentionBackend,
 {
-    let reference = Case { dtype: None, ..case.clone() };
+    let reference = Case { dtype: None, heads_inner: false, ..case.clone() };
     let want = run::<Reference>(&reference, Path::Dense, &Default::default());
     let got = run::<B>(case, path, device);
     assert_outputs_close(case, &got, &want, tol)

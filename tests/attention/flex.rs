@@ -42,6 +42,19 @@ mod on_flex {
         cases(n).into_iter().map(|(label, case)| (label, Case { dim, ..case })).collect()
     }
 
+    /// q, k, v as a layer's projections give them (`[batch, N, H, d]` memory viewed as `[batch,
+    /// H, N, d]`), which the kernel reads in place and whose gradients it returns in that order.
+    #[test]
+    fn fused_kernel_on_flex_reads_and_returns_the_projections_layout() {
+        let cases: Vec<_> = [1, 17, 64]
+            .iter()
+            .flat_map(|&n| cases(n))
+            .map(|(label, case)| (label, Case { batch: 2, heads_inner: true, ..case }))
+            .collect();
+        let name = "fused CPU kernel, [batch, N, H, d] inputs";
+        check_kernel_cases::<Backend>(name, &cases, Path::Dispatch, F32, &Default::default());
+    }
+
     #[test]
     fn fused_kernel_on_flex_matches_dense_on_random_specs() {
         let mut rng = Rng::new(0xF1E7_2026);

@@ -44,3 +44,66 @@ fn scores_depend_only_on_relative_position_and_offset_matches() {
     }
     assert!(RopeConfig::new(7).init().is_err(), "odd head dimension is rejected");
 }
+
+/// The fused rotation of `Autodiff<Flex>` (forward and its backward, the opposite rotation)
+/// against the tensor ops, on awkward shapes, the projections' `[batch, N, H, d]` layout,
+/// offsets, scaled frequencies and f16 (turned in f32, so compared with the f32 tensor ops on
+/// the f16 values, within F16's output tolerance; f32 within 1e-6).
+#[cfg(feature = "flex")]
+#[test]
+fn the_fused_rotation_on_flex_matches_the_tensor_ops() {
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::{DType, f16};
+    use swa_zoo::attention::{RopeScaling, rotate_tensor_ops};
+
+    use crate::common::{F16, errors, heads_inner as heads_inner_order};
+
+    type F = Autodiff<Flex>;
+    let device = Default::default();
+    let linear = Some(RopeScaling::Linear { factor: 4.0 });
+    let shapes = [
+        ([1, 1, 1, 2], false, DType::F32, 0, None),
+        ([3, 2, 5, 8], true, DType::F32, 7, None),
+        ([2, 4, 17, 16], true, DType::F32, 0, linear),
+        ([1, 3, 9, 6], false, DType::F32, 100, None),
+        ([2, 2, 33, 32], true, DType::F16, 3, None),
+    ];
+    let mut rng = Rng::new(29);
+    for (shape, heads_inner, dtype, offset, scaling) in shapes {
+        let [b, h, n, d] = shape;
+        let rope = RopeConfig::new(d).with_scaling(scaling).init().unwrap();
+        let mut x = rng.values(b * h * n * d);
+        let g = rng.values(x.len());
+        if dtype == DType::F16 {
+            x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+        }
+        let leaf = |dtype: DType| {
+            let t = match heads_inner {
+                true => {
+                    let stored = TensorData::new(heads_inner_order(&x, shape), [b, n, h, d]);
+                    Tensor::<F, 4>::from_data(stored, &device).swap_dims(1, 2)
+                }
+                false => Tensor::<F, 4>::from_data(TensorData::new(x.clone(), shape), &device),
+            };
+            t.cast(dtype).require_grad()
+        };
+        let positions: Vec<usize> = (offset..offset + n).collect();
+        let gradient = Tensor::<F, 4>::from_data(TensorData::new(g.clone(), shape), &device);
+        let run = |fused: bool| {
+            let x = leaf(if fused { dtype } else { DType::F32 });
+            let y = match fused {
+                true => rope.forward(x.clone(), offset),
+                false => rotate_tensor_ops(x.clone(), &rope.angles(&positions)),
+            };
+            assert_eq!(y.dims(), shape);
+            let grads = (y.clone().cast(DType::F32) * gradient.clone()).sum().backward();
+            (values(y), values(x.grad(&grads).unwrap()))
+        };
+        let ((y, dx), (want_y, want_dx)) = (run(true), run(false));
+        let tol = if dtype == DType::F16 { F16.out } else { 1e-6 };
+        for (what, got, want) in [("output", &y, &want_y), ("gradient", &dx, &want_dx)] {
+            let (max, _) = errors(got, want);
+            assert!(max <= tol, "{shape:?} {dtype:?}: {what} max error {max} > {tol}");
+        }
+    }
+}

@@ -3,11 +3,12 @@
 //! differentiates through [`super::backward`] (`crate::autodiff`).
 //!
 //! The kernel reads contiguous f32 buffers: an f32 tensor that is already contiguous is read in
-//! place, any other (a strided view, f16, bf16) is copied to f32 first, so half-precision inputs
-//! accumulate in f32. `o` and the gradients return in the inputs' dtype, `lse` in f32 (the
-//! kernel's own buffers become the tensors, without a copy when the inputs are f32). The fused
-//! decode step
-//! ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
+//! place, a strided f32 view (the `[batch, N, H, d]` memory of the projections) a row at a time,
+//! and half precision is converted, so half-precision inputs accumulate in f32
+//! ([`super::layout`]). `o` returns in the inputs' dtype stored as `[batch, N, H, d]`, the order
+//! the layer merges its heads from, and each gradient in the order its input was stored in, so
+//! the layer's `swap_dims`/`reshape` round trips copy nothing; `lse` returns in f32. The fused
+//! decode step ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
 
 use std::borrow::Cow;
 
@@ -16,12 +17,13 @@ use burn::backend::flex::FlexTensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 
-use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, write_slot};
+use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, layout, write_slot};
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
+use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 const CHECKED: &str = "inputs are checked by windowed_attention before they reach a backend";
@@ -36,7 +38,7 @@ impl WindowedKernelBackend for Flex {
     ) -> OutputPrimitives<Self> {
         let dims = dims_of(&q.shape(), &k.shape());
         let out = forward(&f32s(&q), &f32s(&k), &f32s(&v), dims, spec, opts).expect(CHECKED);
-        let o = tensor(out.o, q.shape().dims::<4>(), q.dtype());
+        let o = layout::write(out.o, q.shape().dims::<4>(), layout::HEADS_INNER, q.dtype());
         (o, tensor(out.lse, [dims.batch, dims.heads, dims.q_len], DType::F32))
     }
 
@@ -58,11 +60,10 @@ impl WindowedKernelBackend for Flex {
             d_lse: d_lse.as_deref(),
         };
         let grads = backward(&buffers, dims, spec, opts).expect(CHECKED);
-        [
-            tensor(grads.dq, q.shape().dims::<4>(), q.dtype()),
-            tensor(grads.dk, k.shape().dims::<4>(), k.dtype()),
-            tensor(grads.dv, v.shape().dims::<4>(), v.dtype()),
-        ]
+        let like = |values, input: &FlexTensor| {
+            layout::write(values, input.shape().dims::<4>(), layout::order_of(input), input.dtype())
+        };
+        [like(grads.dq, &q), like(grads.dk, &k), like(grads.dv, &v)]
     }
 
     /// Every call [`crate::windowed_attention`] accepts, global tokens included, provided `v`'s
@@ -84,6 +85,10 @@ impl WindowedAttentionBackend for Flex {
 
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         Some(cache_write)
+    }
+
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        Some(super::rope::rotate)
     }
 }
 
@@ -161,16 +166,9 @@ fn dims_of(q: &Shape, k: &Shape) -> Dims {
     Dims { batch, heads, kv_heads, q_len, keys, dim }
 }
 
-/// The tensor's elements in row-major order as f32: borrowed when it is a contiguous f32
-/// tensor, else converted.
+/// The tensor's elements in logical row-major order as f32 ([`layout::read`]).
 fn f32s(t: &FlexTensor) -> Cow<'_, [f32]> {
-    match t.as_slice::<f32>() {
-        Some(slice) => Cow::Borrowed(slice),
-        None => {
-            let data = t.clone().into_data().convert::<f32>();
-            Cow::Owned(data.into_vec::<f32>().expect("converted to f32"))
-        }
-    }
+    layout::read(t)
 }
 
 /// A tensor of `shape` and `dtype` from f32 values.

@@ -42,8 +42,10 @@ mod decode;
 mod flex;
 mod forward;
 mod gather;
+pub mod layout;
 mod math;
 mod matmul;
+mod rope;
 mod schedule;
 #[cfg(test)]
 mod tests;

@@ -175,7 +175,10 @@ impl<B: Backend> KvCache<B> {
     /// before RoPE, `rope` as in [`KvCache::append`]. Each buffer keeps what N appends would
     /// leave: the pinned positions and the last `reach` others (the ring's order of slots
     /// differs, which no query can tell: visibility is asked by position).
-    pub fn fill(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>) {
+    pub fn fill(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
+    where
+        B: WindowedAttentionBackend,
+    {
         debug_assert!(self.is_empty(), "fill starts a cache");
         let n = k.dims()[2];
         let spec = &self.specs[0];
@@ -244,7 +247,10 @@ impl<B: Backend> KvCache<B> {
         &self,
         q: Tensor<B, 4>,
         rope: Option<&Rope>,
-    ) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    ) -> (Tensor<B, 4>, Tensor<B, 3>)
+    where
+        B: WindowedAttentionBackend,
+    {
         debug_assert_eq!(self.specs.len(), 1, "one core call has one lse");
         let (outs, lses): (Vec<_>, Vec<_>) = self
             .buffers
@@ -278,7 +284,10 @@ impl<B: Backend> KvCache<B> {
         decode: DecodeKernel<B>,
         q: Tensor<B, 4>,
         rope: Option<&Rope>,
-    ) -> Tensor<B, 4> {
+    ) -> Tensor<B, 4>
+    where
+        B: WindowedAttentionBackend,
+    {
         let t = self.len - 1;
         let q = match rope {
             Some(rope) => rope.forward_at(q, &[t]),
@@ -309,7 +318,10 @@ impl<B: Backend> KvCache<B> {
         buffer: &Buffer<B>,
         q: Tensor<B, 4>,
         rope: Option<&Rope>,
-    ) -> (Vec<Tensor<B, 4>>, Vec<Tensor<B, 3>>) {
+    ) -> (Vec<Tensor<B, 4>>, Vec<Tensor<B, 3>>)
+    where
+        B: WindowedAttentionBackend,
+    {
         let (keys, values) = (buffer.keys.clone(), buffer.values.clone());
         let (keys, values) = keys.zip(values).expect("append comes before attend");
         let device = keys.device();

@@ -7,7 +7,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::reciprocal::reciprocal;
-use crate::{AttentionError, Rope, RopeConfig};
+use crate::{AttentionError, Rope, RopeConfig, WindowedAttentionBackend};
 
 /// `ε` of the normaliser (docs/semantics.md §6).
 const EPSILON: f32 = 1e-6;
@@ -119,6 +119,18 @@ pub fn feature_map<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
 }
 
 impl<B: Backend> LinearAttention<B> {
+    /// The decoding state before any token (docs/semantics.md §6): zero sums at position 0.
+    pub fn empty_state(&self, batch: usize, device: &B::Device) -> LinearState<B> {
+        let features = 1 + self.feature_dim + self.feature_dim * self.feature_dim;
+        LinearState {
+            kv: Tensor::zeros([batch, self.heads, features, self.head_dim], device),
+            k_sum: Tensor::zeros([batch, self.heads, features], device),
+            position: 0,
+        }
+    }
+}
+
+impl<B: WindowedAttentionBackend> LinearAttention<B> {
     /// The training form (docs/semantics.md §6): `x: [batch, N, d_model]` at positions `0 … N−1` →
     /// `[batch, N, d_model]`. The sequence is cut into chunks of `C` positions: within a chunk a
     /// masked quadratic term, across chunks the sums of `φ(k)ᵀv` and `φ(k)` over earlier chunks.
@@ -157,16 +169,6 @@ impl<B: Backend> LinearAttention<B> {
         let scores = q.matmul(k.swap_dims(2, 3)) * causal;
         let denominator = scores.clone().sum_dim(3).add_scalar(EPSILON);
         self.merge(scores.matmul(v) * reciprocal(denominator))
-    }
-
-    /// The decoding state before any token (docs/semantics.md §6): zero sums at position 0.
-    pub fn empty_state(&self, batch: usize, device: &B::Device) -> LinearState<B> {
-        let features = 1 + self.feature_dim + self.feature_dim * self.feature_dim;
-        LinearState {
-            kv: Tensor::zeros([batch, self.heads, features, self.head_dim], device),
-            k_sum: Tensor::zeros([batch, self.heads, features], device),
-            position: 0,
-        }
     }
 
     /// One decoding step of the recurrent form (docs/semantics.md §6): `x: [batch, 1, d_model]` at
