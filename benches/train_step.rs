@@ -1,0 +1,329 @@
+//! The whole training step side by side with PyTorch: the same MSWA decoder (parameter count,
+//! init rules, AdamW, warmup + cosine, per-parameter clipping, the loader's windows of the
+//! embedded corpus) on `Autodiff<Flex>` and in `benches/anchors/train_step.py` (eager, and under
+//! `torch.compile` with `--compile`), at three sizes:
+//!
+//! - `default`: the `train` command's preset, `mswa-table2-mswa-tiny` (4 layers, d 64, 4 heads,
+//!   sequence 128, base window 16, batch 8);
+//! - `medium`: 6 layers, d 256, 8 heads, sequence 512, base window 128, batch 8;
+//! - `larger`: 12 layers, d 512, 8 heads, sequence 1024, base window 256, batch 4.
+//!
+//! Every measurement is its own process (so its peak resident memory, VmHWM, is its own): this
+//! binary runs itself with `--child SIZE` for ours, and the anchor script for PyTorch's, in
+//! turn (ours, eager, compiled, ours, …), `--runs` times; each reports tokens/s over its timed
+//! steps after its warm-up steps. The medians go to a table and a CSV.
+//!
+//! ```sh
+//! cargo bench --bench train_step -- --torch python3 --compile --threads 2 \
+//!     --csv benches/results/flex/train_step.csv
+//! ```
+//! Without `--torch` only ours run (no Python needed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use burn::backend::{Autodiff, Flex};
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::Module;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::{AdamWConfig, Optimizer};
+use burn::tensor::backend::Backend;
+use burn::train::TrainStep;
+use serde_json::{Value, json};
+use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_zoo::models::{DecoderConfig, Preset};
+use swa_zoo::training::corpus::Corpus;
+use swa_zoo::training::language_model::LanguageModel;
+use swa_zoo::training::loader::{Sampling, WindowLoader};
+use swa_zoo::training::schedule::WarmupCosine;
+use swa_zoo::training::train::TrainConfig;
+
+type B = Autodiff<Flex>;
+
+/// One model size of the comparison.
+struct Size {
+    name: &'static str,
+    layers: usize,
+    d_model: usize,
+    heads: usize,
+    seq_len: usize,
+    window: usize,
+    batch: usize,
+}
+
+const SIZES: [Size; 3] = [
+    Size { name: "default", layers: 4, d_model: 64, heads: 4, seq_len: 128, window: 16, batch: 8 },
+    Size { name: "medium", layers: 6, d_model: 256, heads: 8, seq_len: 512, window: 128, batch: 8 },
+    Size {
+        name: "larger",
+        layers: 12,
+        d_model: 512,
+        heads: 8,
+        seq_len: 1024,
+        window: 256,
+        batch: 4,
+    },
+];
+
+/// The bench's options.
+struct Options {
+    sizes: Vec<&'static Size>,
+    runs: usize,
+    warmup: usize,
+    steps: usize,
+    threads: usize,
+    torch: Option<String>,
+    compile: bool,
+    csv: Option<PathBuf>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+    let number = |flag: &str, default: usize| value(flag).map_or(default, |v| v.parse().unwrap());
+    let (warmup, steps) = (number("--warmup", 3), number("--steps", 0));
+    if let Some(name) = value("--child") {
+        let size = SIZES.iter().find(|s| s.name == name).expect("a size the parent named");
+        println!("{}", child(size, warmup, steps));
+        return;
+    }
+    let sizes = match value("--sizes") {
+        Some(list) => list
+            .split(',')
+            .map(|n| SIZES.iter().find(|s| s.name == n).unwrap_or_else(|| panic!("no size {n}")))
+            .collect(),
+        None => SIZES.iter().collect(),
+    };
+    let options = Options {
+        sizes,
+        runs: number("--runs", 3),
+        warmup,
+        steps,
+        threads: number("--threads", 2),
+        torch: value("--torch"),
+        compile: args.iter().any(|a| a == "--compile"),
+        csv: value("--csv").map(PathBuf::from),
+    };
+    parent(&options);
+}
+
+impl Size {
+    /// The model: the `train` command's preset for `default`, else MSWA's geometric windows
+    /// over every layer and head (docs/semantics.md §3).
+    fn config(&self) -> DecoderConfig {
+        if self.name == "default" {
+            return Preset::by_name("mswa-table2-mswa-tiny", 256).expect("a preset").config;
+        }
+        let windows = mswa_windows(
+            MswaVariant::Both,
+            MswaStrategy::Geometric,
+            self.window,
+            self.layers,
+            self.heads,
+        )
+        .expect("four groups of layers and heads");
+        let kinds = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows });
+        DecoderConfig::new(256, self.d_model, self.layers, self.heads, self.heads, kinds.collect())
+    }
+
+    /// Timed steps when none are asked for: about 15 s of ours at each size.
+    fn default_steps(&self) -> usize {
+        match self.name {
+            "default" => 200,
+            "medium" => 20,
+            _ => 6,
+        }
+    }
+
+    /// The run as the anchor script reads it (`benches/anchors/train_step.py`).
+    fn spec(&self, config: &DecoderConfig) -> Value {
+        let train = TrainConfig::new(config.clone(), self.seq_len).with_batch_size(self.batch);
+        let windows: Vec<Vec<usize>> = (0..self.layers)
+            .map(|l| config.kind_of(l).windows().expect("MSWA layers").to_vec())
+            .collect();
+        json!({
+            "name": self.name, "vocab": config.vocab_size, "d_model": config.d_model,
+            "layers": config.layers, "heads": config.heads, "kv_heads": config.kv_heads,
+            "mlp_hidden": config.mlp().hidden_width(), "windows": windows,
+            "seq_len": self.seq_len, "batch": self.batch, "lr": train.learning_rate,
+            "min_lr_ratio": train.min_lr_ratio, "warmup_steps": train.warmup_steps,
+            "total_steps": train.steps, "weight_decay": train.weight_decay,
+            "grad_clip": train.grad_clip, "adam_eps": 1e-5, "beta1": 0.9, "beta2": 0.999,
+            "norm_eps": 1e-6, "rope_base": config.rope_base, "seed": train.seed,
+            "checkpoint_every": train.checkpoint_every, "valid_batches": train.valid_batches,
+            "corpus": "training/data/genesis.txt", "params": params(config),
+        })
+    }
+}
+
+/// Parameters of the model `config` builds.
+fn params(config: &DecoderConfig) -> usize {
+    config.init::<Flex>(&Default::default()).expect("a valid model").num_params()
+}
+
+/// Ours in this process: `warmup` untimed and then the timed training steps of `size` (forward,
+/// backward, per-parameter clipping and AdamW, as `train` runs them) → the report line.
+fn child(size: &Size, warmup: usize, steps: usize) -> Value {
+    swa_zoo::runtime::keep_large_buffers_on_the_heap();
+    let steps = if steps == 0 { size.default_steps() } else { steps };
+    let config = size.config();
+    let train = TrainConfig::new(config.clone(), size.seq_len).with_batch_size(size.batch);
+    let device = Default::default();
+    B::seed(&device, train.seed);
+    let mut model = LanguageModel::new(config.init::<B>(&device).expect("a valid model"));
+    let clipping = GradientClippingConfig::Norm(train.grad_clip);
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(train.weight_decay)
+        .with_grad_clipping(Some(clipping))
+        .init::<B, LanguageModel<B>>();
+    let peak = train.learning_rate;
+    let mut schedule =
+        WarmupCosine::new(peak, peak * train.min_lr_ratio, train.warmup_steps, train.steps);
+    let sampling = Sampling::Random { seed: train.seed };
+    let tokens = Corpus::embedded().train();
+    let loader =
+        WindowLoader::<B>::new(tokens, size.seq_len, size.batch, train.steps, sampling, 0, device)
+            .expect("the corpus is long enough");
+    let mut start = Instant::now();
+    for step in 0..warmup + steps {
+        if step == warmup {
+            start = Instant::now();
+        }
+        let output = model.step(loader.batch(0, step));
+        model = optimizer.step(schedule.step(), model, output.grads);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let tokens = (size.batch * size.seq_len * steps) as f64;
+    json!({
+        "name": size.name, "mode": "swa-zoo", "params": model.num_params(),
+        "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3 / steps as f64,
+        "vmhwm_kib": peak_rss_kib(),
+    })
+}
+
+/// VmHWM of this process, in KiB.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Runs every size's measurements in turn, then prints and writes the medians.
+fn parent(options: &Options) {
+    let mut rows = Vec::new();
+    for size in &options.sizes {
+        let config = size.config();
+        let spec_path = std::env::temp_dir().join(format!("swa-train-step-{}.json", size.name));
+        std::fs::write(&spec_path, size.spec(&config).to_string()).expect("a temporary file");
+        let mut modes: Vec<(&str, Vec<Value>)> = vec![("swa-zoo", Vec::new())];
+        if options.torch.is_some() {
+            modes.push(("torch eager", Vec::new()));
+            if options.compile {
+                modes.push(("torch.compile", Vec::new()));
+            }
+        }
+        for run in 0..options.runs {
+            for (mode, results) in &mut modes {
+                eprintln!("{} run {}/{}: {mode}", size.name, run + 1, options.runs);
+                results.push(measure(options, size, mode, &spec_path));
+            }
+        }
+        for (mode, results) in modes {
+            rows.push(Row::median(size.name, mode, &results));
+        }
+    }
+    report(&rows, options);
+}
+
+/// One measurement in its own process: ours (`--child`) or the anchor script.
+fn measure(options: &Options, size: &Size, mode: &str, spec: &Path) -> Value {
+    let steps = match options.steps {
+        0 => size.default_steps(),
+        n => n,
+    };
+    let mut command = match (mode, &options.torch) {
+        ("swa-zoo", _) => {
+            let mut c = Command::new(std::env::current_exe().expect("this binary"));
+            c.args(["--child", size.name]);
+            c
+        }
+        (_, Some(python)) => {
+            let mut c = Command::new(python);
+            c.arg("benches/anchors/train_step.py").arg("--spec").arg(spec);
+            c.args(["--threads", &options.threads.to_string()]);
+            if mode == "torch.compile" {
+                c.arg("--compile");
+            }
+            c
+        }
+        _ => unreachable!("torch modes run only with --torch"),
+    };
+    command.args(["--warmup", &options.warmup.to_string(), "--steps", &steps.to_string()]);
+    command.env("RAYON_NUM_THREADS", options.threads.to_string());
+    let output = command.output().expect("the measurement starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{mode} at {} failed: {}",
+        size.name,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout.lines().last().expect("one report line");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{mode}: {e}: {line}"))
+}
+
+/// The median measurement of one side at one size.
+struct Row {
+    size: &'static str,
+    mode: String,
+    params: u64,
+    tokens_per_s: f64,
+    ms_per_step: f64,
+    vmhwm_mib: f64,
+}
+
+impl Row {
+    fn median(size: &'static str, mode: &str, results: &[Value]) -> Row {
+        let field = |key: &str| {
+            let values = results.iter().map(|r| r[key].as_f64().unwrap_or(f64::NAN)).collect();
+            swa_zoo::bench::median(values)
+        };
+        Row {
+            size,
+            mode: mode.to_string(),
+            params: results[0]["params"].as_u64().unwrap_or(0),
+            tokens_per_s: field("tokens_per_s"),
+            ms_per_step: field("ms_per_step"),
+            vmhwm_mib: field("vmhwm_kib") / 1024.0,
+        }
+    }
+}
+
+/// The table on stdout (with each side's tokens/s as a ratio to ours) and the CSV.
+fn report(rows: &[Row], options: &Options) {
+    let ours = |size: &str| rows.iter().find(|r| r.size == size && r.mode == "swa-zoo");
+    let mut csv =
+        String::from("size,side,params,tokens_per_s,ms_per_step,vmhwm_mib,ours_over_side\n");
+    println!(
+        "{:<8} {:<14} {:>10} {:>10} {:>9} {:>9} {:>8}",
+        "size", "side", "params", "tokens/s", "ms/step", "VmHWM MiB", "ours/it"
+    );
+    for r in rows {
+        let ratio = ours(r.size).map_or(f64::NAN, |o| o.tokens_per_s / r.tokens_per_s);
+        println!(
+            "{:<8} {:<14} {:>10} {:>10.0} {:>9.1} {:>9.0} {:>8.2}",
+            r.size, r.mode, r.params, r.tokens_per_s, r.ms_per_step, r.vmhwm_mib, ratio
+        );
+        csv += &format!(
+            "{},{},{},{:.1},{:.2},{:.1},{:.3}\n",
+            r.size, r.mode, r.params, r.tokens_per_s, r.ms_per_step, r.vmhwm_mib, ratio
+        );
+    }
+    println!("(median of {} runs each, {} threads)", options.runs, options.threads);
+    if let Some(path) = &options.csv {
+        std::fs::write(path, csv).expect("the CSV is writable");
+        println!("CSV: {}", path.display());
+    }
+}
