@@ -24,6 +24,7 @@ use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
     chosen_kernel,
 };
+use crate::layer_ops::RmsOptions;
 use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -47,6 +48,18 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
 
     fn rope_kernel() -> Option<RotateKernel<Self>> {
         crate::rope_op::tracked::<B, C>()
+    }
+
+    fn rms_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        options: RmsOptions,
+    ) -> FloatTensor<Self> {
+        crate::layer_ops_autodiff::rms_norm::<B, C>(x, w, options)
+    }
+
+    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        crate::layer_ops_autodiff::silu_gate::<B, C>(a, b)
     }
 }
 

@@ -18,6 +18,7 @@ use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backen
 
 use crate::blocked::blocked_attention;
 use crate::decode::{CacheWrite, DecodeKernel};
+use crate::layer_ops::{self, LayerKernels, RmsOptions};
 use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -66,11 +67,44 @@ pub trait WindowedAttentionBackend: Backend {
     fn rope_kernel() -> Option<RotateKernel<Self>> {
         None
     }
+
+    /// RMSNorm of `x: [..., D]` with weight `w: [D]` ([`crate::layer_ops::rms_norm`]) → the
+    /// shape of `x`. The default runs the backend's kernel ([`Self::layer_kernels`]) where it
+    /// has one, else the tensor ops.
+    fn rms_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        options: RmsOptions,
+    ) -> FloatTensor<Self> {
+        match layer_ops::chosen::<Self>() {
+            Some(kernels) => {
+                let [y, _] = (kernels.rms_norm)(x, w, options);
+                y
+            }
+            None => layer_ops::rms_norm_primitives::<Self>(x, w, options),
+        }
+    }
+
+    /// `silu(a)·b` for `a, b` of one shape ([`crate::layer_ops::silu_gate`]). The default runs
+    /// the backend's kernel ([`Self::layer_kernels`]) where it has one, else the tensor ops.
+    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        match layer_ops::chosen::<Self>() {
+            Some(kernels) => (kernels.silu_gate)(a, b),
+            None => layer_ops::silu_gate_primitives::<Self>(a, b),
+        }
+    }
+
+    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm and the SwiGLU gate, forward
+    /// and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
+    /// differentiates through its inner backend's.
+    fn layer_kernels() -> Option<LayerKernels<Self>> {
+        None
+    }
 }
 
 /// The environment variable that chooses the path of every call: `blocked` forces the blocked
 /// path on every backend, the caches' tensor ops in place of a fused decode step, and the tensor
-/// ops of every other fused op (RoPE), to compare them with the fused kernels; unset or anything
+/// ops of every other fused op (RoPE, RMSNorm, the SwiGLU gate), to compare them with the fused kernels; unset or anything
 /// else lets each backend choose. Read at every
 /// call, so a process can compare both.
 pub const PATH_VARIABLE: &str = "SWA_WINDOWED_PATH";

@@ -26,6 +26,8 @@ mod error;
 mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
+pub mod layer_ops;
+mod layer_ops_autodiff;
 pub mod layers;
 mod mask;
 mod options;

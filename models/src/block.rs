@@ -49,7 +49,20 @@ impl<B: Backend> Block<B> {
     pub fn attention(&self) -> &SelfAttention<B> {
         &self.attention
     }
+}
 
+/// `y`, normalised again when the block has post-norms.
+fn post_norm<B: WindowedAttentionBackend>(
+    norm: &Option<RmsNorm<B>>,
+    y: Tensor<B, 3>,
+) -> Tensor<B, 3> {
+    match norm {
+        Some(norm) => norm.forward(y),
+        None => y,
+    }
+}
+
+impl<B: WindowedAttentionBackend> Block<B> {
     /// The MLP branch and its residual: `x: [batch, N, d]` → `[batch, N, d]`.
     fn mlp_branch(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let y = self.mlp.forward(self.mlp_norm.forward(x.clone()));
@@ -60,17 +73,7 @@ impl<B: Backend> Block<B> {
     fn attention_residual(&self, x: Tensor<B, 3>, y: Tensor<B, 3>) -> Tensor<B, 3> {
         x + post_norm(&self.post_attention_norm, y)
     }
-}
 
-/// `y`, normalised again when the block has post-norms.
-fn post_norm<B: Backend>(norm: &Option<RmsNorm<B>>, y: Tensor<B, 3>) -> Tensor<B, 3> {
-    match norm {
-        Some(norm) => norm.forward(y),
-        None => y,
-    }
-}
-
-impl<B: WindowedAttentionBackend> Block<B> {
     /// One decoding step: `x: [batch, 1, d]` at the cache's next position → `[batch, 1, d]`.
     pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
         let y = self.attention.step(self.attention_norm.forward(x.clone()), cache);

@@ -275,7 +275,10 @@ impl<B: Backend> Decoder<B> {
 
     /// The final norm and LM head: `x: [batch, N, d]` → `[batch, N, vocab]`, softcapped if the
     /// model says so.
-    fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3>
+    where
+        B: WindowedAttentionBackend,
+    {
         let x = self.norm.forward(x);
         let logits = match &self.head {
             Some(head) => head.forward(x),

@@ -4,8 +4,10 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::{Tensor, activation::silu, backend::Backend};
+use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
+use swa_attention::WindowedAttentionBackend;
+use swa_attention::layer_ops::silu_gate;
 
 /// The activation of the gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,15 +61,16 @@ pub struct GatedMlp<B: Backend> {
     activation: MlpActivation,
 }
 
-impl<B: Backend> GatedMlp<B> {
-    /// `x: [batch, N, d]` → `[batch, N, d]`.
+impl<B: WindowedAttentionBackend> GatedMlp<B> {
+    /// `x: [batch, N, d]` → `[batch, N, d]`; SwiGLU's gate as one fused op where the backend
+    /// has one ([`swa_attention::layer_ops::silu_gate`]).
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = self.gate.forward(x.clone());
-        let gate = match self.activation {
-            MlpActivation::Silu => silu(gate),
-            MlpActivation::GeluTanh => gelu_tanh(gate),
+        let (gate, up) = (self.gate.forward(x.clone()), self.up.forward(x));
+        let hidden = match self.activation {
+            MlpActivation::Silu => silu_gate(gate, up),
+            MlpActivation::GeluTanh => gelu_tanh(gate) * up,
         };
-        self.down.forward(gate * self.up.forward(x))
+        self.down.forward(hidden)
     }
 }
 

@@ -12,6 +12,7 @@ mod blocked;
 mod flex;
 mod gpu;
 mod kernel;
+mod layer_ops;
 mod linear;
 mod masked;
 mod property;

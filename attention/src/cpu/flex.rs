@@ -23,6 +23,7 @@ use crate::backend::{
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
+use crate::layer_ops::LayerKernels;
 use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -89,6 +90,10 @@ impl WindowedAttentionBackend for Flex {
 
     fn rope_kernel() -> Option<RotateKernel<Self>> {
         Some(super::rope::rotate)
+    }
+
+    fn layer_kernels() -> Option<LayerKernels<Self>> {
+        Some(super::layer_ops::kernels())
     }
 }
 

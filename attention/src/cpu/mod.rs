@@ -42,6 +42,7 @@ mod decode;
 mod flex;
 mod forward;
 mod gather;
+mod layer_ops;
 pub mod layout;
 mod math;
 mod matmul;

@@ -5,6 +5,9 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::WindowedAttentionBackend;
+use crate::layer_ops::{RmsOptions, rms_norm};
+
 /// Configuration of [`RmsNorm`].
 #[derive(Config, Debug)]
 pub struct RmsNormConfig {
@@ -19,10 +22,8 @@ pub struct RmsNormConfig {
     pub unit_offset: bool,
 }
 
-/// `x / √(mean(x²) + ε) · γ`, with `γ = w` or `γ = 1 + w` ([`RmsNormConfig::unit_offset`]).
-///
-/// Written with `powf(−½)` rather than a division: Burn 0.21's ndarray backend computes the
-/// backward of a division, and its `recip`, through an approximate SIMD reciprocal.
+/// `x / √(mean(x²) + ε) · γ`, with `γ = w` or `γ = 1 + w` ([`RmsNormConfig::unit_offset`]),
+/// as one fused op where the backend has one ([`crate::layer_ops::rms_norm`]).
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
     gamma: Param<Tensor<B, 1>>,
@@ -45,15 +46,10 @@ impl RmsNormConfig {
     }
 }
 
-impl<B: Backend> RmsNorm<B> {
+impl<B: WindowedAttentionBackend> RmsNorm<B> {
     /// `x: [..., d_model]` → same shape.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let scale =
-            x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.epsilon).powf_scalar(-0.5);
-        let gamma = match self.unit_offset {
-            true => self.gamma.val().add_scalar(1.0),
-            false => self.gamma.val(),
-        };
-        x * scale * gamma.unsqueeze()
+        let options = RmsOptions { epsilon: self.epsilon, unit_offset: self.unit_offset };
+        rms_norm(x, self.gamma.val(), options)
     }
 }

@@ -285,7 +285,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     }
 }
 
-impl<B: Backend> SelfAttention<B> {
+impl<B: WindowedAttentionBackend> SelfAttention<B> {
     /// With learned sink logits, `o · σ(lse − s_h)`: the softmax's denominator gains `exp(s_h)`
     /// with no value (docs/semantics.md §9). `o: [batch, H, N, d_h]`, `lse: [batch, H, N]`.
     pub(crate) fn sink(&self, o: Tensor<B, 4>, lse: Tensor<B, 3>) -> Tensor<B, 4> {

@@ -1,0 +1,135 @@
+//! RMSNorm and the SwiGLU gate on `Flex` ([`crate::layer_ops::LayerKernels`]): each direction
+//! one pass over the rows, compiled under pulp's dispatch so that `exp` and the row sums
+//! vectorise ([`super::math`]), threads (rayon) over chunks of rows big enough to be worth a
+//! thread. Inputs are read as f32 (half precision converted, so it accumulates in f32) and
+//! outputs return in the inputs' dtype; the inverse RMS of each row stays f32.
+
+use burn::backend::flex::FlexTensor;
+use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
+use rayon::prelude::*;
+
+use super::layout;
+use super::math::{dot, exp};
+use crate::layer_ops::{LayerKernels, RmsOptions};
+
+/// Elements a thread takes at least: below this a row chunk runs on the calling thread.
+const TASK: usize = 1 << 14;
+
+/// `Flex`'s layer kernels.
+pub(crate) fn kernels() -> LayerKernels<burn::backend::Flex> {
+    LayerKernels { rms_norm, rms_norm_backward, silu_gate, silu_gate_backward }
+}
+
+/// `x: [..., D]`, `w: [D]` → (`y`, the inverse RMS of each row, `[rows]` f32).
+fn rms_norm(x: FlexTensor, w: FlexTensor, options: RmsOptions) -> [FlexTensor; 2] {
+    let (shape, width) = (x.shape(), w.shape().num_elements());
+    let (xs, gamma) = (layout::read(&x), gamma(&w, options));
+    let rows = xs.len() / width.max(1);
+    let mut y = vec![0.0f32; xs.len()];
+    let mut inverse = vec![0.0f32; rows];
+    let per_task = (TASK / width.max(1)).max(1);
+    let tasks = y.par_chunks_mut(per_task * width).zip(inverse.par_chunks_mut(per_task));
+    tasks.zip(xs.par_chunks(per_task * width)).for_each(|((y, inverse), x)| {
+        pulp::Arch::new().dispatch(|| {
+            let rows = x.chunks_exact(width).zip(y.chunks_exact_mut(width));
+            for ((x, y), r) in rows.zip(inverse.iter_mut()) {
+                *r = (dot(x, x) as f64 / width as f64 + options.epsilon).powf(-0.5) as f32;
+                for ((y, &x), &g) in y.iter_mut().zip(x).zip(&gamma) {
+                    *y = x * *r * g;
+                }
+            }
+        })
+    });
+    [tensor(y, shape, x.dtype()), tensor(inverse, Shape::new([rows]), DType::F32)]
+}
+
+/// `∂L/∂x = r·h − x·r³·(h·x)/D` with `h = γ ∘ ∂L/∂y`, and `∂L/∂w = Σ_rows ∂L/∂y ∘ x·r`.
+fn rms_norm_backward(
+    x: FlexTensor,
+    w: FlexTensor,
+    inverse: FlexTensor,
+    d_y: FlexTensor,
+    options: RmsOptions,
+) -> [FlexTensor; 2] {
+    let width = w.shape().num_elements();
+    let (xs, gamma, d_ys) = (layout::read(&x), gamma(&w, options), layout::read(&d_y));
+    let inverse = layout::read(&inverse);
+    let mut d_x = vec![0.0f32; xs.len()];
+    let per_task = (TASK / width.max(1)).max(1);
+    let chunk = per_task * width;
+    let tasks = d_x.par_chunks_mut(chunk).zip(xs.par_chunks(chunk)).zip(d_ys.par_chunks(chunk));
+    let d_w = tasks
+        .zip(inverse.par_chunks(per_task))
+        .map(|(((d_x, x), d_y), inverse)| {
+            pulp::Arch::new().dispatch(|| {
+                let mut d_w = vec![0.0f32; width];
+                let mut h = vec![0.0f32; width];
+                let rows = x.chunks_exact(width).zip(d_y.chunks_exact(width));
+                for (((x, d_y), d_x), &r) in rows.zip(d_x.chunks_exact_mut(width)).zip(inverse) {
+                    for (((h, &d_y), &g), (d_w, &x)) in
+                        h.iter_mut().zip(d_y).zip(&gamma).zip(d_w.iter_mut().zip(x))
+                    {
+                        *h = g * d_y;
+                        *d_w += d_y * x * r;
+                    }
+                    let shift = r * r * r * dot(&h, x) / width as f32;
+                    for ((d_x, &h), &x) in d_x.iter_mut().zip(&h).zip(x) {
+                        *d_x = r * h - x * shift;
+                    }
+                }
+                d_w
+            })
+        })
+        .reduce(|| vec![0.0f32; width], |a, b| a.iter().zip(&b).map(|(a, b)| a + b).collect());
+    [tensor(d_x, x.shape(), x.dtype()), tensor(d_w, w.shape(), w.dtype())]
+}
+
+/// `γ` as f32: `w`, or `1 + w` under `unit_offset`.
+fn gamma(w: &FlexTensor, options: RmsOptions) -> Vec<f32> {
+    let w = layout::read(w);
+    match options.unit_offset {
+        true => w.iter().map(|w| 1.0 + w).collect(),
+        false => w.into_owned(),
+    }
+}
+
+/// `silu(a)·b = a·σ(a)·b`.
+fn silu_gate(a: FlexTensor, b: FlexTensor) -> FlexTensor {
+    let (shape, dtype) = (a.shape(), a.dtype());
+    let (a, b) = (layout::read(&a), layout::read(&b));
+    let mut z = vec![0.0f32; a.len()];
+    let tasks = z.par_chunks_mut(TASK).zip(a.par_chunks(TASK)).zip(b.par_chunks(TASK));
+    tasks.for_each(|((z, a), b)| {
+        pulp::Arch::new().dispatch(|| {
+            for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
+                *z = a * b / (1.0 + exp(-a));
+            }
+        })
+    });
+    tensor(z, shape, dtype)
+}
+
+/// `∂L/∂a = g·b·σ(a)·(1 + a·(1 − σ(a)))` and `∂L/∂b = g·a·σ(a)`.
+fn silu_gate_backward(a: FlexTensor, b: FlexTensor, d_z: FlexTensor) -> [FlexTensor; 2] {
+    let (shape, dtype) = (a.shape(), a.dtype());
+    let (a, b, d_z) = (layout::read(&a), layout::read(&b), layout::read(&d_z));
+    let (mut d_a, mut d_b) = (vec![0.0f32; a.len()], vec![0.0f32; a.len()]);
+    let outputs = d_a.par_chunks_mut(TASK).zip(d_b.par_chunks_mut(TASK));
+    let inputs = a.par_chunks(TASK).zip(b.par_chunks(TASK)).zip(d_z.par_chunks(TASK));
+    outputs.zip(inputs).for_each(|((d_a, d_b), ((a, b), d_z))| {
+        pulp::Arch::new().dispatch(|| {
+            let inputs = a.iter().zip(b).zip(d_z);
+            for ((d_a, d_b), ((&a, &b), &g)) in d_a.iter_mut().zip(d_b.iter_mut()).zip(inputs) {
+                let s = 1.0 / (1.0 + exp(-a));
+                *d_a = g * b * s * (1.0 + a * (1.0 - s));
+                *d_b = g * a * s;
+            }
+        })
+    });
+    [tensor(d_a, shape.clone(), dtype), tensor(d_b, shape, dtype)]
+}
+
+/// A tensor of `shape` and `dtype` from f32 values.
+fn tensor(values: Vec<f32>, shape: Shape, dtype: DType) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, shape).convert_dtype(dtype))
+}

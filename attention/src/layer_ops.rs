@@ -1,0 +1,143 @@
+//! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8) and the SwiGLU
+//! gate `silu(a)·b`, each as one op forward and one op backward where the backend has kernels
+//! for them ([`LayerKernels`], offered by [`WindowedAttentionBackend::layer_kernels`]), and as
+//! tensor ops otherwise. The tensor ops are also the kernels' test reference.
+//!
+//! As tensor ops, an RMSNorm is six ops forward and about twelve backward, and the gate three
+//! and five, each a pass over its tensor (and on the CPU, each a wake-up of the thread pool);
+//! fused, each is one pass forward and one backward. `Autodiff<B>` differentiates through its
+//! inner backend's kernels (`crate::layer_ops_autodiff`).
+
+use burn::tensor::activation::silu;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+
+use crate::WindowedAttentionBackend;
+use crate::backend::blocked_forced;
+
+/// How an RMSNorm scales: `x / √(mean(x²) + ε) · γ` with `γ = w`, or `γ = 1 + w` under
+/// `unit_offset` (Gemma's form, docs/semantics.md §9).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RmsOptions {
+    /// `ε`, added to the mean square.
+    pub epsilon: f64,
+    /// Scale by `1 + w` rather than `w`.
+    pub unit_offset: bool,
+}
+
+/// A backend's layer kernels as plain function pointers (as [`crate::WindowedKernel`], so that
+/// `Autodiff<B>` can use those of its inner backend). Every tensor is row-major over its last
+/// dimension, of any rank.
+pub struct LayerKernels<B: Backend> {
+    /// `x: [..., D]`, `w: [D]` → (`y: [..., D]`, `1/√(mean(x²) + ε)` per row: `[...]` flattened
+    /// to `[rows]`, f32).
+    pub rms_norm: fn(FloatTensor<B>, FloatTensor<B>, RmsOptions) -> [FloatTensor<B>; 2],
+    /// `x`, `w`, the forward's inverse RMS and `∂L/∂y` → `[∂L/∂x, ∂L/∂w]`.
+    pub rms_norm_backward: fn(
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        RmsOptions,
+    ) -> [FloatTensor<B>; 2],
+    /// `a, b` of one shape → `silu(a)·b`.
+    pub silu_gate: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+    /// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
+    pub silu_gate_backward:
+        fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) -> [FloatTensor<B>; 2],
+}
+
+impl<B: Backend> Clone for LayerKernels<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for LayerKernels<B> {}
+
+impl<B: Backend> std::fmt::Debug for LayerKernels<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LayerKernels")
+    }
+}
+
+/// The backend's layer kernels, unless [`crate::PATH_VARIABLE`] forces the tensor ops.
+pub(crate) fn chosen<B: WindowedAttentionBackend>() -> Option<LayerKernels<B>> {
+    B::layer_kernels().filter(|_| !blocked_forced())
+}
+
+/// RMSNorm of `x: [..., D]` with weight `w: [D]` → the same shape: the backend's fused op
+/// ([`WindowedAttentionBackend::rms_norm`]) where it has one.
+pub fn rms_norm<B: WindowedAttentionBackend, const N: usize>(
+    x: Tensor<B, N>,
+    w: Tensor<B, 1>,
+    options: RmsOptions,
+) -> Tensor<B, N> {
+    let y = B::rms_norm(x.into_primitive().tensor(), w.into_primitive().tensor(), options);
+    Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// `silu(a)·b` for `a, b` of one shape → that shape: the backend's fused op
+/// ([`WindowedAttentionBackend::silu_gate`]) where it has one.
+pub fn silu_gate<B: WindowedAttentionBackend, const N: usize>(
+    a: Tensor<B, N>,
+    b: Tensor<B, N>,
+) -> Tensor<B, N> {
+    let z = B::silu_gate(a.into_primitive().tensor(), b.into_primitive().tensor());
+    Tensor::from_primitive(TensorPrimitive::Float(z))
+}
+
+/// RMSNorm as tensor ops on any backend, `x: [..., D]`, `w: [D]` → the same shape. Written
+/// with `powf(−½)` rather than a division: Burn 0.21's ndarray backend computes the backward of
+/// a division, and its `recip`, through an approximate SIMD reciprocal.
+pub fn rms_norm_tensor_ops<B: Backend, const N: usize>(
+    x: Tensor<B, N>,
+    w: Tensor<B, 1>,
+    options: RmsOptions,
+) -> Tensor<B, N> {
+    let scale =
+        x.clone().powi_scalar(2).mean_dim(N - 1).add_scalar(options.epsilon).powf_scalar(-0.5);
+    let gamma = match options.unit_offset {
+        true => w.add_scalar(1.0),
+        false => w,
+    };
+    x * scale * gamma.unsqueeze()
+}
+
+/// `silu(a)·b` as tensor ops on any backend.
+pub fn silu_gate_tensor_ops<B: Backend, const N: usize>(
+    a: Tensor<B, N>,
+    b: Tensor<B, N>,
+) -> Tensor<B, N> {
+    silu(a) * b
+}
+
+/// [`rms_norm_tensor_ops`] on primitives of any rank, as the seam's default takes them: the
+/// rows flattened to `[rows, D]` and the result shaped back.
+pub(crate) fn rms_norm_primitives<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    options: RmsOptions,
+) -> FloatTensor<B> {
+    let shape = x.shape();
+    let width = shape[shape.num_dims() - 1];
+    let rows = B::float_reshape(x, Shape::new([shape.num_elements() / width.max(1), width]));
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(rows));
+    let w = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(w));
+    let y = rms_norm_tensor_ops(x, w, options).into_primitive().tensor();
+    B::float_reshape(y, shape)
+}
+
+/// [`silu_gate_tensor_ops`] on primitives of any rank, flattened (it is elementwise).
+pub(crate) fn silu_gate_primitives<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let shape = a.shape();
+    let flat = |t| {
+        let t = B::float_reshape(t, Shape::new([shape.num_elements()]));
+        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
+    };
+    let z = silu_gate_tensor_ops(flat(a), flat(b)).into_primitive().tensor();
+    B::float_reshape(z, shape)
+}

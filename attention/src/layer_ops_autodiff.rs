@@ -1,0 +1,108 @@
+//! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
+//! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the SwiGLU gate with parents `a` and
+//! `b`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
+//! the tensor ops, the tensor ops run on `Autodiff<B>` and are differentiated op by op.
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::ops::FloatTensor;
+
+use crate::WindowedAttentionBackend;
+use crate::layer_ops::{self, LayerKernels, RmsOptions};
+
+/// RMSNorm on `Autodiff<B>`: the inner kernel, tracked, or the tensor ops.
+pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    w: FloatTensor<Autodiff<B, C>>,
+    options: RmsOptions,
+) -> FloatTensor<Autodiff<B, C>> {
+    let Some(kernels) = layer_ops::chosen::<B>() else {
+        return layer_ops::rms_norm_primitives::<Autodiff<B, C>>(x, w, options);
+    };
+    let prepared = RmsNormOp.prepare::<C>([x.node.clone(), w.node.clone()]);
+    let [y, inverse_rms] = (kernels.rms_norm)(x.primitive.clone(), w.primitive.clone(), options);
+    match prepared.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let state = RmsState { kernels, x: x.primitive, w: w.primitive, inverse_rms, options };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
+/// The SwiGLU gate on `Autodiff<B>`: the inner kernel, tracked, or the tensor ops.
+pub(crate) fn silu_gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+    a: FloatTensor<Autodiff<B, C>>,
+    b: FloatTensor<Autodiff<B, C>>,
+) -> FloatTensor<Autodiff<B, C>> {
+    let Some(kernels) = layer_ops::chosen::<B>() else {
+        return layer_ops::silu_gate_primitives::<Autodiff<B, C>>(a, b);
+    };
+    let prepared = GateOp.prepare::<C>([a.node.clone(), b.node.clone()]);
+    let z = (kernels.silu_gate)(a.primitive.clone(), b.primitive.clone());
+    match prepared.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            prep.finish(GateState { kernels, a: a.primitive, b: b.primitive }, z)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(z),
+    }
+}
+
+/// The backward step of RMSNorm.
+#[derive(Debug)]
+struct RmsNormOp;
+
+/// What RMSNorm's backward reads: its inputs, the inverse RMS of each row, the options.
+#[derive(Clone, Debug)]
+struct RmsState<B: WindowedAttentionBackend> {
+    kernels: LayerKernels<B>,
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    inverse_rms: FloatTensor<B>,
+    options: RmsOptions,
+}
+
+impl<B: WindowedAttentionBackend> Backward<B, 2> for RmsNormOp {
+    type State = RmsState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let gradient = grads.consume::<B>(&ops.node);
+        let RmsState { kernels, x, w, inverse_rms, options } = ops.state;
+        let gradients = (kernels.rms_norm_backward)(x, w, inverse_rms, gradient, options);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, gradient);
+            }
+        }
+    }
+}
+
+/// The backward step of the SwiGLU gate.
+#[derive(Debug)]
+struct GateOp;
+
+/// What the gate's backward reads: its inputs.
+#[derive(Clone, Debug)]
+struct GateState<B: WindowedAttentionBackend> {
+    kernels: LayerKernels<B>,
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+}
+
+impl<B: WindowedAttentionBackend> Backward<B, 2> for GateOp {
+    type State = GateState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let gradient = grads.consume::<B>(&ops.node);
+        let GateState { kernels, a, b } = ops.state;
+        let gradients = (kernels.silu_gate_backward)(a, b, gradient);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, gradient);
+            }
+        }
+    }
+}
