@@ -2,8 +2,10 @@
 //! Hugging Face checkpoint (tokens streamed as they come), through the bounded KV cache after
 //! one forward pass over the prompt.
 
+use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
@@ -82,8 +84,13 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
                 }
             };
             let prompt = corpus.encode(&args.prompt);
-            let tokens = model.generate(&[prompt], &args.sampling(), &device)?;
+            let mut timing = Timing::start(prompt.len());
+            let tokens = model.generate_with(&[prompt], &args.sampling(), &device, |_| {
+                timing.token();
+                true
+            })?;
             println!("{}{}", args.prompt, corpus.decode(&tokens[0]));
+            eprintln!("{timing}");
             Ok(())
         }
     }
@@ -104,7 +111,9 @@ fn generate_hf<B: WindowedAttentionBackend>(
     write!(stdout, "{}", args.prompt).ok();
     stdout.flush().ok();
     let (mut generated, mut shown, mut failure) = (Vec::new(), 0, None);
+    let mut timing = Timing::start(prompt.len());
     run.model.generate_with(&[prompt], &sampling, device, |tokens| {
+        timing.token();
         if run.tokenizer.is_eos(tokens[0]) {
             return false;
         }
@@ -126,8 +135,64 @@ fn generate_hf<B: WindowedAttentionBackend>(
         }
     })?;
     writeln!(stdout).ok();
+    eprintln!("{timing}");
     match failure {
         Some(problem) => Err(checkpoint(dir, problem)),
         None => Ok(()),
     }
+}
+
+/// The speed of a generation, from the moments its tokens were chosen: the prompt's forward
+/// pass (prefill) ends when the first new token is chosen, and every later token is one decode
+/// step (with its sampling and, for a checkpoint, its detokenising).
+struct Timing {
+    prompt: usize,
+    start: Instant,
+    /// When the first new token was chosen, and when the last one was.
+    first: Option<Instant>,
+    last: Option<Instant>,
+    tokens: usize,
+}
+
+impl Timing {
+    fn start(prompt: usize) -> Self {
+        Self { prompt, start: Instant::now(), first: None, last: None, tokens: 0 }
+    }
+
+    /// A new token was chosen.
+    fn token(&mut self) {
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.tokens += 1;
+    }
+}
+
+impl fmt::Display for Timing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (Some(first), Some(last)) = (self.first, self.last) else {
+            return write!(f, "no token generated");
+        };
+        let prefill = first - self.start;
+        write!(
+            f,
+            "prefill: {} tokens in {:.1} ms ({:.0} tokens/s)",
+            self.prompt,
+            ms(prefill),
+            self.prompt as f64 / prefill.as_secs_f64()
+        )?;
+        if self.tokens > 1 {
+            let steps = self.tokens - 1;
+            write!(
+                f,
+                "; decode: {steps} tokens at {:.2} ms/token",
+                ms(last - first) / steps as f64
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
 }

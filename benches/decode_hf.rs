@@ -1,0 +1,199 @@
+//! Decoding a Hugging Face checkpoint on the CPU against the machine's memory-bandwidth bound
+//! and, optionally, against transformers on the same checkpoint.
+//!
+//! A decode step reads every weight but the input embedding table once, so at best it takes
+//! (those bytes) ÷ (the machine's read bandwidth). This bench times greedy decoding with the
+//! bounded caches on flex: one prefill of the prompt, then single-token steps, `--runs` times
+//! (median ms/token), and reports the peak resident memory (VmHWM) against the weights' bytes.
+//! Then it measures the read bandwidth itself (two threads summing a 1 GiB buffer, best of 5;
+//! after the VmHWM reading, which the buffer would dominate) and reports the ratio to the bound.
+//! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
+//! checkpoint and prompt, and compares speeds and the greedy tokens.
+//!
+//! ```sh
+//! python3 benches/anchors/decode_mistral.py make --out /tmp/mistral-rand
+//! cargo bench --bench decode_hf -- --hf /tmp/mistral-rand --torch python3
+//! ```
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use burn::backend::Flex;
+use burn::backend::flex::FlexDevice;
+use burn::module::Module;
+use burn::tensor::{Int, Tensor, TensorData};
+use serde_json::Value;
+use swa_zoo::models::Decoder;
+use swa_zoo::models::hf;
+
+type B = Flex;
+
+/// Bytes the bandwidth probe reads per pass.
+const PROBE_BYTES: usize = 1 << 30;
+
+struct Options {
+    dir: PathBuf,
+    prompt: String,
+    tokens: usize,
+    runs: usize,
+    threads: usize,
+    torch: Option<String>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+    let number = |flag: &str, default: usize| value(flag).map_or(default, |v| v.parse().unwrap());
+    let Some(dir) = value("--hf") else {
+        eprintln!(
+            "decode_hf: --hf DIR names the checkpoint (see the header of benches/decode_hf.rs)"
+        );
+        std::process::exit(2);
+    };
+    let default_prompt = "In the beginning God created the heaven and the earth. ".repeat(4);
+    let options = Options {
+        dir: PathBuf::from(dir),
+        prompt: value("--prompt").unwrap_or(default_prompt),
+        tokens: number("--tokens", 256),
+        runs: number("--runs", 3),
+        threads: number("--threads", 2),
+        torch: value("--torch"),
+    };
+    run(&options);
+}
+
+fn run(options: &Options) {
+    swa_zoo::runtime::keep_large_buffers_on_the_heap();
+    let device = Default::default();
+    let model = hf::load_decoder::<B>(&options.dir, &device).expect("a checkpoint swa-zoo reads");
+    let (_, config) = hf::read_config(&options.dir).expect("its config");
+    let tokenizer = hf::load_tokenizer(&options.dir, config.vocab_size).expect("its tokenizer");
+    let prompt = tokenizer.encode(&options.prompt, true).expect("the prompt encodes");
+    let embedding = config.vocab_size * config.d_model;
+    let weights = model.num_params() * 4;
+    let per_token = if config.tie_embeddings { weights } else { weights - embedding * 4 };
+    let mut decode = Vec::new();
+    let mut tokens = Vec::new();
+    let mut prefill = f64::INFINITY;
+    for _ in 0..options.runs {
+        let (prefill_ms, step_ms, run_tokens) = greedy(&model, &prompt, options.tokens, &device);
+        prefill = prefill.min(prefill_ms);
+        decode.push(step_ms);
+        tokens = run_tokens;
+    }
+    let ms = swa_zoo::bench::median(decode.clone());
+    // Read before the bandwidth probe, whose buffer would be the peak.
+    let peak = peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    let bandwidth = read_bandwidth(options.threads);
+    let bound_ms = per_token as f64 / bandwidth * 1e3;
+    println!("checkpoint        {}", options.dir.display());
+    println!("prompt            {} tokens, prefill {prefill:.1} ms", prompt.len());
+    println!(
+        "read bandwidth    {:.1} GB/s ({} threads, best of 5 over 1 GiB)",
+        bandwidth / 1e9,
+        options.threads
+    );
+    println!("weights per token {:.1} MB -> bound {bound_ms:.2} ms/token", per_token as f64 / 1e6);
+    println!(
+        "decode            {ms:.2} ms/token (runs {decode:.2?}) = {:.2}x the bound",
+        ms / bound_ms
+    );
+    println!(
+        "peak RSS          {:.0} MB = {:.2}x the weights' {:.0} MB",
+        peak / 1e6,
+        peak / weights as f64,
+        weights as f64 / 1e6
+    );
+    if let Some(python) = &options.torch {
+        compare(python, options, ms, &tokens);
+    }
+}
+
+/// One greedy generation of `new` tokens after `prompt`: (prefill ms, median ms per decode
+/// step, the tokens).
+fn greedy(
+    model: &Decoder<B>,
+    prompt: &[usize],
+    new: usize,
+    device: &FlexDevice,
+) -> (f64, f64, Vec<usize>) {
+    let argmax = |logits: Tensor<B, 2>| -> usize {
+        logits.argmax(1).into_data().convert::<i64>().to_vec::<i64>().expect("ids")[0] as usize
+    };
+    let start = Instant::now();
+    let ids: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
+    let input = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), device);
+    let (logits, mut cache) = model.prefill(input).expect("the prompt fits the model");
+    let mut tokens = vec![argmax(logits.narrow(1, prompt.len() - 1, 1).squeeze_dim(1))];
+    let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut steps = Vec::with_capacity(new);
+    for _ in 1..new {
+        let step = Instant::now();
+        let last = *tokens.last().expect("one token at least") as i64;
+        let input = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![last], [1]), device);
+        tokens.push(argmax(model.step(input, &mut cache)));
+        steps.push(step.elapsed().as_secs_f64() * 1e3);
+    }
+    (prefill_ms, swa_zoo::bench::median(steps), tokens)
+}
+
+/// Bytes per second that `threads` threads read from memory: each sums its share of a 1 GiB
+/// buffer; the best of 5 passes.
+fn read_bandwidth(threads: usize) -> f64 {
+    let buffer: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();
+    let share = buffer.len().div_ceil(threads.max(1));
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let sums: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = buffer
+                .chunks(share)
+                .map(|chunk| {
+                    scope.spawn(move || chunk.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a reader")).fold(0, u64::wrapping_add)
+        });
+        std::hint::black_box(sums);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    PROBE_BYTES as f64 / best
+}
+
+/// VmHWM of this process, in KiB.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// transformers on the same checkpoint and prompt: its ms/token against ours, and the tokens.
+fn compare(python: &str, options: &Options, ours_ms: f64, ours: &[usize]) {
+    let output = Command::new(python)
+        .arg("benches/anchors/decode_mistral.py")
+        .arg("time")
+        .arg("--model")
+        .arg(&options.dir)
+        .args(["--prompt", &options.prompt])
+        .args(["--new-tokens", &options.tokens.to_string()])
+        .args(["--threads", &options.threads.to_string()])
+        .args(["--runs", &options.runs.to_string()])
+        .output()
+        .expect("the anchor starts");
+    assert!(output.status.success(), "anchor: {}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(stdout.lines().last().expect("a line")).expect("JSON");
+    let theirs_ms = report["decode_ms_per_token"].as_f64().unwrap_or(f64::NAN);
+    let theirs: Vec<usize> = report["tokens"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_u64).map(|t| t as usize).collect())
+        .unwrap_or_default();
+    let same = theirs.iter().zip(ours).take_while(|(a, b)| a == b).count();
+    println!(
+        "transformers      {theirs_ms:.2} ms/token, peak RSS {:.0} MB; ours is {:.2}x its speed",
+        report["vmhwm_kib"].as_f64().unwrap_or(0.0) / 1e3 * 1.024,
+        theirs_ms / ours_ms
+    );
+    println!("greedy tokens     {same} of {} identical", ours.len().min(theirs.len()));
+}
