@@ -1,11 +1,12 @@
 //! RMSNorm and the SwiGLU gate on `Flex` ([`crate::layer_ops::LayerKernels`]): each direction
 //! one pass over the rows, compiled under pulp's dispatch so that `exp` and the row sums
-//! vectorise ([`super::math`]), threads (rayon) over chunks of rows big enough to be worth a
-//! thread. Inputs are read as f32 (half precision converted, so it accumulates in f32) and
+//! vectorise ([`super::math`], [`Chunk`]), threads (rayon) over chunks of rows big enough to be
+//! worth a thread. Inputs are read as f32 (half precision converted, so it accumulates in f32) and
 //! outputs return in the inputs' dtype; the inverse RMS of each row stays f32.
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::layout;
@@ -30,15 +31,8 @@ fn rms_norm(x: FlexTensor, w: FlexTensor, options: RmsOptions) -> [FlexTensor; 2
     let per_task = (TASK / width.max(1)).max(1);
     let tasks = y.par_chunks_mut(per_task * width).zip(inverse.par_chunks_mut(per_task));
     tasks.zip(xs.par_chunks(per_task * width)).for_each(|((y, inverse), x)| {
-        pulp::Arch::new().dispatch(|| {
-            let rows = x.chunks_exact(width).zip(y.chunks_exact_mut(width));
-            for ((x, y), r) in rows.zip(inverse.iter_mut()) {
-                *r = (dot(x, x) as f64 / width as f64 + options.epsilon).powf(-0.5) as f32;
-                for ((y, &x), &g) in y.iter_mut().zip(x).zip(&gamma) {
-                    *y = x * *r * g;
-                }
-            }
-        })
+        let gamma = &gamma;
+        vectorised(Chunk::RmsNorm { x, y, inverse, gamma, epsilon: options.epsilon });
     });
     [tensor(y, shape, x.dtype()), tensor(inverse, Shape::new([rows]), DType::F32)]
 }
@@ -61,24 +55,7 @@ fn rms_norm_backward(
     let d_w = tasks
         .zip(inverse.par_chunks(per_task))
         .map(|(((d_x, x), d_y), inverse)| {
-            pulp::Arch::new().dispatch(|| {
-                let mut d_w = vec![0.0f32; width];
-                let mut h = vec![0.0f32; width];
-                let rows = x.chunks_exact(width).zip(d_y.chunks_exact(width));
-                for (((x, d_y), d_x), &r) in rows.zip(d_x.chunks_exact_mut(width)).zip(inverse) {
-                    for (((h, &d_y), &g), (d_w, &x)) in
-                        h.iter_mut().zip(d_y).zip(&gamma).zip(d_w.iter_mut().zip(x))
-                    {
-                        *h = g * d_y;
-                        *d_w += d_y * x * r;
-                    }
-                    let shift = r * r * r * dot(&h, x) / width as f32;
-                    for ((d_x, &h), &x) in d_x.iter_mut().zip(&h).zip(x) {
-                        *d_x = r * h - x * shift;
-                    }
-                }
-                d_w
-            })
+            vectorised(Chunk::RmsNormBackward { x, d_y, inverse, gamma: &gamma, d_x })
         })
         .reduce(|| vec![0.0f32; width], |a, b| a.iter().zip(&b).map(|(a, b)| a + b).collect());
     [tensor(d_x, x.shape(), x.dtype()), tensor(d_w, w.shape(), w.dtype())]
@@ -100,11 +77,7 @@ fn silu_gate(a: FlexTensor, b: FlexTensor) -> FlexTensor {
     let mut z = vec![0.0f32; a.len()];
     let tasks = z.par_chunks_mut(TASK).zip(a.par_chunks(TASK)).zip(b.par_chunks(TASK));
     tasks.for_each(|((z, a), b)| {
-        pulp::Arch::new().dispatch(|| {
-            for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
-                *z = a * b / (1.0 + exp(-a));
-            }
-        })
+        vectorised(Chunk::Gate { a, b, z });
     });
     tensor(z, shape, dtype)
 }
@@ -117,16 +90,121 @@ fn silu_gate_backward(a: FlexTensor, b: FlexTensor, d_z: FlexTensor) -> [FlexTen
     let outputs = d_a.par_chunks_mut(TASK).zip(d_b.par_chunks_mut(TASK));
     let inputs = a.par_chunks(TASK).zip(b.par_chunks(TASK)).zip(d_z.par_chunks(TASK));
     outputs.zip(inputs).for_each(|((d_a, d_b), ((a, b), d_z))| {
-        pulp::Arch::new().dispatch(|| {
-            let inputs = a.iter().zip(b).zip(d_z);
-            for ((d_a, d_b), ((&a, &b), &g)) in d_a.iter_mut().zip(d_b.iter_mut()).zip(inputs) {
-                let s = 1.0 / (1.0 + exp(-a));
-                *d_a = g * b * s * (1.0 + a * (1.0 - s));
-                *d_b = g * a * s;
-            }
-        })
+        vectorised(Chunk::GateBackward { a, b, d_z, d_a, d_b });
     });
     [tensor(d_a, shape.clone(), dtype), tensor(d_b, shape, dtype)]
+}
+
+/// One task's share of a kernel, run under pulp's dispatch by [`vectorised`]. The loops are
+/// reached from the dispatch through `#[inline(always)]` methods only: a closure handed to the
+/// dispatch is called through its `FnOnce` shim, which is compiled apart from the dispatch's
+/// target features (measured: SSE instead of AVX-512 loops).
+enum Chunk<'a> {
+    RmsNorm {
+        x: &'a [f32],
+        y: &'a mut [f32],
+        inverse: &'a mut [f32],
+        gamma: &'a [f32],
+        epsilon: f64,
+    },
+    RmsNormBackward {
+        x: &'a [f32],
+        d_y: &'a [f32],
+        inverse: &'a [f32],
+        gamma: &'a [f32],
+        d_x: &'a mut [f32],
+    },
+    Gate {
+        a: &'a [f32],
+        b: &'a [f32],
+        z: &'a mut [f32],
+    },
+    GateBackward {
+        a: &'a [f32],
+        b: &'a [f32],
+        d_z: &'a [f32],
+        d_a: &'a mut [f32],
+        d_b: &'a mut [f32],
+    },
+}
+
+/// `chunk` compiled for the CPU's widest SIMD; its result (∂w's partial sums) or an empty
+/// vector.
+fn vectorised(chunk: Chunk<'_>) -> Vec<f32> {
+    pulp::Arch::new().dispatch(chunk)
+}
+
+impl WithSimd for Chunk<'_> {
+    type Output = Vec<f32>;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _simd: S) -> Vec<f32> {
+        match self {
+            Chunk::RmsNorm { x, y, inverse, gamma, epsilon } => {
+                rms_rows(x, y, inverse, gamma, epsilon);
+                Vec::new()
+            }
+            Chunk::RmsNormBackward { x, d_y, inverse, gamma, d_x } => {
+                rms_rows_backward(x, d_y, inverse, gamma, d_x)
+            }
+            Chunk::Gate { a, b, z } => {
+                for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
+                    *z = a * b / (1.0 + exp(-a));
+                }
+                Vec::new()
+            }
+            Chunk::GateBackward { a, b, d_z, d_a, d_b } => {
+                let inputs = a.iter().zip(b).zip(d_z);
+                for ((d_a, d_b), ((&a, &b), &g)) in d_a.iter_mut().zip(d_b.iter_mut()).zip(inputs) {
+                    let s = 1.0 / (1.0 + exp(-a));
+                    *d_a = g * b * s * (1.0 + a * (1.0 - s));
+                    *d_b = g * a * s;
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// RMSNorm of rows of `gamma.len()`: `y` and each row's inverse RMS.
+#[inline(always)]
+fn rms_rows(x: &[f32], y: &mut [f32], inverse: &mut [f32], gamma: &[f32], epsilon: f64) {
+    let width = gamma.len();
+    let rows = x.chunks_exact(width).zip(y.chunks_exact_mut(width));
+    for ((x, y), r) in rows.zip(inverse.iter_mut()) {
+        *r = (dot(x, x) as f64 / width as f64 + epsilon).powf(-0.5) as f32;
+        for ((y, &x), &g) in y.iter_mut().zip(x).zip(gamma) {
+            *y = x * *r * g;
+        }
+    }
+}
+
+/// RMSNorm's backward over rows: `d_x`, and the rows' partial sums of `∂L/∂w`.
+#[inline(always)]
+fn rms_rows_backward(
+    x: &[f32],
+    d_y: &[f32],
+    inverse: &[f32],
+    gamma: &[f32],
+    d_x: &mut [f32],
+) -> Vec<f32> {
+    let width = gamma.len();
+    let mut d_w = vec![0.0f32; width];
+    let mut h = vec![0.0f32; width];
+    let rows = x.chunks_exact(width).zip(d_y.chunks_exact(width));
+    for (((x, d_y), d_x), &r) in rows.zip(d_x.chunks_exact_mut(width)).zip(inverse) {
+        for (((h, &d_y), &g), (d_w, &x)) in
+            h.iter_mut().zip(d_y).zip(gamma).zip(d_w.iter_mut().zip(x))
+        {
+            *h = g * d_y;
+            *d_w += d_y * x * r;
+        }
+        let shift = r * r * r * dot(&h, x) / width as f32;
+        for ((d_x, &h), &x) in d_x.iter_mut().zip(&h).zip(x) {
+            *d_x = r * h - x * shift;
+        }
+    }
+    d_w
 }
 
 /// A tensor of `shape` and `dtype` from f32 values.
