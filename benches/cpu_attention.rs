@@ -34,6 +34,9 @@ const DENSE_MAX_SCORES: usize = HEADS * 4096 * 4096;
 #[derive(Parser)]
 #[command(about = "The windowed core on the CPU: fused kernel, blocked path and dense reference")]
 struct Flags {
+    /// What `cargo bench` passes to every bench; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
     /// Sequence lengths.
     #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
     lengths: Vec<usize>,

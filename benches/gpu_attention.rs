@@ -33,6 +33,9 @@ use swa_zoo::bench::median_ms;
 #[derive(Parser)]
 #[command(about = "The CubeCL kernels of the windowed core on a GPU, beside PyTorch's anchors")]
 struct Flags {
+    /// What `cargo bench` passes to every bench; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
     /// The GPU backend: `cuda` (feature `cuda`) or `wgpu` (feature `wgpu`: Vulkan, Metal, DX12).
     #[arg(long, value_enum, default_value_t = Gpu::default())]
     backend: Gpu,

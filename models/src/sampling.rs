@@ -21,12 +21,15 @@ impl Sampler {
 
     /// The next token for one row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> usize {
-        let mut order: Vec<usize> = (0..logits.len()).collect();
         // Most likely first; NaN logits sort last, ties keep the lower token id.
-        order.sort_by(|&a, &b| logit(logits[b]).total_cmp(&logit(logits[a])).then(a.cmp(&b)));
+        let likelier =
+            |&a: &usize, &b: &usize| logit(logits[b]).total_cmp(&logit(logits[a])).then(a.cmp(&b));
         if self.temperature == 0.0 {
-            return order[0];
+            // The first of that order, without sorting the vocabulary at every step.
+            return (0..logits.len()).min_by(likelier).unwrap_or(0);
         }
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(likelier);
         if self.top_k > 0 {
             order.truncate(self.top_k);
         }

@@ -5,9 +5,10 @@
 //! The kernel reads contiguous f32 buffers: an f32 tensor that is already contiguous is read in
 //! place, a strided f32 view (the `[batch, N, H, d]` memory of the projections) a row at a time,
 //! and half precision is converted, so half-precision inputs accumulate in f32
-//! ([`super::layout`]). `o` returns in the inputs' dtype stored as `[batch, N, H, d]`, the order
-//! the layer merges its heads from, and each gradient in the order its input was stored in, so
-//! the layer's `swap_dims`/`reshape` round trips copy nothing; `lse` returns in f32. The fused
+//! ([`super::layout`]). `o` returns in the inputs' dtype stored in `q`'s order (for a layer's q,
+//! `[batch, N, H, d]`, the order it merges its heads from), and each gradient in the order its
+//! input was stored in, so the layer's `swap_dims`/`reshape` round trips copy nothing; `lse`
+//! returns in f32. The fused
 //! decode step ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
 
 use std::borrow::Cow;
@@ -39,7 +40,7 @@ impl WindowedKernelBackend for Flex {
     ) -> OutputPrimitives<Self> {
         let dims = dims_of(&q.shape(), &k.shape());
         let out = forward(&f32s(&q), &f32s(&k), &f32s(&v), dims, spec, opts).expect(CHECKED);
-        let o = layout::write(out.o, q.shape().dims::<4>(), layout::HEADS_INNER, q.dtype());
+        let o = layout::write(out.o, q.shape().dims::<4>(), layout::order_of(&q), q.dtype());
         (o, tensor(out.lse, [dims.batch, dims.heads, dims.q_len], DType::F32))
     }
 
