@@ -84,7 +84,7 @@ fn run(options: &Options) {
     }
     let ms = swa_zoo::bench::median(decode.clone());
     // Read before the bandwidth probe, whose buffer would be the peak.
-    let peak = peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    let peak = swa_zoo::bench::memory::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
     let bandwidth = read_bandwidth(options.threads);
     let bound_ms = per_token as f64 / bandwidth * 1e3;
     println!("checkpoint        {}", options.dir.display());
@@ -159,13 +159,6 @@ fn read_bandwidth(threads: usize) -> f64 {
         best = best.min(start.elapsed().as_secs_f64());
     }
     PROBE_BYTES as f64 / best
-}
-
-/// VmHWM of this process, in KiB.
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// transformers on the same checkpoint and prompt: its ms/token against ours, and the tokens.

@@ -199,15 +199,8 @@ fn child(size: &Size, warmup: usize, steps: usize) -> Value {
     json!({
         "name": size.name, "mode": "swa-zoo", "params": model.num_params(),
         "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3 / steps as f64,
-        "vmhwm_kib": peak_rss_kib(),
+        "vmhwm_kib": swa_zoo::bench::memory::peak_rss_kib(),
     })
-}
-
-/// VmHWM of this process, in KiB.
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Runs every size's measurements in turn, then prints and writes the medians.

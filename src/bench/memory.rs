@@ -53,3 +53,12 @@ pub fn peak_during<T>(call: impl FnOnce() -> T) -> (T, Option<usize>) {
     let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
     (out, counting().then_some(peak))
 }
+
+/// The peak resident memory of this process so far (Linux's VmHWM), in KiB; `None` where
+/// `/proc/self/status` does not say. Unlike [`peak_during`], it counts every byte the process
+/// holds (code, the allocator's slack, buffers outside Rust's allocator).
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
