@@ -29,23 +29,32 @@ pub struct RmsOptions {
 /// `Autodiff<B>` can use those of its inner backend). Every tensor is row-major over its last
 /// dimension, of any rank.
 pub struct LayerKernels<B: Backend> {
-    /// `x: [..., D]`, `w: [D]` → (`y: [..., D]`, `1/√(mean(x²) + ε)` per row: `[...]` flattened
-    /// to `[rows]`, f32).
-    pub rms_norm: fn(FloatTensor<B>, FloatTensor<B>, RmsOptions) -> [FloatTensor<B>; 2],
-    /// `x`, `w`, the forward's inverse RMS and `∂L/∂y` → `[∂L/∂x, ∂L/∂w]`.
-    pub rms_norm_backward: fn(
-        FloatTensor<B>,
-        FloatTensor<B>,
-        FloatTensor<B>,
-        FloatTensor<B>,
-        RmsOptions,
-    ) -> [FloatTensor<B>; 2],
+    /// RMSNorm's forward.
+    pub rms_norm: RmsNormKernel<B>,
+    /// RMSNorm's backward.
+    pub rms_norm_backward: RmsNormBackward<B>,
     /// `a, b` of one shape → `silu(a)·b`.
     pub silu_gate: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
-    /// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
-    pub silu_gate_backward:
-        fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) -> [FloatTensor<B>; 2],
+    /// The gate's backward.
+    pub silu_gate_backward: GateBackward<B>,
 }
+
+/// `x: [..., D]`, `w: [D]` → (`y: [..., D]`, `1/√(mean(x²) + ε)` per row: `[...]` flattened to
+/// `[rows]`, f32).
+pub type RmsNormKernel<B> = fn(FloatTensor<B>, FloatTensor<B>, RmsOptions) -> [FloatTensor<B>; 2];
+
+/// `x`, `w`, the forward's inverse RMS and `∂L/∂y` → `[∂L/∂x, ∂L/∂w]`.
+pub type RmsNormBackward<B> = fn(
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    RmsOptions,
+) -> [FloatTensor<B>; 2];
+
+/// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
+pub type GateBackward<B> =
+    fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) -> [FloatTensor<B>; 2];
 
 impl<B: Backend> Clone for LayerKernels<B> {
     fn clone(&self) -> Self {
