@@ -11,8 +11,8 @@
 //! checkpoint and prompt, and compares speeds and the greedy tokens.
 //!
 //! ```sh
-//! python3 benches/anchors/decode_mistral.py make --out /tmp/mistral-rand
-//! cargo bench --bench decode_hf -- --hf /tmp/mistral-rand --torch python3
+//! python3 benches/anchors/decode_mistral.py make --out target/mistral-rand
+//! cargo bench --bench decode_hf -- --hf target/mistral-rand --torch python3
 //! ```
 
 use std::path::PathBuf;
