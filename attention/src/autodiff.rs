@@ -54,11 +54,11 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         options: RmsOptions,
-    ) -> FloatTensor<Self> {
+    ) -> Option<FloatTensor<Self>> {
         crate::layer_ops_autodiff::rms_norm::<B, C>(x, w, options)
     }
 
-    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> Option<FloatTensor<Self>> {
         crate::layer_ops_autodiff::silu_gate::<B, C>(a, b)
     }
 }

@@ -68,30 +68,24 @@ pub trait WindowedAttentionBackend: Backend {
         None
     }
 
-    /// RMSNorm of `x: [..., D]` with weight `w: [D]` ([`crate::layer_ops::rms_norm`]) → the
-    /// shape of `x`. The default runs the backend's kernel ([`Self::layer_kernels`]) where it
-    /// has one, else the tensor ops.
+    /// The backend's fused RMSNorm of `x: [..., D]` with weight `w: [D]` → the shape of `x`
+    /// ([`crate::layer_ops::rms_norm`]), or `None` where it has none and the caller runs the
+    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
     fn rms_norm(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         options: RmsOptions,
-    ) -> FloatTensor<Self> {
-        match layer_ops::chosen::<Self>() {
-            Some(kernels) => {
-                let [y, _] = (kernels.rms_norm)(x, w, options);
-                y
-            }
-            None => layer_ops::rms_norm_primitives::<Self>(x, w, options),
-        }
+    ) -> Option<FloatTensor<Self>> {
+        let kernels = layer_ops::chosen::<Self>()?;
+        let [y, _] = (kernels.rms_norm)(x, w, options);
+        Some(y)
     }
 
-    /// `silu(a)·b` for `a, b` of one shape ([`crate::layer_ops::silu_gate`]). The default runs
-    /// the backend's kernel ([`Self::layer_kernels`]) where it has one, else the tensor ops.
-    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        match layer_ops::chosen::<Self>() {
-            Some(kernels) => (kernels.silu_gate)(a, b),
-            None => layer_ops::silu_gate_primitives::<Self>(a, b),
-        }
+    /// The backend's fused `silu(a)·b` for `a, b` of one shape
+    /// ([`crate::layer_ops::silu_gate`]), or `None` where it has none and the caller runs the
+    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
+    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> Option<FloatTensor<Self>> {
+        layer_ops::chosen::<Self>().map(|kernels| (kernels.silu_gate)(a, b))
     }
 
     /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm and the SwiGLU gate, forward

@@ -10,7 +10,7 @@
 
 use burn::tensor::activation::silu;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 
 use crate::WindowedAttentionBackend;
 use crate::backend::blocked_forced;
@@ -82,8 +82,12 @@ pub fn rms_norm<B: WindowedAttentionBackend, const N: usize>(
     w: Tensor<B, 1>,
     options: RmsOptions,
 ) -> Tensor<B, N> {
-    let y = B::rms_norm(x.into_primitive().tensor(), w.into_primitive().tensor(), options);
-    Tensor::from_primitive(TensorPrimitive::Float(y))
+    let primitive = |t: Tensor<B, N>| t.into_primitive().tensor();
+    let fused = B::rms_norm(primitive(x.clone()), w.clone().into_primitive().tensor(), options);
+    match fused {
+        Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
+        None => rms_norm_tensor_ops(x, w, options),
+    }
 }
 
 /// `silu(a)·b` for `a, b` of one shape → that shape: the backend's fused op
@@ -92,8 +96,11 @@ pub fn silu_gate<B: WindowedAttentionBackend, const N: usize>(
     a: Tensor<B, N>,
     b: Tensor<B, N>,
 ) -> Tensor<B, N> {
-    let z = B::silu_gate(a.into_primitive().tensor(), b.into_primitive().tensor());
-    Tensor::from_primitive(TensorPrimitive::Float(z))
+    let primitive = |t: Tensor<B, N>| t.into_primitive().tensor();
+    match B::silu_gate(primitive(a.clone()), primitive(b.clone())) {
+        Some(z) => Tensor::from_primitive(TensorPrimitive::Float(z)),
+        None => silu_gate_tensor_ops(a, b),
+    }
 }
 
 /// RMSNorm as tensor ops on any backend, `x: [..., D]`, `w: [D]` → the same shape. Written
@@ -119,34 +126,4 @@ pub fn silu_gate_tensor_ops<B: Backend, const N: usize>(
     b: Tensor<B, N>,
 ) -> Tensor<B, N> {
     silu(a) * b
-}
-
-/// [`rms_norm_tensor_ops`] on primitives of any rank, as the seam's default takes them: the
-/// rows flattened to `[rows, D]` and the result shaped back.
-pub(crate) fn rms_norm_primitives<B: Backend>(
-    x: FloatTensor<B>,
-    w: FloatTensor<B>,
-    options: RmsOptions,
-) -> FloatTensor<B> {
-    let shape = x.shape();
-    let width = shape[shape.num_dims() - 1];
-    let rows = B::float_reshape(x, Shape::new([shape.num_elements() / width.max(1), width]));
-    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(rows));
-    let w = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(w));
-    let y = rms_norm_tensor_ops(x, w, options).into_primitive().tensor();
-    B::float_reshape(y, shape)
-}
-
-/// [`silu_gate_tensor_ops`] on primitives of any rank, flattened (it is elementwise).
-pub(crate) fn silu_gate_primitives<B: Backend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-) -> FloatTensor<B> {
-    let shape = a.shape();
-    let flat = |t| {
-        let t = B::float_reshape(t, Shape::new([shape.num_elements()]));
-        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
-    };
-    let z = silu_gate_tensor_ops(flat(a), flat(b)).into_primitive().tensor();
-    B::float_reshape(z, shape)
 }

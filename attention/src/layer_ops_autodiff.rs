@@ -1,7 +1,8 @@
 //! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
 //! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the SwiGLU gate with parents `a` and
 //! `b`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
-//! the tensor ops, the tensor ops run on `Autodiff<B>` and are differentiated op by op.
+//! the tensor ops, they return `None`: the caller's tensor ops run on `Autodiff<B>` and are
+//! differentiated op by op.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -13,41 +14,37 @@ use burn::tensor::ops::FloatTensor;
 use crate::WindowedAttentionBackend;
 use crate::layer_ops::{self, LayerKernels, RmsOptions};
 
-/// RMSNorm on `Autodiff<B>`: the inner kernel, tracked, or the tensor ops.
+/// RMSNorm on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
 pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     w: FloatTensor<Autodiff<B, C>>,
     options: RmsOptions,
-) -> FloatTensor<Autodiff<B, C>> {
-    let Some(kernels) = layer_ops::chosen::<B>() else {
-        return layer_ops::rms_norm_primitives::<Autodiff<B, C>>(x, w, options);
-    };
+) -> Option<FloatTensor<Autodiff<B, C>>> {
+    let kernels = layer_ops::chosen::<B>()?;
     let prepared = RmsNormOp.prepare::<C>([x.node.clone(), w.node.clone()]);
     let [y, inverse_rms] = (kernels.rms_norm)(x.primitive.clone(), w.primitive.clone(), options);
     match prepared.compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
             let state = RmsState { kernels, x: x.primitive, w: w.primitive, inverse_rms, options };
-            prep.finish(state, y)
+            Some(prep.finish(state, y))
         }
-        OpsKind::UnTracked(prep) => prep.finish(y),
+        OpsKind::UnTracked(prep) => Some(prep.finish(y)),
     }
 }
 
-/// The SwiGLU gate on `Autodiff<B>`: the inner kernel, tracked, or the tensor ops.
+/// The SwiGLU gate on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
 pub(crate) fn silu_gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     a: FloatTensor<Autodiff<B, C>>,
     b: FloatTensor<Autodiff<B, C>>,
-) -> FloatTensor<Autodiff<B, C>> {
-    let Some(kernels) = layer_ops::chosen::<B>() else {
-        return layer_ops::silu_gate_primitives::<Autodiff<B, C>>(a, b);
-    };
+) -> Option<FloatTensor<Autodiff<B, C>>> {
+    let kernels = layer_ops::chosen::<B>()?;
     let prepared = GateOp.prepare::<C>([a.node.clone(), b.node.clone()]);
     let z = (kernels.silu_gate)(a.primitive.clone(), b.primitive.clone());
     match prepared.compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
-            prep.finish(GateState { kernels, a: a.primitive, b: b.primitive }, z)
+            Some(prep.finish(GateState { kernels, a: a.primitive, b: b.primitive }, z))
         }
-        OpsKind::UnTracked(prep) => prep.finish(z),
+        OpsKind::UnTracked(prep) => Some(prep.finish(z)),
     }
 }
 
