@@ -23,6 +23,7 @@ use burn::backend::Flex;
 use burn::backend::flex::FlexDevice;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
+use clap::Parser;
 use serde_json::Value;
 use swa_zoo::models::Decoder;
 use swa_zoo::models::hf;
@@ -32,44 +33,46 @@ type B = Flex;
 /// Bytes the bandwidth probe reads per pass.
 const PROBE_BYTES: usize = 1 << 30;
 
+/// The bench's options (`cargo bench --bench decode_hf -- --help`).
+#[derive(Parser)]
+#[command(
+    about = "Decoding a Hugging Face checkpoint against the bandwidth bound and transformers"
+)]
 struct Options {
+    /// What `cargo bench` passes to every bench; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// The checkpoint's directory (config.json, model.safetensors, tokenizer.json).
+    #[arg(long = "hf")]
     dir: PathBuf,
+    /// The prompt (`decode_mistral.py time` prints a 64-token one for its model).
+    #[arg(long, default_value = "In the beginning God created the heaven and the earth.")]
     prompt: String,
+    /// Greedy tokens per run.
+    #[arg(long, default_value_t = 256)]
     tokens: usize,
+    /// Runs; the median ms/token is reported.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Threads of the bandwidth probe and of transformers.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// The Python that runs `benches/anchors/decode_mistral.py`; without it ours alone.
+    #[arg(long)]
     torch: Option<String>,
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
-    let number = |flag: &str, default: usize| value(flag).map_or(default, |v| v.parse().unwrap());
-    let Some(dir) = value("--hf") else {
-        eprintln!(
-            "decode_hf: --hf DIR names the checkpoint (see the header of benches/decode_hf.rs)"
-        );
-        std::process::exit(2);
-    };
-    let default_prompt = "In the beginning God created the heaven and the earth. ".repeat(4);
-    let options = Options {
-        dir: PathBuf::from(dir),
-        prompt: value("--prompt").unwrap_or(default_prompt),
-        tokens: number("--tokens", 256),
-        runs: number("--runs", 3),
-        threads: number("--threads", 2),
-        torch: value("--torch"),
-    };
-    run(&options);
+    run(&Options::parse());
 }
 
 fn run(options: &Options) {
     swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let device = Default::default();
-    let model = hf::load_decoder::<B>(&options.dir, &device).expect("a checkpoint swa-zoo reads");
-    let (_, config) = hf::read_config(&options.dir).expect("its config");
-    let tokenizer = hf::load_tokenizer(&options.dir, config.vocab_size).expect("its tokenizer");
-    let prompt = tokenizer.encode(&options.prompt, true).expect("the prompt encodes");
+    let model = hf::load_decoder::<B>(&options.dir, &device).unwrap_or_else(|e| fail(e));
+    let (_, config) = hf::read_config(&options.dir).unwrap_or_else(|e| fail(e));
+    let tokenizer = hf::load_tokenizer(&options.dir, config.vocab_size).unwrap_or_else(|e| fail(e));
+    let prompt = tokenizer.encode(&options.prompt, true).unwrap_or_else(|e| fail(format!("{e:?}")));
     let embedding = config.vocab_size * config.d_model;
     let weights = model.num_params() * 4;
     let per_token = if config.tie_embeddings { weights } else { weights - embedding * 4 };
@@ -108,6 +111,12 @@ fn run(options: &Options) {
     if let Some(python) = &options.torch {
         compare(python, options, ms, &tokens);
     }
+}
+
+/// Ends the bench with a one-line error.
+fn fail(problem: impl std::fmt::Display) -> ! {
+    eprintln!("decode_hf: {problem}");
+    std::process::exit(2)
 }
 
 /// One greedy generation of `new` tokens after `prompt`: (prefill ms, median ms per decode

@@ -30,6 +30,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::train::TrainStep;
+use clap::Parser;
 use serde_json::{Value, json};
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
@@ -67,46 +68,57 @@ const SIZES: [Size; 3] = [
     },
 ];
 
-/// The bench's options.
+/// The bench's options (`cargo bench --bench train_step -- --help`).
+#[derive(Parser)]
+#[command(about = "The whole training step against the same model in PyTorch")]
 struct Options {
-    sizes: Vec<&'static Size>,
+    /// What `cargo bench` passes to every bench; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// The sizes to run: default, medium, larger.
+    #[arg(long, value_delimiter = ',', default_value = "default,medium,larger")]
+    sizes: Vec<String>,
+    /// Measurements of each side at each size; the median is reported.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Untimed steps before the timed ones.
+    #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Timed steps; 0 is each size's own (about 15 s of ours).
+    #[arg(long, default_value_t = 0)]
     steps: usize,
+    /// Threads of both sides.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// The Python that runs `benches/anchors/train_step.py`; without it only ours run.
+    #[arg(long)]
     torch: Option<String>,
+    /// Also run PyTorch under `torch.compile`.
+    #[arg(long)]
     compile: bool,
+    /// Where to write the CSV of the medians.
+    #[arg(long)]
     csv: Option<PathBuf>,
+    /// Run one measurement of ours at this size in this process (what the parent starts).
+    #[arg(long, hide = true)]
+    child: Option<String>,
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
-    let number = |flag: &str, default: usize| value(flag).map_or(default, |v| v.parse().unwrap());
-    let (warmup, steps) = (number("--warmup", 3), number("--steps", 0));
-    if let Some(name) = value("--child") {
-        let size = SIZES.iter().find(|s| s.name == name).expect("a size the parent named");
-        println!("{}", child(size, warmup, steps));
+    let options = Options::parse();
+    if let Some(name) = &options.child {
+        println!("{}", child(size(name), options.warmup, options.steps));
         return;
     }
-    let sizes = match value("--sizes") {
-        Some(list) => list
-            .split(',')
-            .map(|n| SIZES.iter().find(|s| s.name == n).unwrap_or_else(|| panic!("no size {n}")))
-            .collect(),
-        None => SIZES.iter().collect(),
-    };
-    let options = Options {
-        sizes,
-        runs: number("--runs", 3),
-        warmup,
-        steps,
-        threads: number("--threads", 2),
-        torch: value("--torch"),
-        compile: args.iter().any(|a| a == "--compile"),
-        csv: value("--csv").map(PathBuf::from),
-    };
     parent(&options);
+}
+
+/// The size called `name`; exits with a one-line error naming the sizes otherwise.
+fn size(name: &str) -> &'static Size {
+    SIZES.iter().find(|s| s.name == name).unwrap_or_else(|| {
+        eprintln!("train_step: no size {name}; the sizes are default, medium, larger");
+        std::process::exit(2)
+    })
 }
 
 impl Size {
@@ -206,7 +218,7 @@ fn child(size: &Size, warmup: usize, steps: usize) -> Value {
 /// Runs every size's measurements in turn, then prints and writes the medians.
 fn parent(options: &Options) {
     let mut rows = Vec::new();
-    for size in &options.sizes {
+    for size in options.sizes.iter().map(|name| size(name)) {
         let config = size.config();
         let spec_path = std::env::temp_dir().join(format!("swa-train-step-{}.json", size.name));
         std::fs::write(&spec_path, size.spec(&config).to_string()).expect("a temporary file");
