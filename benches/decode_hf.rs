@@ -3,10 +3,12 @@
 //!
 //! A decode step reads every weight but the input embedding table once, so at best it takes
 //! (those bytes) ÷ (the machine's read bandwidth). This bench times greedy decoding with the
-//! bounded caches on flex: one prefill of the prompt, then single-token steps, `--runs` times
-//! (median ms/token), and reports the peak resident memory (VmHWM) against the weights' bytes.
-//! Then it measures the read bandwidth itself (two threads summing a 1 GiB buffer, best of 5;
-//! after the VmHWM reading, which the buffer would dominate) and reports the ratio to the bound.
+//! bounded caches on flex, on the CPU pool's threads as `swa-zoo generate` runs: one prefill
+//! of the prompt, then single-token steps. A first run gives the peak resident memory (VmHWM)
+//! against the weights' bytes, before the bandwidth probe's buffer exists. Then `--runs` timed
+//! runs (median ms/token), each right after a reading of the read bandwidth (two threads
+//! summing a 1 GiB buffer, best of 5), and the ratio to the bound is the median of each run's
+//! against its own reading: the machine's bandwidth drifts.
 //! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
 //! checkpoint and prompt, and compares speeds and the greedy tokens.
 //!
@@ -63,7 +65,8 @@ struct Options {
 }
 
 fn main() {
-    run(&Options::parse());
+    let options = Options::parse();
+    swa_zoo::runtime::on_cpu_threads(|| run(&options));
 }
 
 fn run(options: &Options) {
@@ -76,31 +79,36 @@ fn run(options: &Options) {
     let embedding = config.vocab_size * config.d_model;
     let weights = model.num_params() * 4;
     let per_token = if config.tie_embeddings { weights } else { weights - embedding * 4 };
-    let mut decode = Vec::new();
-    let mut tokens = Vec::new();
-    let mut prefill = f64::INFINITY;
+    // A first run before the bandwidth probe's buffer exists: the peak resident memory of
+    // loading and decoding.
+    let (mut prefill, _, mut tokens) = greedy(&model, &prompt, options.tokens, &device);
+    let peak = swa_zoo::bench::memory::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    // Then each timed run right after a bandwidth reading, against which it is compared: the
+    // machine's bandwidth drifts (42–65 GB/s over a day here), so readings far apart mislead.
+    let probe: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();
+    let (mut decode, mut bandwidths, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.runs {
+        let bandwidth = read_bandwidth(&probe, options.threads);
         let (prefill_ms, step_ms, run_tokens) = greedy(&model, &prompt, options.tokens, &device);
         prefill = prefill.min(prefill_ms);
+        ratios.push(step_ms / (per_token as f64 / bandwidth * 1e3));
         decode.push(step_ms);
+        bandwidths.push(bandwidth / 1e9);
         tokens = run_tokens;
     }
     let ms = swa_zoo::bench::median(decode.clone());
-    // Read before the bandwidth probe, whose buffer would be the peak.
-    let peak = swa_zoo::bench::memory::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
-    let bandwidth = read_bandwidth(options.threads);
-    let bound_ms = per_token as f64 / bandwidth * 1e3;
+    let bandwidth = swa_zoo::bench::median(bandwidths.clone());
+    let bound_ms = per_token as f64 / (bandwidth * 1e9) * 1e3;
     println!("checkpoint        {}", options.dir.display());
     println!("prompt            {} tokens, prefill {prefill:.1} ms", prompt.len());
     println!(
-        "read bandwidth    {:.1} GB/s ({} threads, best of 5 over 1 GiB)",
-        bandwidth / 1e9,
+        "read bandwidth    {bandwidth:.1} GB/s (median; before each run {bandwidths:.1?}; {} threads, best of 5 over 1 GiB)",
         options.threads
     );
     println!("weights per token {:.1} MB -> bound {bound_ms:.2} ms/token", per_token as f64 / 1e6);
     println!(
-        "decode            {ms:.2} ms/token (runs {decode:.2?}) = {:.2}x the bound",
-        ms / bound_ms
+        "decode            {ms:.2} ms/token (runs {decode:.2?}) = {:.2}x the bound (median of each run against its reading {ratios:.2?})",
+        swa_zoo::bench::median(ratios.clone())
     );
     println!(
         "peak RSS          {:.0} MB = {:.2}x the weights' {:.0} MB",
@@ -149,8 +157,7 @@ fn greedy(
 
 /// Bytes per second that `threads` threads read from memory: each sums its share of a 1 GiB
 /// buffer; the best of 5 passes.
-fn read_bandwidth(threads: usize) -> f64 {
-    let buffer: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();
+fn read_bandwidth(buffer: &[u64], threads: usize) -> f64 {
     let share = buffer.len().div_ceil(threads.max(1));
     let mut best = f64::INFINITY;
     for _ in 0..5 {
@@ -167,7 +174,7 @@ fn read_bandwidth(threads: usize) -> f64 {
         std::hint::black_box(sums);
         best = best.min(start.elapsed().as_secs_f64());
     }
-    PROBE_BYTES as f64 / best
+    std::mem::size_of_val(buffer) as f64 / best
 }
 
 /// transformers on the same checkpoint and prompt: its ms/token against ours, and the tokens.

@@ -107,7 +107,9 @@ struct Options {
 fn main() {
     let options = Options::parse();
     if let Some(name) = &options.child {
-        println!("{}", child(size(name), options.warmup, options.steps));
+        let size = size(name);
+        let run = || child(size, options.warmup, options.steps);
+        println!("{}", swa_zoo::runtime::on_cpu_threads(run));
         return;
     }
     parent(&options);

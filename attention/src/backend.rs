@@ -88,6 +88,18 @@ pub trait WindowedAttentionBackend: Backend {
         layer_ops::chosen::<Self>().map(|kernels| (kernels.silu_gate)(a, b))
     }
 
+    /// The backend's product `x·w (+ b)` of a linear layer for `x: [rows, in]`, `w: [in, out]`
+    /// (any strides) and `b: [out]` → `[rows, out]` ([`crate::layer_ops::linear`]), where it has
+    /// a faster one than its matmul for these shapes; `None` (the default) otherwise, and the
+    /// caller runs Burn's `linear`. Flex has one for a few rows: a decoding step.
+    fn fused_linear(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _b: Option<FloatTensor<Self>>,
+    ) -> Option<FloatTensor<Self>> {
+        None
+    }
+
     /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm and the SwiGLU gate, forward
     /// and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
     /// differentiates through its inner backend's.
@@ -98,7 +110,8 @@ pub trait WindowedAttentionBackend: Backend {
 
 /// The environment variable that chooses the path of every call: `blocked` forces the blocked
 /// path on every backend, the caches' tensor ops in place of a fused decode step, and the tensor
-/// ops of every other fused op (RoPE, RMSNorm, the SwiGLU gate), to compare them with the fused kernels; unset or anything
+/// ops of every other fused op (RoPE, RMSNorm, the SwiGLU gate, the few-row linear product), to
+/// compare them with the fused kernels; unset or anything
 /// else lets each backend choose. Read at every
 /// call, so a process can compare both.
 pub const PATH_VARIABLE: &str = "SWA_WINDOWED_PATH";

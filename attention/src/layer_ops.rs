@@ -8,6 +8,7 @@
 //! fused, each is one pass forward and one backward. `Autodiff<B>` differentiates through its
 //! inner backend's kernels (`crate::layer_ops_autodiff`).
 
+use burn::nn::Linear;
 use burn::tensor::activation::silu;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
@@ -101,6 +102,44 @@ pub fn silu_gate<B: WindowedAttentionBackend, const N: usize>(
         Some(z) => Tensor::from_primitive(TensorPrimitive::Float(z)),
         None => silu_gate_tensor_ops(a, b),
     }
+}
+
+/// A linear layer (Burn's `Linear`, weight `[in, out]`) on `x: [..., in]` → `[..., out]`,
+/// through [`product`].
+pub fn linear<B: WindowedAttentionBackend, const N: usize>(
+    layer: &Linear<B>,
+    x: Tensor<B, N>,
+) -> Tensor<B, N> {
+    product(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// `x·w (+ b)` for `x: [..., in]`, `w: [in, out]`, `b: [out]` → `[..., out]`, with the rows of
+/// `x` flattened: the backend's fused product ([`WindowedAttentionBackend::fused_linear`])
+/// where it has one for these shapes, else Burn's `linear` on the flattened rows. Flattening
+/// keeps a weight stored as its transpose a view (a checkpoint's `[out, in]`, or a tied
+/// embedding table): for a product of higher rank Burn's `linear` reshapes the weight, which
+/// copies a transposed view.
+pub fn product<B: WindowedAttentionBackend, const N: usize>(
+    x: Tensor<B, N>,
+    w: Tensor<B, 2>,
+    b: Option<Tensor<B, 1>>,
+) -> Tensor<B, N> {
+    let mut dims = x.dims();
+    let [d_in, d_out] = w.dims();
+    let rows = x.shape().num_elements() / d_in.max(1);
+    let x = x.reshape([rows, d_in]);
+    let primitive = |t: Tensor<B, 2>| t.into_primitive().tensor();
+    let fused = B::fused_linear(
+        primitive(x.clone()),
+        primitive(w.clone()),
+        b.clone().map(|b| b.into_primitive().tensor()),
+    );
+    let y = match fused {
+        Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
+        None => burn::tensor::module::linear(x, w, b),
+    };
+    dims[N - 1] = d_out;
+    y.reshape(dims)
 }
 
 /// RMSNorm as tensor ops on any backend, `x: [..., D]`, `w: [D]` → the same shape. Written

@@ -7,6 +7,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use swa_attention::WindowedAttentionBackend;
+use swa_attention::layer_ops::{linear, product};
 use swa_attention::layers::{
     AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
     SelfAttentionConfig,
@@ -137,6 +138,17 @@ impl DecoderConfig {
     /// Builds the model with random weights, drawn now (see [`Materialize`]); fails, naming
     /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
+        let model = self.init_lazy(device)?;
+        model.visit(&mut Materialize);
+        Ok(model)
+    }
+
+    /// Builds the model with parameters not yet drawn, for a loader that replaces every one
+    /// (drawing them first would take their memory twice).
+    pub(crate) fn init_lazy<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<Decoder<B>, ModelError> {
         self.validate()?;
         let (mlp, norm, arch) = (self.mlp(), self.norm(self.d_model), self.arch());
         let blocks = (0..self.layers)
@@ -148,16 +160,14 @@ impl DecoderConfig {
         let head = (!self.tie_embeddings).then(|| {
             LinearConfig::new(self.d_model, self.vocab_size).with_bias(false).init(device)
         });
-        let model = Decoder {
+        Ok(Decoder {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
             blocks,
             norm: norm.init(device),
             head,
             embedding_scale: arch.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
             final_softcap: arch.final_softcap,
-        };
-        model.visit(&mut Materialize);
-        Ok(model)
+        })
     }
 }
 
@@ -281,8 +291,8 @@ impl<B: Backend> Decoder<B> {
     {
         let x = self.norm.forward(x);
         let logits = match &self.head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+            Some(head) => linear(head, x),
+            None => product(x, self.embedding.weight.val().transpose(), None),
         };
         match self.final_softcap {
             Some(c) => logits.div_scalar(c).tanh().mul_scalar(c),

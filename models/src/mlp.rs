@@ -7,7 +7,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layer_ops::silu_gate;
+use swa_attention::layer_ops::{linear, silu_gate};
 
 /// The activation of the gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,12 +65,12 @@ impl<B: WindowedAttentionBackend> GatedMlp<B> {
     /// `x: [batch, N, d]` → `[batch, N, d]`; SwiGLU's gate as one fused op where the backend
     /// has one ([`swa_attention::layer_ops::silu_gate`]).
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let (gate, up) = (self.gate.forward(x.clone()), self.up.forward(x));
+        let (gate, up) = (linear(&self.gate, x.clone()), linear(&self.up, x));
         let hidden = match self.activation {
             MlpActivation::Silu => silu_gate(gate, up),
             MlpActivation::GeluTanh => gelu_tanh(gate) * up,
         };
-        self.down.forward(hidden)
+        linear(&self.down, hidden)
     }
 }
 

@@ -2,14 +2,16 @@
 //! `Autodiff<Flex>` against their tensor ops, outputs and gradients, on awkward shapes (one row,
 //! width 1, ranks 2 to 4, widths that are not a multiple of the SIMD lanes, rows spread over
 //! several threads), Gemma's unit offset, and f16 (computed in f32, so compared with the f32
-//! tensor ops on the f16 values).
+//! tensor ops on the f16 values). And Flex's few-row linear product (`layer_ops::product`, a
+//! decoding step's projections; forward only, as no tracked op uses it) against Burn's
+//! `linear`, with contiguous and transposed weights.
 
 #[cfg(feature = "flex")]
 mod on_flex {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::layer_ops::{
-        RmsOptions, rms_norm, rms_norm_tensor_ops, silu_gate, silu_gate_tensor_ops,
+        RmsOptions, product, rms_norm, rms_norm_tensor_ops, silu_gate, silu_gate_tensor_ops,
     };
 
     use crate::common::{F16, F32, Rng, errors, values};
@@ -116,5 +118,88 @@ mod on_flex {
         gate_case(&mut rng, [2, 3, 4, 9], DType::F32);
         gate_case(&mut rng, [8, 128, 192], DType::F32);
         gate_case(&mut rng, [5, 33], DType::F16);
+    }
+
+    /// `x: [2, rows/2 or 1, k]·w + b` through `product` on Flex (its few-row kernel up to 16
+    /// rows) against Burn's `linear` on the same tensors, for `w: [k, n]` stored contiguously
+    /// or as the transpose of `[n, k]` (a checkpoint's linear weight), with and without bias.
+    fn linear_case(rng: &mut Rng, rows: usize, k: usize, n: usize) {
+        let device = Default::default();
+        let scale = 1.0 / (k as f32).sqrt();
+        let x = rng.values(rows * k);
+        let w: Vec<f32> = rng.values(k * n).iter().map(|v| v * scale).collect();
+        let b = rng.values(n);
+        let x2 = Tensor::<Flex, 2>::from_data(TensorData::new(x, [rows, k]), &device);
+        let x3 = match rows % 2 {
+            0 => x2.clone().reshape([2, rows / 2, k]),
+            _ => x2.clone().unsqueeze::<3>(),
+        };
+        let contiguous = Tensor::<Flex, 2>::from_data(TensorData::new(w.clone(), [k, n]), &device);
+        let stored = Tensor::<Flex, 2>::from_data(TensorData::new(w, [n, k]), &device);
+        for (layout, w) in [("contiguous", contiguous), ("transposed", stored.transpose())] {
+            for bias in [None, Some(Tensor::<Flex, 1>::from_floats(b.as_slice(), &device))] {
+                let what =
+                    format!("linear {rows}x{k}x{n}, {layout} weight, bias {}", bias.is_some());
+                let want = burn::tensor::module::linear(x2.clone(), w.clone(), bias.clone());
+                check(
+                    &what,
+                    &values(product(x2.clone(), w.clone(), bias.clone())),
+                    &values(want.clone()),
+                    F32.out,
+                );
+                let got3 = product(x3.clone(), w.clone(), bias);
+                check(&format!("{what}, rank 3"), &values(got3), &values(want), F32.out);
+            }
+        }
+    }
+
+    #[test]
+    fn few_row_linear_on_flex_matches_burns_linear() {
+        let mut rng = Rng::new(0x5EED_2029);
+        linear_case(&mut rng, 1, 1, 1);
+        linear_case(&mut rng, 1, 7, 17);
+        linear_case(&mut rng, 1, 512, 1000);
+        linear_case(&mut rng, 3, 64, 33);
+        linear_case(&mut rng, 16, 96, 2000);
+        linear_case(&mut rng, 17, 32, 40);
+    }
+
+    /// Through `Autodiff<Flex>` (Burn's `linear` on the flattened rows), the product of a rank-3
+    /// input and a transposed weight has Burn's gradients of the unflattened product.
+    #[test]
+    fn flattened_linear_keeps_burns_gradients() {
+        let mut rng = Rng::new(0x5EED_3029);
+        let (k, n) = (24, 10);
+        let (x, w, b, g) =
+            (rng.values(2 * 5 * k), rng.values(k * n), rng.values(n), rng.values(2 * 5 * n));
+        let run = |flattened: bool| {
+            let (xt, wt) = (leaf(&x, [2, 5, k], DType::F32), leaf(&w, [n, k], DType::F32));
+            let bt = leaf(&b, [n], DType::F32);
+            let y = match flattened {
+                true => product(xt.clone(), wt.clone().transpose(), Some(bt.clone())),
+                false => burn::tensor::module::linear(
+                    xt.clone(),
+                    wt.clone().transpose(),
+                    Some(bt.clone()),
+                ),
+            };
+            let gradient = Tensor::<F, 3>::from_data(
+                TensorData::new(g.clone(), [2, 5, n]),
+                &Default::default(),
+            );
+            let grads = (y.clone() * gradient).sum().backward();
+            let grad = |t: &Tensor<F, 3>| values(t.grad(&grads).unwrap());
+            [
+                values(y),
+                grad(&xt),
+                values(wt.grad(&grads).unwrap()),
+                values(bt.grad(&grads).unwrap()),
+            ]
+        };
+        let (got, want) = (run(true), run(false));
+        for (what, (got, want)) in ["output", "∂x", "∂w", "∂b"].iter().zip(got.iter().zip(&want))
+        {
+            check(&format!("flattened linear: {what}"), got, want, F32.grad);
+        }
     }
 }

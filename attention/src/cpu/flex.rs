@@ -21,7 +21,7 @@ use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, layout, write_slot};
 use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
-    WindowedKernelBackend,
+    WindowedKernelBackend, blocked_forced,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::layer_ops::LayerKernels;
@@ -95,6 +95,10 @@ impl WindowedAttentionBackend for Flex {
 
     fn layer_kernels() -> Option<LayerKernels<Self>> {
         Some(super::layer_ops::kernels())
+    }
+
+    fn fused_linear(x: FlexTensor, w: FlexTensor, b: Option<FlexTensor>) -> Option<FlexTensor> {
+        super::linear::few_rows(&x, &w, b.as_ref()).filter(|_| !blocked_forced())
     }
 }
 

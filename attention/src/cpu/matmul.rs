@@ -7,6 +7,8 @@
 //! slower than gemm on the causal W=256 block shapes here (2-core Zen 1), so the products are
 //! computed whole and the passes give the masked entries weight 0.
 
+use std::ops::Range;
+
 /// A matrix view of `rows × cols` floats of `data`: element `(i, j)` at
 /// `i·row_stride + j·col_stride`.
 #[derive(Clone, Copy)]
@@ -22,6 +24,22 @@ impl<'a> Mat<'a> {
     /// The first `rows × cols` floats of `data`, row-major.
     pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
         Self { data, rows, cols, row_stride: cols, col_stride: 1 }
+    }
+
+    /// A `rows × cols` view of `data` with element `(i, j)` at `i·row_stride + j·col_stride`,
+    /// e.g. a tensor's transposed view.
+    pub fn strided(
+        data: &'a [f32],
+        [rows, cols]: [usize; 2],
+        [row_stride, col_stride]: [usize; 2],
+    ) -> Self {
+        Self { data, rows, cols, row_stride, col_stride }
+    }
+
+    /// The rows `range` of the view.
+    pub fn row_range(self, range: Range<usize>) -> Self {
+        let data = &self.data[(range.start * self.row_stride).min(self.data.len())..];
+        Self { data, rows: range.len(), ..self }
     }
 
     /// The transpose, read in place.

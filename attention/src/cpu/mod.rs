@@ -44,6 +44,7 @@ mod forward;
 mod gather;
 mod layer_ops;
 pub mod layout;
+mod linear;
 mod math;
 mod matmul;
 mod rope;

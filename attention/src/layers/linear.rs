@@ -6,6 +6,7 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::layer_ops::linear;
 use crate::reciprocal::reciprocal;
 use crate::{AttentionError, Rope, RopeConfig, WindowedAttentionBackend};
 
@@ -205,16 +206,16 @@ impl<B: WindowedAttentionBackend> LinearAttention<B> {
         let heads =
             |t: Tensor<B, 3>, width| t.reshape([batch, n, self.heads, width]).swap_dims(1, 2);
         let rotated = |p: &Linear<B>| {
-            self.rope.forward(heads(p.forward(x.clone()), self.feature_dim), offset)
+            self.rope.forward(heads(linear(p, x.clone()), self.feature_dim), offset)
         };
         let (q, k) = (feature_map(rotated(&self.query)), feature_map(rotated(&self.key)));
-        (q, k, heads(self.value.forward(x), self.head_dim))
+        (q, k, heads(linear(&self.value, x), self.head_dim))
     }
 
     /// `y: [batch, H, N, d_h]` → the output projection of `[batch, N, H·d_h]`.
     fn merge(&self, y: Tensor<B, 4>) -> Tensor<B, 3> {
         let [batch, heads, n, head_dim] = y.dims();
-        self.output.forward(y.swap_dims(1, 2).reshape([batch, n, heads * head_dim]))
+        linear(&self.output, y.swap_dims(1, 2).reshape([batch, n, heads * head_dim]))
     }
 }
 

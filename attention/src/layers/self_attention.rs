@@ -8,6 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Tensor, backend::Backend};
 
+use crate::layer_ops::linear;
 use crate::layers::layer_options::LayerOptions;
 use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
 use crate::layers::norm::RmsNorm;
@@ -315,7 +316,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let [batch, _, n, _] = out.dims();
         let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
         let output = self.output.as_ref().expect("every kind but linear attention has one");
-        output.forward(merged)
+        linear(output, merged)
     }
 
     /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, q and k normalised per head if
@@ -333,9 +334,9 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             Some(norm) => norm.forward(t),
             None => t,
         };
-        let q = norm(split(p.query.forward(x.clone()), self.heads), &self.query_norm);
-        let k = norm(split(p.key.forward(x.clone()), self.kv_heads), &self.key_norm);
-        let v = split(p.value.forward(x), self.kv_heads);
+        let q = norm(split(linear(&p.query, x.clone()), self.heads), &self.query_norm);
+        let k = norm(split(linear(&p.key, x.clone()), self.kv_heads), &self.key_norm);
+        let v = split(linear(&p.value, x), self.kv_heads);
         (q, k, v)
     }
 }

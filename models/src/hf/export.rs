@@ -40,7 +40,7 @@ pub fn export_decoder<B: Backend>(
         let mut store = SafetensorsStore::from_file(temp)
             .with_to_adapter(BurnToPyTorchAdapter)
             .metadata("format", "pt");
-        for (from, to) in names::remappings(family, true) {
+        for (from, to) in names::export_remappings(family) {
             store = store.with_key_remapping(from, to);
         }
         model.save_into(&mut store).map_err(|e| e.to_string())

@@ -1,21 +1,22 @@
 //! `load_decoder`: a Hugging Face checkpoint's weights into a [`Decoder`] built from its
-//! `config.json`, through burn-store's `SafetensorsStore` (key remapping from [`names`], the
-//! PyTorch adapter transposing linear weights, and a cast to the model's float type). Every
-//! tensor's name and shape is checked against the configuration before anything is loaded, so
-//! an error names the checkpoint's tensor.
+//! `config.json`. Every tensor's name and shape is checked against the configuration before
+//! anything is loaded, so an error names the checkpoint's tensor. Then each parameter is read
+//! from its file on its own ([`SafetensorsFile`]) into a model whose parameters were never
+//! drawn, so loading takes the weights' memory and one tensor's more at most. A linear layer's
+//! weight keeps the checkpoint's `[out, in]` storage and becomes its transposed view, the
+//! `[in, out]` Burn's `Linear` expects: no transposing copy, and a decoding step's
+//! one-row products then read each output's weights contiguously.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
-use burn::module::Module;
-use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore};
-use burn::tensor::DType;
+use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
-use burn_store::{ChainAdapter, ModuleAdapter, PyTorchToBurnAdapter, TensorSnapshot};
+use burn::tensor::{DType, Tensor};
 use serde_json::Value;
 
+use crate::hf::safetensors::SafetensorsFile;
 use crate::hf::{HfProblem, names, read_config};
 use crate::weights::parameter_shapes;
 use crate::{Decoder, ModelError};
@@ -27,36 +28,95 @@ use crate::{Decoder, ModelError};
 pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     let (family, config) = read_config(dir)?;
-    let mut model = config.init::<B>(device)?;
+    let model = config.init_lazy::<B>(device)?;
     let expected = parameter_shapes(&model);
-    let files = weight_files(dir).map_err(fail)?;
-    let corrupt = |file: &Path, problem: String| {
-        let file = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        fail(HfProblem::CorruptFile { file, problem })
-    };
+    let mut files = Vec::new();
     let mut found = BTreeMap::new();
-    for file in &files {
-        let mut store = SafetensorsStore::from_file(file);
-        let snapshots = store.get_all_snapshots().map_err(|e| corrupt(file, e.to_string()))?;
-        for (tensor, snapshot) in snapshots {
-            found.insert(tensor.clone(), snapshot.shape.to_vec());
+    let mut holder = BTreeMap::new();
+    for path in weight_files(dir).map_err(fail)? {
+        let file = SafetensorsFile::open(&path).map_err(|problem| fail(corrupt(&path, problem)))?;
+        for (name, entry) in &file.tensors {
+            found.insert(name.clone(), entry.shape.clone());
+            holder.insert(name.clone(), files.len());
         }
+        files.push((path, file));
     }
     check_tensors(&expected, &found, family).map_err(fail)?;
-    let dtype = model_dtype(&model);
-    for file in &files {
-        let mut store = SafetensorsStore::from_file(file)
-            .with_from_adapter(ChainAdapter::new(PyTorchToBurnAdapter, ToDtype(dtype)))
-            .allow_partial(true);
-        for (from, to) in names::remappings(family, false) {
-            store = store.with_key_remapping(from, to);
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    let mut load = Load { files, holder, family, dtype: float, path: Vec::new(), error: None };
+    let model = model.map(&mut load);
+    match load.error {
+        Some(problem) => Err(fail(problem)),
+        None => Ok(model),
+    }
+}
+
+/// A file's problem as [`HfProblem::CorruptFile`], naming the file.
+fn corrupt(file: &Path, problem: String) -> HfProblem {
+    let file = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    HfProblem::CorruptFile { file, problem }
+}
+
+/// Replaces every float parameter by its checkpoint tensor, read when it is reached. The first
+/// failure is kept and the parameters after it are left as they are.
+struct Load {
+    /// The weight files, each with its path.
+    files: Vec<(PathBuf, SafetensorsFile)>,
+    /// The index in `files` of the file holding each checkpoint tensor.
+    holder: BTreeMap<String, usize>,
+    family: crate::hf::Family,
+    /// The model's float type.
+    dtype: DType,
+    /// The module path being visited.
+    path: Vec<String>,
+    error: Option<HfProblem>,
+}
+
+impl Load {
+    /// The checkpoint's tensor for the parameter at `path` of shape `shape`, on `device`.
+    fn tensor<B: Backend, const D: usize>(
+        &mut self,
+        path: &str,
+        shape: &[usize],
+        device: &B::Device,
+    ) -> Result<Tensor<B, D>, HfProblem> {
+        let missing = || HfProblem::MissingTensor { name: path.to_string() };
+        let name = names::to_checkpoint(path, self.family).ok_or_else(missing)?;
+        let (file, reader) = &mut self.files[*self.holder.get(&name).ok_or_else(missing)?];
+        let data = reader.read(&name).map_err(|problem| corrupt(file, problem))?;
+        let tensor = Tensor::<B, D>::from_data(data, (device, self.dtype));
+        Ok(match names::is_linear_weight(path, shape) {
+            true => tensor.transpose(),
+            false => tensor,
+        })
+    }
+}
+
+impl<B: Backend> ModuleMapper<B> for Load {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if self.error.is_some() {
+            return param;
         }
-        let result = model.load_from(&mut store).map_err(|e| corrupt(file, e.to_string()))?;
-        if let Some(error) = result.errors.first() {
-            return Err(corrupt(file, format!("{error:?}")));
+        let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
+        match self.tensor::<B, D>(&path, &shape, &param.lazy_device()) {
+            Ok(tensor) => {
+                let id = param.id;
+                param.transform_for_load(tensor, id)
+            }
+            Err(problem) => {
+                self.error = Some(problem);
+                param
+            }
         }
     }
-    Ok(model)
 }
 
 /// The safetensors files of `dir`: `model.safetensors`, or every shard its index lists.
@@ -114,47 +174,5 @@ fn check_tensors(
             Err(HfProblem::MissingTensor { name })
         }
         None => Ok(()),
-    }
-}
-
-/// The float type of the model's parameters (the backend's default, or the one it was told).
-fn model_dtype<B: Backend>(model: &Decoder<B>) -> DType {
-    struct First(Option<DType>);
-    impl<B: Backend> burn::module::ModuleVisitor<B> for First {
-        fn visit_float<const D: usize>(
-            &mut self,
-            param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
-        ) {
-            self.0.get_or_insert(param.val().dtype());
-        }
-    }
-    let mut first = First(None);
-    model.visit(&mut first);
-    first.0.unwrap_or(DType::F32)
-}
-
-/// Casts every tensor to the model's float type as it is read (a bf16 or f16 checkpoint into
-/// an f32 model), lazily like the store itself.
-#[derive(Clone)]
-struct ToDtype(DType);
-
-impl ModuleAdapter for ToDtype {
-    fn adapt(&self, snapshot: &TensorSnapshot) -> TensorSnapshot {
-        if snapshot.dtype == self.0 {
-            return snapshot.clone();
-        }
-        let (data, dtype) = (snapshot.clone_data_fn(), self.0);
-        TensorSnapshot::from_closure(
-            Rc::new(move || Ok(data()?.convert_dtype(dtype))),
-            dtype,
-            snapshot.shape.clone(),
-            snapshot.path_stack.clone().unwrap_or_default(),
-            snapshot.container_stack.clone().unwrap_or_default(),
-            snapshot.tensor_id.unwrap_or_default(),
-        )
-    }
-
-    fn clone_box(&self) -> Box<dyn ModuleAdapter> {
-        Box::new(self.clone())
     }
 }

@@ -9,6 +9,7 @@ mod config;
 mod export;
 mod import;
 mod names;
+mod safetensors;
 #[cfg(test)]
 mod tests;
 mod tokenizer;

@@ -74,18 +74,13 @@ pub fn to_checkpoint(path: &str, family: Family) -> Option<String> {
     Some(format!("model.layers.{layer}.{hf}"))
 }
 
-/// Key remappings (regular expression, replacement) from the checkpoint's names to the
-/// model's, for burn-store's `SafetensorsStore`; with `reverse`, from the model's to the
-/// checkpoint's.
-pub fn remappings(family: Family, reverse: bool) -> Vec<(String, String)> {
+/// Key remappings (regular expression, replacement) from the model's names to the
+/// checkpoint's, for burn-store's `SafetensorsStore` when exporting.
+pub fn export_remappings(family: Family) -> Vec<(String, String)> {
     let escape = |s: &str| s.replace('.', r"\.");
-    let whole = MODEL.iter().map(|&(hf, ours)| match reverse {
-        false => (format!("^{}$", escape(hf)), ours.to_string()),
-        true => (format!("^{}$", escape(ours)), hf.to_string()),
-    });
-    let blocks = block(family).into_iter().map(|(hf, ours)| match reverse {
-        false => (format!(r"^model\.layers\.(\d+)\.{}$", escape(hf)), format!("blocks.$1.{ours}")),
-        true => (format!(r"^blocks\.(\d+)\.{}$", escape(ours)), format!("model.layers.$1.{hf}")),
+    let whole = MODEL.iter().map(|&(hf, ours)| (format!("^{}$", escape(ours)), hf.to_string()));
+    let blocks = block(family).into_iter().map(|(hf, ours)| {
+        (format!(r"^blocks\.(\d+)\.{}$", escape(ours)), format!("model.layers.$1.{hf}"))
     });
     whole.chain(blocks).collect()
 }

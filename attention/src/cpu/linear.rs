@@ -1,0 +1,112 @@
+//! A linear layer's product for a few rows on Flex, `y = x·W + b` for `x: [rows, in]`: a
+//! decoding step's projections. gemm computes a one-row product (its matrix-vector path) on the
+//! calling thread alone, and such a step does little but read weights, so half of a 2-core
+//! machine's memory bandwidth went unused (docs/benchmarks.md, "Decoding"). Here the output's
+//! columns are split over the thread pool, each part one gemm call on its own thread.
+//!
+//! The parts are computed transposed, `yᵀ = Wᵀ·xᵀ`, so that each is a contiguous block of
+//! output rows; for one row `yᵀ` is `y`. Each output is then a dot product of `x` with a column
+//! of `W`, contiguous when `W` is a checkpoint's `[out, in]` storage viewed as `[in, out]`. For
+//! that case, one row against such columns, [`Dots`] computes them itself: four columns at a
+//! time, as chains of SIMD multiply-adds, it reads the weights at about 54 GB/s on two threads
+//! of the 2-core machine of docs/benchmarks.md where gemm's matrix-vector path reads 48.
+
+use burn::backend::flex::FlexTensor;
+use burn::tensor::{DType, TensorData, TensorMetadata};
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::layout;
+use super::math::dot;
+use super::matmul::{Mat, matmul};
+
+/// Rows of `x` up to which the product runs here; gemm's own threads take larger products.
+pub const MAX_ROWS: usize = 16;
+
+/// Weight elements a thread reads at least.
+const PART: usize = 1 << 15;
+
+/// `x·w (+ b)` for `x: [rows, in]`, `w: [in, out]` (f32, any non-negative strides) and
+/// `b: [out]` → `[rows, out]`; `None` for no rows or more than [`MAX_ROWS`], an empty weight,
+/// or other dtypes.
+pub fn few_rows(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Option<FlexTensor> {
+    let ([rows, k], [_, n]) = (x.shape().dims::<2>(), w.shape().dims::<2>());
+    let strides = w.layout().strides();
+    let fits = (1..=MAX_ROWS).contains(&rows)
+        && n > 0
+        && k > 0
+        && x.dtype() == DType::F32
+        && w.dtype() == DType::F32
+        && strides.iter().all(|&s| s >= 0);
+    if !fits {
+        return None;
+    }
+    let storage = &w.storage::<f32>()[w.layout().start_offset()..];
+    let strides = [strides[0] as usize, strides[1] as usize];
+    let (xs, bias) = (layout::read(x), b.map(layout::read));
+    let parts = (k * n / PART).clamp(1, rayon::current_num_threads());
+    let width = n.div_ceil(parts).next_multiple_of(4);
+    let mut y_t = vec![0.0f32; n * rows];
+    if rows == 1 && strides == [1, k] {
+        y_t.par_chunks_mut(width).enumerate().for_each(|(part, y)| {
+            let first = part * width;
+            let w_t = &storage[first * k..(first + y.len()) * k];
+            pulp::Arch::new().dispatch(Dots { x: &xs, w_t, y });
+            if let Some(bias) = &bias {
+                y.iter_mut().zip(&bias[first..]).for_each(|(y, b)| *y += b);
+            }
+        });
+        return Some(FlexTensor::from_data(TensorData::new(y_t, [1, n])));
+    }
+    let w_t = Mat::strided(storage, [k, n], strides).t();
+    let x_t = Mat::new(&xs, rows, k).t();
+    y_t.par_chunks_mut(width * rows).enumerate().for_each(|(part, dst)| {
+        let first = part * width;
+        let outputs = dst.len() / rows;
+        if let Some(bias) = &bias {
+            for (row, &b) in dst.chunks_exact_mut(rows).zip(&bias[first..first + outputs]) {
+                row.fill(b);
+            }
+        }
+        matmul(dst, w_t.row_range(first..first + outputs), x_t, 1.0, bias.is_some());
+    });
+    Some(match rows {
+        1 => FlexTensor::from_data(TensorData::new(y_t, [1, n])),
+        _ => FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1),
+    })
+}
+
+/// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ`, each `x.len()` floats, contiguous.
+struct Dots<'a> {
+    x: &'a [f32],
+    w_t: &'a [f32],
+    y: &'a mut [f32],
+}
+
+impl WithSimd for Dots<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Dots { x, w_t, y } = self;
+        let k = x.len();
+        let (x_head, x_tail) = S::as_simd_f32s(x);
+        let mut columns = w_t.chunks_exact(4 * k);
+        let mut outputs = y.chunks_exact_mut(4);
+        for (four, y) in (&mut columns).zip(&mut outputs) {
+            let rows: [_; 4] = std::array::from_fn(|r| S::as_simd_f32s(&four[r * k..(r + 1) * k]));
+            let mut sums = [simd.splat_f32s(0.0); 4];
+            for (i, &xv) in x_head.iter().enumerate() {
+                for (sum, (head, _)) in sums.iter_mut().zip(&rows) {
+                    *sum = simd.mul_add_e_f32s(xv, head[i], *sum);
+                }
+            }
+            for ((y, sum), (_, tail)) in y.iter_mut().zip(sums).zip(&rows) {
+                *y = simd.reduce_sum_f32s(sum) + dot(x_tail, tail);
+            }
+        }
+        for (column, y) in columns.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
+            *y = dot(x, column);
+        }
+    }
+}
