@@ -17,7 +17,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
@@ -60,6 +60,13 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
 
     fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> Option<FloatTensor<Self>> {
         crate::layer_ops_autodiff::silu_gate::<B, C>(a, b)
+    }
+
+    fn cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+    ) -> Option<FloatTensor<Self>> {
+        crate::layer_ops_autodiff::cross_entropy::<B, C>(logits, targets)
     }
 }
 

@@ -13,7 +13,7 @@
 //!   does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
 //!   whose backward runs the backward kernels (`crate::autodiff`).
 
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::blocked_attention;
@@ -88,6 +88,19 @@ pub trait WindowedAttentionBackend: Backend {
         layer_ops::chosen::<Self>().map(|kernels| (kernels.silu_gate)(a, b))
     }
 
+    /// The backend's fused cross-entropy of `logits: [rows, V]` against `targets: [rows]` →
+    /// `[rows]` ([`crate::layer_ops::cross_entropy`]), or `None` where it has none and the
+    /// caller runs the tensor ops. The default runs the backend's kernel
+    /// ([`Self::layer_kernels`]).
+    fn cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+    ) -> Option<FloatTensor<Self>> {
+        let kernels = layer_ops::chosen::<Self>()?;
+        let [loss, _] = (kernels.cross_entropy)(logits, targets);
+        Some(loss)
+    }
+
     /// The backend's product `x·w (+ b)` of a linear layer for `x: [rows, in]`, `w: [in, out]`
     /// (any strides) and `b: [out]` → `[rows, out]` ([`crate::layer_ops::linear`]), where it has
     /// a faster one than its matmul for these shapes; `None` (the default) otherwise, and the
@@ -100,8 +113,8 @@ pub trait WindowedAttentionBackend: Backend {
         None
     }
 
-    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm and the SwiGLU gate, forward
-    /// and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
+    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the SwiGLU gate and the
+    /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
     /// differentiates through its inner backend's.
     fn layer_kernels() -> Option<LayerKernels<Self>> {
         None

@@ -1,7 +1,10 @@
-//! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8) and the SwiGLU
-//! gate `silu(a)·b`, each as one op forward and one op backward where the backend has kernels
-//! for them ([`LayerKernels`], offered by [`WindowedAttentionBackend::layer_kernels`]), and as
-//! tensor ops otherwise. The tensor ops are also the kernels' test reference.
+//! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8), the SwiGLU
+//! gate `silu(a)·b` and the cross-entropy of logits, each as one op forward and one op backward
+//! where the backend has kernels for them ([`LayerKernels`], offered by
+//! [`WindowedAttentionBackend::layer_kernels`]), and as tensor ops otherwise. The tensor ops are
+//! also the kernels' test reference. The cross-entropy never materialises the softmax: its
+//! forward keeps each row's log-normaliser, and its backward recomputes the probabilities from
+//! it.
 //!
 //! As tensor ops, an RMSNorm is six ops forward and about twelve backward, and the gate three
 //! and five, each a pass over its tensor (and on the CPU, each a wake-up of the thread pool);
@@ -9,9 +12,10 @@
 //! inner backend's kernels (`crate::layer_ops_autodiff`).
 
 use burn::nn::Linear;
+use burn::tensor::activation::log_softmax;
 use burn::tensor::activation::silu;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
 
 use crate::WindowedAttentionBackend;
 use crate::backend::blocked_forced;
@@ -38,6 +42,10 @@ pub struct LayerKernels<B: Backend> {
     pub silu_gate: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
     /// The gate's backward.
     pub silu_gate_backward: GateBackward<B>,
+    /// The cross-entropy's forward.
+    pub cross_entropy: CrossEntropyKernel<B>,
+    /// The cross-entropy's backward.
+    pub cross_entropy_backward: CrossEntropyBackward<B>,
 }
 
 /// `x: [..., D]`, `w: [D]` → (`y: [..., D]`, `1/√(mean(x²) + ε)` per row: `[...]` flattened to
@@ -56,6 +64,16 @@ pub type RmsNormBackward<B> = fn(
 /// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
 pub type GateBackward<B> =
     fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) -> [FloatTensor<B>; 2];
+
+/// `logits: [rows, V]`, `targets: [rows]` (ints in `0..V`) → (`−log softmax(logits)[target]`
+/// per row, `[rows]`; the log-normaliser `log Σ exp(logits)` per row, `[rows]` f32). A target
+/// outside `0..V` gives NaN.
+pub type CrossEntropyKernel<B> = fn(FloatTensor<B>, IntTensor<B>) -> [FloatTensor<B>; 2];
+
+/// `logits`, `targets`, the forward's log-normalisers and `∂L/∂loss: [rows]` → `∂L/∂logits`
+/// `= ∂L/∂loss · (softmax(logits) − onehot(target))`.
+pub type CrossEntropyBackward<B> =
+    fn(FloatTensor<B>, IntTensor<B>, FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>;
 
 impl<B: Backend> Clone for LayerKernels<B> {
     fn clone(&self) -> Self {
@@ -102,6 +120,32 @@ pub fn silu_gate<B: WindowedAttentionBackend, const N: usize>(
         Some(z) => Tensor::from_primitive(TensorPrimitive::Float(z)),
         None => silu_gate_tensor_ops(a, b),
     }
+}
+
+/// The cross-entropy of each row of `logits: [rows, V]` against `targets: [rows]`,
+/// `−log softmax(logits)[target]` → `[rows]`: the backend's fused op
+/// ([`WindowedAttentionBackend::cross_entropy`]) where it has one.
+pub fn cross_entropy<B: WindowedAttentionBackend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let fused = B::cross_entropy(
+        logits.clone().into_primitive().tensor(),
+        targets.clone().into_primitive(),
+    );
+    match fused {
+        Some(loss) => Tensor::from_primitive(TensorPrimitive::Float(loss)),
+        None => cross_entropy_tensor_ops(logits, targets),
+    }
+}
+
+/// The cross-entropy of each row as tensor ops on any backend: a log-softmax and a gather.
+pub fn cross_entropy_tensor_ops<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let rows = targets.dims()[0];
+    log_softmax(logits, 1).gather(1, targets.reshape([rows, 1])).reshape([rows]).neg()
 }
 
 /// A linear layer (Burn's `Linear`, weight `[in, out]`) on `x: [..., in]` → `[..., out]`,

@@ -1,6 +1,6 @@
 //! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
 //! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the SwiGLU gate with parents `a` and
-//! `b`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
+//! `b`, the cross-entropy with parent `logits`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
 //! the tensor ops, they return `None`: the caller's tensor ops run on `Autodiff<B>` and are
 //! differentiated op by op.
 
@@ -9,7 +9,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 
 use crate::WindowedAttentionBackend;
 use crate::layer_ops::{self, LayerKernels, RmsOptions};
@@ -45,6 +45,23 @@ pub(crate) fn silu_gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
             Some(prep.finish(GateState { kernels, a: a.primitive, b: b.primitive }, z))
         }
         OpsKind::UnTracked(prep) => Some(prep.finish(z)),
+    }
+}
+
+/// The cross-entropy on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
+pub(crate) fn cross_entropy<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+    logits: FloatTensor<Autodiff<B, C>>,
+    targets: IntTensor<B>,
+) -> Option<FloatTensor<Autodiff<B, C>>> {
+    let kernels = layer_ops::chosen::<B>()?;
+    let prepared = CrossEntropyOp.prepare::<C>([logits.node.clone()]);
+    let [loss, lse] = (kernels.cross_entropy)(logits.primitive.clone(), targets.clone());
+    match prepared.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let state = CrossEntropyState { kernels, logits: logits.primitive, targets, lse };
+            Some(prep.finish(state, loss))
+        }
+        OpsKind::UnTracked(prep) => Some(prep.finish(loss)),
     }
 }
 
@@ -100,6 +117,32 @@ impl<B: WindowedAttentionBackend> Backward<B, 2> for GateOp {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, gradient);
             }
+        }
+    }
+}
+
+/// The backward step of the cross-entropy.
+#[derive(Debug)]
+struct CrossEntropyOp;
+
+/// What the cross-entropy's backward reads: the logits, the targets, each row's log-normaliser.
+#[derive(Clone, Debug)]
+struct CrossEntropyState<B: WindowedAttentionBackend> {
+    kernels: LayerKernels<B>,
+    logits: FloatTensor<B>,
+    targets: IntTensor<B>,
+    lse: FloatTensor<B>,
+}
+
+impl<B: WindowedAttentionBackend> Backward<B, 1> for CrossEntropyOp {
+    type State = CrossEntropyState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let gradient = grads.consume::<B>(&ops.node);
+        let CrossEntropyState { kernels, logits, targets, lse } = ops.state;
+        if let [Some(node)] = ops.parents {
+            let d_logits = (kernels.cross_entropy_backward)(logits, targets, lse, gradient);
+            grads.register::<B>(node.id, d_logits);
         }
     }
 }

@@ -2,16 +2,19 @@
 //! `Autodiff<Flex>` against their tensor ops, outputs and gradients, on awkward shapes (one row,
 //! width 1, ranks 2 to 4, widths that are not a multiple of the SIMD lanes, rows spread over
 //! several threads), Gemma's unit offset, and f16 (computed in f32, so compared with the f32
-//! tensor ops on the f16 values). And Flex's few-row linear product (`layer_ops::product`, a
+//! tensor ops on the f16 values); the cross-entropy of logits likewise. And Flex's few-row
+//! linear product (`layer_ops::product`, a
 //! decoding step's projections; forward only, as no tracked op uses it) against Burn's
 //! `linear`, with contiguous and transposed weights.
 
 #[cfg(feature = "flex")]
 mod on_flex {
     use burn::backend::{Autodiff, Flex};
+    use burn::tensor::Int;
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::layer_ops::{
-        RmsOptions, product, rms_norm, rms_norm_tensor_ops, silu_gate, silu_gate_tensor_ops,
+        RmsOptions, cross_entropy, cross_entropy_tensor_ops, product, rms_norm,
+        rms_norm_tensor_ops, silu_gate, silu_gate_tensor_ops,
     };
 
     use crate::common::{F16, F32, Rng, errors, values};
@@ -118,6 +121,55 @@ mod on_flex {
         gate_case(&mut rng, [2, 3, 4, 9], DType::F32);
         gate_case(&mut rng, [8, 128, 192], DType::F32);
         gate_case(&mut rng, [5, 33], DType::F16);
+    }
+
+    /// The cross-entropy of `logits: [rows, vocab]` (scaled by `scale`) on both paths: the
+    /// loss of each row and `∂logits` for a random weighting of the rows. The loss grows with
+    /// the logits' scale, and so does its tolerance (F32's or F16's, relative beyond 1).
+    fn cross_entropy_case(rng: &mut Rng, rows: usize, vocab: usize, scale: f32, dtype: DType) {
+        let logits: Vec<f32> = inputs(rng, rows * vocab, dtype).iter().map(|v| v * scale).collect();
+        let targets: Vec<i64> = (0..rows).map(|r| ((r * 7919 + 3) % vocab) as i64).collect();
+        let g = rng.values(rows);
+        let run = |fused: bool| {
+            let dtype = if fused { dtype } else { DType::F32 };
+            let x = leaf(&logits, [rows, vocab], dtype);
+            let device = Default::default();
+            let t =
+                Tensor::<F, 1, Int>::from_data(TensorData::new(targets.clone(), [rows]), &device);
+            let loss = match fused {
+                true => cross_entropy(x.clone(), t),
+                false => cross_entropy_tensor_ops(x.clone(), t),
+            };
+            let weights = Tensor::<F, 1>::from_data(TensorData::new(g.clone(), [rows]), &device);
+            let grads = (loss.clone().cast(DType::F32) * weights).sum().backward();
+            [values(loss), values(x.grad(&grads).unwrap())]
+        };
+        let (got, want) = (run(true), run(false));
+        let (out, grad) = tolerance(dtype);
+        let what = format!("cross-entropy {rows}x{vocab} scale {scale} {dtype:?}");
+        check(&format!("{what}: loss"), &got[0], &want[0], out * scale.max(1.0));
+        check(&format!("{what}: ∂logits"), &got[1], &want[1], grad);
+    }
+
+    #[test]
+    fn fused_cross_entropy_on_flex_matches_the_tensor_ops() {
+        let mut rng = Rng::new(0x5EED_4029);
+        cross_entropy_case(&mut rng, 1, 1, 1.0, DType::F32);
+        cross_entropy_case(&mut rng, 3, 7, 4.0, DType::F32);
+        cross_entropy_case(&mut rng, 5, 300, 1.0, DType::F32);
+        cross_entropy_case(&mut rng, 40, 1000, 80.0, DType::F32);
+        cross_entropy_case(&mut rng, 6, 50, 2.0, DType::F16);
+    }
+
+    /// A target outside the vocabulary gives NaN for its row, not a panic; the other rows keep
+    /// their loss.
+    #[test]
+    fn a_target_outside_the_vocabulary_gives_nan() {
+        let device = Default::default();
+        let logits = Tensor::<Flex, 2>::from_floats([[0.0, 1.0], [2.0, 0.0]], &device);
+        let targets = Tensor::<Flex, 1, Int>::from_ints([1, 5], &device);
+        let loss = values(cross_entropy(logits, targets));
+        assert!((loss[0] - (1.0f32 + (-1.0f32).exp()).ln()).abs() < 1e-6 && loss[1].is_nan());
     }
 
     /// `x: [2, rows/2 or 1, k]·w + b` through `product` on Flex (its few-row kernel up to 16

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use burn::module::Module;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor};
 use swa_attention::WindowedAttentionBackend;
+use swa_attention::layer_ops::cross_entropy;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig};
 
@@ -109,11 +109,8 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
     let mut total = 0.0;
     for n in 0..len {
         let logits = model.step(column(&windows.inputs, n).reshape([rows]), &mut cache);
-        total -= log_softmax(logits, 1)
-            .gather(1, column(&windows.targets, n))
-            .sum()
-            .into_scalar()
-            .elem::<f64>();
+        let targets = column(&windows.targets, n).reshape([rows]);
+        total += cross_entropy(logits, targets).sum().into_scalar().elem::<f64>();
     }
     Ok(total / (rows * len) as f64)
 }

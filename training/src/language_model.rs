@@ -6,13 +6,12 @@
 //! the Learner lets a model shape its gradients.
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::GradientsParams;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, Transaction};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use swa_attention::WindowedAttentionBackend;
+use swa_attention::layer_ops::cross_entropy;
 use swa_models::Decoder;
 
 use crate::batch::TokenBatch;
@@ -87,16 +86,13 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
         let (logits, targets) =
             (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
         let Some((scored, count)) = batch.scored else {
-            let loss =
-                CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets);
+            let loss = cross_entropy(logits, targets).mean();
             return LossOutput { loss, tokens: rows * n, hits: None };
         };
         let (scored, count) = (scored.reshape([rows * n]), count.max(1));
         let right = logits.clone().argmax(1).reshape([rows * n]).equal(targets.clone()).int()
             * scored.clone();
-        let log_p =
-            log_softmax(logits, 1).gather(1, targets.reshape([rows * n, 1])).reshape([rows * n]);
-        let loss = (log_p * scored.float()).sum().neg().div_scalar(count as f64);
+        let loss = (cross_entropy(logits, targets) * scored.float()).sum().div_scalar(count as f64);
         LossOutput { loss, tokens: rows * n, hits: Some((right.sum(), count)) }
     }
 }

@@ -18,7 +18,14 @@ const TASK: usize = 1 << 14;
 
 /// `Flex`'s layer kernels.
 pub(crate) fn kernels() -> LayerKernels<burn::backend::Flex> {
-    LayerKernels { rms_norm, rms_norm_backward, silu_gate, silu_gate_backward }
+    LayerKernels {
+        rms_norm,
+        rms_norm_backward,
+        silu_gate,
+        silu_gate_backward,
+        cross_entropy: super::cross_entropy::cross_entropy,
+        cross_entropy_backward: super::cross_entropy::cross_entropy_backward,
+    }
 }
 
 /// `x: [..., D]`, `w: [D]` → (`y`, the inverse RMS of each row, `[rows]` f32).

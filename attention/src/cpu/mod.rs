@@ -38,6 +38,7 @@
 
 mod backward;
 mod block;
+mod cross_entropy;
 mod decode;
 mod flex;
 mod forward;
