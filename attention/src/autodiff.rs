@@ -24,7 +24,7 @@ use crate::backend::{
     KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
     chosen_kernel,
 };
-use crate::layer_ops::RmsOptions;
+use crate::layer_ops::{MlpActivation, RmsOptions};
 use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -58,8 +58,12 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         crate::layer_ops_autodiff::rms_norm::<B, C>(x, w, options)
     }
 
-    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> Option<FloatTensor<Self>> {
-        crate::layer_ops_autodiff::silu_gate::<B, C>(a, b)
+    fn gate(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        activation: MlpActivation,
+    ) -> Option<FloatTensor<Self>> {
+        crate::layer_ops_autodiff::gate::<B, C>(a, b, activation)
     }
 
     fn cross_entropy(

@@ -18,7 +18,7 @@ use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backen
 
 use crate::blocked::blocked_attention;
 use crate::decode::{CacheWrite, DecodeKernel};
-use crate::layer_ops::{self, LayerKernels, RmsOptions};
+use crate::layer_ops::{self, LayerKernels, MlpActivation, RmsOptions};
 use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -81,11 +81,15 @@ pub trait WindowedAttentionBackend: Backend {
         Some(y)
     }
 
-    /// The backend's fused `silu(a)·b` for `a, b` of one shape
-    /// ([`crate::layer_ops::silu_gate`]), or `None` where it has none and the caller runs the
+    /// The backend's fused gate `act(a)·b` for `a, b` of one shape
+    /// ([`crate::layer_ops::gate`]), or `None` where it has none and the caller runs the
     /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
-    fn silu_gate(a: FloatTensor<Self>, b: FloatTensor<Self>) -> Option<FloatTensor<Self>> {
-        layer_ops::chosen::<Self>().map(|kernels| (kernels.silu_gate)(a, b))
+    fn gate(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        activation: MlpActivation,
+    ) -> Option<FloatTensor<Self>> {
+        layer_ops::chosen::<Self>().map(|kernels| (kernels.gate)(a, b, activation))
     }
 
     /// The backend's fused cross-entropy of `logits: [rows, V]` against `targets: [rows]` →
@@ -113,7 +117,7 @@ pub trait WindowedAttentionBackend: Backend {
         None
     }
 
-    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the SwiGLU gate and the
+    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the MLP's gate and the
     /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
     /// differentiates through its inner backend's.
     fn layer_kernels() -> Option<LayerKernels<Self>> {
@@ -123,7 +127,7 @@ pub trait WindowedAttentionBackend: Backend {
 
 /// The environment variable that chooses the path of every call: `blocked` forces the blocked
 /// path on every backend, the caches' tensor ops in place of a fused decode step, and the tensor
-/// ops of every other fused op (RoPE, RMSNorm, the SwiGLU gate, the few-row linear product), to
+/// ops of every other fused op (RoPE, RMSNorm, the MLP's gate, the cross-entropy, the few-row linear product), to
 /// compare them with the fused kernels; unset or anything
 /// else lets each backend choose. Read at every
 /// call, so a process can compare both.

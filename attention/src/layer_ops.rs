@@ -1,21 +1,21 @@
-//! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8), the SwiGLU
-//! gate `silu(a)·b` and the cross-entropy of logits, each as one op forward and one op backward
+//! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8), the gated MLP's
+//! gate `act(a)·b` (SwiGLU's SiLU, Gemma's tanh GELU) and the cross-entropy of logits, each as one op forward and one op backward
 //! where the backend has kernels for them ([`LayerKernels`], offered by
 //! [`WindowedAttentionBackend::layer_kernels`]), and as tensor ops otherwise. The tensor ops are
 //! also the kernels' test reference. The cross-entropy never materialises the softmax: its
 //! forward keeps each row's log-normaliser, and its backward recomputes the probabilities from
 //! it.
 //!
-//! As tensor ops, an RMSNorm is six ops forward and about twelve backward, and the gate three
-//! and five, each a pass over its tensor (and on the CPU, each a wake-up of the thread pool);
+//! As tensor ops, an RMSNorm is six ops forward and about twelve backward, and the SiLU gate
+//! three and five (the GELU gate about twice that), each a pass over its tensor (and on the CPU, each a wake-up of the thread pool);
 //! fused, each is one pass forward and one backward. `Autodiff<B>` differentiates through its
 //! inner backend's kernels (`crate::layer_ops_autodiff`).
 
 use burn::nn::Linear;
-use burn::tensor::activation::log_softmax;
-use burn::tensor::activation::silu;
+use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
+use serde::{Deserialize, Serialize};
 
 use crate::WindowedAttentionBackend;
 use crate::backend::blocked_forced;
@@ -30,6 +30,17 @@ pub struct RmsOptions {
     pub unit_offset: bool,
 }
 
+/// The activation of a gated MLP's gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpActivation {
+    /// `x·σ(x)` (SwiGLU: Transformer++, Llama, Mistral, Qwen2).
+    #[default]
+    Silu,
+    /// GELU in its tanh approximation, `½x(1 + tanh(√(2/π)(x + 0.044715x³)))` (Gemma).
+    GeluTanh,
+}
+
 /// A backend's layer kernels as plain function pointers (as [`crate::WindowedKernel`], so that
 /// `Autodiff<B>` can use those of its inner backend). Every tensor is row-major over its last
 /// dimension, of any rank.
@@ -38,10 +49,10 @@ pub struct LayerKernels<B: Backend> {
     pub rms_norm: RmsNormKernel<B>,
     /// RMSNorm's backward.
     pub rms_norm_backward: RmsNormBackward<B>,
-    /// `a, b` of one shape → `silu(a)·b`.
-    pub silu_gate: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+    /// `a, b` of one shape → `act(a)·b`.
+    pub gate: fn(FloatTensor<B>, FloatTensor<B>, MlpActivation) -> FloatTensor<B>,
     /// The gate's backward.
-    pub silu_gate_backward: GateBackward<B>,
+    pub gate_backward: GateBackward<B>,
     /// The cross-entropy's forward.
     pub cross_entropy: CrossEntropyKernel<B>,
     /// The cross-entropy's backward.
@@ -63,7 +74,7 @@ pub type RmsNormBackward<B> = fn(
 
 /// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
 pub type GateBackward<B> =
-    fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) -> [FloatTensor<B>; 2];
+    fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, MlpActivation) -> [FloatTensor<B>; 2];
 
 /// `logits: [rows, V]`, `targets: [rows]` (ints in `0..V`) → (`−log softmax(logits)[target]`
 /// per row, `[rows]`; the log-normaliser `log Σ exp(logits)` per row, `[rows]` f32). A target
@@ -109,16 +120,17 @@ pub fn rms_norm<B: WindowedAttentionBackend, const N: usize>(
     }
 }
 
-/// `silu(a)·b` for `a, b` of one shape → that shape: the backend's fused op
-/// ([`WindowedAttentionBackend::silu_gate`]) where it has one.
-pub fn silu_gate<B: WindowedAttentionBackend, const N: usize>(
+/// `act(a)·b` for `a, b` of one shape → that shape: the backend's fused op
+/// ([`WindowedAttentionBackend::gate`]) where it has one.
+pub fn gate<B: WindowedAttentionBackend, const N: usize>(
     a: Tensor<B, N>,
     b: Tensor<B, N>,
+    activation: MlpActivation,
 ) -> Tensor<B, N> {
     let primitive = |t: Tensor<B, N>| t.into_primitive().tensor();
-    match B::silu_gate(primitive(a.clone()), primitive(b.clone())) {
+    match B::gate(primitive(a.clone()), primitive(b.clone()), activation) {
         Some(z) => Tensor::from_primitive(TensorPrimitive::Float(z)),
-        None => silu_gate_tensor_ops(a, b),
+        None => gate_tensor_ops(a, b, activation),
     }
 }
 
@@ -203,10 +215,21 @@ pub fn rms_norm_tensor_ops<B: Backend, const N: usize>(
     x * scale * gamma.unsqueeze()
 }
 
-/// `silu(a)·b` as tensor ops on any backend.
-pub fn silu_gate_tensor_ops<B: Backend, const N: usize>(
+/// `act(a)·b` as tensor ops on any backend.
+pub fn gate_tensor_ops<B: Backend, const N: usize>(
     a: Tensor<B, N>,
     b: Tensor<B, N>,
+    activation: MlpActivation,
 ) -> Tensor<B, N> {
-    silu(a) * b
+    match activation {
+        MlpActivation::Silu => silu(a) * b,
+        MlpActivation::GeluTanh => gelu_tanh(a) * b,
+    }
+}
+
+/// GELU in its tanh approximation (Burn's `gelu` is the exact, erf form).
+fn gelu_tanh<B: Backend, const N: usize>(x: Tensor<B, N>) -> Tensor<B, N> {
+    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044715))
+        .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
+    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
 }

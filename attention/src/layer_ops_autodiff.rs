@@ -1,5 +1,5 @@
 //! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
-//! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the SwiGLU gate with parents `a` and
+//! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the MLP's gate with parents `a` and
 //! `b`, the cross-entropy with parent `logits`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
 //! the tensor ops, they return `None`: the caller's tensor ops run on `Autodiff<B>` and are
 //! differentiated op by op.
@@ -12,7 +12,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
 use crate::WindowedAttentionBackend;
-use crate::layer_ops::{self, LayerKernels, RmsOptions};
+use crate::layer_ops::{self, LayerKernels, MlpActivation, RmsOptions};
 
 /// RMSNorm on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
 pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
@@ -32,17 +32,19 @@ pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     }
 }
 
-/// The SwiGLU gate on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
-pub(crate) fn silu_gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+/// The MLP's gate on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
+pub(crate) fn gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
     a: FloatTensor<Autodiff<B, C>>,
     b: FloatTensor<Autodiff<B, C>>,
+    activation: MlpActivation,
 ) -> Option<FloatTensor<Autodiff<B, C>>> {
     let kernels = layer_ops::chosen::<B>()?;
     let prepared = GateOp.prepare::<C>([a.node.clone(), b.node.clone()]);
-    let z = (kernels.silu_gate)(a.primitive.clone(), b.primitive.clone());
+    let z = (kernels.gate)(a.primitive.clone(), b.primitive.clone(), activation);
     match prepared.compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
-            Some(prep.finish(GateState { kernels, a: a.primitive, b: b.primitive }, z))
+            let state = GateState { kernels, a: a.primitive, b: b.primitive, activation };
+            Some(prep.finish(state, z))
         }
         OpsKind::UnTracked(prep) => Some(prep.finish(z)),
     }
@@ -94,16 +96,17 @@ impl<B: WindowedAttentionBackend> Backward<B, 2> for RmsNormOp {
     }
 }
 
-/// The backward step of the SwiGLU gate.
+/// The backward step of the MLP's gate.
 #[derive(Debug)]
 struct GateOp;
 
-/// What the gate's backward reads: its inputs.
+/// What the gate's backward reads: its inputs and activation.
 #[derive(Clone, Debug)]
 struct GateState<B: WindowedAttentionBackend> {
     kernels: LayerKernels<B>,
     a: FloatTensor<B>,
     b: FloatTensor<B>,
+    activation: MlpActivation,
 }
 
 impl<B: WindowedAttentionBackend> Backward<B, 2> for GateOp {
@@ -111,8 +114,8 @@ impl<B: WindowedAttentionBackend> Backward<B, 2> for GateOp {
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let gradient = grads.consume::<B>(&ops.node);
-        let GateState { kernels, a, b } = ops.state;
-        let gradients = (kernels.silu_gate_backward)(a, b, gradient);
+        let GateState { kernels, a, b, activation } = ops.state;
+        let gradients = (kernels.gate_backward)(a, b, gradient, activation);
         for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, gradient);

@@ -5,20 +5,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
-use swa_attention::layer_ops::{linear, silu_gate};
-
-/// The activation of the gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MlpActivation {
-    /// `x·σ(x)` (SwiGLU: Transformer++, Llama, Mistral, Qwen2).
-    #[default]
-    Silu,
-    /// GELU in its tanh approximation, `½x(1 + tanh(√(2/π)(x + 0.044715x³)))` (Gemma).
-    GeluTanh,
-}
+pub use swa_attention::layer_ops::MlpActivation;
+use swa_attention::layer_ops::{gate, linear};
 
 /// Configuration of [`GatedMlp`].
 #[derive(Config, Debug)]
@@ -62,21 +51,10 @@ pub struct GatedMlp<B: Backend> {
 }
 
 impl<B: WindowedAttentionBackend> GatedMlp<B> {
-    /// `x: [batch, N, d]` → `[batch, N, d]`; SwiGLU's gate as one fused op where the backend
-    /// has one ([`swa_attention::layer_ops::silu_gate`]).
+    /// `x: [batch, N, d]` → `[batch, N, d]`; the gate `act(gate)·up` as one fused op where the
+    /// backend has one ([`swa_attention::layer_ops::gate`]).
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let (gate, up) = (linear(&self.gate, x.clone()), linear(&self.up, x));
-        let hidden = match self.activation {
-            MlpActivation::Silu => silu_gate(gate, up),
-            MlpActivation::GeluTanh => gelu_tanh(gate) * up,
-        };
-        linear(&self.down, hidden)
+        let (a, b) = (linear(&self.gate, x.clone()), linear(&self.up, x));
+        linear(&self.down, gate(a, b, self.activation))
     }
-}
-
-/// GELU in its tanh approximation (Burn's `gelu` is the exact, erf form).
-fn gelu_tanh<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044715))
-        .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
-    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
 }

@@ -1,4 +1,5 @@
-//! The fused layer ops (`swa_attention::layer_ops`: RMSNorm and the SwiGLU gate) of
+//! The fused layer ops (`swa_attention::layer_ops`: RMSNorm and the MLP's gate, SiLU and tanh
+//! GELU) of
 //! `Autodiff<Flex>` against their tensor ops, outputs and gradients, on awkward shapes (one row,
 //! width 1, ranks 2 to 4, widths that are not a multiple of the SIMD lanes, rows spread over
 //! several threads), Gemma's unit offset, and f16 (computed in f32, so compared with the f32
@@ -13,8 +14,8 @@ mod on_flex {
     use burn::tensor::Int;
     use burn::tensor::{DType, Tensor, TensorData, f16};
     use swa_zoo::attention::layer_ops::{
-        RmsOptions, cross_entropy, cross_entropy_tensor_ops, product, rms_norm,
-        rms_norm_tensor_ops, silu_gate, silu_gate_tensor_ops,
+        MlpActivation, RmsOptions, cross_entropy, cross_entropy_tensor_ops, gate, gate_tensor_ops,
+        product, rms_norm, rms_norm_tensor_ops,
     };
 
     use crate::common::{F16, F32, Rng, errors, values};
@@ -88,7 +89,12 @@ mod on_flex {
     }
 
     /// The gate of `a, b: shape` on both paths: output, `∂a`, `∂b` for a random loss.
-    fn gate_case<const D: usize>(rng: &mut Rng, shape: [usize; D], dtype: DType) {
+    fn gate_case<const D: usize>(
+        rng: &mut Rng,
+        shape: [usize; D],
+        act: MlpActivation,
+        dtype: DType,
+    ) {
         let n = shape.iter().product();
         let (a, b) = (inputs(rng, n, dtype), inputs(rng, n, dtype));
         let a: Vec<f32> = a.iter().map(|x| 4.0 * x).collect();
@@ -97,8 +103,8 @@ mod on_flex {
             let dtype = if fused { dtype } else { DType::F32 };
             let (at, bt) = (leaf(&a, shape, dtype), leaf(&b, shape, dtype));
             let z = match fused {
-                true => silu_gate(at.clone(), bt.clone()),
-                false => silu_gate_tensor_ops(at.clone(), bt.clone()),
+                true => gate(at.clone(), bt.clone(), act),
+                false => gate_tensor_ops(at.clone(), bt.clone(), act),
             };
             let gradient =
                 Tensor::<F, D>::from_data(TensorData::new(g.clone(), shape), &Default::default());
@@ -107,20 +113,22 @@ mod on_flex {
         };
         let (got, want) = (run(true), run(false));
         let (out, grad) = tolerance(dtype);
-        let what = format!("SwiGLU gate {shape:?} {dtype:?}");
+        let what = format!("{act:?} gate {shape:?} {dtype:?}");
         check(&format!("{what}: output"), &got[0], &want[0], out);
         check(&format!("{what}: ∂a"), &got[1], &want[1], grad);
         check(&format!("{what}: ∂b"), &got[2], &want[2], grad);
     }
 
     #[test]
-    fn fused_silu_gate_on_flex_matches_the_tensor_ops() {
+    fn fused_gates_on_flex_match_the_tensor_ops() {
         let mut rng = Rng::new(0x5EED_1029);
-        gate_case(&mut rng, [1], DType::F32);
-        gate_case(&mut rng, [3, 5, 7], DType::F32);
-        gate_case(&mut rng, [2, 3, 4, 9], DType::F32);
-        gate_case(&mut rng, [8, 128, 192], DType::F32);
-        gate_case(&mut rng, [5, 33], DType::F16);
+        for act in [MlpActivation::Silu, MlpActivation::GeluTanh] {
+            gate_case(&mut rng, [1], act, DType::F32);
+            gate_case(&mut rng, [3, 5, 7], act, DType::F32);
+            gate_case(&mut rng, [2, 3, 4, 9], act, DType::F32);
+            gate_case(&mut rng, [8, 128, 192], act, DType::F32);
+            gate_case(&mut rng, [5, 33], act, DType::F16);
+        }
     }
 
     /// The cross-entropy of `logits: [rows, vocab]` (scaled by `scale`) on both paths: the

@@ -1,4 +1,4 @@
-//! RMSNorm and the SwiGLU gate on `Flex` ([`crate::layer_ops::LayerKernels`]): each direction
+//! RMSNorm and the MLP's gate (SiLU or tanh GELU) on `Flex` ([`crate::layer_ops::LayerKernels`]): each direction
 //! one pass over the rows, compiled under pulp's dispatch so that `exp` and the row sums
 //! vectorise ([`super::math`], [`Chunk`]), threads (rayon) over chunks of rows big enough to be
 //! worth a thread. Inputs are read as f32 (half precision converted, so it accumulates in f32) and
@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::layout;
 use super::math::{dot, exp};
-use crate::layer_ops::{LayerKernels, RmsOptions};
+use crate::layer_ops::{LayerKernels, MlpActivation, RmsOptions};
 
 /// Elements a thread takes at least: below this a row chunk runs on the calling thread.
 const TASK: usize = 1 << 14;
@@ -21,8 +21,8 @@ pub(crate) fn kernels() -> LayerKernels<burn::backend::Flex> {
     LayerKernels {
         rms_norm,
         rms_norm_backward,
-        silu_gate,
-        silu_gate_backward,
+        gate,
+        gate_backward,
         cross_entropy: super::cross_entropy::cross_entropy,
         cross_entropy_backward: super::cross_entropy::cross_entropy_backward,
     }
@@ -77,27 +77,32 @@ fn gamma(w: &FlexTensor, options: RmsOptions) -> Vec<f32> {
     }
 }
 
-/// `silu(a)·b = a·σ(a)·b`.
-fn silu_gate(a: FlexTensor, b: FlexTensor) -> FlexTensor {
+/// `act(a)·b`.
+fn gate(a: FlexTensor, b: FlexTensor, activation: MlpActivation) -> FlexTensor {
     let (shape, dtype) = (a.shape(), a.dtype());
     let (a, b) = (layout::read(&a), layout::read(&b));
     let mut z = vec![0.0f32; a.len()];
     let tasks = z.par_chunks_mut(TASK).zip(a.par_chunks(TASK)).zip(b.par_chunks(TASK));
     tasks.for_each(|((z, a), b)| {
-        vectorised(Chunk::Gate { a, b, z });
+        vectorised(Chunk::Gate { a, b, z, activation });
     });
     tensor(z, shape, dtype)
 }
 
-/// `∂L/∂a = g·b·σ(a)·(1 + a·(1 − σ(a)))` and `∂L/∂b = g·a·σ(a)`.
-fn silu_gate_backward(a: FlexTensor, b: FlexTensor, d_z: FlexTensor) -> [FlexTensor; 2] {
+/// `∂L/∂a = g·b·act′(a)` and `∂L/∂b = g·act(a)`.
+fn gate_backward(
+    a: FlexTensor,
+    b: FlexTensor,
+    d_z: FlexTensor,
+    activation: MlpActivation,
+) -> [FlexTensor; 2] {
     let (shape, dtype) = (a.shape(), a.dtype());
     let (a, b, d_z) = (layout::read(&a), layout::read(&b), layout::read(&d_z));
     let (mut d_a, mut d_b) = (vec![0.0f32; a.len()], vec![0.0f32; a.len()]);
     let outputs = d_a.par_chunks_mut(TASK).zip(d_b.par_chunks_mut(TASK));
     let inputs = a.par_chunks(TASK).zip(b.par_chunks(TASK)).zip(d_z.par_chunks(TASK));
     outputs.zip(inputs).for_each(|((d_a, d_b), ((a, b), d_z))| {
-        vectorised(Chunk::GateBackward { a, b, d_z, d_a, d_b });
+        vectorised(Chunk::GateBackward { a, b, d_z, d_a, d_b, activation });
     });
     [tensor(d_a, shape.clone(), dtype), tensor(d_b, shape, dtype)]
 }
@@ -125,6 +130,7 @@ enum Chunk<'a> {
         a: &'a [f32],
         b: &'a [f32],
         z: &'a mut [f32],
+        activation: MlpActivation,
     },
     GateBackward {
         a: &'a [f32],
@@ -132,6 +138,7 @@ enum Chunk<'a> {
         d_z: &'a [f32],
         d_a: &'a mut [f32],
         d_b: &'a mut [f32],
+        activation: MlpActivation,
     },
 }
 
@@ -154,23 +161,53 @@ impl WithSimd for Chunk<'_> {
             Chunk::RmsNormBackward { x, d_y, inverse, gamma, d_x } => {
                 rms_rows_backward(x, d_y, inverse, gamma, d_x)
             }
-            Chunk::Gate { a, b, z } => {
+            Chunk::Gate { a, b, z, activation: MlpActivation::Silu } => {
                 for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
                     *z = a * b / (1.0 + exp(-a));
                 }
                 Vec::new()
             }
-            Chunk::GateBackward { a, b, d_z, d_a, d_b } => {
+            Chunk::Gate { a, b, z, activation: MlpActivation::GeluTanh } => {
+                for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
+                    *z = gelu_tanh(a)[0] * b;
+                }
+                Vec::new()
+            }
+            Chunk::GateBackward { a, b, d_z, d_a, d_b, activation } => {
                 let inputs = a.iter().zip(b).zip(d_z);
-                for ((d_a, d_b), ((&a, &b), &g)) in d_a.iter_mut().zip(d_b.iter_mut()).zip(inputs) {
-                    let s = 1.0 / (1.0 + exp(-a));
-                    *d_a = g * b * s * (1.0 + a * (1.0 - s));
-                    *d_b = g * a * s;
+                let outputs = d_a.iter_mut().zip(d_b.iter_mut());
+                match activation {
+                    MlpActivation::Silu => {
+                        for ((d_a, d_b), ((&a, &b), &g)) in outputs.zip(inputs) {
+                            let s = 1.0 / (1.0 + exp(-a));
+                            *d_a = g * b * s * (1.0 + a * (1.0 - s));
+                            *d_b = g * a * s;
+                        }
+                    }
+                    MlpActivation::GeluTanh => {
+                        for ((d_a, d_b), ((&a, &b), &g)) in outputs.zip(inputs) {
+                            let [value, slope] = gelu_tanh(a);
+                            *d_a = g * b * slope;
+                            *d_b = g * value;
+                        }
+                    }
                 }
                 Vec::new()
             }
         }
     }
+}
+
+/// The tanh GELU `½x(1 + t)`, `t = tanh(√(2/π)(x + 0.044715x³))`, and its derivative
+/// `½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²)`; `tanh u = 1 − 2/(e^{2u} + 1)` through the
+/// vectorised `exp` (an overflow to ∞ gives 1, an underflow to 0 gives −1).
+#[inline(always)]
+fn gelu_tanh(x: f32) -> [f32; 2] {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    let u = C * (x + 0.044715 * x * x * x);
+    let t = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    let du = C * (1.0 + 3.0 * 0.044715 * x * x);
+    [0.5 * x * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du]
 }
 
 /// RMSNorm of rows of `gamma.len()`: `y` and each row's inverse RMS.
