@@ -1,6 +1,7 @@
-//! CubeCL's cooperative matrices (tensor cores, `cmma`) on the Vulkan device, the ground the
-//! tensor-core kernels stand on: the device lists its tile shapes, and one tile product of
-//! every f16·f16→f32 shape it lists matches the CPU exactly.
+//! CubeCL's cooperative matrices (tensor cores, `cmma`) on the Vulkan device: the device lists
+//! its tile shapes, one tile product of every f16·f16→f32 shape it lists matches the CPU
+//! exactly, and the windowed core's forward runs on them (`kernel::forward_cmma`) and matches
+//! the dense reference on every kind of window.
 //!
 //! Built with `--features vulkan` (Burn's SPIR-V compiler; the WGSL compiler has no `cmma`),
 //! for this crate alone: `cargo test -p swa-attention --features vulkan --test
@@ -10,10 +11,24 @@
 #![cfg(feature = "vulkan")]
 
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-use burn::tensor::f16;
+use burn::backend::{Autodiff, Vulkan};
+use burn::tensor::{DType, Tensor, TensorData, f16};
 use cubecl::ir::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
+use swa_attention::kernel::tensor_core_tile_of;
+use swa_attention::{HeadWindow, ScoreOptions, WindowSpec, dense_attention, windowed_attention};
+
+/// Output tolerance of f16 inputs (the weights `P` are rounded to f16 before `P·V`, and `o` is
+/// f16), as the portable kernel's f16 tests use.
+const F16_OUT: f32 = 2e-3;
+
+/// Tolerance of `lse`, computed in f32 from the same f16 inputs as the reference.
+const LSE: f32 = 2e-4;
+
+/// Gradient tolerance of f16 inputs (the backward reads the forward's f16 `o`), as the portable
+/// kernel's f16 tests use.
+const F16_GRAD: f32 = 2e-3;
 
 /// `out = lhs · rhs` for one `m × k` by `k × n` tile, both row-major, on one plane.
 #[cube(launch)]
@@ -125,4 +140,137 @@ fn every_f16_tile_shape_multiplies_exactly() {
         let got = f32::from_bytes(&client.read_one_unchecked(out)).to_vec();
         assert_eq!(got, want, "the {m}×{n}×{k} tile product");
     }
+}
+
+/// A tensor's values as f32.
+fn read(t: TensorData) -> Vec<f32> {
+    t.convert::<f32>().to_vec::<f32>().unwrap()
+}
+
+/// The largest `|a − b|`, equal values (infinities too) counting as no error.
+fn max_error(got: Vec<f32>, want: Vec<f32>) -> f32 {
+    got.iter().zip(&want).fold(0f32, |m, (a, b)| match a == b {
+        true => m,
+        false => m.max((a - b).abs()),
+    })
+}
+
+/// `n` values in [−1, 1) from `seed`, rounded to f16 (so that the reference sees the kernel's
+/// inputs exactly).
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
+            f16::from_f32(2.0 * unit - 1.0).to_f32()
+        })
+        .collect()
+}
+
+/// One call on f16 tensors through `windowed_attention` (the tensor-core forward) against the
+/// dense reference in f32 on the same values: `o` and `lse`, max-abs.
+fn forward_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usize; 6], seed: u64) {
+    let [batch, heads, kv_heads, q_len, keys, dim] = shape;
+    let device = WgpuDevice::DefaultDevice;
+    let tensor = |seed: u64, dims: [usize; 4]| {
+        let data = TensorData::new(values(seed, dims.iter().product()), dims);
+        Tensor::<Vulkan, 4>::from_data(data, &device)
+    };
+    let q = tensor(seed, [batch, heads, q_len, dim]);
+    let k = tensor(seed + 1, [batch, kv_heads, keys, dim]);
+    let v = tensor(seed + 2, [batch, kv_heads, keys, dim]);
+    let half = |t: &Tensor<Vulkan, 4>| t.clone().cast(DType::F16);
+    let (o, lse) = windowed_attention(half(&q), half(&k), half(&v), spec, opts).unwrap();
+    let (want_o, want_lse) = dense_attention(q, k, v, spec, opts).unwrap();
+    let o_error = max_error(read(o.cast(DType::F32).into_data()), read(want_o.into_data()));
+    let lse_error = max_error(read(lse.into_data()), read(want_lse.into_data()));
+    eprintln!("{what}: o {o_error:.1e}, lse {lse_error:.1e}");
+    assert!(o_error <= F16_OUT, "{what}: o max error {o_error} > {F16_OUT}");
+    assert!(lse_error <= LSE, "{what}: lse max error {lse_error} > {LSE}");
+}
+
+#[test]
+fn the_tensor_core_forward_matches_the_dense_reference() {
+    let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
+    if f16_shapes(&client).is_none() {
+        return;
+    }
+    for dim in [8, 16, 64] {
+        let tile = tensor_core_tile_of::<WgpuRuntime>(&WgpuDevice::DefaultDevice, DType::F16, dim);
+        eprintln!("head dim {dim}: tensor-core tile {tile:?}");
+        assert!(tile.is_some(), "the forward at d = {dim} should run on tensor cores");
+    }
+    let softmax = ScoreOptions::softmax();
+    let sliding = WindowSpec::sliding(2, 2, 5).unwrap();
+    forward_case("sliding W=5", &sliding, &softmax, [1, 2, 2, 19, 19, 8], 1);
+    let per_head = WindowSpec::per_head(&[3, 9, 17, 40], 2).unwrap();
+    forward_case("MSWA windows, GQA", &per_head, &softmax, [2, 4, 2, 37, 37, 16], 2);
+    let dilated = WindowSpec::dilated(&[4, 4], &[1, 3], 2).unwrap();
+    forward_case("dilated", &dilated, &softmax, [1, 2, 2, 33, 33, 8], 3);
+    let heads = vec![HeadWindow::longnet(8, 2, 1); 2];
+    let longnet = WindowSpec::new(heads, 2).unwrap();
+    forward_case("LongNet segment 8, dilation 2", &longnet, &softmax, [1, 2, 2, 30, 30, 8], 4);
+    let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
+    forward_case("bidirectional W=6", &bidirectional, &softmax, [1, 2, 1, 21, 21, 16], 5);
+    let sinks = WindowSpec::sliding(2, 2, 4).unwrap().with_sinks(3);
+    forward_case("sinks 3, W=4", &sinks, &softmax, [1, 2, 2, 40, 40, 8], 6);
+    let scored = softmax.clone().with_softcap(5.0).with_alibi(vec![0.25, 0.5]);
+    forward_case("softcap and ALiBi", &sliding, &scored, [1, 2, 2, 24, 24, 64], 7);
+    forward_case("sigmoid", &sliding, &ScoreOptions::sigmoid(-1.0), [1, 2, 2, 17, 17, 8], 8);
+    let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
+    forward_case("5 queries after 20", &offset, &softmax, [1, 2, 2, 5, 25, 8], 9);
+}
+
+/// The gradients of `Σ o·g` through the tensor-core forward (and the portable backward, which
+/// reads its `o` and `lse`) on f16 inputs, against the dense reference's in f32.
+fn gradient_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usize; 6]) {
+    type A = Autodiff<Vulkan>;
+    let [batch, heads, kv_heads, q_len, keys, dim] = shape;
+    let device = WgpuDevice::DefaultDevice;
+    let data =
+        |seed: u64, dims: [usize; 4]| TensorData::new(values(seed, dims.iter().product()), dims);
+    let inputs = [
+        data(11, [batch, heads, q_len, dim]),
+        data(12, [batch, kv_heads, keys, dim]),
+        data(13, [batch, kv_heads, keys, dim]),
+    ];
+    let g = data(14, [batch, heads, q_len, dim]);
+    let run = |kernel: bool| {
+        let dtype = if kernel { DType::F16 } else { DType::F32 };
+        let [q, k, v] = inputs
+            .clone()
+            .map(|d| Tensor::<A, 4>::from_data(d, &device).cast(dtype).require_grad());
+        let (o, _) = match kernel {
+            true => windowed_attention(q.clone(), k.clone(), v.clone(), spec, opts).unwrap(),
+            false => dense_attention(q.clone(), k.clone(), v.clone(), spec, opts).unwrap(),
+        };
+        let weights = Tensor::<A, 4>::from_data(g.clone(), &device);
+        let grads = (o.cast(DType::F32) * weights).sum().backward();
+        [q, k, v].map(|t| read(t.grad(&grads).unwrap().cast(DType::F32).into_data()))
+    };
+    let (got, want) = (run(true), run(false));
+    for (name, (got, want)) in ["∂q", "∂k", "∂v"].iter().zip(got.into_iter().zip(want)) {
+        let error = max_error(got, want);
+        eprintln!("{what}: {name} {error:.1e}");
+        assert!(error <= F16_GRAD, "{what}: {name} max error {error} > {F16_GRAD}");
+    }
+}
+
+#[test]
+fn gradients_through_the_tensor_core_forward_match_the_dense_reference() {
+    let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
+    if f16_shapes(&client).is_none() {
+        return;
+    }
+    let softmax = ScoreOptions::softmax();
+    let per_head = WindowSpec::per_head(&[3, 9, 17, 40], 2).unwrap();
+    gradient_case("MSWA windows, GQA", &per_head, &softmax, [1, 4, 2, 29, 29, 16]);
+    let sinks = WindowSpec::sliding(2, 2, 4).unwrap().with_sinks(2);
+    let capped = softmax.clone().with_softcap(4.0);
+    gradient_case("sinks and softcap", &sinks, &capped, [1, 2, 2, 21, 21, 8]);
+    let sliding = WindowSpec::sliding(2, 2, 6).unwrap();
+    gradient_case("sigmoid", &sliding, &ScoreOptions::sigmoid(-0.5), [1, 2, 2, 18, 18, 8]);
 }

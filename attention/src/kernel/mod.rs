@@ -10,7 +10,8 @@
 //! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
 //! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
 //!   a cube visits; [`score`]: scores and weights of a pair; [`tile`]: the shared-memory copies.
-//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
+//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch; [`forward_cmma`]: the
+//!   forward on cooperative matrices (tensor cores), which the launch picks where it can.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
 //! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches;
@@ -29,6 +30,7 @@ mod cube;
 mod decode;
 mod decode_launch;
 mod forward;
+mod forward_cmma;
 mod forward_launch;
 mod fusion;
 mod probe;
@@ -38,4 +40,5 @@ mod tile;
 mod visibility;
 
 pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
+pub use forward_launch::tensor_core_tile_of;
 pub use probe::probe_visibility;

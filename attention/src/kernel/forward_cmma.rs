@@ -1,0 +1,301 @@
+//! The forward kernel on cooperative matrices (tensor cores, CubeCL's `cmma`), for f16 and bf16
+//! inputs on devices that list a tile shape for them (docs/semantics.md §1–§2; reference:
+//! `crate::reference::dense_attention`; the portable kernel is `super::forward`).
+//!
+//! A cube is one plane and owns `m` consecutive query rows of one head. It visits the key tiles
+//! of `n` keys that [`key_tiles`] gives, as the portable kernel does, and for each:
+//! - `S = Q·Kᵀ` for its `m × n` block, in `d / k` cooperative products with f32 accumulation,
+//!   stored to shared memory;
+//! - one lane per row decides which keys its row sees ([`visible`]), scores them ([`score`]),
+//!   updates the row's running maximum and sum (online softmax; plain sums of `σ(s + β)` under
+//!   sigmoid), writes the row's weights `P` in the input type and rescales its row of `O`;
+//! - `O += P·V` in `d / n` cooperative products, `O` kept in shared memory as f32.
+//!
+//! A key tile's `n` keys are the `k` of the `P·V` product, so the kernel needs a tile shape with
+//! `n = k` (all of lavapipe's and NVIDIA's are square) and `d` a multiple of it. Rows that see
+//! no key write `o = 0` and `lse = −∞`.
+
+use cubecl::prelude::*;
+
+use super::config::{Call, Variant};
+use super::reach::{key_tiles, nth_tile};
+use super::score::{score, sigmoid};
+use super::visibility::{Window, load_window, visible};
+
+/// The cooperative tile of a launch: an `m × n` block of scores per product step, `n` keys per
+/// tile, and `plane` lanes per cube.
+#[derive(CubeType, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Mma {
+    /// Query rows per cube.
+    pub m: usize,
+    /// Keys per tile, and the width of each product step (`k = n`).
+    pub n: usize,
+    /// Lanes of the plane.
+    pub plane: usize,
+}
+
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16) → `o: [batch, H, N_q,
+/// d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of `m`, H, batch); one plane per cube.
+#[cube(launch)]
+pub(crate) fn forward_cmma_kernel<F: Float>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    call: Call,
+    #[comptime] variant: Variant,
+    #[comptime] mma: Mma,
+    #[define(F)] _dtype: StorageType,
+) {
+    let dim = variant.head_dim;
+    let m = mma.m;
+    let n = mma.n;
+    let lane = UNIT_POS_X as usize;
+    let head = CUBE_POS_Y as usize;
+    let batch = CUBE_POS_Z as usize;
+    let q_len = q.shape(2);
+    let block = CUBE_POS_X as usize * m;
+    let window = load_window(windows, head);
+    let slope = slopes[head];
+    let kv_head = head / (q.shape(1) / k.shape(1));
+    let kv_len = call.kv_len as usize;
+
+    let mut q_s = SharedMemory::<F>::new(m * dim);
+    let mut k_s = SharedMemory::<F>::new(n * dim);
+    let mut v_s = SharedMemory::<F>::new(n * dim);
+    let mut s_s = SharedMemory::<f32>::new(m * n);
+    let mut p_s = SharedMemory::<F>::new(m * n);
+    let mut o_s = SharedMemory::<f32>::new(m * dim);
+
+    let q_base = batch * q.stride(0) + head * q.stride(1);
+    let mut e = lane;
+    while e < m * dim {
+        let row = block + e / dim;
+        let mut value = F::cast_from(0.0f32);
+        if row < q_len {
+            value = q[q_base + row * q.stride(2) + (e % dim) * q.stride(3)];
+        }
+        q_s[e] = value;
+        o_s[e] = 0.0;
+        e += mma.plane;
+    }
+
+    let row = block + lane;
+    let owner = lane < m;
+    let live = owner && row < q_len;
+    let position = call.query_offset + row as u32;
+    let mut running_max = f32::min_value();
+    let mut total = 0.0f32;
+    let first = call.query_offset + block as u32;
+    let last = call.query_offset + (min(block + m, q_len) - 1) as u32;
+    let tiles = key_tiles(&window, first, last, &call, n, variant.causal);
+    let k_base = batch * k.stride(0) + kv_head * k.stride(1);
+    let v_base = batch * v.stride(0) + kv_head * v.stride(1);
+
+    for t in 0..tiles.before + tiles.count {
+        let j0 = nth_tile(&tiles, t) as usize * n;
+        let mut e = lane;
+        while e < n * dim {
+            let key = j0 + e / dim;
+            let c = e % dim;
+            let mut key_value = F::cast_from(0.0f32);
+            let mut value = F::cast_from(0.0f32);
+            if key < kv_len {
+                key_value = k[k_base + key * k.stride(2) + c * k.stride(3)];
+                value = v[v_base + key * v.stride(2) + c * v.stride(3)];
+            }
+            k_s[e] = key_value;
+            v_s[e] = value;
+            e += mma.plane;
+        }
+        sync_cube();
+
+        let scores = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        );
+        for c in 0..dim / n {
+            let queries = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                m,
+                n,
+                n,
+                cmma::MatrixLayout::RowMajor,
+                &q_s.slice(c * n, m * dim),
+                dim as u32,
+            );
+            let keys = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                m,
+                n,
+                n,
+                cmma::MatrixLayout::ColMajor,
+                &k_s.slice(c * n, n * dim),
+                dim as u32,
+            );
+            cmma::execute::<F, F, f32, f32>(&queries, &keys, &scores, &scores);
+        }
+        cmma::store(&mut s_s.to_slice_mut(), &scores, n as u32, cmma::MatrixLayout::RowMajor);
+        sync_cube();
+
+        if owner {
+            let at = RowAt { live, position, j0, lane, slope };
+            let state = RowState { running_max, total };
+            let next =
+                fold_row(&mut s_s, &mut p_s, &mut o_s, state, &window, at, &call, variant, n);
+            running_max = next.running_max;
+            total = next.total;
+        }
+        sync_cube();
+
+        for c in 0..dim / n {
+            let out = cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                m,
+                n,
+                n,
+                cmma::MatrixLayout::Undefined,
+                0.0,
+            );
+            let o_block = o_s.slice(c * n, m * dim);
+            cmma::load_with_layout(&out, &o_block, dim as u32, cmma::MatrixLayout::RowMajor);
+            let weights = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                m,
+                n,
+                n,
+                cmma::MatrixLayout::RowMajor,
+                &p_s.to_slice(),
+                n as u32,
+            );
+            let values = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                m,
+                n,
+                n,
+                cmma::MatrixLayout::RowMajor,
+                &v_s.slice(c * n, n * dim),
+                dim as u32,
+            );
+            cmma::execute::<F, F, f32, f32>(&weights, &values, &out, &out);
+            cmma::store(
+                &mut o_s.slice_mut(c * n, m * dim),
+                &out,
+                dim as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+    }
+
+    if live {
+        let out_base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
+        let mut row_lse = call.neg_inf;
+        let mut norm = 0.0f32;
+        if total > 0.0 {
+            row_lse = total.ln();
+            norm = 1.0;
+            if comptime![!variant.sigmoid] {
+                row_lse += running_max;
+                norm = total;
+            }
+        }
+        for c in 0..dim {
+            let mut value = 0.0f32;
+            if total > 0.0 {
+                value = o_s[lane * dim + c] / norm;
+            }
+            o[out_base + c * o.stride(3)] = F::cast_from(value);
+        }
+        lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = row_lse;
+    }
+}
+
+/// A row's online-softmax state: the running maximum (unused under sigmoid) and sum.
+#[derive(CubeType, Clone, Copy)]
+struct RowState {
+    running_max: f32,
+    total: f32,
+}
+
+/// Where a lane's row stands in a key tile.
+#[derive(CubeType, Clone, Copy)]
+struct RowAt {
+    /// The row is a query row (not padding past `N_q`).
+    live: bool,
+    /// Its absolute position.
+    position: u32,
+    /// The tile's first key.
+    j0: usize,
+    /// The lane, and the row's index in the cube's block.
+    lane: usize,
+    /// The head's ALiBi slope.
+    slope: f32,
+}
+
+/// One row's share of a key tile: the raw products `s_s[lane, ·]` become the row's weights
+/// `p_s[lane, ·]` (0 for keys it does not see), its state moves on, and its row of `o_s` is
+/// rescaled to the new maximum.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn fold_row<F: Float>(
+    s_s: &mut SharedMemory<f32>,
+    p_s: &mut SharedMemory<F>,
+    o_s: &mut SharedMemory<f32>,
+    state: RowState,
+    window: &Window,
+    at: RowAt,
+    call: &Call,
+    #[comptime] variant: Variant,
+    #[comptime] n: usize,
+) -> RowState {
+    let dim = variant.head_dim;
+    let lane = at.lane;
+    let mut running_max = state.running_max;
+    let mut total = state.total;
+    let mut seen = 0u32;
+    let mut tile_max = f32::min_value();
+    for r in 0..n {
+        let key = (at.j0 + r) as u32;
+        if at.live && visible(window, at.position, key, call, variant.causal) {
+            let s = score(s_s[lane * n + r], at.position, key, at.slope, call, variant).value;
+            s_s[lane * n + r] = s;
+            tile_max = max(tile_max, s);
+            seen |= 1u32 << r as u32;
+        }
+    }
+    let mut shift = 0.0f32;
+    let mut rescale = 1.0f32;
+    if comptime![!variant.sigmoid] {
+        if seen != 0 {
+            let new_max = max(running_max, tile_max);
+            rescale = (running_max - new_max).exp();
+            running_max = new_max;
+        }
+        shift = running_max;
+    }
+    total *= rescale;
+    for r in 0..n {
+        let mut w = 0.0f32;
+        if (seen >> r as u32) & 1 == 1 {
+            w = if comptime![variant.sigmoid] {
+                sigmoid(s_s[lane * n + r] + call.beta)
+            } else {
+                (s_s[lane * n + r] - shift).exp()
+            };
+        }
+        total += w;
+        p_s[lane * n + r] = F::cast_from(w);
+    }
+    for c in 0..dim {
+        o_s[lane * dim + c] *= rescale;
+    }
+    RowState { running_max, total }
+}
