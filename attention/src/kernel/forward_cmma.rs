@@ -113,36 +113,7 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
         }
         sync_cube();
 
-        let scores = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        );
-        for c in 0..dim / n {
-            let queries = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                m,
-                n,
-                n,
-                cmma::MatrixLayout::RowMajor,
-                &q_s.slice(c * n, m * dim),
-                dim as u32,
-            );
-            let keys = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                m,
-                n,
-                n,
-                cmma::MatrixLayout::ColMajor,
-                &k_s.slice(c * n, n * dim),
-                dim as u32,
-            );
-            cmma::execute::<F, F, f32, f32>(&queries, &keys, &scores, &scores);
-        }
-        cmma::store(&mut s_s.to_slice_mut(), &scores, n as u32, cmma::MatrixLayout::RowMajor);
+        score_block(&q_s, &k_s, &mut s_s, m, n, dim);
         sync_cube();
 
         if owner {
@@ -155,43 +126,7 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
         }
         sync_cube();
 
-        for c in 0..dim / n {
-            let out = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                m,
-                n,
-                n,
-                cmma::MatrixLayout::Undefined,
-                0.0,
-            );
-            let o_block = o_s.slice(c * n, m * dim);
-            cmma::load_with_layout(&out, &o_block, dim as u32, cmma::MatrixLayout::RowMajor);
-            let weights = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                m,
-                n,
-                n,
-                cmma::MatrixLayout::RowMajor,
-                &p_s.to_slice(),
-                n as u32,
-            );
-            let values = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                m,
-                n,
-                n,
-                cmma::MatrixLayout::RowMajor,
-                &v_s.slice(c * n, n * dim),
-                dim as u32,
-            );
-            cmma::execute::<F, F, f32, f32>(&weights, &values, &out, &out);
-            cmma::store(
-                &mut o_s.slice_mut(c * n, m * dim),
-                &out,
-                dim as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
+        accumulate_values(&p_s, &v_s, &mut o_s, m, n, dim);
         sync_cube();
     }
 
@@ -215,6 +150,99 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
             o[out_base + c * o.stride(3)] = F::cast_from(value);
         }
         lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = row_lse;
+    }
+}
+
+/// `s_s = q_s · k_sᵀ` for the cube's `m × n` block of scores (`q_s: m × d`, `k_s: n × d`,
+/// row-major): `d / n` cooperative products accumulated in f32.
+#[cube]
+fn score_block<F: Float>(
+    q_s: &SharedMemory<F>,
+    k_s: &SharedMemory<F>,
+    s_s: &mut SharedMemory<f32>,
+    #[comptime] m: usize,
+    #[comptime] n: usize,
+    #[comptime] dim: usize,
+) {
+    let scores = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        m,
+        n,
+        n,
+        cmma::MatrixLayout::Undefined,
+        0.0,
+    );
+    for c in 0..dim / n {
+        let queries = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::RowMajor,
+            &q_s.slice(c * n, m * dim),
+            dim as u32,
+        );
+        let keys = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::B,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::ColMajor,
+            &k_s.slice(c * n, n * dim),
+            dim as u32,
+        );
+        cmma::execute::<F, F, f32, f32>(&queries, &keys, &scores, &scores);
+    }
+    cmma::store(&mut s_s.to_slice_mut(), &scores, n as u32, cmma::MatrixLayout::RowMajor);
+}
+
+/// `o_s += p_s · v_s` (`p_s: m × n`, `v_s: n × d`, `o_s: m × d`, row-major): `d / n`
+/// cooperative products, each block of `o_s` loaded as the accumulator and stored back.
+#[cube]
+fn accumulate_values<F: Float>(
+    p_s: &SharedMemory<F>,
+    v_s: &SharedMemory<F>,
+    o_s: &mut SharedMemory<f32>,
+    #[comptime] m: usize,
+    #[comptime] n: usize,
+    #[comptime] dim: usize,
+) {
+    for c in 0..dim / n {
+        let out = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        );
+        let o_block = o_s.slice(c * n, m * dim);
+        cmma::load_with_layout(&out, &o_block, dim as u32, cmma::MatrixLayout::RowMajor);
+        let weights = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::RowMajor,
+            &p_s.to_slice(),
+            n as u32,
+        );
+        let values = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::B,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::RowMajor,
+            &v_s.slice(c * n, n * dim),
+            dim as u32,
+        );
+        cmma::execute::<F, F, f32, f32>(&weights, &values, &out, &out);
+        cmma::store(
+            &mut o_s.slice_mut(c * n, m * dim),
+            &out,
+            dim as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
     }
 }
 
