@@ -11,7 +11,7 @@ use cubecl::prelude::*;
 
 use super::config::{Call, ROWS, Variant};
 use super::reach::{key_tiles, nth_tile};
-use super::score::{score, sigmoid};
+use super::score::{row_end, score, sigmoid};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
@@ -121,23 +121,14 @@ pub(crate) fn forward_kernel<F: Float>(
 
     if live {
         let out_base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
-        let mut row_lse = call.neg_inf;
-        let mut norm = 0.0f32;
-        if total > 0.0 {
-            row_lse = total.ln();
-            norm = 1.0;
-            if comptime![!variant.sigmoid] {
-                row_lse += running_max;
-                norm = total;
-            }
-        }
+        let end = row_end(total, running_max, &call, variant);
         for c in 0..dim {
             let mut value = 0.0f32;
-            if total > 0.0 {
-                value = acc[c] / norm;
+            if end.norm > 0.0 {
+                value = acc[c] / end.norm;
             }
             o[out_base + c * o.stride(3)] = F::cast_from(value);
         }
-        lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = row_lse;
+        lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = end.lse;
     }
 }

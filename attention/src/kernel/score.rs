@@ -68,3 +68,32 @@ pub(crate) fn weight(s: f32, lse: f32, call: &Call, #[comptime] variant: Variant
     }
     weight
 }
+
+/// A finished row of the forward: its log-normaliser (`m + ln Σ` under softmax, `ln Σ` under
+/// sigmoid, −∞ for a row that saw no key) and the divisor of its accumulated output (`Σ` under
+/// softmax, 1 under sigmoid, 0 for a row that saw no key and writes `o = 0`).
+#[derive(CubeType)]
+pub(crate) struct RowEnd {
+    pub lse: f32,
+    pub norm: f32,
+}
+
+/// The end of a row with weight sum `total` and, under softmax, running maximum `running_max`.
+#[cube]
+pub(crate) fn row_end(
+    total: f32,
+    running_max: f32,
+    call: &Call,
+    #[comptime] variant: Variant,
+) -> RowEnd {
+    let mut end = RowEnd { lse: call.neg_inf, norm: 0.0 };
+    if total > 0.0 {
+        end.lse = total.ln();
+        end.norm = 1.0;
+        if comptime![!variant.sigmoid] {
+            end.lse += running_max;
+            end.norm = total;
+        }
+    }
+    end
+}
