@@ -132,8 +132,7 @@ mod on_flex {
     }
 
     /// The cross-entropy of `logits: [rows, vocab]` (scaled by `scale`) on both paths: the
-    /// loss of each row and `∂logits` for a random weighting of the rows. The loss grows with
-    /// the logits' scale, and so does its tolerance (F32's or F16's, relative beyond 1).
+    /// loss of each row and `∂logits` for a random weighting of the rows.
     fn cross_entropy_case(rng: &mut Rng, rows: usize, vocab: usize, scale: f32, dtype: DType) {
         let logits: Vec<f32> = inputs(rng, rows * vocab, dtype).iter().map(|v| v * scale).collect();
         let targets: Vec<i64> = (0..rows).map(|r| ((r * 7919 + 3) % vocab) as i64).collect();
@@ -155,7 +154,7 @@ mod on_flex {
         let (got, want) = (run(true), run(false));
         let (out, grad) = tolerance(dtype);
         let what = format!("cross-entropy {rows}x{vocab} scale {scale} {dtype:?}");
-        check(&format!("{what}: loss"), &got[0], &want[0], out * scale.max(1.0));
+        check(&format!("{what}: loss"), &got[0], &want[0], out);
         check(&format!("{what}: ∂logits"), &got[1], &want[1], grad);
     }
 

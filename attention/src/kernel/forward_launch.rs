@@ -77,7 +77,8 @@ pub(crate) fn grid(rows: usize, heads: usize, batch: usize) -> CubeCount {
 
 /// The cooperative tile the forward runs on for inputs of `dtype` and head dim `dim`, or `None`
 /// (the portable kernel): a square f16 or bf16 tile with f32 accumulation that the device lists,
-/// whose side divides `dim`, whose rows fit the plane, and whose shared buffers fit the device.
+/// whose side divides `dim`, whose rows fit the plane (a lane per row), whose keys fit the `u32`
+/// mask a row keeps of the keys it sees (`n ≤ 32`), and whose shared buffers fit the device.
 pub(crate) fn tensor_core_tile<R: CubeRuntime>(
     client: &ComputeClient<R>,
     dtype: DType,
