@@ -1,7 +1,8 @@
 //! CubeCL's cooperative matrices (tensor cores, `cmma`) on the Vulkan device: the device lists
 //! its tile shapes, one tile product of every f16·f16→f32 shape it lists matches the CPU
-//! exactly, and the windowed core's forward runs on them (`kernel::forward_cmma`) and matches
-//! the dense reference on every kind of window.
+//! exactly, and the windowed core's forward and backward run on them (`kernel::forward_cmma`,
+//! `kernel::backward_queries_cmma`, `kernel::backward_keys_cmma`) and match the dense reference,
+//! outputs and gradients, on every kind of window.
 //!
 //! Built with `--features vulkan` (Burn's SPIR-V compiler; the WGSL compiler has no `cmma`),
 //! for this crate alone: `cargo test -p swa-attention --features vulkan --test
@@ -26,8 +27,9 @@ const F16_OUT: f32 = 2e-3;
 /// Tolerance of `lse`, computed in f32 from the same f16 inputs as the reference.
 const LSE: f32 = 2e-4;
 
-/// Gradient tolerance of f16 inputs (the backward reads the forward's f16 `o`), as the portable
-/// kernel's f16 tests use.
+/// Gradient tolerance of f16 inputs (the backward reads the forward's f16 `o`, and rounds the
+/// weights and score gradients to f16 before its products), as the portable kernel's f16 tests
+/// use.
 const F16_GRAD: f32 = 2e-3;
 
 /// `out = lhs · rhs` for one `m × k` by `k × n` tile, both row-major, on one plane.
@@ -201,7 +203,10 @@ fn the_tensor_core_forward_matches_the_dense_reference() {
     for dim in [8, 16, 64] {
         let tile = tensor_core_tile_of::<WgpuRuntime>(&WgpuDevice::DefaultDevice, DType::F16, dim);
         eprintln!("head dim {dim}: tensor-core tile {tile:?}");
-        assert!(tile.is_some(), "the forward at d = {dim} should run on tensor cores");
+        assert!(
+            tile.is_some(),
+            "the core at d = {dim} should run on tensor cores, forward and backward"
+        );
     }
     let softmax = ScoreOptions::softmax();
     let sliding = WindowSpec::sliding(2, 2, 5).unwrap();
@@ -224,8 +229,8 @@ fn the_tensor_core_forward_matches_the_dense_reference() {
     forward_case("5 queries after 20", &offset, &softmax, [1, 2, 2, 5, 25, 8], 9);
 }
 
-/// The gradients of `Σ o·g` through the tensor-core forward (and the portable backward, which
-/// reads its `o` and `lse`) on f16 inputs, against the dense reference's in f32.
+/// The gradients of `Σ o·g` through the tensor-core forward and backward on f16 inputs, against
+/// the dense reference's in f32.
 fn gradient_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usize; 6]) {
     type A = Autodiff<Vulkan>;
     let [batch, heads, kv_heads, q_len, keys, dim] = shape;
@@ -260,7 +265,7 @@ fn gradient_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usi
 }
 
 #[test]
-fn gradients_through_the_tensor_core_forward_match_the_dense_reference() {
+fn the_tensor_core_backward_matches_the_dense_reference() {
     let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
     if f16_shapes(&client).is_none() {
         return;
@@ -273,4 +278,15 @@ fn gradients_through_the_tensor_core_forward_match_the_dense_reference() {
     gradient_case("sinks and softcap", &sinks, &capped, [1, 2, 2, 21, 21, 8]);
     let sliding = WindowSpec::sliding(2, 2, 6).unwrap();
     gradient_case("sigmoid", &sliding, &ScoreOptions::sigmoid(-0.5), [1, 2, 2, 18, 18, 8]);
+    let dilated = WindowSpec::dilated(&[4, 4], &[1, 3], 2).unwrap();
+    gradient_case("dilated", &dilated, &softmax, [2, 2, 2, 27, 27, 8]);
+    let heads = vec![HeadWindow::longnet(8, 2, 1); 2];
+    let longnet = WindowSpec::new(heads, 2).unwrap();
+    gradient_case("LongNet segment 8, dilation 2", &longnet, &softmax, [1, 2, 2, 26, 26, 8]);
+    let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
+    gradient_case("bidirectional W=6", &bidirectional, &softmax, [1, 2, 1, 19, 19, 16]);
+    let scored = softmax.clone().with_alibi(vec![0.25, 0.5]);
+    gradient_case("ALiBi, d = 64", &sliding, &scored, [1, 2, 2, 13, 13, 64]);
+    let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
+    gradient_case("5 queries after 20", &offset, &softmax, [1, 2, 2, 5, 25, 8]);
 }

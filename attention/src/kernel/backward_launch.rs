@@ -1,5 +1,6 @@
 //! Host side of the backward kernels: the row terms, then dQ (over query blocks) and dK/dV
-//! (over key blocks), each writing its own outputs, so no atomics are needed.
+//! (over key blocks), each writing its own outputs, so no atomics are needed. dQ and dK/dV run
+//! on tensor cores (`super::mma`) where the forward does, on the portable kernels otherwise.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Shape, TensorMetadata};
@@ -9,10 +10,13 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::backward_keys::key_grads_kernel;
+use super::backward_keys_cmma::key_grads_cmma_kernel;
 use super::backward_queries::query_grads_kernel;
+use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::config::{Layout, ROWS};
 use super::forward_launch::grid;
+use super::mma::{Mma, tensor_core_tile};
 use crate::backend::KernelBackward;
 use crate::{ScoreOptions, WindowSpec};
 
@@ -29,7 +33,7 @@ where
 {
     let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
-    let [_, kv_heads, keys, _] = k.meta.shape().dims();
+    let keys = k.meta.shape().dims::<4>()[2];
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
     let layout = Layout::new(&client, &device, spec, opts, dim, keys);
     let empty =
@@ -38,11 +42,10 @@ where
     let d_lse = d_lse
         .unwrap_or_else(|| zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32));
     let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
-    let cube_dim = CubeDim::new_1d(ROWS as u32);
     row_terms_kernel::launch::<R>(
         &client,
         grid(q_len, heads, batch),
-        cube_dim,
+        CubeDim::new_1d(ROWS as u32),
         o.into_tensor_arg(),
         d_o.clone().into_tensor_arg(),
         lse.into_tensor_arg(),
@@ -51,16 +54,42 @@ where
         layout.variant,
         dtype.into(),
     );
+    let grads = Grads { q, k, v, d_o, terms, dq: dq.clone(), dk: dk.clone(), dv: dv.clone() };
+    match tensor_core_tile(&client, dtype, dim) {
+        Some(mma) => launch_cmma(&client, grads, &layout, mma),
+        None => launch_portable(&client, grads, &layout),
+    }
+    [dq, dk, dv]
+}
+
+/// The tensors of the dQ and dK/dV kernels: inputs, `dO`, the row terms and the outputs.
+struct Grads<R: CubeRuntime> {
+    q: CubeTensor<R>,
+    k: CubeTensor<R>,
+    v: CubeTensor<R>,
+    d_o: CubeTensor<R>,
+    terms: CubeTensor<R>,
+    dq: CubeTensor<R>,
+    dk: CubeTensor<R>,
+    dv: CubeTensor<R>,
+}
+
+/// dQ and dK/dV on the portable kernels: a cube of [`ROWS`] threads, one row each.
+fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layout: &Layout<R>) {
+    let [batch, heads, q_len, _] = g.q.meta.shape().dims();
+    let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
+    let dtype = g.q.dtype;
+    let cube_dim = CubeDim::new_1d(ROWS as u32);
     query_grads_kernel::launch::<R>(
-        &client,
+        client,
         grid(q_len, heads, batch),
         cube_dim,
-        q.clone().into_tensor_arg(),
-        k.clone().into_tensor_arg(),
-        v.clone().into_tensor_arg(),
-        d_o.clone().into_tensor_arg(),
-        terms.clone().into_tensor_arg(),
-        dq.clone().into_tensor_arg(),
+        g.q.clone().into_tensor_arg(),
+        g.k.clone().into_tensor_arg(),
+        g.v.clone().into_tensor_arg(),
+        g.d_o.clone().into_tensor_arg(),
+        g.terms.clone().into_tensor_arg(),
+        g.dq.into_tensor_arg(),
         layout.windows.clone().into_array_arg(),
         layout.slopes.clone().into_array_arg(),
         layout.call(),
@@ -68,21 +97,71 @@ where
         dtype.into(),
     );
     key_grads_kernel::launch::<R>(
-        &client,
+        client,
         grid(keys, kv_heads, batch),
         cube_dim,
-        q.into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        d_o.into_tensor_arg(),
-        terms.into_tensor_arg(),
-        dk.clone().into_tensor_arg(),
-        dv.clone().into_tensor_arg(),
+        g.q.into_tensor_arg(),
+        g.k.into_tensor_arg(),
+        g.v.into_tensor_arg(),
+        g.d_o.into_tensor_arg(),
+        g.terms.into_tensor_arg(),
+        g.dk.into_tensor_arg(),
+        g.dv.into_tensor_arg(),
         layout.windows.clone().into_array_arg(),
         layout.slopes.clone().into_array_arg(),
         layout.call(),
         layout.variant,
         dtype.into(),
     );
-    [dq, dk, dv]
+}
+
+/// dQ and dK/dV on the tensor-core kernels: a cube of one plane per `m` rows.
+fn launch_cmma<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    g: Grads<R>,
+    layout: &Layout<R>,
+    mma: Mma,
+) {
+    let [batch, heads, q_len, _] = g.q.meta.shape().dims();
+    let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
+    let dtype = g.q.dtype;
+    let cube_dim = CubeDim::new_1d(mma.plane as u32);
+    let blocks = |rows: usize, heads: usize| {
+        CubeCount::Static(rows.div_ceil(mma.m) as u32, heads as u32, batch as u32)
+    };
+    query_grads_cmma_kernel::launch::<R>(
+        client,
+        blocks(q_len, heads),
+        cube_dim,
+        g.q.clone().into_tensor_arg(),
+        g.k.clone().into_tensor_arg(),
+        g.v.clone().into_tensor_arg(),
+        g.d_o.clone().into_tensor_arg(),
+        g.terms.clone().into_tensor_arg(),
+        g.dq.into_tensor_arg(),
+        layout.windows.clone().into_array_arg(),
+        layout.slopes.clone().into_array_arg(),
+        layout.call(),
+        layout.variant,
+        mma,
+        dtype.into(),
+    );
+    key_grads_cmma_kernel::launch::<R>(
+        client,
+        blocks(keys, kv_heads),
+        cube_dim,
+        g.q.into_tensor_arg(),
+        g.k.into_tensor_arg(),
+        g.v.into_tensor_arg(),
+        g.d_o.into_tensor_arg(),
+        g.terms.into_tensor_arg(),
+        g.dk.into_tensor_arg(),
+        g.dv.into_tensor_arg(),
+        layout.windows.clone().into_array_arg(),
+        layout.slopes.clone().into_array_arg(),
+        layout.call(),
+        layout.variant,
+        mma,
+        dtype.into(),
+    );
 }

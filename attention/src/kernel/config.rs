@@ -19,7 +19,7 @@ const MAX_TILE: usize = 32;
 
 /// Shared memory a kernel may use, at most: the static limit of CUDA and below what desktop
 /// wgpu adapters offer; smaller adapters lower it further.
-const SHARED_BUDGET: usize = 48 * 1024;
+pub(crate) const SHARED_BUDGET: usize = 48 * 1024;
 
 /// The compile-time part of a call: one compiled kernel per distinct value.
 #[derive(CubeType, Clone, Copy, Debug, PartialEq, Eq, Hash)]

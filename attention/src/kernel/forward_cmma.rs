@@ -11,28 +11,16 @@
 //!   sigmoid), writes the row's weights `P` in the input type and rescales its row of `O`;
 //! - `O += P·V` in `d / n` cooperative products, `O` kept in shared memory as f32.
 //!
-//! A key tile's `n` keys are the `k` of the `P·V` product, so the kernel needs a tile shape with
-//! `n = k` (all of lavapipe's and NVIDIA's are square) and `d` a multiple of it. Rows that see
-//! no key write `o = 0` and `lse = −∞`.
+//! The tile and the products are `super::mma`'s. Rows that see no key write `o = 0` and
+//! `lse = −∞`.
 
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
+use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
 use super::reach::{key_tiles, nth_tile};
 use super::score::{row_end, score, sigmoid};
 use super::visibility::{Window, load_window, visible};
-
-/// The cooperative tile of a launch: an `m × n` block of scores per product step, `n` keys per
-/// tile, and `plane` lanes per cube.
-#[derive(CubeType, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Mma {
-    /// Query rows per cube.
-    pub m: usize,
-    /// Keys per tile, and the width of each product step (`k = n`).
-    pub n: usize,
-    /// Lanes of the plane.
-    pub plane: usize,
-}
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16) → `o: [batch, H, N_q,
 /// d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of `m`, H, batch); one plane per cube.
@@ -71,17 +59,8 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
     let mut o_s = SharedMemory::<f32>::new(m * dim);
 
     let q_base = batch * q.stride(0) + head * q.stride(1);
-    let mut e = lane;
-    while e < m * dim {
-        let row = block + e / dim;
-        let mut value = F::cast_from(0.0f32);
-        if row < q_len {
-            value = q[q_base + row * q.stride(2) + (e % dim) * q.stride(3)];
-        }
-        q_s[e] = value;
-        o_s[e] = 0.0;
-        e += mma.plane;
-    }
+    load_rows(q, q_base, block, q_len, &mut q_s, m, dim, mma.plane);
+    zero(&mut o_s, m * dim, mma.plane);
 
     let row = block + lane;
     let owner = lane < m;
@@ -97,23 +76,11 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
 
     for t in 0..tiles.before + tiles.count {
         let j0 = nth_tile(&tiles, t) as usize * n;
-        let mut e = lane;
-        while e < n * dim {
-            let key = j0 + e / dim;
-            let c = e % dim;
-            let mut key_value = F::cast_from(0.0f32);
-            let mut value = F::cast_from(0.0f32);
-            if key < kv_len {
-                key_value = k[k_base + key * k.stride(2) + c * k.stride(3)];
-                value = v[v_base + key * v.stride(2) + c * v.stride(3)];
-            }
-            k_s[e] = key_value;
-            v_s[e] = value;
-            e += mma.plane;
-        }
+        load_rows(k, k_base, j0, kv_len, &mut k_s, n, dim, mma.plane);
+        load_rows(v, v_base, j0, kv_len, &mut v_s, n, dim, mma.plane);
         sync_cube();
 
-        score_block(&q_s, &k_s, &mut s_s, m, n, dim);
+        product_transposed(&q_s, &k_s, &mut s_s, m, n, dim);
         sync_cube();
 
         if owner {
@@ -126,7 +93,7 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
         }
         sync_cube();
 
-        accumulate_values(&p_s, &v_s, &mut o_s, m, n, dim);
+        accumulate_product(&p_s, &v_s, &mut o_s, m, n, dim);
         sync_cube();
     }
 
@@ -141,99 +108,6 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
             o[out_base + c * o.stride(3)] = F::cast_from(value);
         }
         lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = end.lse;
-    }
-}
-
-/// `s_s = q_s · k_sᵀ` for the cube's `m × n` block of scores (`q_s: m × d`, `k_s: n × d`,
-/// row-major): `d / n` cooperative products accumulated in f32.
-#[cube]
-fn score_block<F: Float>(
-    q_s: &SharedMemory<F>,
-    k_s: &SharedMemory<F>,
-    s_s: &mut SharedMemory<f32>,
-    #[comptime] m: usize,
-    #[comptime] n: usize,
-    #[comptime] dim: usize,
-) {
-    let scores = cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        m,
-        n,
-        n,
-        cmma::MatrixLayout::Undefined,
-        0.0,
-    );
-    for c in 0..dim / n {
-        let queries = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::RowMajor,
-            &q_s.slice(c * n, m * dim),
-            dim as u32,
-        );
-        let keys = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::B,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::ColMajor,
-            &k_s.slice(c * n, n * dim),
-            dim as u32,
-        );
-        cmma::execute::<F, F, f32, f32>(&queries, &keys, &scores, &scores);
-    }
-    cmma::store(&mut s_s.to_slice_mut(), &scores, n as u32, cmma::MatrixLayout::RowMajor);
-}
-
-/// `o_s += p_s · v_s` (`p_s: m × n`, `v_s: n × d`, `o_s: m × d`, row-major): `d / n`
-/// cooperative products, each block of `o_s` loaded as the accumulator and stored back.
-#[cube]
-fn accumulate_values<F: Float>(
-    p_s: &SharedMemory<F>,
-    v_s: &SharedMemory<F>,
-    o_s: &mut SharedMemory<f32>,
-    #[comptime] m: usize,
-    #[comptime] n: usize,
-    #[comptime] dim: usize,
-) {
-    for c in 0..dim / n {
-        let out = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        );
-        let o_block = o_s.slice(c * n, m * dim);
-        cmma::load_with_layout(&out, &o_block, dim as u32, cmma::MatrixLayout::RowMajor);
-        let weights = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::RowMajor,
-            &p_s.to_slice(),
-            n as u32,
-        );
-        let values = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::B,
-            m,
-            n,
-            n,
-            cmma::MatrixLayout::RowMajor,
-            &v_s.slice(c * n, n * dim),
-            dim as u32,
-        );
-        cmma::execute::<F, F, f32, f32>(&weights, &values, &out, &out);
-        cmma::store(
-            &mut o_s.slice_mut(c * n, m * dim),
-            &out,
-            dim as u32,
-            cmma::MatrixLayout::RowMajor,
-        );
     }
 }
 

@@ -6,12 +6,12 @@ use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 
 use super::config::{Layout, ROWS};
 use super::forward::forward_kernel;
-use super::forward_cmma::{Mma, forward_cmma_kernel};
+use super::forward_cmma::forward_cmma_kernel;
+use super::mma::tensor_core_tile;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` →
@@ -73,46 +73,4 @@ pub(crate) fn forward<R: CubeRuntime>(
 /// One cube per [`ROWS`] rows of `rows`, per head, per batch element.
 pub(crate) fn grid(rows: usize, heads: usize, batch: usize) -> CubeCount {
     CubeCount::Static(rows.div_ceil(ROWS) as u32, heads as u32, batch as u32)
-}
-
-/// The cooperative tile the forward runs on for inputs of `dtype` and head dim `dim`, or `None`
-/// (the portable kernel): a square f16 or bf16 tile with f32 accumulation that the device lists,
-/// whose side divides `dim`, whose rows fit the plane (a lane per row), whose keys fit the `u32`
-/// mask a row keeps of the keys it sees (`n ≤ 32`), and whose shared buffers fit the device.
-pub(crate) fn tensor_core_tile<R: CubeRuntime>(
-    client: &ComputeClient<R>,
-    dtype: DType,
-    dim: usize,
-) -> Option<Mma> {
-    let input = match dtype {
-        DType::F16 => ElemType::Float(FloatKind::F16),
-        DType::BF16 => ElemType::Float(FloatKind::BF16),
-        _ => return None,
-    };
-    let properties = client.properties();
-    let plane = properties.hardware.plane_size_max as usize;
-    let shared = properties.hardware.max_shared_memory_size;
-    let accumulator: StorageType = ElemType::Float(FloatKind::F32).into();
-    properties
-        .features
-        .matmul
-        .cmma
-        .iter()
-        .filter(|t| t.a_type == input.into() && t.b_type == input.into())
-        .filter(|t| t.cd_type == accumulator && t.n == t.k)
-        .map(|t| Mma { m: t.m as usize, n: t.n as usize, plane })
-        .find(|t| {
-            let bytes = (t.m * dim + 2 * t.n * dim + t.m * t.n) * 2 + (t.m * t.n + t.m * dim) * 4;
-            dim.is_multiple_of(t.n) && t.m <= plane && t.n <= 32 && bytes <= shared
-        })
-}
-
-/// The tensor-core tile `device`'s forward uses for inputs of `dtype` at head dim `dim`, as
-/// `[m, n, k]`, or `None` when it runs the portable kernel (what the tests print and check).
-pub fn tensor_core_tile_of<R: CubeRuntime>(
-    device: &R::Device,
-    dtype: DType,
-    dim: usize,
-) -> Option<[usize; 3]> {
-    tensor_core_tile(&R::client(device), dtype, dim).map(|t| [t.m, t.n, t.n])
 }

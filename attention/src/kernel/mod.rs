@@ -10,18 +10,22 @@
 //! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
 //! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
 //!   a cube visits; [`score`]: scores and weights of a pair; [`tile`]: the shared-memory copies.
-//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch; [`forward_cmma`]: the
-//!   forward on cooperative matrices (tensor cores), which the launch picks where it can.
+//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
 //! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
 //!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
+//! - [`mma`]: the tensor-core tile (cooperative matrices, `cmma`) and its products;
+//!   [`forward_cmma`], [`backward_queries_cmma`] and [`backward_keys_cmma`]: the forward, dQ and
+//!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
 //! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches;
 //!   [`cache_write`] and [`cache_write_launch`]: their fused append.
 //! - [`cube`]: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
 //!   differentiable op of `Autodiff<B>`); [`fusion`]: as custom ops of `Fusion<B>`.
 
 mod backward_keys;
+mod backward_keys_cmma;
 mod backward_launch;
 mod backward_queries;
+mod backward_queries_cmma;
 mod backward_rows;
 mod cache_write;
 mod cache_write_launch;
@@ -33,6 +37,7 @@ mod forward;
 mod forward_cmma;
 mod forward_launch;
 mod fusion;
+mod mma;
 mod probe;
 mod reach;
 mod score;
@@ -40,5 +45,5 @@ mod tile;
 mod visibility;
 
 pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
-pub use forward_launch::tensor_core_tile_of;
+pub use mma::tensor_core_tile_of;
 pub use probe::probe_visibility;

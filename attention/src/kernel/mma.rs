@@ -1,0 +1,218 @@
+//! What the tensor-core kernels (`super::forward_cmma`, `super::backward_queries_cmma`,
+//! `super::backward_keys_cmma`) share: the cooperative tile of a launch, its choice on the
+//! host, the copy of a block of rows into shared memory, and the two products every one of
+//! them makes, `A·Bᵀ` (scores) and `C += A·B` (accumulation), on CubeCL's `cmma` with f32
+//! accumulation.
+//!
+//! A cube is one plane that owns `m` rows (queries, or keys in dK/dV) and walks tiles of `n`
+//! rows of the other side. The `n` rows of a tile are the `k` of the accumulating product, so
+//! the tile shape must be square (`n = k`: all of lavapipe's and NVIDIA's are) and `d` a
+//! multiple of `n`.
+
+use burn::tensor::DType;
+use burn_cubecl::CubeRuntime;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::*;
+
+use super::config::SHARED_BUDGET;
+
+/// The cooperative tile of a launch: `m` rows per cube, `n` rows per tile of the other side
+/// (and `k = n`), `plane` lanes per cube.
+#[derive(CubeType, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Mma {
+    /// Rows per cube.
+    pub m: usize,
+    /// Rows per tile of the other side, and the width of each product step (`k = n`).
+    pub n: usize,
+    /// Lanes of the plane.
+    pub plane: usize,
+}
+
+/// The cooperative tile the core's kernels run on for inputs of `dtype` and head dim `dim`, or
+/// `None` (the portable kernels): a square f16 or bf16 tile with f32 accumulation that the
+/// device lists, whose side divides `dim`, whose rows fit the plane (a lane per row), whose
+/// tile fits the `u32` mask the forward keeps of the keys a row sees (`n ≤ 32`), and with which
+/// the hungriest kernel's shared buffers ([`shared_bytes`]) fit the device. One tile for all
+/// three kernels of a call.
+pub(crate) fn tensor_core_tile<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    dtype: DType,
+    dim: usize,
+) -> Option<Mma> {
+    let input = match dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => return None,
+    };
+    let properties = client.properties();
+    let plane = properties.hardware.plane_size_max as usize;
+    let shared = SHARED_BUDGET.min(properties.hardware.max_shared_memory_size);
+    let accumulator: StorageType = ElemType::Float(FloatKind::F32).into();
+    properties
+        .features
+        .matmul
+        .cmma
+        .iter()
+        .filter(|t| t.a_type == input.into() && t.b_type == input.into())
+        .filter(|t| t.cd_type == accumulator && t.n == t.k)
+        .map(|t| Mma { m: t.m as usize, n: t.n as usize, plane })
+        .find(|t| {
+            dim.is_multiple_of(t.n) && t.m <= plane && t.n <= 32 && shared_bytes(*t, dim) <= shared
+        })
+}
+
+/// Shared memory of the dK/dV kernel, the hungriest of the three (2-byte inputs): its keys and
+/// values (`m × d`), a tile's queries and `dO` (`n × d`), the weights and score gradients
+/// (`m × n`) in the input type; the scores and `dPᵀ` (`m × n`), both accumulators (`m × d`) and
+/// a tile's row terms (`2n`) in f32.
+fn shared_bytes(tile: Mma, dim: usize) -> usize {
+    let Mma { m, n, .. } = tile;
+    (2 * m * dim + 2 * n * dim + 2 * m * n) * 2 + (2 * m * n + 2 * m * dim + 2 * n) * 4
+}
+
+/// The tensor-core tile `device`'s windowed core uses for inputs of `dtype` at head dim `dim`,
+/// forward and backward, as `[m, n, k]`, or `None` when it runs the portable kernels (what the
+/// tests print and check).
+pub fn tensor_core_tile_of<R: CubeRuntime>(
+    device: &R::Device,
+    dtype: DType,
+    dim: usize,
+) -> Option<[usize; 3]> {
+    tensor_core_tile(&R::client(device), dtype, dim).map(|t| [t.m, t.n, t.n])
+}
+
+/// Copies rows `first … first + rows − 1` of `t` (`[batch, heads, len, d]`, any strides; `base`
+/// addresses the batch and head) into `out` (`rows × d`, row-major), zeros for rows at or past
+/// `valid`. The plane's lanes share the copy: call `sync_cube` before reading `out`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn load_rows<F: Float>(
+    t: &Tensor<F>,
+    base: usize,
+    first: usize,
+    valid: usize,
+    out: &mut SharedMemory<F>,
+    #[comptime] rows: usize,
+    #[comptime] dim: usize,
+    #[comptime] plane: usize,
+) {
+    let mut e = UNIT_POS_X as usize;
+    while e < rows * dim {
+        let row = first + e / dim;
+        let mut value = F::cast_from(0.0f32);
+        if row < valid {
+            value = t[base + row * t.stride(2) + (e % dim) * t.stride(3)];
+        }
+        out[e] = value;
+        e += plane;
+    }
+}
+
+/// Sets the first `len` values of `out` to 0, shared among the plane's lanes.
+#[cube]
+pub(crate) fn zero(out: &mut SharedMemory<f32>, #[comptime] len: usize, #[comptime] plane: usize) {
+    let mut e = UNIT_POS_X as usize;
+    while e < len {
+        out[e] = 0.0;
+        e += plane;
+    }
+}
+
+/// `out = a · bᵀ` for `a: m × d`, `b: n × d` (row-major) into `out: m × n` (row-major, f32):
+/// `d / n` cooperative products accumulated in f32. The scores of a block (`Q·Kᵀ`, `K·Qᵀ`) and
+/// the gradients of the weights (`dO·Vᵀ`, `V·dOᵀ`).
+#[cube]
+pub(crate) fn product_transposed<F: Float>(
+    a: &SharedMemory<F>,
+    b: &SharedMemory<F>,
+    out: &mut SharedMemory<f32>,
+    #[comptime] m: usize,
+    #[comptime] n: usize,
+    #[comptime] dim: usize,
+) {
+    let sum = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        m,
+        n,
+        n,
+        cmma::MatrixLayout::Undefined,
+        0.0,
+    );
+    for c in 0..dim / n {
+        let lhs = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::RowMajor,
+            &a.slice(c * n, m * dim),
+            dim as u32,
+        );
+        let rhs = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::B,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::ColMajor,
+            &b.slice(c * n, n * dim),
+            dim as u32,
+        );
+        cmma::execute::<F, F, f32, f32>(&lhs, &rhs, &sum, &sum);
+    }
+    cmma::store(&mut out.to_slice_mut(), &sum, n as u32, cmma::MatrixLayout::RowMajor);
+}
+
+/// `acc += a · b` for `a: m × n`, `b: n × d`, `acc: m × d` (row-major; `acc` f32): `d / n`
+/// cooperative products, each block of `acc` loaded as the accumulator and stored back.
+/// `O += P·V`, `dQ += dS·K`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`.
+#[cube]
+pub(crate) fn accumulate_product<F: Float>(
+    a: &SharedMemory<F>,
+    b: &SharedMemory<F>,
+    acc: &mut SharedMemory<f32>,
+    #[comptime] m: usize,
+    #[comptime] n: usize,
+    #[comptime] dim: usize,
+) {
+    let lhs = cmma::Matrix::<F>::from_slice(
+        cmma::MatrixIdent::A,
+        m,
+        n,
+        n,
+        cmma::MatrixLayout::RowMajor,
+        &a.to_slice(),
+        n as u32,
+    );
+    for c in 0..dim / n {
+        let sum = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        );
+        cmma::load_with_layout(
+            &sum,
+            &acc.slice(c * n, m * dim),
+            dim as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+        let rhs = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::B,
+            m,
+            n,
+            n,
+            cmma::MatrixLayout::RowMajor,
+            &b.slice(c * n, n * dim),
+            dim as u32,
+        );
+        cmma::execute::<F, F, f32, f32>(&lhs, &rhs, &sum, &sum);
+        cmma::store(
+            &mut acc.slice_mut(c * n, m * dim),
+            &sum,
+            dim as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+}
