@@ -149,10 +149,12 @@ fn read(t: TensorData) -> Vec<f32> {
     t.convert::<f32>().to_vec::<f32>().unwrap()
 }
 
-/// The largest `|a − b|`, equal values (infinities too) counting as no error.
+/// The largest `|a − b|`, equal values (infinities too) counting as no error and a NaN as an
+/// infinite one (`f32::max` would drop it).
 fn max_error(got: Vec<f32>, want: Vec<f32>) -> f32 {
     got.iter().zip(&want).fold(0f32, |m, (a, b)| match a == b {
         true => m,
+        false if (a - b).is_nan() => f32::INFINITY,
         false => m.max((a - b).abs()),
     })
 }

@@ -9,6 +9,8 @@ mod common;
 mod wgpu_devices;
 
 mod blocked;
+#[cfg(feature = "wgpu")]
+mod decode;
 mod flex;
 mod gpu;
 mod kernel;

@@ -36,8 +36,17 @@ pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec().expect("f32 data")
 }
 
-/// Max-abs difference.
+/// Max-abs difference; equal values (infinities too) count as none, and a NaN on one side only
+/// as an infinite one (`f32::max` would drop it).
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() }).fold(0.0, f32::max)
+    let error = |(x, y): (&f32, &f32)| match x == y || (x.is_nan() && y.is_nan()) {
+        true => 0.0,
+        false => (x - y).abs(),
+    };
+    a.iter()
+        .zip(b)
+        .map(error)
+        .map(|d| if d.is_nan() { f32::INFINITY } else { d })
+        .fold(0.0, f32::max)
 }

@@ -87,22 +87,7 @@ impl<R: CubeRuntime> Layout<R> {
         head_dim: usize,
         keys: usize,
     ) -> Self {
-        let words: Vec<u32> = spec
-            .heads()
-            .iter()
-            .flat_map(|w| {
-                let reach = |steps: usize| narrow(w.dilation.saturating_mul(steps));
-                [
-                    narrow(w.left),
-                    narrow(w.right),
-                    narrow(w.dilation),
-                    w.segment.map_or(0, narrow),
-                    narrow(w.phase),
-                    reach(w.left),
-                    reach(w.right),
-                ]
-            })
-            .collect();
+        let words = window_words(spec);
         let slopes = opts.alibi.clone().unwrap_or_else(|| vec![0.0; spec.num_heads()]);
         let max_shared = client.properties().hardware.max_shared_memory_size;
         Self {
@@ -146,16 +131,18 @@ impl Variant {
     }
 }
 
-/// The runtime scalars of a decode step with its query at `position` (`super::decode`): the
-/// host's mask decides visibility, so only the score's scalars and the position matter.
+/// The runtime scalars of a decode step of `spec` with its query at `position`
+/// (`super::decode`): the keys are the positions up to it, and its sinks are `spec`'s.
 pub(crate) fn decode_call<R: CubeRuntime>(
+    spec: &WindowSpec,
     opts: &ScoreOptions,
     head_dim: usize,
     position: usize,
 ) -> CallLaunch<R> {
     let cap = opts.softcap.unwrap_or(1.0);
     let (scale, beta) = (opts.scale_for(head_dim), beta(opts));
-    CallLaunch::new(u32::MAX, narrow(position), 0, scale, cap, beta, f32::NEG_INFINITY)
+    let (kv_len, query, sinks) = (narrow(position + 1), narrow(position), narrow(spec.sinks()));
+    CallLaunch::new(kv_len, query, sinks, scale, cap, beta, f32::NEG_INFINITY)
 }
 
 /// The sigmoid bias `β`, 0 for softmax.
@@ -176,6 +163,25 @@ pub(crate) fn upload<R: CubeRuntime>(
     let len = bytes.len() / dtype.size();
     let handle = client.create_from_slice(bytes);
     CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::new([len]), handle, dtype)
+}
+
+/// `spec`'s windows as the kernels read them: [`WINDOW_WORDS`] words per head, in head order.
+pub(crate) fn window_words(spec: &WindowSpec) -> Vec<u32> {
+    spec.heads()
+        .iter()
+        .flat_map(|w| {
+            let reach = |steps: usize| narrow(w.dilation.saturating_mul(steps));
+            [
+                narrow(w.left),
+                narrow(w.right),
+                narrow(w.dilation),
+                w.segment.map_or(0, narrow),
+                narrow(w.phase),
+                reach(w.left),
+                reach(w.right),
+            ]
+        })
+        .collect()
 }
 
 /// `x` as `u32`, saturated: `usize::MAX` (an unbounded window) becomes `u32::MAX`, which the

@@ -1,60 +1,98 @@
 //! The decode kernel (docs/semantics.md §7; reference: the cache's tensor ops,
-//! `crate::layers::cache`): one query per head against one ring buffer of a layer's bounded
-//! cache, for the query heads whose kv heads the buffer holds.
+//! `crate::layers::cache`): one query per head against a layer's bounded cache, every ring
+//! buffer of it in one launch.
 //!
-//! A cube of [`THREADS`] threads owns one (query head, batch element). The slots stream through
-//! in chunks of [`THREADS`]: each thread scores one slot of the chunk (where the host's mask,
-//! built from [`crate::WindowSpec::visible`], shows it), then every thread folds the chunk's
-//! weights into the output columns it owns, reading each value row across the threads
-//! (coalesced). Softmax keeps a running maximum and sum (online softmax), sigmoid plain sums of
-//! `σ(s + β)`; the scores are those of the windowed kernels ([`score`]). A LongNet layer's
-//! branches each get their own pass and are mixed by their log-normalisers, as
+//! A cube of [`THREADS`] threads owns one (query head, batch element) and reads the buffer that
+//! holds its kv head (the buffers are a `Sequence` of tensors; the cube's branch into its own is
+//! uniform). The slots stream through in chunks of [`THREADS`]: each thread scores one slot of
+//! the chunk where the head sees it, then every thread folds the chunk's weights into the
+//! output columns it owns, reading each value row across the threads (coalesced). Which slots a
+//! head sees is [`visible`] at the slots' positions, decided on the device, except for specs
+//! with global tokens, whose mask the host builds from [`crate::WindowSpec::visible`]. Softmax
+//! keeps a running maximum and sum (online softmax), sigmoid plain sums of `σ(s + β)`; the
+//! scores are those of the windowed kernels ([`score`]). A LongNet layer's branches each get
+//! their own pass and are mixed by their log-normalisers, as
 //! `crate::layers::longnet::mix_branches` mixes them (§5). Rows that see no slot get 0.
 
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
-use super::score::{score, sigmoid};
+use super::score::{row_end, score, sigmoid};
+use super::visibility::{load_window, visible};
 
 /// Threads per cube: one slot each while scoring, output columns `c ≡ thread (mod THREADS)`
 /// while accumulating.
 pub(crate) const THREADS: usize = 32;
 
-/// `q: [batch, H, 1, d]`, the buffer's `keys, values: [batch, kv heads, slots, d]` → the rows
-/// of `out: [batch, H, 1, d]` of the buffer's query heads. `rows` holds, per cube row, the query
-/// head and the local index of its kv head in the buffer; `mask: [branches, rows, slots]` is 1
-/// where a branch's spec shows a slot to the row's head; `positions: [slots]` the position each
-/// slot holds; `slopes: [rows]` the rows' ALiBi slopes. `call.query_offset` is the query's
-/// position. Grid: (rows, batch).
+/// Words per cube row in the table's rows section: query head, buffer, the kv head's index in
+/// the buffer, the index of the buffer's first slot in the positions section, and the first word
+/// of the row's host mask (0 without one).
+pub(crate) const ROW_WORDS: usize = 5;
+
+/// Where a step's sections sit in its table (`u32` words, one upload per step). The windows of
+/// every branch's heads come first, `[branches, H, WINDOW_WORDS]` at word 0, so that
+/// [`load_window`] finds branch `b`'s head `h` at `b·H + h`.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Sections {
+    /// Query heads `H`.
+    pub heads: u32,
+    /// The heads' ALiBi slopes, `[H]`, as f32 bits.
+    pub slopes: u32,
+    /// [`ROW_WORDS`] words per cube row.
+    pub rows: u32,
+    /// The positions the slots hold, buffer after buffer.
+    pub positions: u32,
+}
+
+/// A cube's row: its query head and batch element, and where its buffer's slots are described.
+#[derive(CubeType, Clone, Copy)]
+struct Row {
+    head: usize,
+    batch: usize,
+    /// The kv head's index in its buffer.
+    local: usize,
+    /// The table word of the buffer's first slot position.
+    positions: usize,
+    /// The table word of the row's host mask, `[branches, slots]`.
+    mask: usize,
+    slope: f32,
+}
+
+/// `q: [batch, H, 1, d]`, `keys, values`: each buffer's `[batch, its kv heads, slots, d]` →
+/// `out: [batch, H, 1, d]`. `table`: the step's words ([`Sections`]). `call.query_offset` is the
+/// query's position `t`, `call.kv_len` is `t + 1`. Grid: (H, batch).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_kernel<F: Float>(
     q: &Tensor<F>,
-    keys: &Tensor<F>,
-    values: &Tensor<F>,
+    keys: &Sequence<Tensor<F>>,
+    values: &Sequence<Tensor<F>>,
     out: &mut Tensor<F>,
-    rows: &Array<u32>,
-    mask: &Array<u32>,
-    positions: &Array<u32>,
-    slopes: &Array<f32>,
+    table: &Array<u32>,
+    sections: Sections,
     call: Call,
     #[comptime] variant: Variant,
     #[comptime] branches: usize,
+    #[comptime] host_mask: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let dim = variant.head_dim;
     let columns = comptime![dim.div_ceil(THREADS)];
     let unit = UNIT_POS_X as usize;
-    let row = CUBE_POS_X as usize;
-    let batch = CUBE_POS_Y as usize;
-    let row_count = CUBE_COUNT_X as usize;
-    let head = rows[2 * row] as usize;
-    let local = rows[2 * row + 1] as usize;
-    let slope = slopes[row];
-    let slots = keys.shape(2);
+    let at = sections.rows as usize + CUBE_POS_X as usize * ROW_WORDS;
+    let head = table[at] as usize;
+    let buffer = table[at + 1] as usize;
+    let row = Row {
+        head,
+        batch: CUBE_POS_Y as usize,
+        local: table[at + 2] as usize,
+        positions: sections.positions as usize + table[at + 3] as usize,
+        mask: table[at + 4] as usize,
+        slope: f32::reinterpret(table[sections.slopes as usize + head]),
+    };
 
     let mut query = SharedMemory::<f32>::new(dim);
-    let q_base = batch * q.stride(0) + head * q.stride(1);
+    let q_base = row.batch * q.stride(0) + head * q.stride(1);
     for k in 0..columns {
         let c = unit + k * THREADS;
         if c < dim {
@@ -63,110 +101,166 @@ pub(crate) fn decode_kernel<F: Float>(
     }
     sync_cube();
 
-    let k_base = batch * keys.stride(0) + local * keys.stride(1);
-    let v_base = batch * values.stride(0) + local * values.stride(1);
-    let mut scores = SharedMemory::<f32>::new(THREADS);
-    let mut weights = SharedMemory::<f32>::new(THREADS);
     let mut outs = Array::<f32>::new(branches * columns);
     let mut lses = Array::<f32>::new(branches);
-
     #[unroll]
-    for b in 0..branches {
-        let mut running_max = f32::min_value();
-        let mut total = 0.0f32;
-        let mut acc = Array::<f32>::new(columns);
-        for k in 0..columns {
-            acc[k] = 0.0;
-        }
-        for chunk in 0..slots.div_ceil(THREADS) {
-            let slot = chunk * THREADS + unit;
-            let mut seen = false;
-            let mut value = 0.0f32;
-            if slot < slots {
-                seen = mask[(b * row_count + row) * slots + slot] == 1;
+    for b in 0..keys.len() {
+        if buffer == b {
+            #[unroll]
+            for branch in 0..branches {
+                let (k, v) = (keys.index(b), values.index(b));
+                let step = Step { branch, heads: sections.heads as usize };
+                attend(
+                    &query, k, v, table, row, step, &call, &mut outs, &mut lses, variant, host_mask,
+                );
             }
-            if seen {
-                let mut dot = 0.0f32;
-                for c in 0..dim {
-                    let key = keys[k_base + slot * keys.stride(2) + c * keys.stride(3)];
-                    dot += query[c] * f32::cast_from(key);
-                }
-                value = score(dot, call.query_offset, positions[slot], slope, &call, variant).value;
-            }
-            scores[unit] = value;
-            let mut flag = 0.0f32;
-            if seen {
-                flag = 1.0;
-            }
-            weights[unit] = flag;
-            sync_cube();
-
-            let mut rescale = 1.0f32;
-            let mut shift = 0.0f32;
-            if comptime![!variant.sigmoid] {
-                let mut chunk_max = f32::min_value();
-                for r in 0..THREADS {
-                    if weights[r] > 0.0 {
-                        chunk_max = max(chunk_max, scores[r]);
-                    }
-                }
-                let new_max = max(running_max, chunk_max);
-                rescale = (running_max - new_max).exp();
-                running_max = new_max;
-                shift = new_max;
-            }
-            sync_cube();
-            let mut weight = 0.0f32;
-            if seen {
-                if comptime![variant.sigmoid] {
-                    weight = sigmoid(value + call.beta);
-                } else {
-                    weight = (value - shift).exp();
-                }
-            }
-            weights[unit] = weight;
-            sync_cube();
-
-            total *= rescale;
-            for k in 0..columns {
-                acc[k] *= rescale;
-            }
-            for r in 0..THREADS {
-                let w = weights[r];
-                let slot = chunk * THREADS + r;
-                if w > 0.0 {
-                    total += w;
-                    let v_row = v_base + slot * values.stride(2);
-                    for k in 0..columns {
-                        let c = unit + k * THREADS;
-                        if c < dim {
-                            acc[k] += w * f32::cast_from(values[v_row + c * values.stride(3)]);
-                        }
-                    }
-                }
-            }
-            sync_cube();
-        }
-        let mut lse = call.neg_inf;
-        let mut norm = 1.0f32;
-        if total > 0.0 {
-            lse = total.ln();
-            if comptime![!variant.sigmoid] {
-                lse += running_max;
-                norm = total;
-            }
-        }
-        lses[b] = lse;
-        for k in 0..columns {
-            let mut value = 0.0f32;
-            if total > 0.0 {
-                value = acc[k] / norm;
-            }
-            outs[b * columns + k] = value;
         }
     }
+    write_mixed(&outs, &lses, out, row, &call, dim, branches);
+}
 
-    // α_b = exp(lse_b − top) / Σ_b' exp(lse_b' − top), with top 0 when no branch sees a slot.
+/// Which branch a pass is, of a spec with `heads` query heads.
+#[derive(CubeType, Clone, Copy)]
+struct Step {
+    #[cube(comptime)]
+    branch: usize,
+    heads: usize,
+}
+
+/// One branch's pass of a row over its buffer's slots: the row's output columns into
+/// `outs[branch·columns ..]` and its log-normaliser into `lses[branch]`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn attend<F: Float>(
+    query: &SharedMemory<f32>,
+    keys: &Tensor<F>,
+    values: &Tensor<F>,
+    table: &Array<u32>,
+    row: Row,
+    step: Step,
+    call: &Call,
+    outs: &mut Array<f32>,
+    lses: &mut Array<f32>,
+    #[comptime] variant: Variant,
+    #[comptime] host_mask: bool,
+) {
+    let dim = variant.head_dim;
+    let columns = comptime![dim.div_ceil(THREADS)];
+    let unit = UNIT_POS_X as usize;
+    let slots = keys.shape(2);
+    let window = load_window(table, step.branch * step.heads + row.head);
+    let k_base = row.batch * keys.stride(0) + row.local * keys.stride(1);
+    let v_base = row.batch * values.stride(0) + row.local * values.stride(1);
+    let mut scores = SharedMemory::<f32>::new(THREADS);
+    let mut weights = SharedMemory::<f32>::new(THREADS);
+    let mut running_max = f32::min_value();
+    let mut total = 0.0f32;
+    let mut acc = Array::<f32>::new(columns);
+    for k in 0..columns {
+        acc[k] = 0.0;
+    }
+    for chunk in 0..slots.div_ceil(THREADS) {
+        let slot = chunk * THREADS + unit;
+        let mut seen = false;
+        let mut value = 0.0f32;
+        let mut position = 0u32;
+        if slot < slots {
+            position = table[row.positions + slot];
+            seen = if comptime![host_mask] {
+                table[row.mask + step.branch * slots + slot] == 1
+            } else {
+                visible(&window, call.query_offset, position, call, true)
+            };
+        }
+        if seen {
+            let mut dot = 0.0f32;
+            for c in 0..dim {
+                let key = keys[k_base + slot * keys.stride(2) + c * keys.stride(3)];
+                dot += query[c] * f32::cast_from(key);
+            }
+            value = score(dot, call.query_offset, position, row.slope, call, variant).value;
+        }
+        scores[unit] = value;
+        // (Not an `if` expression: CubeCL 0.10 compiles `if c { 1.0 } else { 0.0 }` on a
+        // runtime `c` to its last branch.)
+        let mut flag = 0.0f32;
+        if seen {
+            flag = 1.0;
+        }
+        weights[unit] = flag;
+        sync_cube();
+
+        let mut rescale = 1.0f32;
+        let mut shift = 0.0f32;
+        if comptime![!variant.sigmoid] {
+            let mut chunk_max = f32::min_value();
+            for r in 0..THREADS {
+                if weights[r] > 0.0 {
+                    chunk_max = max(chunk_max, scores[r]);
+                }
+            }
+            let new_max = max(running_max, chunk_max);
+            rescale = (running_max - new_max).exp();
+            running_max = new_max;
+            shift = new_max;
+        }
+        sync_cube();
+        let mut weight = 0.0f32;
+        if seen {
+            weight = if comptime![variant.sigmoid] {
+                sigmoid(value + call.beta)
+            } else {
+                (value - shift).exp()
+            };
+        }
+        weights[unit] = weight;
+        sync_cube();
+
+        total *= rescale;
+        for k in 0..columns {
+            acc[k] *= rescale;
+        }
+        for r in 0..THREADS {
+            let w = weights[r];
+            if w > 0.0 {
+                total += w;
+                let v_row = v_base + (chunk * THREADS + r) * values.stride(2);
+                for k in 0..columns {
+                    let c = unit + k * THREADS;
+                    if c < dim {
+                        acc[k] += w * f32::cast_from(values[v_row + c * values.stride(3)]);
+                    }
+                }
+            }
+        }
+        sync_cube();
+    }
+    let end = row_end(total, running_max, call, variant);
+    lses[step.branch] = end.lse;
+    for k in 0..columns {
+        let mut value = 0.0f32;
+        if end.norm > 0.0 {
+            value = acc[k] / end.norm;
+        }
+        outs[step.branch * columns + k] = value;
+    }
+}
+
+/// Writes the row's output: its branches mixed by their log-normalisers,
+/// `α_b = exp(lse_b − top) / Σ_b' exp(lse_b' − top)` with `top` 0 when no branch sees a slot
+/// (one branch: its output).
+#[cube]
+fn write_mixed<F: Float>(
+    outs: &Array<f32>,
+    lses: &Array<f32>,
+    out: &mut Tensor<F>,
+    row: Row,
+    call: &Call,
+    #[comptime] dim: usize,
+    #[comptime] branches: usize,
+) {
+    let columns = comptime![dim.div_ceil(THREADS)];
+    let unit = UNIT_POS_X as usize;
     let mut top = call.neg_inf;
     for b in 0..branches {
         top = max(top, lses[b]);
@@ -181,7 +275,7 @@ pub(crate) fn decode_kernel<F: Float>(
     if mass == 0.0 {
         mass = 1.0;
     }
-    let out_base = batch * out.stride(0) + head * out.stride(1);
+    let out_base = row.batch * out.stride(0) + row.head * out.stride(1);
     for k in 0..columns {
         let c = unit + k * THREADS;
         if c < dim {

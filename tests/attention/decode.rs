@@ -1,0 +1,86 @@
+//! The CubeCL decode step (`swa_attention::kernel`: one launch per layer over every ring buffer
+//! of its cache, visibility decided on the device unless the spec has global tokens) against the
+//! cache's tensor ops on ndarray, step by step past the point where the rings wrap: one buffer
+//! and several (MSWA's window groups), GQA, sinks, LongNet's branches, globals (the host's
+//! mask), ALiBi with a softcap, sigmoid, head dims below, at and above a multiple of the cube's
+//! 32 threads, two batch rows.
+
+use burn::backend::NdArray;
+use burn::backend::wgpu::Wgpu;
+use burn::tensor::{Tensor, TensorData};
+use swa_zoo::attention::layers::{CachePositions, KvCache, branch_specs};
+use swa_zoo::attention::{ScoreOptions, WindowSpec, alibi};
+
+use crate::common::{F32, Rng, errors, values};
+use crate::wgpu_devices::wgpu_devices;
+
+/// Appends `steps` random positions to a cache on each backend and compares every step's
+/// attention output: max-abs within F32's output tolerance.
+fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usize, steps: usize) {
+    let Some([_, device]) = wgpu_devices() else {
+        return;
+    };
+    let (heads, kv_heads) = (specs[0].num_heads(), specs[0].kv_heads());
+    let batch = 2;
+    let absolute = CachePositions::Absolute;
+    let mut reference = KvCache::<NdArray>::new(specs.clone(), opts.clone(), absolute).unwrap();
+    let mut kernel = KvCache::<Wgpu>::new(specs, opts, absolute).unwrap();
+    let mut rng = Rng::new(what.len() as u64 * 7919 + dim as u64);
+    let mut worst = 0f32;
+    for step in 0..steps {
+        let mut draw = |heads: usize| {
+            let shape = [batch, heads, 1, dim];
+            TensorData::new(rng.values(batch * heads * dim), shape)
+        };
+        let (q, k, v) = (draw(heads), draw(kv_heads), draw(kv_heads));
+        let on_reference =
+            |d: &TensorData| Tensor::<NdArray, 4>::from_data(d.clone(), &Default::default());
+        let on_kernel = |d: &TensorData| Tensor::<Wgpu, 4>::from_data(d.clone(), &device);
+        reference.append(on_reference(&k), on_reference(&v), None);
+        kernel.append(on_kernel(&k), on_kernel(&v), None);
+        let want = values(reference.attend(on_reference(&q), None));
+        let got = values(kernel.attend(on_kernel(&q), None));
+        let (error, _) = errors(&got, &want);
+        assert!(
+            error <= F32.out,
+            "{what}, d = {dim}, step {step}: max error {error} > {}",
+            F32.out
+        );
+        worst = worst.max(error);
+    }
+    eprintln!("{what}, d = {dim}: {steps} steps, max error {worst:.1e}");
+}
+
+#[test]
+fn the_decode_kernel_matches_the_caches_tensor_ops() {
+    let softmax = ScoreOptions::softmax;
+    let spec = |r: Result<WindowSpec, _>| vec![r.expect("valid spec")];
+    decode_case("sliding W=5, GQA", spec(WindowSpec::sliding(4, 2, 5)), softmax(), 16, 12);
+    let mswa = spec(WindowSpec::per_head(&[1, 3, 6, 9], 4));
+    decode_case("MSWA, four buffers", mswa.clone(), softmax(), 40, 14);
+    decode_case("MSWA, four buffers", mswa, softmax(), 64, 11);
+    let sinks = spec(WindowSpec::sliding(4, 2, 3)).into_iter().map(|s| s.with_sinks(2)).collect();
+    decode_case("sinks 2, W=3", sinks, softmax(), 8, 10);
+    let longnet = branch_specs(&[3, 8], &[1, 3], 4, 2, 1000).unwrap();
+    decode_case("LongNet branches", longnet, softmax(), 16, 20);
+    let globals = spec(WindowSpec::longformer(2, &[1, 2, 1, 3], 2, true))
+        .into_iter()
+        .map(|s| s.with_globals([0, 6]));
+    decode_case("Longformer + globals", globals.collect(), softmax(), 16, 14);
+    let slopes = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+    let scored = softmax().with_softcap(3.0).with_alibi(slopes);
+    decode_case(
+        "ALiBi + softcap, MSWA",
+        spec(WindowSpec::per_head(&[2, 2, 5, 5], 2)),
+        scored,
+        16,
+        9,
+    );
+    decode_case(
+        "sigmoid W=4",
+        spec(WindowSpec::sliding(4, 4, 4)),
+        ScoreOptions::sigmoid(-1.0),
+        33,
+        9,
+    );
+}
