@@ -1,6 +1,7 @@
-//! The CubeCL decode step (`swa_attention::kernel`: one launch per layer over every ring buffer
-//! of its cache, visibility decided on the device unless the spec has global tokens) against the
-//! cache's tensor ops on ndarray, step by step past the point where the rings wrap: one buffer
+//! The CubeCL decode step and append (`swa_attention::kernel`: each one launch per layer over
+//! every ring buffer of its cache, visibility decided on the device unless the spec has global
+//! tokens) against the cache's tensor ops on ndarray, step by step past the point where the
+//! rings wrap (from there on the append is the kernel's): one buffer
 //! and several (MSWA's window groups), GQA, sinks, LongNet's branches, globals (the host's
 //! mask), ALiBi with a softcap, sigmoid, head dims below, at and above a multiple of the cube's
 //! 32 threads, two batch rows.

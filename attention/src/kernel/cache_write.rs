@@ -1,39 +1,67 @@
 //! The fused append of the bounded caches (docs/semantics.md §7; reference: the ring buffer's
-//! tensor ops, `crate::layers::ring`): the new position's key and value rows into one slot of a
-//! ring buffer, for the kv heads the buffer holds.
+//! tensor ops, `crate::layers::ring`): the new position's key and value rows into one slot of
+//! each ring buffer of a layer's cache, for the kv heads the buffer holds, in one launch.
 
 use cubecl::prelude::*;
 
 /// Threads per cube, over the head dim.
 pub(crate) const THREADS: usize = 32;
 
-/// `new_keys, new_values: [batch, H_kv, 1, d]` (every kv head) → slot `slot` of `keys, values:
-/// [batch, kv_heads.len(), slots, d]`, whose second axis holds the kv heads `kv_heads`. Grid:
-/// (the buffer's kv heads, batch).
+/// Words per cube row in the table: a kv head, the buffer that holds it, its index on the
+/// buffer's second axis, and the slot the new position goes to.
+pub(crate) const HEAD_WORDS: usize = 4;
+
+/// `new_keys, new_values: [batch, H_kv, 1, d]` (every kv head) → one slot of each buffer's
+/// `keys, values: [batch, its kv heads, slots, d]` (the buffers are a `Sequence` of tensors; a
+/// cube's branch into its own is uniform). `table: [rows, HEAD_WORDS]`, a row per kv head the
+/// buffers hold. Grid: (rows, batch).
 #[cube(launch)]
 pub(crate) fn cache_write_kernel<F: Float>(
     new_keys: &Tensor<F>,
     new_values: &Tensor<F>,
-    keys: &mut Tensor<F>,
-    values: &mut Tensor<F>,
-    kv_heads: &Array<u32>,
-    slot: u32,
+    keys: &mut Sequence<Tensor<F>>,
+    values: &mut Sequence<Tensor<F>>,
+    table: &Array<u32>,
     #[define(F)] _dtype: StorageType,
 ) {
-    let local = CUBE_POS_X as usize;
-    let batch = CUBE_POS_Y as usize;
-    let kv = kv_heads[local] as usize;
-    let slot = slot as usize;
-    let dim = keys.shape(3);
-    let from_k = batch * new_keys.stride(0) + kv * new_keys.stride(1);
-    let from_v = batch * new_values.stride(0) + kv * new_values.stride(1);
-    let to_k = batch * keys.stride(0) + local * keys.stride(1) + slot * keys.stride(2);
-    let to_v = batch * values.stride(0) + local * values.stride(1) + slot * values.stride(2);
+    let at = CUBE_POS_X as usize * HEAD_WORDS;
+    let buffer = table[at + 1] as usize;
+    let row = Row {
+        kv: table[at] as usize,
+        batch: CUBE_POS_Y as usize,
+        local: table[at + 2] as usize,
+        slot: table[at + 3] as usize,
+    };
+    #[unroll]
+    for b in 0..keys.len() {
+        if buffer == b {
+            write_row(new_keys, keys.index_mut(b), row);
+            write_row(new_values, values.index_mut(b), row);
+        }
+    }
+}
+
+/// Where one cube writes: kv head `kv` of batch row `batch`, at index `local` of its buffer's
+/// second axis, into slot `slot`.
+#[derive(CubeType, Clone, Copy)]
+struct Row {
+    kv: usize,
+    batch: usize,
+    local: usize,
+    slot: usize,
+}
+
+/// Copies the row's `[d]` vector of `new` (`[batch, H_kv, 1, d]`) into its slot of `buffer`.
+#[cube]
+fn write_row<F: Float>(new: &Tensor<F>, buffer: &mut Tensor<F>, row: Row) {
+    let dim = buffer.shape(3);
+    let from = row.batch * new.stride(0) + row.kv * new.stride(1);
+    let to =
+        row.batch * buffer.stride(0) + row.local * buffer.stride(1) + row.slot * buffer.stride(2);
     for step in 0..dim.div_ceil(THREADS) {
         let c = UNIT_POS_X as usize + step * THREADS;
         if c < dim {
-            keys[to_k + c * keys.stride(3)] = new_keys[from_k + c * new_keys.stride(3)];
-            values[to_v + c * values.stride(3)] = new_values[from_v + c * new_values.stride(3)];
+            buffer[to + c * buffer.stride(3)] = new[from + c * new.stride(3)];
         }
     }
 }

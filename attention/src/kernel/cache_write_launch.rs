@@ -1,5 +1,6 @@
-//! Host side of the fused append: one launch per ring buffer, writing in place when the cache
-//! alone holds the buffer, and into a copy when another tensor (a forked cache) shares it.
+//! Host side of the fused append: one launch per layer over every ring buffer, writing in place
+//! into a buffer the cache alone holds, and into a copy of one another tensor (a forked cache)
+//! shares.
 
 use burn::tensor::DType;
 use burn::tensor::backend::Backend;
@@ -7,7 +8,7 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::cache_write::{THREADS, cache_write_kernel};
+use super::cache_write::{HEAD_WORDS, THREADS, cache_write_kernel};
 use super::config::{narrow, upload};
 use crate::decode::SlotWrite;
 
@@ -23,27 +24,30 @@ where
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
     let batch = k.meta.shape()[0];
-    writes
-        .into_iter()
-        .map(|write| {
-            let (keys, values) = (exclusive(write.keys), exclusive(write.values));
-            let heads: Vec<u32> = write.kv_heads.iter().map(|&h| narrow(h)).collect();
-            let heads = upload(&k.client, &k.device, u32::as_bytes(&heads), DType::U32);
-            cache_write_kernel::launch::<R>(
-                &k.client,
-                CubeCount::Static(write.kv_heads.len() as u32, batch as u32, 1),
-                CubeDim::new_1d(THREADS as u32),
-                k.clone().into_tensor_arg(),
-                v.clone().into_tensor_arg(),
-                keys.clone().into_tensor_arg(),
-                values.clone().into_tensor_arg(),
-                heads.into_array_arg(),
-                narrow(write.slot),
-                k.dtype.into(),
-            );
-            [keys, values]
+    let table: Vec<u32> = writes
+        .iter()
+        .enumerate()
+        .flat_map(|(index, write)| {
+            let rows = write.kv_heads.iter().enumerate();
+            rows.flat_map(move |(local, &kv)| [kv, index, local, write.slot].map(narrow))
         })
-        .collect()
+        .collect();
+    let rows = table.len() / HEAD_WORDS;
+    let buffers: Vec<[CubeTensor<R>; 2]> =
+        writes.into_iter().map(|w| [exclusive(w.keys), exclusive(w.values)]).collect();
+    let (client, dtype) = (k.client.clone(), k.dtype);
+    cache_write_kernel::launch::<R>(
+        &client,
+        CubeCount::Static(rows as u32, batch as u32, 1),
+        CubeDim::new_1d(THREADS as u32),
+        k.clone().into_tensor_arg(),
+        v.into_tensor_arg(),
+        buffers.iter().map(|[keys, _]| keys.clone().into_tensor_arg()).collect(),
+        buffers.iter().map(|[_, values]| values.clone().into_tensor_arg()).collect(),
+        upload(&client, &k.device, u32::as_bytes(&table), DType::U32).into_array_arg(),
+        dtype.into(),
+    );
+    buffers
 }
 
 /// `buffer` itself when nothing else holds its memory, else a copy of it.
