@@ -1,36 +1,68 @@
-//! CubeCL's cooperative matrices (tensor cores, `cmma`) on the Vulkan device: the device lists
-//! its tile shapes, one tile product of every f16·f16→f32 shape it lists matches the CPU
+//! CubeCL's cooperative matrices (tensor cores, `cmma`) on a device that has them: the device
+//! lists its tile shapes, one tile product of every f16·f16→f32 shape it lists matches the CPU
 //! exactly, and the windowed core's forward and backward run on them (`kernel::forward_cmma`,
 //! `kernel::backward_queries_cmma`, `kernel::backward_keys_cmma`) and match the dense reference,
-//! outputs and gradients, on every kind of window.
+//! outputs and gradients, on every kind of window, in f16 and (where the device has it) bf16.
 //!
-//! Built with `--features vulkan` (Burn's SPIR-V compiler; the WGSL compiler has no `cmma`),
-//! for this crate alone: `cargo test -p swa-attention --features vulkan --test
-//! cooperative_matrices`. `.ci/run` runs it inside the Debian 13 root of `.ci/vulkan-root`,
-//! whose lavapipe (Mesa 26) lists 8×8×8 tiles on a plane of 8, with `SWA_REQUIRE_CMMA=1`: a
-//! device without cooperative matrices then fails the test instead of skipping it.
-#![cfg(feature = "vulkan")]
+//! Built with `--features vulkan` (Burn's SPIR-V compiler; the WGSL compiler has no `cmma`)
+//! and/or `--features cuda`, for this crate alone: `cargo test -p swa-attention --features
+//! vulkan --test cooperative_matrices`. `.ci/run` runs it inside the Debian 13 root of
+//! `.ci/vulkan-root`, whose lavapipe (Mesa 26) lists 8×8×8 f16 tiles on a plane of 8, with
+//! `SWA_REQUIRE_CMMA=1`: a device without cooperative matrices then fails the test instead of
+//! skipping it. On an NVIDIA GPU (`--features cuda`) the tiles are 16×16×16 on a plane of 32, in
+//! f16 and bf16; a machine without one skips the CUDA tests.
+#![cfg(any(feature = "vulkan", feature = "cuda"))]
 
-use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-use burn::backend::{Autodiff, Vulkan};
-use burn::tensor::{DType, Tensor, TensorData, f16};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use burn::backend::Autodiff;
+use burn::tensor::{DType, Tensor, TensorData, bf16, f16};
 use cubecl::ir::features::MmaConfig;
-use cubecl::ir::{ElemType, FloatKind};
+use cubecl::ir::{ElemType, FloatKind, StorageType};
 use cubecl::prelude::*;
 use swa_attention::kernel::tensor_core_tile_of;
-use swa_attention::{HeadWindow, ScoreOptions, WindowSpec, dense_attention, windowed_attention};
+use swa_attention::{
+    HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, dense_attention,
+    windowed_attention,
+};
 
-/// Output tolerance of f16 inputs (the weights `P` are rounded to f16 before `P·V`, and `o` is
-/// f16), as the portable kernel's f16 tests use.
-const F16_OUT: f32 = 2e-3;
+/// The input types the tests cover, with their tolerances. `lse` is f32 whatever the inputs'
+/// type, computed from the same rounded inputs as the reference: 2e-4 for both.
+#[derive(Clone, Copy, Debug)]
+struct Half {
+    dtype: DType,
+    /// Output tolerance: about two ulps of outputs up to 2 (the weights `P` are rounded to the
+    /// input type before `P·V`, and `o` is stored in it); f16's is the portable kernel's.
+    out: f32,
+    /// Gradient tolerance: about two ulps of gradients up to 2 (the backward reads the
+    /// forward's rounded `o`, and rounds `P` and `dS` before its products).
+    grad: f32,
+}
 
-/// Tolerance of `lse`, computed in f32 from the same f16 inputs as the reference.
+const F16: Half = Half { dtype: DType::F16, out: 2e-3, grad: 2e-3 };
+
+/// bf16 (8 significant bits against f16's 11), not yet run on a device that has it.
+const BF16: Half = Half { dtype: DType::BF16, out: 3e-2, grad: 3e-2 };
+
+/// Tolerance of `lse`.
 const LSE: f32 = 2e-4;
 
-/// Gradient tolerance of f16 inputs (the backward reads the forward's f16 `o`, and rounds the
-/// weights and score gradients to f16 before its products), as the portable kernel's f16 tests
-/// use.
-const F16_GRAD: f32 = 2e-3;
+impl Half {
+    /// `x` rounded to this type.
+    fn round(self, x: f32) -> f32 {
+        match self.dtype {
+            DType::BF16 => bf16::from_f32(x).to_f32(),
+            _ => f16::from_f32(x).to_f32(),
+        }
+    }
+
+    fn storage(self) -> StorageType {
+        match self.dtype {
+            DType::BF16 => ElemType::Float(FloatKind::BF16).into(),
+            _ => ElemType::Float(FloatKind::F16).into(),
+        }
+    }
+}
 
 /// `out = lhs · rhs` for one `m × k` by `k × n` tile, both row-major, on one plane.
 #[cube(launch)]
@@ -74,42 +106,65 @@ fn tile_product(
     cmma::store(&mut out.to_slice_mut(), &c, n_stride, cmma::MatrixLayout::RowMajor);
 }
 
-/// The device's f16·f16→f32 tile shapes, or `None` (after saying why) when it has none and
+/// The client of `device`, or `None` (after saying why) when no such device answers and
 /// `SWA_REQUIRE_CMMA` is unset.
-fn f16_shapes(client: &ComputeClient<WgpuRuntime>) -> Option<Vec<MmaConfig>> {
-    let (f16_type, f32_type) =
-        (ElemType::Float(FloatKind::F16).into(), ElemType::Float(FloatKind::F32).into());
+fn client_of<R: Runtime>(name: &str, device: &R::Device) -> Option<ComputeClient<R>> {
+    let client = catch_unwind(AssertUnwindSafe(|| R::client(device))).ok();
+    if client.is_none() {
+        require(&format!("no {name} device answers"));
+    }
+    client
+}
+
+/// Says why a test skips; a failure instead when `SWA_REQUIRE_CMMA` is set (as `.ci/run` sets
+/// it inside `.ci/vulkan-root`, whose lavapipe has cooperative matrices).
+fn require(why: &str) {
+    assert!(std::env::var_os("SWA_REQUIRE_CMMA").is_none(), "SWA_REQUIRE_CMMA is set, but {why}");
+    eprintln!("skipped: {why}");
+}
+
+/// The device's tile shapes with inputs of `half` and f32 accumulation (after printing all of
+/// its shapes and its plane), or `None` (after saying why) when it has none.
+fn shapes<R: Runtime>(client: &ComputeClient<R>, half: Half) -> Option<Vec<MmaConfig>> {
+    let f32_type: StorageType = ElemType::Float(FloatKind::F32).into();
     let all = &client.properties().features.matmul.cmma;
+    let input = half.storage();
     let shapes: Vec<MmaConfig> = all
         .iter()
-        .filter(|c| c.a_type == f16_type && c.b_type == f16_type && c.cd_type == f32_type)
+        .filter(|c| c.a_type == input && c.b_type == input && c.cd_type == f32_type)
         .copied()
         .collect();
     eprintln!(
-        "cooperative matrices: {} shapes, f16·f16→f32 {:?}; plane {}–{}",
+        "cooperative matrices: {} shapes, {:?}·{:?}→f32 {:?}; plane {}–{}",
         all.len(),
+        half.dtype,
+        half.dtype,
         shapes.iter().map(|c| [c.m, c.n, c.k]).collect::<Vec<_>>(),
         client.properties().hardware.plane_size_min,
         client.properties().hardware.plane_size_max,
     );
     if shapes.is_empty() {
-        assert!(
-            std::env::var_os("SWA_REQUIRE_CMMA").is_none(),
-            "SWA_REQUIRE_CMMA is set but the Vulkan device lists no f16·f16→f32 cooperative \
-             matrix (run inside .ci/vulkan-root, whose lavapipe has them)"
-        );
-        eprintln!("skipped: the Vulkan device has no f16·f16→f32 cooperative matrices");
+        eprintln!("no {:?} tiles with f32 accumulation on this device", half.dtype);
         return None;
     }
     Some(shapes)
 }
 
-#[test]
-fn every_f16_tile_shape_multiplies_exactly() {
-    let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
-    let Some(shapes) = f16_shapes(&client) else {
+/// The f16 tile shapes of `device`, or `None` after [`require`] when it has none.
+fn f16_shapes<R: Runtime>(name: &str, device: &R::Device) -> Option<Vec<MmaConfig>> {
+    let shapes = shapes(&client_of::<R>(name, device)?, F16);
+    if shapes.is_none() {
+        require(&format!("the {name} device lists no f16·f16→f32 cooperative matrix"));
+    }
+    shapes
+}
+
+/// One tile product of every f16 shape `device` lists, against the CPU: exactly.
+fn tile_products<R: Runtime>(name: &str, device: &R::Device) {
+    let Some(shapes) = f16_shapes::<R>(name, device) else {
         return;
     };
+    let client = R::client(device);
     for shape in shapes {
         let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
         // Small integers: every product and sum is exact in f16 inputs and f32 sums.
@@ -125,7 +180,7 @@ fn every_f16_tile_shape_multiplies_exactly() {
         let plane = client.properties().hardware.plane_size_max;
         // SAFETY: each buffer holds exactly the elements its array argument declares.
         unsafe {
-            tile_product::launch::<WgpuRuntime>(
+            tile_product::launch::<R>(
                 &client,
                 CubeCount::Static(1, 1, 1),
                 CubeDim::new_1d(plane),
@@ -159,9 +214,9 @@ fn max_error(got: Vec<f32>, want: Vec<f32>) -> f32 {
     })
 }
 
-/// `n` values in [−1, 1) from `seed`, rounded to f16 (so that the reference sees the kernel's
-/// inputs exactly).
-fn values(seed: u64, n: usize) -> Vec<f32> {
+/// `n` values in [−1, 1) from `seed`, rounded to `half` (so that the reference sees the
+/// kernel's inputs exactly).
+fn values(seed: u64, n: usize, half: Half) -> Vec<f32> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -169,76 +224,56 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
             state ^= state >> 7;
             state ^= state << 17;
             let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
-            f16::from_f32(2.0 * unit - 1.0).to_f32()
+            half.round(2.0 * unit - 1.0)
         })
         .collect()
 }
 
-/// One call on f16 tensors through `windowed_attention` (the tensor-core forward) against the
-/// dense reference in f32 on the same values: `o` and `lse`, max-abs.
-fn forward_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usize; 6], seed: u64) {
+/// A call's shape: `[batch, heads, kv_heads, q_len, keys, dim]`.
+type Shape = [usize; 6];
+
+/// One call on `half` tensors through `windowed_attention` (the tensor-core forward) against
+/// the dense reference in f32 on the same values: `o` and `lse`, max-abs.
+fn forward_case<B: WindowedAttentionBackend>(
+    device: &B::Device,
+    half: Half,
+    what: &str,
+    (spec, opts): (&WindowSpec, &ScoreOptions),
+    shape: Shape,
+    seed: u64,
+) {
     let [batch, heads, kv_heads, q_len, keys, dim] = shape;
-    let device = WgpuDevice::DefaultDevice;
     let tensor = |seed: u64, dims: [usize; 4]| {
-        let data = TensorData::new(values(seed, dims.iter().product()), dims);
-        Tensor::<Vulkan, 4>::from_data(data, &device)
+        let data = TensorData::new(values(seed, dims.iter().product(), half), dims);
+        Tensor::<B, 4>::from_data(data, device)
     };
     let q = tensor(seed, [batch, heads, q_len, dim]);
     let k = tensor(seed + 1, [batch, kv_heads, keys, dim]);
     let v = tensor(seed + 2, [batch, kv_heads, keys, dim]);
-    let half = |t: &Tensor<Vulkan, 4>| t.clone().cast(DType::F16);
-    let (o, lse) = windowed_attention(half(&q), half(&k), half(&v), spec, opts).unwrap();
+    let cast = |t: &Tensor<B, 4>| t.clone().cast(half.dtype);
+    let (o, lse) = windowed_attention(cast(&q), cast(&k), cast(&v), spec, opts).unwrap();
     let (want_o, want_lse) = dense_attention(q, k, v, spec, opts).unwrap();
     let o_error = max_error(read(o.cast(DType::F32).into_data()), read(want_o.into_data()));
     let lse_error = max_error(read(lse.into_data()), read(want_lse.into_data()));
-    eprintln!("{what}: o {o_error:.1e}, lse {lse_error:.1e}");
-    assert!(o_error <= F16_OUT, "{what}: o max error {o_error} > {F16_OUT}");
+    eprintln!("{:?} {what}: o {o_error:.1e}, lse {lse_error:.1e}", half.dtype);
+    assert!(o_error <= half.out, "{what}: o max error {o_error} > {}", half.out);
     assert!(lse_error <= LSE, "{what}: lse max error {lse_error} > {LSE}");
 }
 
-#[test]
-fn the_tensor_core_forward_matches_the_dense_reference() {
-    let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
-    if f16_shapes(&client).is_none() {
-        return;
-    }
-    for dim in [8, 16, 64] {
-        let tile = tensor_core_tile_of::<WgpuRuntime>(&WgpuDevice::DefaultDevice, DType::F16, dim);
-        eprintln!("head dim {dim}: tensor-core tile {tile:?}");
-        assert!(
-            tile.is_some(),
-            "the core at d = {dim} should run on tensor cores, forward and backward"
-        );
-    }
-    let softmax = ScoreOptions::softmax();
-    let sliding = WindowSpec::sliding(2, 2, 5).unwrap();
-    forward_case("sliding W=5", &sliding, &softmax, [1, 2, 2, 19, 19, 8], 1);
-    let per_head = WindowSpec::per_head(&[3, 9, 17, 40], 2).unwrap();
-    forward_case("MSWA windows, GQA", &per_head, &softmax, [2, 4, 2, 37, 37, 16], 2);
-    let dilated = WindowSpec::dilated(&[4, 4], &[1, 3], 2).unwrap();
-    forward_case("dilated", &dilated, &softmax, [1, 2, 2, 33, 33, 8], 3);
-    let heads = vec![HeadWindow::longnet(8, 2, 1); 2];
-    let longnet = WindowSpec::new(heads, 2).unwrap();
-    forward_case("LongNet segment 8, dilation 2", &longnet, &softmax, [1, 2, 2, 30, 30, 8], 4);
-    let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
-    forward_case("bidirectional W=6", &bidirectional, &softmax, [1, 2, 1, 21, 21, 16], 5);
-    let sinks = WindowSpec::sliding(2, 2, 4).unwrap().with_sinks(3);
-    forward_case("sinks 3, W=4", &sinks, &softmax, [1, 2, 2, 40, 40, 8], 6);
-    let scored = softmax.clone().with_softcap(5.0).with_alibi(vec![0.25, 0.5]);
-    forward_case("softcap and ALiBi", &sliding, &scored, [1, 2, 2, 24, 24, 64], 7);
-    forward_case("sigmoid", &sliding, &ScoreOptions::sigmoid(-1.0), [1, 2, 2, 17, 17, 8], 8);
-    let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
-    forward_case("5 queries after 20", &offset, &softmax, [1, 2, 2, 5, 25, 8], 9);
-}
-
-/// The gradients of `Σ o·g` through the tensor-core forward and backward on f16 inputs, against
-/// the dense reference's in f32.
-fn gradient_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usize; 6]) {
-    type A = Autodiff<Vulkan>;
+/// The gradients of `Σ o·g` through the tensor-core forward and backward on `half` inputs,
+/// against the dense reference's in f32.
+fn gradient_case<B: WindowedAttentionBackend>(
+    device: &B::Device,
+    half: Half,
+    what: &str,
+    (spec, opts): (&WindowSpec, &ScoreOptions),
+    shape: Shape,
+) {
+    type A<B> = Autodiff<B>;
     let [batch, heads, kv_heads, q_len, keys, dim] = shape;
-    let device = WgpuDevice::DefaultDevice;
-    let data =
-        |seed: u64, dims: [usize; 4]| TensorData::new(values(seed, dims.iter().product()), dims);
+    let data = |seed: u64, dims: [usize; 4]| {
+        TensorData::new(values(seed, dims.iter().product(), half), dims)
+    };
     let inputs = [
         data(11, [batch, heads, q_len, dim]),
         data(12, [batch, kv_heads, keys, dim]),
@@ -246,49 +281,164 @@ fn gradient_case(what: &str, spec: &WindowSpec, opts: &ScoreOptions, shape: [usi
     ];
     let g = data(14, [batch, heads, q_len, dim]);
     let run = |kernel: bool| {
-        let dtype = if kernel { DType::F16 } else { DType::F32 };
+        let dtype = if kernel { half.dtype } else { DType::F32 };
         let [q, k, v] = inputs
             .clone()
-            .map(|d| Tensor::<A, 4>::from_data(d, &device).cast(dtype).require_grad());
+            .map(|d| Tensor::<A<B>, 4>::from_data(d, device).cast(dtype).require_grad());
         let (o, _) = match kernel {
             true => windowed_attention(q.clone(), k.clone(), v.clone(), spec, opts).unwrap(),
             false => dense_attention(q.clone(), k.clone(), v.clone(), spec, opts).unwrap(),
         };
-        let weights = Tensor::<A, 4>::from_data(g.clone(), &device);
+        let weights = Tensor::<A<B>, 4>::from_data(g.clone(), device);
         let grads = (o.cast(DType::F32) * weights).sum().backward();
         [q, k, v].map(|t| read(t.grad(&grads).unwrap().cast(DType::F32).into_data()))
     };
     let (got, want) = (run(true), run(false));
     for (name, (got, want)) in ["∂q", "∂k", "∂v"].iter().zip(got.into_iter().zip(want)) {
         let error = max_error(got, want);
-        eprintln!("{what}: {name} {error:.1e}");
-        assert!(error <= F16_GRAD, "{what}: {name} max error {error} > {F16_GRAD}");
+        eprintln!("{:?} {what}: {name} {error:.1e}", half.dtype);
+        assert!(error <= half.grad, "{what}: {name} max error {error} > {}", half.grad);
     }
 }
 
-#[test]
-fn the_tensor_core_backward_matches_the_dense_reference() {
-    let client = WgpuRuntime::client(&WgpuDevice::DefaultDevice);
-    if f16_shapes(&client).is_none() {
+/// The input types `device` has tensor-core tiles for.
+fn halves<R: Runtime>(client: &ComputeClient<R>) -> Vec<Half> {
+    [F16, BF16].into_iter().filter(|&half| shapes(client, half).is_some()).collect()
+}
+
+/// Asserts that the core runs a call of `half` inputs at head dim `dim` on tensor cores.
+fn on_tensor_cores<R: burn_cubecl::CubeRuntime>(device: &R::Device, half: Half, dim: usize) {
+    let tile = tensor_core_tile_of::<R>(device, half.dtype, dim);
+    assert!(tile.is_some(), "{:?} at d = {dim} should run on tensor cores", half.dtype);
+}
+
+/// The forward on every kind of window, in every input type `device` has tiles for.
+fn forward_suite<R, B>(name: &str, device: &R::Device)
+where
+    R: burn_cubecl::CubeRuntime,
+    B: WindowedAttentionBackend<Device = R::Device>,
+{
+    let Some(client) = client_of::<R>(name, device) else {
         return;
+    };
+    let softmax = ScoreOptions::softmax();
+    let sliding = WindowSpec::sliding(2, 2, 5).unwrap();
+    let per_head = WindowSpec::per_head(&[3, 9, 17, 40], 2).unwrap();
+    let dilated = WindowSpec::dilated(&[4, 4], &[1, 3], 2).unwrap();
+    let longnet = WindowSpec::new(vec![HeadWindow::longnet(8, 2, 1); 2], 2).unwrap();
+    let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
+    let sinks = WindowSpec::sliding(2, 2, 4).unwrap().with_sinks(3);
+    let scored = softmax.clone().with_softcap(5.0).with_alibi(vec![0.25, 0.5]);
+    let sigmoid = ScoreOptions::sigmoid(-1.0);
+    let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
+    let cases: [(&str, (&WindowSpec, &ScoreOptions), Shape); 9] = [
+        ("sliding W=5", (&sliding, &softmax), [1, 2, 2, 19, 19, 16]),
+        ("MSWA windows, GQA", (&per_head, &softmax), [2, 4, 2, 37, 37, 16]),
+        ("dilated", (&dilated, &softmax), [1, 2, 2, 33, 33, 16]),
+        ("LongNet segment 8, dilation 2", (&longnet, &softmax), [1, 2, 2, 30, 30, 16]),
+        ("bidirectional W=6", (&bidirectional, &softmax), [1, 2, 1, 21, 21, 32]),
+        ("sinks 3, W=4", (&sinks, &softmax), [1, 2, 2, 40, 40, 16]),
+        ("softcap and ALiBi", (&sliding, &scored), [1, 2, 2, 24, 24, 64]),
+        ("sigmoid", (&sliding, &sigmoid), [1, 2, 2, 17, 17, 16]),
+        ("5 queries after 20", (&offset, &softmax), [1, 2, 2, 5, 25, 16]),
+    ];
+    let types = halves(&client);
+    if types.is_empty() {
+        require(&format!("the {name} device lists no f16 or bf16 cooperative matrix"));
     }
+    for half in types {
+        for (seed, (what, call, shape)) in cases.iter().enumerate() {
+            on_tensor_cores::<R>(device, half, shape[5]);
+            forward_case::<B>(device, half, what, *call, *shape, seed as u64);
+        }
+        eprintln!("{name}: {} {:?} forward cases on tensor cores", cases.len(), half.dtype);
+    }
+}
+
+/// The gradients on every kind of window, in every input type `device` has tiles for.
+fn backward_suite<R, B>(name: &str, device: &R::Device)
+where
+    R: burn_cubecl::CubeRuntime,
+    B: WindowedAttentionBackend<Device = R::Device>,
+{
+    let Some(client) = client_of::<R>(name, device) else {
+        return;
+    };
     let softmax = ScoreOptions::softmax();
     let per_head = WindowSpec::per_head(&[3, 9, 17, 40], 2).unwrap();
-    gradient_case("MSWA windows, GQA", &per_head, &softmax, [1, 4, 2, 29, 29, 16]);
     let sinks = WindowSpec::sliding(2, 2, 4).unwrap().with_sinks(2);
     let capped = softmax.clone().with_softcap(4.0);
-    gradient_case("sinks and softcap", &sinks, &capped, [1, 2, 2, 21, 21, 8]);
     let sliding = WindowSpec::sliding(2, 2, 6).unwrap();
-    gradient_case("sigmoid", &sliding, &ScoreOptions::sigmoid(-0.5), [1, 2, 2, 18, 18, 8]);
+    let sigmoid = ScoreOptions::sigmoid(-0.5);
     let dilated = WindowSpec::dilated(&[4, 4], &[1, 3], 2).unwrap();
-    gradient_case("dilated", &dilated, &softmax, [2, 2, 2, 27, 27, 8]);
-    let heads = vec![HeadWindow::longnet(8, 2, 1); 2];
-    let longnet = WindowSpec::new(heads, 2).unwrap();
-    gradient_case("LongNet segment 8, dilation 2", &longnet, &softmax, [1, 2, 2, 26, 26, 8]);
+    let longnet = WindowSpec::new(vec![HeadWindow::longnet(8, 2, 1); 2], 2).unwrap();
     let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
-    gradient_case("bidirectional W=6", &bidirectional, &softmax, [1, 2, 1, 19, 19, 16]);
-    let scored = softmax.clone().with_alibi(vec![0.25, 0.5]);
-    gradient_case("ALiBi, d = 64", &sliding, &scored, [1, 2, 2, 13, 13, 64]);
+    let alibi = softmax.clone().with_alibi(vec![0.25, 0.5]);
     let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
-    gradient_case("5 queries after 20", &offset, &softmax, [1, 2, 2, 5, 25, 8]);
+    let cases: [(&str, (&WindowSpec, &ScoreOptions), Shape); 8] = [
+        ("MSWA windows, GQA", (&per_head, &softmax), [1, 4, 2, 29, 29, 16]),
+        ("sinks and softcap", (&sinks, &capped), [1, 2, 2, 21, 21, 16]),
+        ("sigmoid", (&sliding, &sigmoid), [1, 2, 2, 18, 18, 16]),
+        ("dilated", (&dilated, &softmax), [2, 2, 2, 27, 27, 16]),
+        ("LongNet segment 8, dilation 2", (&longnet, &softmax), [1, 2, 2, 26, 26, 16]),
+        ("bidirectional W=6", (&bidirectional, &softmax), [1, 2, 1, 19, 19, 32]),
+        ("ALiBi, d = 64", (&sliding, &alibi), [1, 2, 2, 13, 13, 64]),
+        ("5 queries after 20", (&offset, &softmax), [1, 2, 2, 5, 25, 16]),
+    ];
+    let types = halves(&client);
+    if types.is_empty() {
+        require(&format!("the {name} device lists no f16 or bf16 cooperative matrix"));
+    }
+    for half in types {
+        for (what, call, shape) in &cases {
+            on_tensor_cores::<R>(device, half, shape[5]);
+            gradient_case::<B>(device, half, what, *call, *shape);
+        }
+        eprintln!("{name}: {} {:?} gradient cases on tensor cores", cases.len(), half.dtype);
+    }
+}
+
+/// On Vulkan, through Burn's SPIR-V compiler (lavapipe 26 in CI).
+#[cfg(feature = "vulkan")]
+mod vulkan {
+    use burn::backend::Vulkan;
+    use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
+
+    #[test]
+    fn every_f16_tile_shape_multiplies_exactly() {
+        super::tile_products::<WgpuRuntime>("Vulkan", &WgpuDevice::DefaultDevice);
+    }
+
+    #[test]
+    fn the_tensor_core_forward_matches_the_dense_reference() {
+        super::forward_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
+    }
+
+    #[test]
+    fn the_tensor_core_backward_matches_the_dense_reference() {
+        super::backward_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
+    }
+}
+
+/// On CUDA (NVIDIA's tensor cores: 16×16×16 tiles, plane 32, f16 and bf16).
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn::backend::Cuda;
+    use burn::backend::cuda::CudaDevice;
+    use cubecl::cuda::CudaRuntime;
+
+    #[test]
+    fn every_f16_tile_shape_multiplies_exactly() {
+        super::tile_products::<CudaRuntime>("CUDA", &CudaDevice::default());
+    }
+
+    #[test]
+    fn the_tensor_core_forward_matches_the_dense_reference() {
+        super::forward_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
+    }
+
+    #[test]
+    fn the_tensor_core_backward_matches_the_dense_reference() {
+        super::backward_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
+    }
 }
