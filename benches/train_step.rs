@@ -330,7 +330,8 @@ fn report(rows: &[Row], options: &Options) {
     }
     println!("(median of {} runs each, {} threads)", options.runs, options.threads);
     if let Some(path) = &options.csv {
-        std::fs::write(path, csv).expect("the CSV is writable");
+        swa_zoo::models::files::write_bytes_atomically(path, csv.as_bytes())
+            .expect("the CSV is writable");
         println!("CSV: {}", path.display());
     }
 }

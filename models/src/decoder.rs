@@ -112,6 +112,7 @@ impl DecoderConfig {
         if self.attention.is_empty() {
             return bad("DecoderConfig.attention", "needs at least one attention kind");
         }
+        self.check_sizes()?;
         let arch = self.arch();
         if self.heads == 0 || (arch.head_dim.is_none() && !self.d_model.is_multiple_of(self.heads))
         {
@@ -139,6 +140,7 @@ impl DecoderConfig {
     /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
         let model = self.init_lazy(device)?;
+        self.check_memory()?;
         model.visit(&mut Materialize);
         Ok(model)
     }

@@ -8,13 +8,16 @@ mod architecture;
 mod block;
 mod decoder;
 mod error;
+pub mod files;
 mod generate;
 pub mod hf;
 mod info;
 mod mlp;
+pub mod panics;
 pub mod presets;
 mod rng;
 pub mod sampling;
+mod sizes;
 pub mod weights;
 
 pub use architecture::Architecture;

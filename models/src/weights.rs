@@ -42,10 +42,7 @@
 //! `Linear`.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError};
@@ -54,6 +51,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
+use crate::panics::without_panics;
 
 /// The extension Burn's named MessagePack recorder gives its files.
 const RECORD_EXTENSION: &str = "mpk";
@@ -80,7 +78,9 @@ pub fn load_record<B: Backend>(
     let model = config.init::<B>(device)?;
     let expected = parameter_shapes(&model);
     let record: DecoderRecord<B> =
-        recorder().load(file.clone(), device).map_err(|e| fail(recorder_problem(e)))?;
+        without_panics("Burn's record loader", || recorder().load(file.clone(), device))
+            .map_err(fail)?
+            .map_err(|e| fail(recorder_problem(e)))?;
     check_record_structure(&record, config, &expected).map_err(fail)?;
     // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
     let model = model.load_record(record);
@@ -144,41 +144,12 @@ fn safetensors_problem(error: SafetensorsStoreError) -> String {
     }
 }
 
-/// Writes `target` through `write`, which creates the file at the path it is given: first a
-/// temporary file in the target's directory, then renamed over the target, so that an existing
-/// file is replaced whole or not at all. The directory must exist.
+/// [`crate::files::write_atomically`], its failure a weights error naming `target`.
 pub(crate) fn write_atomically(
     target: &Path,
     write: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(), ModelError> {
-    static SAVES: AtomicUsize = AtomicUsize::new(0);
-    let fail = |problem| weights_error(target, problem);
-    let dir = match target.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(fail(format!("directory {} does not exist", dir.display())));
-    }
-    let name = target.file_name().ok_or_else(|| fail("the path names no file".into()))?;
-    let save = SAVES.fetch_add(1, Ordering::Relaxed);
-    let mut temp_name = OsString::from(format!(".tmp-{}-{save}-", std::process::id()));
-    temp_name.push(name);
-    let temp = dir.join(temp_name);
-    let written = write(&temp)
-        .and_then(|()| {
-            OpenOptions::new()
-                .write(true)
-                .open(&temp)
-                .and_then(|file| file.sync_all())
-                .map_err(|e| e.to_string())
-        })
-        .and_then(|()| fs::rename(&temp, target).map_err(|e| e.to_string()));
-    if written.is_err() {
-        // The temporary file may not exist; either way the target is untouched.
-        fs::remove_file(&temp).ok();
-    }
-    written.map_err(fail)
+    crate::files::write_atomically(target, write).map_err(|problem| weights_error(target, problem))
 }
 
 /// Parameter shapes by dotted module path, the safetensors names.

@@ -39,10 +39,13 @@ pub struct EvalChoiceArgs {
 /// One question of the tasks file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Question {
-    context: String,
-    choices: Vec<String>,
-    answer: usize,
+pub struct Question {
+    /// The text every choice continues.
+    pub context: String,
+    /// The candidate continuations, two or more.
+    pub choices: Vec<String>,
+    /// The index of the right one.
+    pub answer: usize,
 }
 
 /// The accuracies over the questions.
@@ -129,7 +132,7 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
 
 /// The questions of a JSON Lines file, each checked: at least two choices, the answer among
 /// them. Blank lines are skipped.
-fn read_questions(path: &Path) -> Result<Vec<Question>, AppError> {
+pub fn read_questions(path: &Path) -> Result<Vec<Question>, AppError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| AppError::Io { path: path.into(), source })?;
     let bad = |line: usize, problem: String| AppError::Flag {

@@ -17,7 +17,6 @@ pub mod table;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use table::Table;
 
@@ -50,17 +49,9 @@ impl fmt::Display for ReportError {
 
 impl std::error::Error for ReportError {}
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it to `path`.
+/// Writes `bytes` to `path` atomically (`swa_models::files`): a temporary file beside it,
+/// flushed, then renamed over it.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let error =
-        |e: std::io::Error| ReportError::Write { path: path.to_path_buf(), problem: e.to_string() };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let unique = (std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}-{}", unique.0, unique.1));
-    std::fs::write(&tmp, bytes).map_err(error)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        error(e)
-    })
+    swa_models::files::write_bytes_atomically(path, bytes)
+        .map_err(|problem| ReportError::Write { path: path.to_path_buf(), problem })
 }

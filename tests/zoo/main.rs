@@ -4,6 +4,7 @@
 
 mod app;
 mod models;
+mod mutations;
 mod training;
 #[cfg(feature = "wgpu")]
 #[path = "../common/wgpu_devices.rs"]

@@ -1,7 +1,8 @@
-//! The Learner's checkpoints of a run: the last complete one, and checking its model before a
-//! resume. Burn's checkpointer would load a record of another configuration without a word (it
-//! takes every tensor as it is) or panic on a truncated file, so `--resume` first reads the file
-//! here and compares every weight's shape.
+//! The Learner's checkpoints of a run: the newest complete one, and checking its model before a
+//! resume. The files themselves are `crate::checkpoint_file`'s: a checkpoint is complete when its
+//! three records agree with their sidecars. Burn's checkpointer would load a record of another
+//! configuration without a word (it takes every tensor as it is), so `--resume` first reads the
+//! model here and compares every weight's shape.
 
 use std::path::Path;
 
@@ -9,22 +10,48 @@ use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
+use swa_models::panics::without_panics;
 use swa_models::weights::{compare_shapes, parameter_shapes, recorder_problem};
 
+use crate::checkpoint_file::{epochs, verify};
 use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
 
-/// The last epoch whose model, optimizer and schedule checkpoints all exist in `out`.
-pub fn last_checkpoint(out: &Path) -> Option<usize> {
+/// What a resume finds in a run's `checkpoint/` folder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointSearch {
+    /// The newest complete checkpoint (every record present and matching its sidecar's size
+    /// and checksum), if any.
+    pub found: Option<usize>,
+    /// The newer checkpoints skipped, each as `checkpoint N: what is wrong with it`.
+    pub skipped: Vec<String>,
+    /// Whether a skipped checkpoint was damaged after it was written whole, rather than left
+    /// unfinished by a killed run ([`crate::checkpoint_file::Unusable::damaged`]).
+    pub damaged: bool,
+}
+
+/// The newest complete checkpoint of the run in `out`, and why each newer one was skipped.
+pub fn find_checkpoint(out: &Path) -> CheckpointSearch {
     let dir = out.join("checkpoint");
-    let epochs = std::fs::read_dir(&dir).ok()?.filter_map(|entry| {
-        let name = entry.ok()?.file_name().into_string().ok()?;
-        name.strip_prefix("model-")?.strip_suffix(".mpk")?.parse::<usize>().ok()
-    });
-    let complete = |e: &usize| {
-        ["optim", "scheduler"].iter().all(|part| dir.join(format!("{part}-{e}.mpk")).is_file())
-    };
-    epochs.filter(complete).max()
+    let mut search = CheckpointSearch::default();
+    for epoch in epochs(&dir) {
+        match verify(&dir, epoch, true) {
+            Ok(()) => {
+                search.found = Some(epoch);
+                break;
+            }
+            Err(unusable) => {
+                search.skipped.push(format!("checkpoint {epoch}: {}", unusable.problem));
+                search.damaged |= unusable.damaged;
+            }
+        }
+    }
+    search
+}
+
+/// The newest complete checkpoint of the run in `out`.
+pub fn last_checkpoint(out: &Path) -> Option<usize> {
+    find_checkpoint(out).found
 }
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
@@ -35,16 +62,20 @@ pub fn check_model_checkpoint<B: Backend>(
     device: &B::Device,
 ) -> Result<(), TrainingError> {
     let fresh = LanguageModel::new(config.init::<B>(device)?);
-    let record: LanguageModelRecord<B> = NamedMpkFileRecorder::<FullPrecisionSettings>::new()
-        .load(path.to_path_buf(), device)
-        .map_err(|e| TrainingError::CheckpointUnreadable {
-            path: path.to_path_buf(),
-            problem: recorder_problem(e),
-        })?;
+    let unreadable =
+        |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
+    let load =
+        || NamedMpkFileRecorder::<FullPrecisionSettings>::new().load(path.to_path_buf(), device);
+    let record: LanguageModelRecord<B> = without_panics("Burn's record loader", load)
+        .map_err(unreadable)?
+        .map_err(|e| unreadable(recorder_problem(e)))?;
     let expected = parameter_shapes(&fresh);
-    let found = parameter_shapes(&fresh.load_record(record));
-    compare_shapes(&expected, &found)
-        .map_err(|problem| TrainingError::CheckpointMismatch { path: path.to_path_buf(), problem })
+    let mismatch =
+        |problem| TrainingError::CheckpointMismatch { path: path.to_path_buf(), problem };
+    // Burn's `load_record` asserts that the record has the model's layers and heads.
+    let loaded = without_panics("Burn's record loader", || fresh.load_record(record));
+    let found = parameter_shapes(&loaded.map_err(mismatch)?);
+    compare_shapes(&expected, &found).map_err(mismatch)
 }
 
 #[cfg(test)]
@@ -52,15 +83,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_last_checkpoint_is_the_last_complete_one() {
+    fn records_without_sidecars_are_no_checkpoint() {
         let out = std::env::temp_dir().join(format!("swa-last-checkpoint-{}", std::process::id()));
         let dir = out.join("checkpoint");
         std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(last_checkpoint(&out), None);
-        for name in ["model-1", "optim-1", "scheduler-1", "model-2", "optim-2", "model-10"] {
+        assert_eq!(find_checkpoint(&out), CheckpointSearch::default());
+        for name in ["model-1", "optim-1", "scheduler-1"] {
             std::fs::write(dir.join(format!("{name}.mpk")), b"").unwrap();
         }
-        assert_eq!(last_checkpoint(&out), Some(1), "epochs 2 and 10 lack a part");
+        let search = find_checkpoint(&out);
+        assert_eq!(search.found, None);
+        let unfinished = "checkpoint 1: model-1.mpk has no sidecar: its write did not finish";
+        assert_eq!((search.skipped, search.damaged), (vec![unfinished.to_string()], false));
         std::fs::remove_dir_all(out).unwrap();
     }
 }

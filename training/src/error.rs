@@ -89,10 +89,12 @@ pub enum TrainingError {
         /// The run's folder.
         out: PathBuf,
     },
-    /// A resume with no complete checkpoint to resume from.
-    NoCheckpoint {
+    /// A resume whose checkpoints are all incomplete or damaged.
+    NoUsableCheckpoint {
         /// The checkpoint folder.
         dir: PathBuf,
+        /// What is wrong with each checkpoint, newest first.
+        problems: Vec<String>,
     },
     /// The checkpoint a resume starts from cannot be read: truncated, corrupt or missing.
     CheckpointUnreadable {
@@ -189,9 +191,12 @@ impl fmt::Display for TrainingError {
                 "{} already holds a training run (train.json); continue it with --resume or choose another --out",
                 out.display()
             ),
-            NoCheckpoint { dir } => {
-                write!(f, "--resume: no complete checkpoint in {}", dir.display())
-            }
+            NoUsableCheckpoint { dir, problems } => write!(
+                f,
+                "--resume: no usable checkpoint in {}: {}",
+                dir.display(),
+                problems.join("; ")
+            ),
             CheckpointUnreadable { path, problem } | CheckpointMismatch { path, problem } => {
                 write!(f, "--resume: {}: {problem}", path.display())
             }

@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod batch;
 pub mod checkpoint;
+pub mod checkpoint_file;
 pub mod config_file;
 pub mod corpus;
 pub mod distributed;

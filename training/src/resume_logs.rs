@@ -7,6 +7,19 @@ use std::path::Path;
 /// The suffix of the folders that keep the earlier epochs' logs while the resumed run writes.
 const LOGS_ASIDE: &str = ".before-resume";
 
+/// Removes the metric logs of a run that restarts from its first step (killed before its
+/// first checkpoint): the epochs they record are run again.
+pub(crate) fn discard_logs(out: &Path) -> std::io::Result<()> {
+    for split in ["train", "valid"] {
+        for logs in [out.join(split), out.join(format!("{split}{LOGS_ASIDE}"))] {
+            if logs.exists() {
+                std::fs::remove_dir_all(&logs)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Moves the logs of the epochs before a resume aside.
 pub(crate) fn set_logs_aside(out: &Path) -> std::io::Result<()> {
     for split in ["train", "valid"] {

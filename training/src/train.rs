@@ -22,23 +22,24 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use burn::config::Config;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
 use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{
     ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller, Learner,
     SupervisedTraining, TrainingStrategy,
 };
+use swa_models::files::{remove_leftovers, write_bytes_atomically};
+use swa_models::panics::without_panics;
 use swa_models::weights::recorder_problem;
 use swa_models::{Decoder, SplitMix64};
 
 use crate::backend::TrainingBackend;
-use crate::checkpoint::{check_model_checkpoint, last_checkpoint};
+use crate::checkpoint::{check_model_checkpoint, find_checkpoint};
+use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
 use crate::corpus::Corpus;
 use crate::distributed::cluster::{Cluster, ClusterConfig};
 use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
@@ -48,7 +49,7 @@ use crate::loader::{Sampling, WindowLoader};
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
-use crate::resume_logs::{renumber_resumed_logs, set_logs_aside};
+use crate::resume_logs::{discard_logs, renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
 
 pub use crate::train_config::TrainConfig;
@@ -138,12 +139,11 @@ fn train_run<B: TrainingBackend>(
     let io = |path: PathBuf| move |source| TrainingError::Io { path, source };
     std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
     let start = match resume {
-        true => last_checkpoint(out)
-            .ok_or_else(|| TrainingError::NoCheckpoint { dir: out.join("checkpoint") })?,
+        true => resume_point(out)?,
         false => 0,
     };
     let (rank, processes) = cluster.map_or((0, 1), |c| (c.rank, c.nodes));
-    if start == 0 && rank == 0 && out.join("train.json").exists() {
+    if !resume && rank == 0 && out.join("train.json").exists() {
         return Err(TrainingError::RunExists { out: out.to_path_buf() });
     }
     if start > 0 {
@@ -166,7 +166,11 @@ fn train_run<B: TrainingBackend>(
     };
     if rank == 0 {
         let saved = out.join("train.json");
-        config.save(&saved).map_err(io(saved))?;
+        let json = serde_json::to_string_pretty(config).map_err(std::io::Error::other);
+        json.and_then(|json| {
+            write_bytes_atomically(&saved, json.as_bytes()).map_err(std::io::Error::other)
+        })
+        .map_err(io(saved))?;
     }
     // Every process validates the run's whole batch, so the numbers match a run of one.
     let (len, batch) = (config.seq_len, config.batch_size);
@@ -245,8 +249,10 @@ fn train_run<B: TrainingBackend>(
         valid_loader,
         schedule,
     };
-    if start > 0 {
-        set_logs_aside(&logs).map_err(io(logs.clone()))?;
+    match start {
+        0 if resume => discard_logs(&logs).map_err(io(logs.clone()))?,
+        0 => {}
+        _ => set_logs_aside(&logs).map_err(io(logs.clone()))?,
     }
     let model = LanguageModel { decoder, loss_scale: None, cluster: cluster.clone() };
     // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
@@ -290,6 +296,31 @@ fn join(
         .chain(start.to_le_bytes())
         .fold(0x9E37_79B9_7F4A_7C15u64, |h, b| SplitMix64::mix(h ^ b as u64));
     Cluster::join(cluster, fingerprint)
+}
+
+/// The checkpoint a `--resume` of the run in `out` starts from: the newest complete one, saying
+/// which and why any newer one was skipped; 0 (a fresh start, said so) for a run killed before
+/// its first checkpoint (at most an unfinished one), or not started. Checkpoints none of which
+/// is usable, one of them damaged after it was written, are an error naming each. Leftovers of
+/// a killed writer are removed.
+fn resume_point(out: &Path) -> Result<usize, TrainingError> {
+    let dir = out.join("checkpoint");
+    remove_leftovers(&dir);
+    let search = find_checkpoint(out);
+    for skipped in &search.skipped {
+        eprintln!("--resume: skipping {skipped}");
+    }
+    match search.found {
+        Some(epoch) => {
+            eprintln!("--resume: continuing from checkpoint {epoch} in {}", dir.display());
+            Ok(epoch)
+        }
+        None if !search.damaged => {
+            eprintln!("--resume: {} has no checkpoint yet; starting the run afresh", out.display());
+            Ok(0)
+        }
+        None => Err(TrainingError::NoUsableCheckpoint { dir, problems: search.skipped }),
+    }
 }
 
 /// What a run's Learner needs besides its model and optimizer.
@@ -350,8 +381,8 @@ impl<B: TrainingBackend> Run<'_, B> {
         }
         if self.rank == 0 {
             training = training
-                .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-                .with_checkpointing_strategy(KeepLastNCheckpoints::new(config.keep_checkpoints));
+                .with_file_checkpointer(CheckpointRecorder::new(config.keep_checkpoints))
+                .with_checkpointing_strategy(SaveOnly);
         }
         if self.rank > 0 || !dashboard_available() {
             training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
@@ -380,9 +411,10 @@ fn checkpoint_part<B: Backend, R: Record<B>>(
     path: &Path,
     device: &B::Device,
 ) -> Result<R, TrainingError> {
-    Recorder::<B>::load(&NamedMpkFileRecorder::<FullPrecisionSettings>::new(), path.into(), device)
-        .map_err(|e| TrainingError::CheckpointUnreadable {
-            path: path.to_path_buf(),
-            problem: recorder_problem(e),
-        })
+    let unreadable =
+        |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
+        .map_err(unreadable)?
+        .map_err(|e| unreadable(recorder_problem(e)))
 }

@@ -3,6 +3,7 @@
 
 use burn::config::Config;
 use burn::module::{Module, Param};
+use burn::nn::Initializer;
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::WindowedAttentionBackend;
@@ -32,14 +33,16 @@ pub struct RmsNorm<B: Backend> {
 }
 
 impl RmsNormConfig {
-    /// A norm that starts as the identity scale: `w = 1`, or `w = 0` under `unit_offset`.
+    /// A norm that starts as the identity scale: `w = 1`, or `w = 0` under `unit_offset`. The
+    /// scale is drawn lazily, as Burn's parameters are: nothing is allocated before it is used,
+    /// so a model built to be loaded from a checkpoint costs nothing until its weights come.
     pub fn init<B: Backend>(&self, device: &B::Device) -> RmsNorm<B> {
-        let gamma = match self.unit_offset {
-            true => Tensor::zeros([self.d_model], device),
-            false => Tensor::ones([self.d_model], device),
+        let initializer = match self.unit_offset {
+            true => Initializer::Zeros,
+            false => Initializer::Ones,
         };
         RmsNorm {
-            gamma: Param::from_tensor(gamma),
+            gamma: initializer.init([self.d_model], device),
             epsilon: self.epsilon,
             unit_offset: self.unit_offset,
         }

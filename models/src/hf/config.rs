@@ -14,6 +14,7 @@ use crate::architecture::Architecture;
 use crate::decoder::DecoderConfig;
 use crate::hf::{Family, HfProblem};
 use crate::mlp::MlpActivation;
+use crate::sizes::MAX_LAYERS;
 
 /// The fields of a `config.json` that swa-zoo reads; the others (token ids, dtype, …) are
 /// ignored.
@@ -135,6 +136,13 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
 /// Each layer's type: `layer_types` when given (5.x, gpt-oss), else the family's rule in 4.x.
 fn layer_types(raw: &Raw, family: Family) -> Result<Vec<LayerType>, HfProblem> {
     let layers = raw.num_hidden_layers;
+    // Before a vector of them is built: a count from the file can be anything.
+    if layers > MAX_LAYERS {
+        return Err(HfProblem::BadField {
+            field: "num_hidden_layers",
+            problem: format!("{layers} is above the most this library builds, {MAX_LAYERS}"),
+        });
+    }
     if let Some(types) = &raw.layer_types {
         if types.len() != layers {
             return Err(HfProblem::BadField {

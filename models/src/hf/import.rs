@@ -28,8 +28,7 @@ use crate::{Decoder, ModelError};
 pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     let (family, config) = read_config(dir)?;
-    let model = config.init_lazy::<B>(device)?;
-    let expected = parameter_shapes(&model);
+    config.validate()?;
     let mut files = Vec::new();
     let mut found = BTreeMap::new();
     let mut holder = BTreeMap::new();
@@ -41,6 +40,16 @@ pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decode
         }
         files.push((path, file));
     }
+    // The sizes of config.json against the weights, before the model is built: a file's
+    // length bounds the checkpoint's, so nothing past it is allocated.
+    let held: usize = found.values().map(|shape| shape.iter().product::<usize>()).sum();
+    let needed = config.min_weights().unwrap_or(usize::MAX);
+    if needed > held {
+        let problem = format!("asks for at least {needed} weights; the checkpoint holds {held}");
+        return Err(fail(HfProblem::BadField { field: "sizes", problem }));
+    }
+    let model = config.init_lazy::<B>(device)?;
+    let expected = parameter_shapes(&model);
     check_tensors(&expected, &found, family).map_err(fail)?;
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let mut load = Load { files, holder, family, dtype: float, path: Vec::new(), error: None };

@@ -10,6 +10,7 @@ use tokenizers::Tokenizer;
 
 use crate::ModelError;
 use crate::hf::HfProblem;
+use crate::panics::without_panics;
 
 /// Text to token ids and back, for one checkpoint.
 pub struct HfTokenizer {
@@ -22,8 +23,10 @@ pub struct HfTokenizer {
 /// or unreadable, or when it has more ids than the model.
 pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
-    let inner = Tokenizer::from_file(dir.join("tokenizer.json"))
-        .map_err(|e| fail(HfProblem::Tokenizer { problem: e.to_string() }))?;
+    let path = dir.join("tokenizer.json");
+    let inner = without_panics("the tokenizers library", || Tokenizer::from_file(&path))
+        .and_then(|read| read.map_err(|e| e.to_string()))
+        .map_err(|problem| fail(HfProblem::Tokenizer { problem }))?;
     let tokenizer = inner.get_vocab_size(true);
     if tokenizer > vocab_size {
         return Err(fail(HfProblem::TokenizerVocab { tokenizer, model: vocab_size }));

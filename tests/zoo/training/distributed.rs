@@ -101,8 +101,12 @@ fn run_pair(dir: &Path, out: &str, port: u16, extra: &[&str]) -> [Output; 2] {
             train(dir, out, 2, &flags).spawn().unwrap()
         })
         .collect();
-    let outputs: Vec<Output> =
-        children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    // Both read at once: a process whose pipe nobody drains blocks, and its peer with it.
+    let readers: Vec<_> = children
+        .into_iter()
+        .map(|c| std::thread::spawn(move || c.wait_with_output().unwrap()))
+        .collect();
+    let outputs: Vec<Output> = readers.into_iter().map(|r| r.join().unwrap()).collect();
     outputs.try_into().unwrap()
 }
 
@@ -177,6 +181,64 @@ fn two_processes_train_as_one_stop_together_and_resume() {
     assert_eq!(fingerprint(&resumed[0]), fingerprint(&resumed[1]), "the processes' weights differ");
     let error = max_abs(&logits(&dir, "pair"), &logits(&dir, "killed"));
     assert!(error < 1e-5, "the resumed run differs from the straight run by {error}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Kills of rank 1 in the multi-process kill test.
+const PAIR_KILLS: usize = 4;
+
+/// The multi-process half of the kill test (docs/reliability.md): rank 1 killed with SIGKILL
+/// while rank 0 writes a checkpoint (held open by the test hook), four times, each time both
+/// resumed; rank 0 stops on losing its peer, possibly mid-write, and the run still ends with the
+/// uninterrupted pair's weights.
+#[test]
+fn rank_1_killed_while_rank_0_writes_a_checkpoint_resumes_exactly() {
+    use swa_zoo::training::checkpoint_file::WRITE_DELAY_VARIABLE;
+    let dir = run_dir("pair-kills");
+    let port = free_ports(3);
+    let _coordinator = Coordinator::start(port);
+    for output in run_pair(&dir, "straight", port, &[]) {
+        assert!(output.status.success(), "{}", text(&output));
+    }
+    let out = dir.join("killed");
+    let writing = || {
+        let entries = std::fs::read_dir(out.join("checkpoint")).into_iter().flatten();
+        entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+    };
+    for kill in 0..PAIR_KILLS {
+        let resume: Vec<String> = if kill > 0 { vec!["--resume".into()] } else { Vec::new() };
+        let mut children: Vec<Child> = (0..2)
+            .map(|rank| {
+                let flags = [rank_flags(port, 2, rank), resume.clone()].concat();
+                let mut command = train(&dir, "killed", 2, &flags);
+                // Nobody reads a killed attempt's output: a full pipe would block it.
+                command
+                    .env(WRITE_DELAY_VARIABLE, "300")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                command.spawn().unwrap()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !writing() {
+            assert!(Instant::now() < deadline, "kill {kill}: rank 0 wrote no checkpoint");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        children[1].kill().unwrap();
+        let survivor = children.remove(0).wait().unwrap();
+        let _ = children[0].wait();
+        assert!(!survivor.success(), "kill {kill}: rank 0 went on alone");
+    }
+    let resumed = run_pair(&dir, "killed", port, &["--resume"]);
+    let texts = || format!("rank 0:\n{}\nrank 1:\n{}", text(&resumed[0]), text(&resumed[1]));
+    if !resumed.iter().all(|o| o.status.success()) {
+        // Printed as well: an in-process Learner's panic hook hides panic messages.
+        eprintln!("{}", texts());
+        panic!("the resumed pair failed:\n{}", texts());
+    }
+    let error = max_abs(&logits(&dir, "straight"), &logits(&dir, "killed"));
+    eprintln!("{PAIR_KILLS} kills of rank 1, then resumed: weights differ by {error}");
+    assert!(error < 1e-5, "after {PAIR_KILLS} kills the resumed pair differs by {error}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -2,8 +2,10 @@
 //! errors, several devices and half precision, the synthetic tasks, mixed precision's
 //! mechanics, and the CubeCL kernels inside training.
 
+mod checkpoints;
 mod distributed;
 mod kernel_training;
+mod kill;
 mod mixed_precision;
 mod run;
 mod tasks_training;

@@ -1,0 +1,247 @@
+//! Crash-safe checkpoint files (docs/reliability.md). The Learner saves a checkpoint's model,
+//! optimizer and schedule records on three writer threads; [`CheckpointRecorder`], the file
+//! recorder it is given, writes each record atomically (`swa_models::files`) with a sidecar
+//! holding its size and checksum. A checkpoint is complete when its three records and sidecars
+//! are present and agree ([`verify`]). The Learner is told to delete nothing ([`SaveOnly`]):
+//! whichever writer completes a checkpoint deletes the ones older than the newest `keep`
+//! complete ones ([`prune`]), so a complete checkpoint survives until a newer one is complete.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use burn::record::{
+    FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
+};
+use burn::tensor::backend::Backend;
+use burn::train::checkpoint::{CheckpointingAction, CheckpointingStrategy};
+use burn::train::metric::store::EventStoreClient;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use swa_models::files::write_atomically;
+
+/// The records of a checkpoint, as the Learner names their files (`model-3.mpk`, …).
+pub const PARTS: [&str; 3] = ["model", "optim", "scheduler"];
+
+/// The extension of a record's sidecar: `model-3.mpk.check`.
+const SIDECAR: &str = "check";
+
+/// A test hook: milliseconds each record's writer waits after writing its temporary file and
+/// again after renaming it, so that the kill test (`tests/zoo/training/kill.rs`) can kill a run
+/// in the middle of a checkpoint. Unset (the default), no wait.
+pub const WRITE_DELAY_VARIABLE: &str = "SWA_TEST_CHECKPOINT_DELAY_MS";
+
+/// Waits the [`WRITE_DELAY_VARIABLE`] delay, if set.
+fn test_delay() {
+    let delay = std::env::var(WRITE_DELAY_VARIABLE).ok().and_then(|ms| ms.parse().ok());
+    if let Some(ms) = delay {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+/// The Learner's file recorder: Burn's named MessagePack format, written atomically with a
+/// sidecar, keeping the newest `keep` complete checkpoints.
+#[derive(Clone, Debug)]
+pub struct CheckpointRecorder {
+    keep: usize,
+}
+
+impl CheckpointRecorder {
+    /// A recorder that keeps the newest `keep` (at least 1) complete checkpoints.
+    pub fn new(keep: usize) -> Self {
+        Self { keep: keep.max(1) }
+    }
+}
+
+impl Default for CheckpointRecorder {
+    fn default() -> Self {
+        Self::new(2)
+    }
+}
+
+/// The format underneath.
+fn named_mpk() -> NamedMpkFileRecorder<FullPrecisionSettings> {
+    NamedMpkFileRecorder::new()
+}
+
+impl<B: Backend> Recorder<B> for CheckpointRecorder {
+    type Settings = FullPrecisionSettings;
+    type RecordArgs = PathBuf;
+    type RecordOutput = ();
+    type LoadArgs = PathBuf;
+
+    /// Writes `dir/part-epoch.mpk` atomically, then its sidecar, then prunes `dir`.
+    fn save_item<I: Serialize>(&self, item: I, path: PathBuf) -> Result<(), RecorderError> {
+        let target = path.with_extension("mpk");
+        let fail = |problem| RecorderError::Unknown(format!("{}: {problem}", target.display()));
+        let mut seal = None;
+        write_atomically(&target, |temp| {
+            Recorder::<B>::save_item(&named_mpk(), item, temp.to_path_buf())
+                .map_err(|e| e.to_string())?;
+            seal = Some(Seal::of(temp).map_err(|e| e.to_string())?);
+            test_delay();
+            Ok(())
+        })
+        .map_err(fail)?;
+        test_delay();
+        seal.ok_or_else(|| "the record was not written".to_string())
+            .and_then(|seal| seal.write(&target))
+            .map_err(fail)?;
+        if let Some(dir) = target.parent() {
+            prune(dir, self.keep);
+        }
+        Ok(())
+    }
+
+    fn load_item<I: DeserializeOwned>(&self, path: &mut PathBuf) -> Result<I, RecorderError> {
+        Recorder::<B>::load_item(&named_mpk(), path)
+    }
+}
+
+impl<B: Backend> FileRecorder<B> for CheckpointRecorder {
+    fn file_extension() -> &'static str {
+        "mpk"
+    }
+}
+
+/// A record file's size and checksum (FNV-1a, 64 bits: a check against truncation and torn
+/// writes, not against tampering).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seal {
+    bytes: u64,
+    checksum: u64,
+}
+
+impl Seal {
+    /// The seal of the file at `path`, read in chunks.
+    fn of(path: &Path) -> std::io::Result<Self> {
+        let mut file = fs::File::open(path)?;
+        let mut buffer = vec![0u8; 1 << 20];
+        let (mut bytes, mut checksum) = (0u64, 0xCBF2_9CE4_8422_2325u64);
+        loop {
+            let read = file.read(&mut buffer)?;
+            if read == 0 {
+                return Ok(Self { bytes, checksum });
+            }
+            for &byte in &buffer[..read] {
+                checksum = (checksum ^ byte as u64).wrapping_mul(0x0000_0100_0000_01B3);
+            }
+            bytes += read as u64;
+        }
+    }
+
+    /// Writes the sidecar of the record at `record`, atomically.
+    fn write(self, record: &Path) -> Result<(), String> {
+        let text = format!("bytes {}\nfnv1a64 {:016x}\n", self.bytes, self.checksum);
+        swa_models::files::write_bytes_atomically(&sidecar(record), text.as_bytes())
+    }
+
+    /// The seal a sidecar holds, or `None` when it is not one.
+    fn parse(text: &str) -> Option<Self> {
+        let mut lines = text.lines();
+        let bytes = lines.next()?.strip_prefix("bytes ")?.parse().ok()?;
+        let checksum = u64::from_str_radix(lines.next()?.strip_prefix("fnv1a64 ")?, 16).ok()?;
+        Some(Self { bytes, checksum })
+    }
+}
+
+/// The sidecar of the record at `record`.
+fn sidecar(record: &Path) -> PathBuf {
+    let mut name = record.as_os_str().to_owned();
+    name.push(".");
+    name.push(SIDECAR);
+    PathBuf::from(name)
+}
+
+/// The record file of `part` at `epoch` in `dir`.
+pub fn record_path(dir: &Path, part: &str, epoch: usize) -> PathBuf {
+    dir.join(format!("{part}-{epoch}.mpk"))
+}
+
+/// Why a checkpoint cannot be resumed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unusable {
+    /// What is wrong, naming the record.
+    pub problem: String,
+    /// Whether a record that was written whole has changed since (a sidecar disagrees with its
+    /// record, or cannot be read), rather than a write that did not finish (a record missing,
+    /// or without its sidecar), which is what a killed run leaves.
+    pub damaged: bool,
+}
+
+/// Whether checkpoint `epoch` in `dir` is complete: `Ok` when its three records are present and
+/// agree with their sidecars, or what is wrong with the first that does not. With `full`, each
+/// record's checksum is computed (reading it whole); without, only sizes are compared.
+pub fn verify(dir: &Path, epoch: usize, full: bool) -> Result<(), Unusable> {
+    let unfinished = |problem| Err(Unusable { problem, damaged: false });
+    let damaged = |problem| Err(Unusable { problem, damaged: true });
+    for part in PARTS {
+        let record = record_path(dir, part, epoch);
+        let name = record.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let size = match fs::metadata(&record) {
+            Ok(meta) => meta.len(),
+            Err(_) => return unfinished(format!("{name} is missing")),
+        };
+        let Ok(text) = fs::read_to_string(sidecar(&record)) else {
+            return unfinished(format!("{name} has no sidecar: its write did not finish"));
+        };
+        let Some(sealed) = Seal::parse(&text) else {
+            return damaged(format!("{name}'s sidecar is unreadable"));
+        };
+        if size != sealed.bytes {
+            return damaged(format!("{name} has {size} bytes where {} were written", sealed.bytes));
+        }
+        if full && Seal::of(&record).ok() != Some(sealed) {
+            return damaged(format!("{name} does not match its checksum: it was altered"));
+        }
+    }
+    Ok(())
+}
+
+/// The epochs of which `dir` holds any record file, newest first.
+pub fn epochs(dir: &Path) -> Vec<usize> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut epochs: Vec<usize> = entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".mpk")?;
+            let (part, epoch) = stem.rsplit_once('-')?;
+            PARTS.contains(&part).then(|| epoch.parse().ok())?
+        })
+        .collect();
+    epochs.sort_unstable_by(|a, b| b.cmp(a));
+    epochs.dedup();
+    epochs
+}
+
+/// Deletes the checkpoints of `dir` older than the newest `keep` complete ones (sizes checked
+/// against the sidecars), complete or not. Newer incomplete ones, which may still be being
+/// written, stay.
+fn prune(dir: &Path, keep: usize) {
+    let all = epochs(dir);
+    let complete: Vec<usize> =
+        all.iter().copied().filter(|&e| verify(dir, e, false).is_ok()).collect();
+    let Some(&oldest_kept) = complete.get(keep - 1) else {
+        return;
+    };
+    for epoch in all.into_iter().filter(|&e| e < oldest_kept) {
+        for part in PARTS {
+            let record = record_path(dir, part, epoch);
+            fs::remove_file(sidecar(&record)).ok();
+            fs::remove_file(record).ok();
+        }
+    }
+}
+
+/// The Learner's checkpointing strategy: save at every epoch end, delete nothing (the recorder
+/// prunes once a newer checkpoint is complete).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SaveOnly;
+
+impl CheckpointingStrategy for SaveOnly {
+    fn checkpointing(&mut self, _: usize, _: &EventStoreClient) -> Vec<CheckpointingAction> {
+        vec![CheckpointingAction::Save]
+    }
+}
