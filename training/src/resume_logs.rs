@@ -20,15 +20,16 @@ pub(crate) fn discard_logs(out: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Moves the logs of the epochs before a resume aside.
+/// Moves the logs of the epochs before a resume aside. When logs are already aside, a resume
+/// was killed before it renumbered its own: those it left are of epochs this one runs again,
+/// and are dropped, so that the earlier epochs' logs survive any number of kills.
 pub(crate) fn set_logs_aside(out: &Path) -> std::io::Result<()> {
     for split in ["train", "valid"] {
         let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        if aside.exists() {
-            std::fs::remove_dir_all(&aside)?;
-        }
-        if logs.exists() {
-            std::fs::rename(&logs, &aside)?;
+        match (aside.exists(), logs.exists()) {
+            (true, true) => std::fs::remove_dir_all(&logs)?,
+            (false, true) => std::fs::rename(&logs, &aside)?,
+            _ => {}
         }
     }
     Ok(())
@@ -60,4 +61,31 @@ pub(crate) fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result
         std::fs::rename(&aside, &logs)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resume_killed_before_renumbering_keeps_the_earlier_logs() {
+        let out = std::env::temp_dir().join(format!("swa-resume-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        for epoch in [1, 2, 3] {
+            std::fs::create_dir_all(out.join(format!("train/epoch-{epoch}"))).unwrap();
+        }
+        set_logs_aside(&out).unwrap();
+        std::fs::create_dir_all(out.join("train/epoch-1")).unwrap();
+        // Killed here; the next resume, from epoch 2, sets aside again and renumbers.
+        set_logs_aside(&out).unwrap();
+        std::fs::create_dir_all(out.join("train/epoch-1")).unwrap();
+        renumber_resumed_logs(&out, 2).unwrap();
+        let mut epochs: Vec<String> = std::fs::read_dir(out.join("train"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        epochs.sort();
+        assert_eq!(epochs, ["epoch-1", "epoch-2", "epoch-3"]);
+        std::fs::remove_dir_all(out).unwrap();
+    }
 }
