@@ -7,27 +7,14 @@
 use std::path::Path;
 
 use burn::backend::{Autodiff, NdArray};
-use swa_zoo::attention::layers::AttentionKind;
-use swa_zoo::models::DecoderConfig;
 use swa_zoo::training::checkpoint::{find_checkpoint, last_checkpoint};
 use swa_zoo::training::corpus::Corpus;
-use swa_zoo::training::train::{TrainConfig, train};
+use swa_zoo::training::train::train;
 
-use super::run_dir;
-use crate::{max_abs, to_vec};
+use super::{logits, run_dir, tiny};
+use crate::max_abs;
 
 type B = Autodiff<NdArray>;
-
-fn tiny(steps: usize) -> TrainConfig {
-    let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
-    TrainConfig::new(model, 16)
-        .with_batch_size(2)
-        .with_steps(steps)
-        .with_checkpoint_every(2)
-        .with_keep_checkpoints(2)
-        .with_warmup_steps(1)
-        .with_valid_batches(1)
-}
 
 /// Something a crash, or a hand, does to a record file.
 type Damage = fn(&Path);
@@ -42,15 +29,6 @@ fn copy_run(from: &Path, name: &str) -> std::path::PathBuf {
         std::fs::copy(entry.path(), to.join("checkpoint").join(entry.file_name())).unwrap();
     }
     to
-}
-
-/// The weights of a trained model, flattened, through its logits on fixed tokens.
-fn logits(model: &swa_zoo::models::Decoder<NdArray>) -> Vec<f32> {
-    use burn::tensor::{Int, Tensor, TensorData};
-    let tokens: Vec<i64> = (0..12).map(|i| (i * 37 % 256) as i64).collect();
-    let tokens =
-        Tensor::<NdArray, 2, Int>::from_data(TensorData::new(tokens, [1, 12]), &Default::default());
-    to_vec(model.forward(tokens).unwrap())
 }
 
 #[test]

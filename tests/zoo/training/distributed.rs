@@ -8,16 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use burn::backend::NdArray;
 use burn::config::Config;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 use swa_zoo::attention::ScoreOptions;
-use swa_zoo::attention::layers::{AttentionKind, longnet_attention};
-use swa_zoo::models::DecoderConfig;
+use swa_zoo::attention::layers::longnet_attention;
 use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::distributed::{Cluster, ClusterConfig, longnet_sequence_parallel};
 
-use super::run_dir;
+use super::{run_dir, saved_logits, tiny_model};
 use crate::{Reference, max_abs, tensor, to_vec};
 
 /// Seconds a process waits for the others in these tests.
@@ -60,16 +58,12 @@ impl Drop for Coordinator {
     }
 }
 
-fn model() -> DecoderConfig {
-    DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }])
-}
-
 /// `swa-zoo train` of [`model`] for 60 steps of `batch` sequences into `out`, checkpointing every
 /// 5, with `extra` flags.
 fn train(dir: &Path, out: &str, batch: usize, extra: &[String]) -> Command {
     let config = dir.join("model.json");
     if !config.exists() {
-        model().save(&config).unwrap();
+        tiny_model().save(&config).unwrap();
     }
     let mut command = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
     command
@@ -121,15 +115,6 @@ fn fingerprint(output: &Output) -> String {
     line.unwrap_or_else(|| panic!("no fingerprint in\n{}", text(output))).to_string()
 }
 
-fn logits(dir: &Path, out: &str) -> Vec<f32> {
-    let path = dir.join(out).join("model.mpk");
-    let device = Default::default();
-    let model = swa_zoo::models::weights::load_record::<NdArray>(&model(), &path, &device).unwrap();
-    let tokens: Vec<i64> = (0..16).map(|i| (i * 37 % 256) as i64).collect();
-    let tokens = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(tokens, [1, 16]), &device);
-    to_vec(model.forward(tokens).unwrap())
-}
-
 /// Two processes of 2 sequences end with identical weights, those of one process of 4 sequences
 /// up to rounding; a run whose rank 1 is killed stops within the timeout, and the restarted run
 /// resumes from its last checkpoint to the same final weights.
@@ -146,7 +131,7 @@ fn two_processes_train_as_one_stop_together_and_resume() {
     assert_eq!(weights, fingerprint(&pair[1]), "the processes' weights differ");
     let single = train(&dir, "single", 4, &[]).output().unwrap();
     assert!(single.status.success(), "{}", text(&single));
-    let error = max_abs(&logits(&dir, "pair"), &logits(&dir, "single"));
+    let error = max_abs(&saved_logits(&dir, "pair"), &saved_logits(&dir, "single"));
     assert!(error < 1e-3, "2 × 2 sequences vs 4 sequences: logits differ by {error}");
 
     let mut children: Vec<Child> = (0..2)
@@ -179,7 +164,7 @@ fn two_processes_train_as_one_stop_together_and_resume() {
     }
     assert_eq!(last_checkpoint(&out), Some(12), "60 steps are 12 checkpoints of 5");
     assert_eq!(fingerprint(&resumed[0]), fingerprint(&resumed[1]), "the processes' weights differ");
-    let error = max_abs(&logits(&dir, "pair"), &logits(&dir, "killed"));
+    let error = max_abs(&saved_logits(&dir, "pair"), &saved_logits(&dir, "killed"));
     assert!(error < 1e-5, "the resumed run differs from the straight run by {error}");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -195,48 +180,68 @@ const PAIR_KILLS: usize = 4;
 fn rank_1_killed_while_rank_0_writes_a_checkpoint_resumes_exactly() {
     use swa_zoo::training::checkpoint_file::WRITE_DELAY_VARIABLE;
     let dir = run_dir("pair-kills");
-    let port = free_ports(3);
-    let _coordinator = Coordinator::start(port);
-    for output in run_pair(&dir, "straight", port, &[]) {
-        assert!(output.status.success(), "{}", text(&output));
-    }
     let out = dir.join("killed");
     let writing = || {
         let entries = std::fs::read_dir(out.join("checkpoint")).into_iter().flatten();
         entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
     };
-    for kill in 0..PAIR_KILLS {
-        let resume: Vec<String> = if kill > 0 { vec!["--resume".into()] } else { Vec::new() };
+    let mut kills = 0;
+    for attempt in 0..3 * PAIR_KILLS {
+        if kills == PAIR_KILLS {
+            break;
+        }
+        // A coordinator of its own per attempt; the processes' output goes to files, since
+        // nobody reads a killed attempt's pipes (a full pipe would block it).
+        let port = free_ports(3);
+        let _coordinator = Coordinator::start(port);
+        let resume: Vec<String> = if attempt > 0 { vec!["--resume".into()] } else { Vec::new() };
+        let logs = [0, 1].map(|rank| dir.join(format!("attempt-{attempt}-rank-{rank}.log")));
         let mut children: Vec<Child> = (0..2)
             .map(|rank| {
                 let flags = [rank_flags(port, 2, rank), resume.clone()].concat();
                 let mut command = train(&dir, "killed", 2, &flags);
-                // Nobody reads a killed attempt's output: a full pipe would block it.
-                command
-                    .env(WRITE_DELAY_VARIABLE, "300")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
+                let log = std::fs::File::create(&logs[rank]).unwrap();
+                command.env(WRITE_DELAY_VARIABLE, "300").stdout(Stdio::null()).stderr(log);
                 command.spawn().unwrap()
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !writing() {
-            assert!(Instant::now() < deadline, "kill {kill}: rank 0 wrote no checkpoint");
+        let mut running = true;
+        while running && !writing() {
+            assert!(Instant::now() < deadline, "attempt {attempt}: rank 0 wrote no checkpoint");
+            running = children.iter_mut().all(|c| c.try_wait().unwrap().is_none());
             std::thread::sleep(Duration::from_millis(2));
+        }
+        if !running {
+            // The pair stopped before it wrote (it did not come together in time): said, and
+            // tried again.
+            for log in &logs {
+                eprintln!(
+                    "attempt {attempt} stopped early: {}",
+                    std::fs::read_to_string(log).unwrap()
+                );
+            }
         }
         children[1].kill().unwrap();
         let survivor = children.remove(0).wait().unwrap();
         let _ = children[0].wait();
-        assert!(!survivor.success(), "kill {kill}: rank 0 went on alone");
+        if running {
+            assert!(!survivor.success(), "attempt {attempt}: rank 0 went on alone");
+            kills += 1;
+        }
     }
+    assert_eq!(kills, PAIR_KILLS, "rank 1 was killed mid-write only {kills} times");
+    let port = free_ports(3);
+    let _coordinator = Coordinator::start(port);
     let resumed = run_pair(&dir, "killed", port, &["--resume"]);
+    let straight = run_pair(&dir, "straight", port, &[]);
     let texts = || format!("rank 0:\n{}\nrank 1:\n{}", text(&resumed[0]), text(&resumed[1]));
-    if !resumed.iter().all(|o| o.status.success()) {
+    if !resumed.iter().chain(&straight).all(|o| o.status.success()) {
         // Printed as well: an in-process Learner's panic hook hides panic messages.
         eprintln!("{}", texts());
-        panic!("the resumed pair failed:\n{}", texts());
+        panic!("a pair failed:\n{}", texts());
     }
-    let error = max_abs(&logits(&dir, "straight"), &logits(&dir, "killed"));
+    let error = max_abs(&saved_logits(&dir, "straight"), &saved_logits(&dir, "killed"));
     eprintln!("{PAIR_KILLS} kills of rank 1, then resumed: weights differ by {error}");
     assert!(error < 1e-5, "after {PAIR_KILLS} kills the resumed pair differs by {error}");
     let _ = std::fs::remove_dir_all(dir);

@@ -7,29 +7,21 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use burn::backend::NdArray;
 use burn::config::Config;
-use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::layers::AttentionKind;
-use swa_zoo::models::DecoderConfig;
 use swa_zoo::training::checkpoint_file::WRITE_DELAY_VARIABLE;
 
-use super::run_dir;
-use crate::{max_abs, to_vec};
+use super::{run_dir, saved_logits, tiny_model};
+use crate::max_abs;
 
 /// Kills of the single-process run.
 const KILLS: usize = 16;
-
-fn model() -> DecoderConfig {
-    DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }])
-}
 
 /// `swa-zoo train` of the tiny model in `dir/out`: 64 steps, a checkpoint every 2, each
 /// record's write held open `delay_ms` milliseconds.
 fn train(dir: &Path, out: &str, delay_ms: u64, resume: bool) -> Command {
     let config = dir.join("model.json");
     if !config.exists() {
-        model().save(&config).unwrap();
+        tiny_model().save(&config).unwrap();
     }
     let mut command = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
     command
@@ -75,16 +67,6 @@ fn kill_when(mut child: Child, deadline: Duration, ready: impl Fn() -> bool) -> 
     running
 }
 
-/// The logits of the model a run in `dir/out` saved, on fixed tokens.
-fn logits(dir: &Path, out: &str) -> Vec<f32> {
-    let path = dir.join(out).join("model.mpk");
-    let device = Default::default();
-    let model = swa_zoo::models::weights::load_record::<NdArray>(&model(), &path, &device).unwrap();
-    let tokens: Vec<i64> = (0..16).map(|i| (i * 37 % 256) as i64).collect();
-    let tokens = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(tokens, [1, 16]), &device);
-    to_vec(model.forward(tokens).unwrap())
-}
-
 #[test]
 fn a_run_killed_at_many_moments_and_resumed_ends_as_the_uninterrupted_run() {
     let dir = run_dir("kill");
@@ -108,7 +90,7 @@ fn a_run_killed_at_many_moments_and_resumed_ends_as_the_uninterrupted_run() {
     assert_eq!(kills, KILLS, "the run finished before it was killed {KILLS} times");
     let resumed = train(&dir, "killed", 0, true).output().unwrap();
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
-    let error = max_abs(&logits(&dir, "straight"), &logits(&dir, "killed"));
+    let error = max_abs(&saved_logits(&dir, "straight"), &saved_logits(&dir, "killed"));
     eprintln!("{KILLS} kills, then resumed: the weights differ from the straight run's by {error}");
     assert!(error < 1e-5, "after {KILLS} kills the resumed run differs by {error}");
     let _ = std::fs::remove_dir_all(dir);

@@ -19,3 +19,46 @@ fn run_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The model the training tests train: 2 layers of sliding windows of 8 keys, `d_model` 16,
+/// 2 heads, a byte vocabulary.
+fn tiny_model() -> swa_zoo::models::DecoderConfig {
+    use swa_zoo::attention::layers::AttentionKind;
+    swa_zoo::models::DecoderConfig::new(
+        256,
+        16,
+        2,
+        2,
+        2,
+        vec![AttentionKind::Sliding { window: 8 }],
+    )
+}
+
+/// A run of [`tiny_model`]: `steps` steps of 2 sequences of 16, a checkpoint every 2 steps, the
+/// last 2 kept.
+fn tiny(steps: usize) -> swa_zoo::training::train::TrainConfig {
+    swa_zoo::training::train::TrainConfig::new(tiny_model(), 16)
+        .with_batch_size(2)
+        .with_steps(steps)
+        .with_checkpoint_every(2)
+        .with_keep_checkpoints(2)
+        .with_warmup_steps(1)
+        .with_valid_batches(1)
+}
+
+/// The logits of `model` on 12 fixed tokens: what tells two trained models apart.
+fn logits(model: &swa_zoo::models::Decoder<burn::backend::NdArray>) -> Vec<f32> {
+    use burn::tensor::{Int, Tensor, TensorData};
+    let tokens: Vec<i64> = (0..12).map(|i| (i * 37 % 256) as i64).collect();
+    let tokens = TensorData::new(tokens, [1, 12]);
+    let tokens = Tensor::<burn::backend::NdArray, 2, Int>::from_data(tokens, &Default::default());
+    crate::to_vec(model.forward(tokens).unwrap())
+}
+
+/// The logits of the [`tiny_model`] a command-line run saved in `dir/out` (its `model.mpk`).
+fn saved_logits(dir: &std::path::Path, out: &str) -> Vec<f32> {
+    let path = dir.join(out).join("model.mpk");
+    let device = Default::default();
+    let load = swa_zoo::models::weights::load_record::<burn::backend::NdArray>;
+    logits(&load(&tiny_model(), &path, &device).unwrap())
+}

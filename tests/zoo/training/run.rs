@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
-use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
 use swa_zoo::training::checkpoint::last_checkpoint;
@@ -16,33 +15,10 @@ use swa_zoo::training::loader::{Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
 use swa_zoo::training::train::{TrainConfig, train};
 
-use super::run_dir;
+use super::{logits, run_dir, tiny};
 use crate::{max_abs, to_vec};
 
 type B = Autodiff<NdArray>;
-
-fn tiny(steps: usize) -> TrainConfig {
-    let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
-    TrainConfig::new(model, 16)
-        .with_batch_size(2)
-        .with_steps(steps)
-        .with_checkpoint_every(2)
-        .with_keep_checkpoints(2)
-        .with_warmup_steps(1)
-        .with_valid_batches(1)
-}
-
-fn logits(model: &swa_zoo::models::Decoder<NdArray>) -> Vec<f32> {
-    let tokens: Vec<i64> = (0..12).map(|i| (i * 37 % 256) as i64).collect();
-    to_vec(
-        model
-            .forward(Tensor::<NdArray, 2, Int>::from_data(
-                TensorData::new(tokens, [1, 12]),
-                &Default::default(),
-            ))
-            .unwrap(),
-    )
-}
 
 /// A run killed after its second checkpoint and resumed ends where the uninterrupted run ends:
 /// same steps, same data, same optimizer and schedule state.
