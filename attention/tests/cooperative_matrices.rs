@@ -306,10 +306,32 @@ fn halves<R: Runtime>(client: &ComputeClient<R>) -> Vec<Half> {
     [F16, BF16].into_iter().filter(|&half| shapes(client, half).is_some()).collect()
 }
 
-/// Asserts that the core runs a call of `half` inputs at head dim `dim` on tensor cores.
-fn on_tensor_cores<R: burn_cubecl::CubeRuntime>(device: &R::Device, half: Half, dim: usize) {
-    let tile = tensor_core_tile_of::<R>(device, half.dtype, dim);
-    assert!(tile.is_some(), "{:?} at d = {dim} should run on tensor cores", half.dtype);
+/// A case of a suite: its name, its spec and options, its shape.
+type Case<'a> = (&'a str, (&'a WindowSpec, &'a ScoreOptions), Shape);
+
+/// Runs `run` on every case in every input type `device` has tensor-core tiles for, after
+/// asserting that the core takes each case on tensor cores; prints the count per type.
+fn each_type<R: burn_cubecl::CubeRuntime>(
+    name: &str,
+    device: &R::Device,
+    client: &ComputeClient<R>,
+    what: &str,
+    cases: &[Case],
+    run: impl Fn(Half, (usize, &Case)),
+) {
+    let types = halves(client);
+    if types.is_empty() {
+        require(&format!("the {name} device lists no f16 or bf16 cooperative matrix"));
+    }
+    for half in types {
+        for case in cases.iter().enumerate() {
+            let dim = case.1.2[5];
+            let tile = tensor_core_tile_of::<R>(device, half.dtype, dim);
+            assert!(tile.is_some(), "{:?} at d = {dim} should run on tensor cores", half.dtype);
+            run(half, case);
+        }
+        eprintln!("{name}: {} {:?} {what} cases on tensor cores", cases.len(), half.dtype);
+    }
 }
 
 /// The forward on every kind of window, in every input type `device` has tiles for.
@@ -331,7 +353,7 @@ where
     let scored = softmax.clone().with_softcap(5.0).with_alibi(vec![0.25, 0.5]);
     let sigmoid = ScoreOptions::sigmoid(-1.0);
     let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
-    let cases: [(&str, (&WindowSpec, &ScoreOptions), Shape); 9] = [
+    let cases: [Case; 9] = [
         ("sliding W=5", (&sliding, &softmax), [1, 2, 2, 19, 19, 16]),
         ("MSWA windows, GQA", (&per_head, &softmax), [2, 4, 2, 37, 37, 16]),
         ("dilated", (&dilated, &softmax), [1, 2, 2, 33, 33, 16]),
@@ -342,17 +364,16 @@ where
         ("sigmoid", (&sliding, &sigmoid), [1, 2, 2, 17, 17, 16]),
         ("5 queries after 20", (&offset, &softmax), [1, 2, 2, 5, 25, 16]),
     ];
-    let types = halves(&client);
-    if types.is_empty() {
-        require(&format!("the {name} device lists no f16 or bf16 cooperative matrix"));
-    }
-    for half in types {
-        for (seed, (what, call, shape)) in cases.iter().enumerate() {
-            on_tensor_cores::<R>(device, half, shape[5]);
-            forward_case::<B>(device, half, what, *call, *shape, seed as u64);
-        }
-        eprintln!("{name}: {} {:?} forward cases on tensor cores", cases.len(), half.dtype);
-    }
+    each_type::<R>(
+        name,
+        device,
+        &client,
+        "forward",
+        &cases,
+        |half, (seed, (what, call, shape))| {
+            forward_case::<B>(device, half, what, *call, *shape, seed as u64)
+        },
+    );
 }
 
 /// The gradients on every kind of window, in every input type `device` has tiles for.
@@ -375,7 +396,7 @@ where
     let bidirectional = WindowSpec::sliding(2, 1, 6).unwrap().with_causal(false);
     let alibi = softmax.clone().with_alibi(vec![0.25, 0.5]);
     let offset = WindowSpec::sliding(2, 2, 7).unwrap().with_query_offset(20);
-    let cases: [(&str, (&WindowSpec, &ScoreOptions), Shape); 8] = [
+    let cases: [Case; 8] = [
         ("MSWA windows, GQA", (&per_head, &softmax), [1, 4, 2, 29, 29, 16]),
         ("sinks and softcap", (&sinks, &capped), [1, 2, 2, 21, 21, 16]),
         ("sigmoid", (&sliding, &sigmoid), [1, 2, 2, 18, 18, 16]),
@@ -385,17 +406,9 @@ where
         ("ALiBi, d = 64", (&sliding, &alibi), [1, 2, 2, 13, 13, 64]),
         ("5 queries after 20", (&offset, &softmax), [1, 2, 2, 5, 25, 16]),
     ];
-    let types = halves(&client);
-    if types.is_empty() {
-        require(&format!("the {name} device lists no f16 or bf16 cooperative matrix"));
-    }
-    for half in types {
-        for (what, call, shape) in &cases {
-            on_tensor_cores::<R>(device, half, shape[5]);
-            gradient_case::<B>(device, half, what, *call, *shape);
-        }
-        eprintln!("{name}: {} {:?} gradient cases on tensor cores", cases.len(), half.dtype);
-    }
+    each_type::<R>(name, device, &client, "gradient", &cases, |half, (_, (what, call, shape))| {
+        gradient_case::<B>(device, half, what, *call, *shape)
+    });
 }
 
 /// On Vulkan, through Burn's SPIR-V compiler (lavapipe 26 in CI).
