@@ -139,7 +139,10 @@ impl Size {
         )
         .expect("four groups of layers and heads");
         let kinds = windows.into_iter().map(|windows| AttentionKind::MultiScale { windows });
-        DecoderConfig::new(256, self.d_model, self.layers, self.heads, self.heads, kinds.collect())
+        DecoderConfig::new(kinds.collect())
+            .with_d_model(self.d_model)
+            .with_layers(self.layers)
+            .with_heads(self.heads)
     }
 
     /// Timed steps when none are asked for: about 15 s of ours at each size.
@@ -159,7 +162,7 @@ impl Size {
             .collect();
         json!({
             "name": self.name, "vocab": config.vocab_size, "d_model": config.d_model,
-            "layers": config.layers, "heads": config.heads, "kv_heads": config.kv_heads,
+            "layers": config.layers, "heads": config.heads, "kv_heads": config.kv_heads(),
             "mlp_hidden": config.mlp().hidden_width(), "windows": windows,
             "seq_len": self.seq_len, "batch": self.batch, "lr": train.learning_rate,
             "min_lr_ratio": train.min_lr_ratio, "warmup_steps": train.warmup_steps,

@@ -250,7 +250,7 @@ impl LongNetStudy {
         let layer: SelfAttention<B> = SelfAttentionConfig::new(
             config.d_model,
             config.heads,
-            config.kv_heads,
+            config.kv_heads(),
             attention.clone(),
         )
         .init(device)

@@ -10,8 +10,8 @@ use swa_attention::AttentionError;
 use swa_models::ModelError;
 use swa_training::TrainingError;
 
+use crate::choice::Precision;
 use crate::report::ReportError;
-use crate::runtime::Precision;
 
 /// Why a command, benchmark, check or study failed.
 #[derive(Debug)]
@@ -98,19 +98,6 @@ pub enum AppError {
         /// Why the corpus could not be read.
         source: TrainingError,
     },
-    /// `--out` is not a training run: its `train.json` cannot be read.
-    NotARun {
-        /// Why `train.json` could not be read.
-        source: TrainingError,
-    },
-    /// The trained model of a run cannot be loaded (its `model.mpk` is missing, truncated,
-    /// corrupt or of another configuration).
-    RunModel {
-        /// The run's folder.
-        run: PathBuf,
-        /// What the loader found.
-        source: ModelError,
-    },
     /// The backend check's weights do not fit the model they were drawn for.
     WeightsMismatch {
         /// Burn's account of the tensors that failed, are missing or unused.
@@ -177,10 +164,6 @@ impl fmt::Display for AppError {
             StudyCorpus { source } => {
                 write!(f, "{source} (pass --corpus PATH for another text, or --corpus embedded)")
             }
-            NotARun { source } => write!(f, "{source} (is --out a training run?)"),
-            RunModel { run, source } => {
-                write!(f, "the model of the run in {} cannot be loaded: {source}", run.display())
-            }
             WeightsMismatch { problem } => write!(f, "the weights do not fit the model: {problem}"),
             ChecksFailed { count } => write!(f, "{count} comparisons failed"),
             Step { step, source } => write!(f, "{step}: {source}"),
@@ -191,10 +174,8 @@ impl fmt::Display for AppError {
 impl std::error::Error for AppError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            AppError::Training(source)
-            | AppError::StudyCorpus { source }
-            | AppError::NotARun { source } => Some(source),
-            AppError::Model(source) | AppError::RunModel { source, .. } => Some(source),
+            AppError::Training(source) | AppError::StudyCorpus { source } => Some(source),
+            AppError::Model(source) => Some(source),
             AppError::Attention(source) => Some(source),
             AppError::Report(source) => Some(source),
             AppError::Io { source, .. } => Some(source),

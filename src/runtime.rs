@@ -7,67 +7,10 @@ use burn::backend::Autodiff;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::{DType, backend::DeviceError};
 use burn::train::ExecutionStrategy;
-use clap::ValueEnum;
 pub use swa_training::TrainingBackend;
 
+pub use crate::choice::{BackendChoice, Precision};
 use crate::error::AppError;
-
-/// The backends a build can offer; those not compiled in say how to get them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendChoice {
-    /// burn-flex on the CPU: the fastest CPU backend here.
-    Flex,
-    /// burn-ndarray on the CPU: the tests' reference.
-    Ndarray,
-    /// wgpu: Vulkan, Metal or DX12 (needs `--features wgpu`).
-    Wgpu,
-    /// CUDA (needs `--features cuda`).
-    Cuda,
-}
-
-/// The float type of the model's weights, activations and gradients (training in half precision
-/// keeps an f32 master copy of the weights: see [`swa_training::mixed_precision`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Precision {
-    /// 32-bit floats, on every backend.
-    F32,
-    /// IEEE half precision, on wgpu (where the adapter has shader-f16) and CUDA.
-    F16,
-    /// bfloat16, on CUDA.
-    Bf16,
-}
-
-impl BackendChoice {
-    /// The flag's value, also the cargo feature that brings the backend.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendChoice::Flex => "flex",
-            BackendChoice::Ndarray => "ndarray",
-            BackendChoice::Wgpu => "wgpu",
-            BackendChoice::Cuda => "cuda",
-        }
-    }
-}
-
-impl Precision {
-    /// The flag's value: `f32`, `f16` or `bf16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::Bf16 => "bf16",
-        }
-    }
-
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    fn dtype(self) -> DType {
-        match self {
-            Precision::F32 => DType::F32,
-            Precision::F16 => DType::F16,
-            Precision::Bf16 => DType::BF16,
-        }
-    }
-}
 
 /// Where a job runs: a backend, its device indices (one, or several for data-parallel
 /// training) and a precision.

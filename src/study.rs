@@ -234,7 +234,7 @@ impl Study {
     /// Prints `table` under `title` as Markdown and writes it to `out/<file>.csv`.
     pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), AppError> {
         println!("\n### {title}\n\n{}", table.markdown());
-        table.write_csv(&self.path(&format!("{file}.csv")))
+        Ok(table.write_csv(&self.path(&format!("{file}.csv")))?)
     }
 }
 

@@ -13,6 +13,26 @@
 //! - fused kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]): the CubeCL
 //!   kernels for wgpu and CUDA (`kernel`, feature `cube`) and the CPU kernel for `Flex` ([`cpu`],
 //!   feature `flex`), both differentiated by `Autodiff<B>` through their own backward.
+//!
+//! MSWA's four windows over eight query heads sharing two kv heads, checked against the
+//! reference:
+//!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn::tensor::{Distribution, Tensor};
+//! use swa_attention::{ScoreOptions, WindowSpec, dense_attention, windowed_attention};
+//!
+//! let device = Default::default();
+//! let noise = |heads| Tensor::<NdArray, 4>::random([1, heads, 40, 8], Distribution::Default, &device);
+//! let (q, k, v) = (noise(8), noise(2), noise(2));
+//! // Query head h sees the keys i − W_h + 1 … i (docs/semantics.md §2).
+//! let spec = WindowSpec::per_head(&[2, 2, 4, 4, 8, 8, 16, 16], 2)?;
+//! let opts = ScoreOptions::softmax();
+//! let (out, _lse) = windowed_attention(q.clone(), k.clone(), v.clone(), &spec, &opts)?;
+//! let (reference, _) = dense_attention(q, k, v, &spec, &opts)?;
+//! out.into_data().assert_approx_eq::<f32>(&reference.into_data(), Default::default());
+//! # Ok::<(), swa_attention::AttentionError>(())
+//! ```
 
 pub mod alibi;
 mod autodiff;

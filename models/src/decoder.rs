@@ -22,15 +22,21 @@ use crate::mlp::GatedMlpConfig;
 #[derive(Config, Debug)]
 pub struct DecoderConfig {
     /// Vocabulary size (256 for byte-level text).
+    #[config(default = 256)]
     pub vocab_size: usize,
     /// Model width `d`.
+    #[config(default = 256)]
     pub d_model: usize,
     /// Number of blocks `L`.
+    #[config(default = 4)]
     pub layers: usize,
     /// Query heads `H`.
+    #[config(default = 4)]
     pub heads: usize,
-    /// Key/value heads `H_kv` (GQA); must divide `H`.
-    pub kv_heads: usize,
+    /// Key/value heads `H_kv` (GQA), which must divide `H`; `None` is one per query head, as
+    /// Hugging Face's `num_key_value_heads` when unset.
+    #[config(default = "None")]
+    pub kv_heads: Option<usize>,
     /// The attention kind of each layer. A list shorter than `layers` is a pattern repeated
     /// cyclically: MSWA's hybrid "linear, local, local" is three entries.
     pub attention: Vec<AttentionKind>,
@@ -55,6 +61,11 @@ impl DecoderConfig {
     /// The decoder's architecture options, the default ones when unset.
     pub fn arch(&self) -> Architecture {
         self.architecture.clone().unwrap_or_default()
+    }
+
+    /// The number of key/value heads `H_kv`: [`DecoderConfig::kv_heads`], or `H` when unset.
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads.unwrap_or(self.heads)
     }
 
     /// The head width `d_h`.
@@ -87,7 +98,7 @@ impl DecoderConfig {
             qk_norm: arch.qk_norm.then(|| self.norm(self.head_width())),
             sink_logits: arch.sink_logits,
         };
-        SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads, kind)
+        SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads(), kind)
             .with_rope_base(base)
             .with_options(self.architecture.is_some().then_some(options))
     }
@@ -127,11 +138,11 @@ impl DecoderConfig {
         if let Some(c) = arch.final_softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
             return bad("DecoderConfig.final_softcap", &format!("must be positive, got {c}"));
         }
-        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
+        if self.kv_heads() == 0 || !self.heads.is_multiple_of(self.kv_heads()) {
             return bad("DecoderConfig.kv_heads", "must divide heads (GQA)");
         }
         for layer in 0..self.layers {
-            self.kind_of(layer).validate(self.heads, self.kv_heads).map_err(in_layer(layer))?;
+            self.kind_of(layer).validate(self.heads, self.kv_heads()).map_err(in_layer(layer))?;
         }
         Ok(())
     }
@@ -366,7 +377,11 @@ mod tests {
 
     #[test]
     fn a_clone_of_a_fresh_model_holds_its_weights() {
-        let config = DecoderConfig::new(16, 8, 1, 2, 2, vec![AttentionKind::Full]);
+        let config = DecoderConfig::new(vec![AttentionKind::Full])
+            .with_vocab_size(16)
+            .with_d_model(8)
+            .with_layers(1)
+            .with_heads(2);
         let model = config.init::<NdArray>(&Default::default()).unwrap();
         let clone = model.clone();
         let weights = |m: &Decoder<NdArray>| m.embedding.weight.val().into_data();

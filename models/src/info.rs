@@ -53,7 +53,7 @@ impl DecoderConfig {
         (0..self.layers)
             .map(|l| {
                 let keys = self.kind_of(l).window_sum(self.heads, n);
-                keys * self.kv_heads / self.heads * self.kv_bytes_per_position()
+                keys * self.kv_heads() / self.heads * self.kv_bytes_per_position()
             })
             .collect()
     }
@@ -71,7 +71,7 @@ impl<B: Backend> Decoder<B> {
             parameters: self.num_params(),
             context,
             window_sum: config.window_sum(context),
-            kv_bytes_per_token: cached_layers * config.kv_heads * config.kv_bytes_per_position(),
+            kv_bytes_per_token: cached_layers * config.kv_heads() * config.kv_bytes_per_position(),
             kv_cache_bytes: kv_layer_bytes.iter().sum(),
             kv_layer_bytes,
         }
@@ -101,7 +101,12 @@ mod tests {
     fn config() -> DecoderConfig {
         let kinds =
             vec![AttentionKind::Sliding { window: 4 }, AttentionKind::Linear { feature_dim: 4 }];
-        DecoderConfig::new(16, 8, 2, 2, 1, kinds)
+        DecoderConfig::new(kinds)
+            .with_vocab_size(16)
+            .with_d_model(8)
+            .with_layers(2)
+            .with_heads(2)
+            .with_kv_heads(Some(1))
     }
 
     #[test]

@@ -3,6 +3,27 @@
 //! Decoder language models of swa-zoo ("Transformer++", docs/semantics.md §8) assembled from a list of
 //! per-layer [`swa_attention::layers::AttentionKind`]s, with presets that reproduce the seed
 //! papers' configurations.
+//!
+//! A two-layer hybrid of Taylor linear attention and sliding windows, its logits, and a few
+//! greedy tokens decoded with caches bounded by the window:
+//!
+//! ```
+//! use burn::backend::NdArray;
+//! use burn::tensor::{Int, Tensor};
+//! use swa_attention::layers::AttentionKind;
+//! use swa_models::{DecoderConfig, GenerateConfig};
+//!
+//! let device = Default::default();
+//! let kinds = vec![AttentionKind::Linear { feature_dim: 4 }, AttentionKind::Sliding { window: 8 }];
+//! // 256 byte ids, width 32, 2 layers, 4 query heads sharing 2 kv heads.
+//! let config = DecoderConfig::new(kinds).with_d_model(32).with_layers(2).with_kv_heads(Some(2));
+//! let model = config.init::<NdArray>(&device)?;
+//! let logits = model.forward(Tensor::<NdArray, 2, Int>::from_ints([[1, 2, 3]], &device))?;
+//! assert_eq!(logits.dims(), [1, 3, 256]);
+//! let greedy = GenerateConfig::new().with_temperature(0.0).with_max_new_tokens(4);
+//! assert_eq!(model.generate(&[vec![1, 2, 3]], &greedy, &device)?[0].len(), 4);
+//! # Ok::<(), swa_models::ModelError>(())
+//! ```
 
 mod architecture;
 mod block;

@@ -45,7 +45,11 @@ fn named(base: &str, scale: Scale) -> String {
 }
 
 fn decoder(vocab: usize, dims: &Dims, attention: Vec<AttentionKind>) -> DecoderConfig {
-    DecoderConfig::new(vocab, dims.d_model, dims.layers, dims.heads, dims.heads, attention)
+    DecoderConfig::new(attention)
+        .with_vocab_size(vocab)
+        .with_d_model(dims.d_model)
+        .with_layers(dims.layers)
+        .with_heads(dims.heads)
 }
 
 /// MSWA's Table 2 model: 12 layers, 8 heads, d = 512, base window 128.

@@ -29,7 +29,7 @@ impl DecoderConfig {
         let sizes = [
             ("DecoderConfig.layers", self.layers, MAX_LAYERS),
             ("DecoderConfig.heads", self.heads, MAX_HEADS),
-            ("DecoderConfig.kv_heads", self.kv_heads, MAX_HEADS),
+            ("DecoderConfig.kv_heads", self.kv_heads(), MAX_HEADS),
             ("DecoderConfig.d_model", self.d_model, MAX_WIDTH),
             ("DecoderConfig.vocab_size", self.vocab_size, MAX_VOCAB),
             ("DecoderConfig.head_dim", arch.head_dim.unwrap_or(0), MAX_WIDTH),
@@ -96,8 +96,10 @@ mod tests {
 
     #[test]
     fn sizes_past_their_ceiling_or_the_memory_are_errors_naming_them() {
-        let config =
-            DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 4 }]);
+        let config = DecoderConfig::new(vec![AttentionKind::Sliding { window: 4 }])
+            .with_d_model(16)
+            .with_layers(2)
+            .with_heads(2);
         assert!(config.check_sizes().is_ok() && config.check_memory().is_ok());
         let mut deep = config.clone();
         deep.layers = 1_000_000_000_000;

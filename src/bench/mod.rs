@@ -111,7 +111,11 @@ impl BenchModel {
                 }]
             }
         };
-        let config = DecoderConfig::new(self.vocab, self.d_model, layers, heads, heads, attention);
+        let config = DecoderConfig::new(attention)
+            .with_vocab_size(self.vocab)
+            .with_d_model(self.d_model)
+            .with_layers(layers)
+            .with_heads(heads);
         config.validate().map_err(|e| AppError::step(format!("{} model", family.name()), e))?;
         Ok(config)
     }

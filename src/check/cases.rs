@@ -94,7 +94,11 @@ pub fn attention_kinds() -> Vec<CheckCase> {
         .into_iter()
         .map(|(name, attention)| {
             let layers = attention.len().max(2);
-            let config = DecoderConfig::new(VOCAB, D_MODEL, layers, 4, 2, attention);
+            let config = DecoderConfig::new(attention)
+                .with_vocab_size(VOCAB)
+                .with_d_model(D_MODEL)
+                .with_layers(layers)
+                .with_kv_heads(Some(2));
             CheckCase::new(name, config, 48)
         })
         .collect()

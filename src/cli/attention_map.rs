@@ -10,11 +10,11 @@ use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 use swa_training::TrainingBackend;
 
-use super::hf_run::HfRun;
-use super::{DeviceArgs, load_run};
+use super::DeviceArgs;
 use crate::error::AppError;
 use crate::report::png::heat_map_png;
 use crate::runtime::{Job, run_on};
+use swa_models::hf::Pretrained;
 
 /// Flags of `attention-map`.
 #[derive(Args, Debug)]
@@ -50,13 +50,14 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
             let args = self.0;
             let (model, tokens, to) = match (&args.hf, &args.out) {
                 (Some(dir), _) => {
-                    let run = HfRun::<B::InnerBackend>::load(dir, &device)?;
-                    let tokens = run.encode(dir, &args.prompt, true)?;
+                    let run = Pretrained::<B::InnerBackend>::load(dir, &device)?;
+                    let tokens = run.encode(&args.prompt, true)?;
                     let name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
                     (run.model, tokens, Path::new("runs/attention-maps").join(name))
                 }
                 (None, Some(out)) => {
-                    let (config, model) = load_run::<B::InnerBackend>(out, &device)?;
+                    let swa_training::TrainedRun { config, model } =
+                        swa_training::TrainedRun::<B::InnerBackend>::load(out, &device)?;
                     let tokens = config.load_corpus()?.encode(&args.prompt);
                     (model, tokens, out.join("attention-maps"))
                 }

@@ -12,12 +12,12 @@ use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{mean_loss, rebuild, with_eval_window};
 
-use super::hf_run::HfRun;
-use super::{DeviceArgs, load_run};
+use super::DeviceArgs;
 use crate::error::AppError;
 use crate::report::csv::write_csv;
 use crate::report::plot::heat_map;
 use crate::runtime::{Job, run_on};
+use swa_models::hf::Pretrained;
 
 /// Flags of `eval`.
 #[derive(Args, Debug)]
@@ -70,7 +70,8 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 let dir = args.hf.clone().expect("clap requires --out or --hf");
                 return eval_hf::<B::InnerBackend>(&args, &dir, &device);
             };
-            let (config, model) = load_run::<B::InnerBackend>(out, &device)?;
+            let swa_training::TrainedRun { config, model } =
+                swa_training::TrainedRun::<B::InnerBackend>::load(out, &device)?;
             if let Some(task) = &config.task {
                 let (windows, lengths, distances) = (&args.windows, &args.lengths, &args.distances);
                 return super::tasks::eval(
@@ -175,11 +176,11 @@ fn eval_hf<B: WindowedAttentionBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = HfRun::<B>::load(dir, device)?;
+    let run = Pretrained::<B>::load(dir, device)?;
     let path = args.corpus.as_ref().expect("clap requires --corpus with --hf");
     let text = std::fs::read_to_string(path)
         .map_err(|source| AppError::Io { path: path.clone(), source })?;
-    let tokens: Vec<u32> = run.encode(dir, &text, false)?.into_iter().map(|t| t as u32).collect();
+    let tokens: Vec<u32> = run.encode(&text, false)?.into_iter().map(|t| t as u32).collect();
     let lengths = match args.lengths.is_empty() {
         true => vec![128, 256, 512],
         false => args.lengths.clone(),

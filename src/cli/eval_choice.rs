@@ -19,9 +19,9 @@ use swa_models::Decoder;
 use swa_training::TrainingBackend;
 
 use super::DeviceArgs;
-use super::hf_run::HfRun;
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
+use swa_models::hf::Pretrained;
 
 /// Flags of `eval-choice`.
 #[derive(Args, Debug)]
@@ -91,13 +91,13 @@ pub fn evaluate<B: WindowedAttentionBackend>(
     device: &B::Device,
 ) -> Result<ChoiceResults, AppError> {
     let questions = read_questions(tasks)?;
-    let run = HfRun::<B>::load(dir, device)?;
+    let run = Pretrained::<B>::load(dir, device)?;
     let (mut scores, mut answers) = (Vec::new(), Vec::new());
     for question in &questions {
-        let context = run.encode(dir, &question.context, true)?;
+        let context = run.encode(&question.context, true)?;
         let mut choices = Vec::new();
         for choice in &question.choices {
-            let whole = run.encode(dir, &format!("{} {choice}", question.context), true)?;
+            let whole = run.encode(&format!("{} {choice}", question.context), true)?;
             let ll = log_likelihood(&run.model, &context, &whole, device)?;
             choices.push((ll, choice.chars().count()));
         }

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use burn::backend::NdArray;
 use clap::Args;
 
-use super::load_run;
 use crate::error::AppError;
 
 /// Flags of `export`.
@@ -23,7 +22,8 @@ pub struct ExportArgs {
 
 /// `export`, on the CPU: it only copies weights.
 pub fn export(args: ExportArgs) -> Result<(), AppError> {
-    let (config, model) = load_run::<NdArray>(&args.out, &Default::default())?;
+    let swa_training::TrainedRun { config, model } =
+        swa_training::TrainedRun::<NdArray>::load(&args.out, &Default::default())?;
     let family = swa_models::hf::export_decoder(&model, &config.model, &args.to)?;
     println!("wrote {} as {}", args.to.display(), family.model_type());
     Ok(())

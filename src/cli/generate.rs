@@ -14,10 +14,10 @@ use swa_models::GenerateConfig;
 use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 
-use super::hf_run::{HfRun, checkpoint};
-use super::{DeviceArgs, ModelArgs, load_run};
+use super::{DeviceArgs, ModelArgs};
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
+use swa_models::hf::Pretrained;
 
 /// Flags of `generate`.
 #[derive(Args, Debug)]
@@ -74,7 +74,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
             }
             let (corpus, model) = match &args.out {
                 Some(out) => {
-                    let (config, model) = load_run::<B::InnerBackend>(out, &device)?;
+                    let swa_training::TrainedRun { config, model } =
+                        swa_training::TrainedRun::<B::InnerBackend>::load(out, &device)?;
                     (config.load_corpus()?, model)
                 }
                 None => {
@@ -104,8 +105,8 @@ fn generate_hf<B: WindowedAttentionBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = HfRun::<B>::load(dir, device)?;
-    let prompt = run.encode(dir, &args.prompt, true)?;
+    let run = Pretrained::<B>::load(dir, device)?;
+    let prompt = run.encode(&args.prompt, true)?;
     let sampling = args.sampling().with_positions(CachePositions::Absolute);
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{}", args.prompt).ok();
@@ -118,7 +119,7 @@ fn generate_hf<B: WindowedAttentionBackend>(
             return false;
         }
         generated.push(tokens[0]);
-        match run.tokenizer.decode(&generated) {
+        match run.decode(&generated) {
             Ok(text) => {
                 let complete = text.trim_end_matches('\u{FFFD}');
                 if complete.len() > shown && complete.is_char_boundary(shown) {
@@ -137,7 +138,7 @@ fn generate_hf<B: WindowedAttentionBackend>(
     writeln!(stdout).ok();
     eprintln!("{timing}");
     match failure {
-        Some(problem) => Err(checkpoint(dir, problem)),
+        Some(problem) => Err(problem.into()),
         None => Ok(()),
     }
 }

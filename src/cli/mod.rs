@@ -13,17 +13,14 @@ mod eval;
 pub mod eval_choice;
 mod export;
 mod generate;
-mod hf_run;
 pub mod info;
 mod tasks;
 mod train;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use burn::tensor::backend::Backend;
 use clap::{Args, Parser, Subcommand};
-use swa_models::{Decoder, DecoderConfig, Preset};
-use swa_training::train::TrainConfig;
+use swa_models::{DecoderConfig, Preset};
 
 use crate::error::AppError;
 use crate::runtime::{BackendChoice, Placement, Precision};
@@ -134,16 +131,4 @@ pub fn run(cli: Cli) -> Result<(), AppError> {
         Command::CheckBackends(args) => check_backends::check_backends(args),
         Command::Coordinator(args) => coordinator::coordinator(args),
     }
-}
-
-/// A trained run's config and model, from `out/train.json` and `out/model.mpk`.
-fn load_run<B: Backend>(
-    out: &Path,
-    device: &B::Device,
-) -> Result<(TrainConfig, Decoder<B>), AppError> {
-    let config: TrainConfig = swa_training::config_file::load(&out.join("train.json"))
-        .map_err(|source| AppError::NotARun { source })?;
-    let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
-        .map_err(|source| AppError::RunModel { run: out.to_path_buf(), source })?;
-    Ok((config, model))
 }

@@ -134,8 +134,15 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
         }
         false => {
             let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
-            let mut probe =
-                TrainConfig::new(DecoderConfig::new(1, 1, 1, 1, 1, vec![]), 1).with_corpus(corpus);
+            let mut probe = TrainConfig::new(
+                DecoderConfig::new(vec![])
+                    .with_vocab_size(1)
+                    .with_d_model(1)
+                    .with_layers(1)
+                    .with_heads(1),
+                1,
+            )
+            .with_corpus(corpus);
             probe.word_min_count = args.words;
             let vocab = probe.load_corpus()?.vocab_size();
             let (model, train_len, name) = args.model.config(vocab)?;

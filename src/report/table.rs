@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
+use super::ReportError;
 use super::csv::write_csv;
-use crate::error::AppError;
 
 /// A table of results: printed as Markdown, written as CSV.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,8 +32,8 @@ impl Table {
     }
 
     /// Writes the table as CSV.
-    pub fn write_csv(&self, path: &Path) -> Result<(), AppError> {
+    pub fn write_csv(&self, path: &Path) -> Result<(), ReportError> {
         let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
-        Ok(write_csv(path, &header, &self.rows)?)
+        write_csv(path, &header, &self.rows)
     }
 }

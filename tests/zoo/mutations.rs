@@ -173,7 +173,10 @@ fn training_run(root: &Path) -> PathBuf {
     use swa_zoo::models::DecoderConfig;
     use swa_zoo::training::corpus::Corpus;
     use swa_zoo::training::train::{TrainConfig, train};
-    let model = DecoderConfig::new(256, 16, 1, 2, 2, vec![AttentionKind::Sliding { window: 4 }]);
+    let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 4 }])
+        .with_d_model(16)
+        .with_layers(1)
+        .with_heads(2);
     let config = TrainConfig::new(model, 8)
         .with_batch_size(1)
         .with_steps(2)

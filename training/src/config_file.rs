@@ -59,8 +59,10 @@ mod tests {
     }
 
     fn config() -> TrainConfig {
-        let model =
-            DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+        let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+            .with_d_model(16)
+            .with_layers(2)
+            .with_heads(2);
         TrainConfig::new(model, 16)
     }
 

@@ -142,6 +142,21 @@ pub enum TrainingError {
         /// What went wrong.
         problem: ClusterProblem,
     },
+    /// A folder is not a training run: its `train.json` cannot be read.
+    NotARun {
+        /// The folder.
+        run: PathBuf,
+        /// Why `train.json` could not be read.
+        source: Box<TrainingError>,
+    },
+    /// The trained model of a run cannot be loaded (its `model.mpk` is missing, truncated,
+    /// corrupt or of another configuration).
+    RunModel {
+        /// The run's folder.
+        run: PathBuf,
+        /// What the loader found.
+        source: ModelError,
+    },
 }
 
 impl TrainingError {
@@ -214,6 +229,12 @@ impl fmt::Display for TrainingError {
                 write!(f, "the coordinator cannot serve on port {port}: {source}")
             }
             Cluster { rank, problem } => write!(f, "rank {rank}: {problem}"),
+            NotARun { run, source } => {
+                write!(f, "{} is not a training run: {source}", run.display())
+            }
+            RunModel { run, source } => {
+                write!(f, "the model of the run in {} cannot be loaded: {source}", run.display())
+            }
         }
     }
 }
@@ -221,7 +242,8 @@ impl fmt::Display for TrainingError {
 impl std::error::Error for TrainingError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TrainingError::Model(source) => Some(source),
+            TrainingError::Model(source) | TrainingError::RunModel { source, .. } => Some(source),
+            TrainingError::NotARun { source, .. } => Some(source.as_ref()),
             TrainingError::Loader { source, .. } => Some(source.as_ref()),
             TrainingError::ConfigUnreadable { source, .. } | TrainingError::Io { source, .. } => {
                 Some(source)

@@ -17,6 +17,27 @@
 //!
 //! The `swa-zoo` command line, the benchmarks, the cross-backend check and the figures are the
 //! application's, in the `swa-zoo` facade crate.
+//!
+//! A few steps of a tiny sliding-window model on the embedded corpus, read back from its
+//! folder:
+//!
+//! ```
+//! use burn::backend::{Autodiff, NdArray};
+//! use swa_attention::layers::AttentionKind;
+//! use swa_models::DecoderConfig;
+//! use swa_training::{TrainedRun, corpus::Corpus, train::{TrainConfig, train}};
+//!
+//! let device = Default::default();
+//! let out = std::env::temp_dir().join(format!("swa-training-doc-{}", std::process::id()));
+//! let kinds = vec![AttentionKind::Sliding { window: 16 }];
+//! let model = DecoderConfig::new(kinds).with_d_model(32).with_layers(2);
+//! let config = TrainConfig::new(model, 32).with_steps(4).with_checkpoint_every(2);
+//! train::<Autodiff<NdArray>>(&config, &Corpus::embedded(), &out, false, &device)?;
+//! let run = TrainedRun::<NdArray>::load(&out, &device)?;
+//! assert_eq!(run.config.steps, 4);
+//! # std::fs::remove_dir_all(&out).ok();
+//! # Ok::<(), swa_training::TrainingError>(())
+//! ```
 
 pub mod backend;
 pub mod batch;
@@ -33,6 +54,7 @@ pub mod metrics;
 pub mod mixed_precision;
 pub mod renderer;
 mod resume_logs;
+pub mod run;
 pub mod schedule;
 pub mod synthetic;
 pub mod tasks;
@@ -41,3 +63,4 @@ mod train_config;
 
 pub use backend::TrainingBackend;
 pub use error::TrainingError;
+pub use run::TrainedRun;

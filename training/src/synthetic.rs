@@ -193,7 +193,7 @@ pub fn influence(
         }
         let spec = config
             .kind_of(l)
-            .spec(config.heads, config.kv_heads)
+            .spec(config.heads, config.kv_heads())
             .map_err(|source| ModelError::Layer { layer: l, source })?;
         let extra = spec.extra_keys(n);
         let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
@@ -221,13 +221,19 @@ mod tests {
 
     /// `layers` layers of sliding windows of `window` keys.
     fn sliding(window: usize, layers: usize) -> DecoderConfig {
-        DecoderConfig::new(256, 16, layers, 2, 2, vec![AttentionKind::Sliding { window }])
+        DecoderConfig::new(vec![AttentionKind::Sliding { window }])
+            .with_d_model(16)
+            .with_layers(layers)
+            .with_heads(2)
     }
 
     #[test]
     fn the_reach_of_a_stack_is_its_windows_times_its_layers() {
         assert_eq!(receptive_field(&sliding(8, 3)), Some((8, 3)));
-        let full = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Full]);
+        let full = DecoderConfig::new(vec![AttentionKind::Full])
+            .with_d_model(16)
+            .with_layers(2)
+            .with_heads(2);
         assert_eq!(receptive_field(&full), None);
         // Position 28 sees 21 ..= 28 through the last layer, and each layer below 7 further.
         let reached = influence(&sliding(8, 3), 32, 28).unwrap();

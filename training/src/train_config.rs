@@ -135,7 +135,10 @@ mod tests {
     use super::*;
 
     fn config(window: usize, seq_len: usize) -> TrainConfig {
-        let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window }]);
+        let model = DecoderConfig::new(vec![AttentionKind::Sliding { window }])
+            .with_d_model(16)
+            .with_layers(2)
+            .with_heads(2);
         TrainConfig::new(model, seq_len).with_steps(250).with_checkpoint_every(100)
     }
 

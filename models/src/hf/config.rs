@@ -95,35 +95,33 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
             });
         }
     };
-    let config = DecoderConfig::new(
-        raw.vocab_size,
-        raw.hidden_size,
-        raw.num_hidden_layers,
-        raw.num_attention_heads,
-        raw.num_key_value_heads.unwrap_or(raw.num_attention_heads),
-        kinds,
-    )
-    .with_tie_embeddings(raw.tie_word_embeddings.unwrap_or(gemma))
-    .with_rope_base(global.base)
-    .with_architecture(Some(Architecture {
-        head_dim: raw.head_dim,
-        mlp_hidden: Some(raw.intermediate_size),
-        mlp_activation,
-        norm_epsilon: raw.rms_norm_eps.unwrap_or(1e-6),
-        norm_unit_offset: gemma,
-        post_norms: gemma,
-        scale_embeddings: gemma,
-        qkv_bias: family == Family::Qwen2 || raw.attention_bias.unwrap_or(false),
-        attention_scale: raw.query_pre_attn_scalar.map(|s| s.powf(-0.5) as f32),
-        // Gemma 3 keeps the field but transformers ignores it: only Gemma 2 caps its scores.
-        attention_softcap: raw.attn_logit_softcapping.filter(|_| family == Family::Gemma2),
-        final_softcap: raw.final_logit_softcapping,
-        qk_norm: family == Family::Gemma3,
-        sink_logits: false,
-        rope_scaling: global.scaling,
-        local_rope_base: local.filter(|l| *l != global).map(|l| l.base),
-        global_layers,
-    }));
+    let config = DecoderConfig::new(kinds)
+        .with_vocab_size(raw.vocab_size)
+        .with_d_model(raw.hidden_size)
+        .with_layers(raw.num_hidden_layers)
+        .with_heads(raw.num_attention_heads)
+        .with_kv_heads(Some(raw.num_key_value_heads.unwrap_or(raw.num_attention_heads)))
+        .with_tie_embeddings(raw.tie_word_embeddings.unwrap_or(gemma))
+        .with_rope_base(global.base)
+        .with_architecture(Some(Architecture {
+            head_dim: raw.head_dim,
+            mlp_hidden: Some(raw.intermediate_size),
+            mlp_activation,
+            norm_epsilon: raw.rms_norm_eps.unwrap_or(1e-6),
+            norm_unit_offset: gemma,
+            post_norms: gemma,
+            scale_embeddings: gemma,
+            qkv_bias: family == Family::Qwen2 || raw.attention_bias.unwrap_or(false),
+            attention_scale: raw.query_pre_attn_scalar.map(|s| s.powf(-0.5) as f32),
+            // Gemma 3 keeps the field but transformers ignores it: only Gemma 2 caps its scores.
+            attention_softcap: raw.attn_logit_softcapping.filter(|_| family == Family::Gemma2),
+            final_softcap: raw.final_logit_softcapping,
+            qk_norm: family == Family::Gemma3,
+            sink_logits: false,
+            rope_scaling: global.scaling,
+            local_rope_base: local.filter(|l| *l != global).map(|l| l.base),
+            global_layers,
+        }));
     if local.is_some_and(|l| l.scaling.is_some()) {
         return Err(HfProblem::BadField {
             field: "rope_parameters",

@@ -17,17 +17,28 @@ use burn::tensor::{DType, Tensor};
 use serde_json::Value;
 
 use crate::hf::safetensors::SafetensorsFile;
-use crate::hf::{HfProblem, names, read_config};
+use crate::hf::{Family, HfProblem, names, read_config};
 use crate::weights::parameter_shapes;
-use crate::{Decoder, ModelError};
+use crate::{Decoder, DecoderConfig, ModelError};
 
 /// The model of the Hugging Face directory `dir` (docs/semantics.md §9): `config.json`, and
 /// `model.safetensors` or the shards `model.safetensors.index.json` lists, in f32, f16 or bf16,
 /// cast to the backend's float type. Fails, naming the file or tensor, on a missing or corrupt
 /// file, an unsupported architecture, and a missing, unexpected or misshapen tensor.
 pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
-    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     let (family, config) = read_config(dir)?;
+    load_weights(dir, family, &config, device)
+}
+
+/// [`load_decoder`] with the configuration already read from `dir` by
+/// [`read_config`](crate::hf::read_config): the weights of `dir` into the decoder of `config`.
+pub fn load_weights<B: Backend>(
+    dir: &Path,
+    family: Family,
+    config: &DecoderConfig,
+    device: &B::Device,
+) -> Result<Decoder<B>, ModelError> {
+    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     config.validate()?;
     let mut files = Vec::new();
     let mut found = BTreeMap::new();
@@ -73,7 +84,7 @@ struct Load {
     files: Vec<(PathBuf, SafetensorsFile)>,
     /// The index in `files` of the file holding each checkpoint tensor.
     holder: BTreeMap<String, usize>,
-    family: crate::hf::Family,
+    family: Family,
     /// The model's float type.
     dtype: DType,
     /// The module path being visited.
@@ -160,7 +171,7 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, HfProblem> {
 fn check_tensors(
     expected: &BTreeMap<String, Vec<usize>>,
     found: &BTreeMap<String, Vec<usize>>,
-    family: crate::hf::Family,
+    family: Family,
 ) -> Result<(), HfProblem> {
     let mut seen = BTreeSet::new();
     for (name, shape) in found.iter().filter(|(name, _)| !names::is_ignored(name)) {

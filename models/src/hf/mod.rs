@@ -9,6 +9,7 @@ mod config;
 mod export;
 mod import;
 mod names;
+mod pretrained;
 mod safetensors;
 #[cfg(test)]
 mod tests;
@@ -22,16 +23,29 @@ use std::path::Path;
 
 pub use config::parse as parse_config;
 pub use export::export_decoder;
-pub use import::load_decoder;
+pub use import::{load_decoder, load_weights};
+pub use pretrained::Pretrained;
 pub use tokenizer::{HfTokenizer, load_tokenizer};
 
 /// The family and decoder configuration of the Hugging Face directory `dir`, from its
 /// `config.json`, validated.
 pub fn read_config(dir: &Path) -> Result<(Family, DecoderConfig), ModelError> {
+    let text = config_text(dir)?;
+    config_of(dir, &text)
+}
+
+/// The text of `dir/config.json`.
+fn config_text(dir: &Path) -> Result<String, ModelError> {
+    fs::read_to_string(dir.join("config.json")).map_err(|_| ModelError::Checkpoint {
+        dir: dir.to_path_buf(),
+        problem: HfProblem::NoConfig,
+    })
+}
+
+/// [`read_config`] of `config.json`'s `text`, read from `dir`.
+fn config_of(dir: &Path, text: &str) -> Result<(Family, DecoderConfig), ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
-    let text =
-        fs::read_to_string(dir.join("config.json")).map_err(|_| fail(HfProblem::NoConfig))?;
-    let (family, config) = parse_config(&text).map_err(fail)?;
+    let (family, config) = parse_config(text).map_err(fail)?;
     config.validate()?;
     Ok((family, config))
 }
@@ -163,6 +177,8 @@ pub enum HfProblem {
         problem: String,
     },
 }
+
+impl std::error::Error for HfProblem {}
 
 impl fmt::Display for HfProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -239,11 +239,19 @@ fn an_exported_model_reads_back_with_its_logits() {
     };
     let configs = [
         (
-            DecoderConfig::new(40, 16, 2, 4, 2, vec![AttentionKind::Sliding { window: 3 }]),
+            DecoderConfig::new(vec![AttentionKind::Sliding { window: 3 }])
+                .with_vocab_size(40)
+                .with_d_model(16)
+                .with_layers(2)
+                .with_kv_heads(Some(2)),
             Family::Mistral,
         ),
         (
-            DecoderConfig::new(40, 16, 2, 4, 1, vec![AttentionKind::Full])
+            DecoderConfig::new(vec![AttentionKind::Full])
+                .with_vocab_size(40)
+                .with_d_model(16)
+                .with_layers(2)
+                .with_kv_heads(Some(1))
                 .with_tie_embeddings(true)
                 .with_rope_base(5e5)
                 .with_architecture(Some(scaled)),
@@ -270,14 +278,11 @@ fn an_exported_model_reads_back_with_its_logits() {
         assert_eq!(got, want, "{family:?}: the round trip changes the logits");
         let _ = fs::remove_dir_all(&dir);
     }
-    let mswa = DecoderConfig::new(
-        40,
-        16,
-        2,
-        4,
-        2,
-        vec![AttentionKind::MultiScale { windows: vec![1, 2, 3, 4] }],
-    );
+    let mswa = DecoderConfig::new(vec![AttentionKind::MultiScale { windows: vec![1, 2, 3, 4] }])
+        .with_vocab_size(40)
+        .with_d_model(16)
+        .with_layers(2)
+        .with_kv_heads(Some(2));
     let model = mswa.init::<B>(&device).unwrap();
     let dir = std::env::temp_dir().join(format!("swa-zoo-export-mswa-{}", std::process::id()));
     match crate::hf::export_decoder(&model, &mswa, &dir) {

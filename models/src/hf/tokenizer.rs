@@ -22,6 +22,17 @@ pub struct HfTokenizer {
 /// Reads `dir/tokenizer.json` for a model of `vocab_size` ids; fails when the file is missing
 /// or unreadable, or when it has more ids than the model.
 pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, ModelError> {
+    let config = fs::read_to_string(dir.join("config.json")).unwrap_or_default();
+    read_tokenizer(dir, vocab_size, &config)
+}
+
+/// [`load_tokenizer`] with `config.json`'s text already read (an empty one names no
+/// end-of-sequence ids).
+pub(crate) fn read_tokenizer(
+    dir: &Path,
+    vocab_size: usize,
+    config: &str,
+) -> Result<HfTokenizer, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     let path = dir.join("tokenizer.json");
     let inner = without_panics("the tokenizers library", || Tokenizer::from_file(&path))
@@ -31,16 +42,22 @@ pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, Mode
     if tokenizer > vocab_size {
         return Err(fail(HfProblem::TokenizerVocab { tokenizer, model: vocab_size }));
     }
-    let config: Value = fs::read_to_string(dir.join("config.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_default();
+    let config: Value = serde_json::from_str(config).unwrap_or_default();
     let eos = match &config["eos_token_id"] {
         Value::Number(id) => id.as_u64().into_iter().map(|id| id as usize).collect(),
         Value::Array(ids) => ids.iter().filter_map(Value::as_u64).map(|id| id as usize).collect(),
         _ => Vec::new(),
     };
     Ok(HfTokenizer { inner, eos })
+}
+
+impl std::fmt::Debug for HfTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HfTokenizer")
+            .field("vocab_size", &self.inner.get_vocab_size(true))
+            .field("eos", &self.eos)
+            .finish()
+    }
 }
 
 impl HfTokenizer {

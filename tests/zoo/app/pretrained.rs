@@ -148,7 +148,10 @@ fn a_run_trained_here_maps_its_attention_and_exports_as_mistral() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let config = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    let config = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2);
     config.save(path("model.json")).unwrap();
     let (run, maps, hf) = (path("run"), path("maps"), path("hf"));
     let steps = ["--seq-len", "16", "--steps", "2", "--batch-size", "2", "--checkpoint-every", "2"];

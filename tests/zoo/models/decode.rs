@@ -63,7 +63,11 @@ pub(crate) fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)>
 
 pub(crate) fn config(attention: Vec<AttentionKind>) -> DecoderConfig {
     let layers = attention.len().max(2);
-    DecoderConfig::new(32, 16, layers, 4, 2, attention)
+    DecoderConfig::new(attention)
+        .with_vocab_size(32)
+        .with_d_model(16)
+        .with_layers(layers)
+        .with_kv_heads(Some(2))
 }
 
 pub(crate) fn token_ids(n: usize) -> Vec<i64> {
@@ -203,7 +207,12 @@ fn full_attention_decodes_exactly_and_its_cache_grows() {
 fn multi_scale_heads_keep_their_own_buffer_sizes() {
     let device = Default::default();
     let bytes = |attention| {
-        let model = DecoderConfig::new(32, 16, 1, 4, 4, attention).init::<B>(&device).unwrap();
+        let model = DecoderConfig::new(attention)
+            .with_vocab_size(32)
+            .with_d_model(16)
+            .with_layers(1)
+            .init::<B>(&device)
+            .unwrap();
         *decode(&model, 20, CachePositions::Absolute).1.last().unwrap()
     };
     let mswa = bytes(vec![AttentionKind::MultiScale { windows: vec![1, 2, 4, 8] }]);

@@ -73,7 +73,7 @@ fn config_round_trips_through_json() {
 
 #[test]
 fn invalid_configs_name_the_field() {
-    let base = || DecoderConfig::new(256, 64, 4, 4, 4, vec![AttentionKind::Full]);
+    let base = || DecoderConfig::new(vec![AttentionKind::Full]).with_d_model(64);
     let field = |c: DecoderConfig| match c.validate() {
         Err(ModelError::Config { field, .. }) => field.to_string(),
         Err(e) => e.to_string(),
@@ -83,7 +83,7 @@ fn invalid_configs_name_the_field() {
     assert_eq!(field(DecoderConfig { layers: 0, ..base() }), "DecoderConfig.layers");
     assert_eq!(field(DecoderConfig { attention: vec![], ..base() }), "DecoderConfig.attention");
     assert_eq!(field(DecoderConfig { d_model: 66, ..base() }), "DecoderConfig.d_model");
-    assert_eq!(field(DecoderConfig { kv_heads: 3, ..base() }), "DecoderConfig.kv_heads");
+    assert_eq!(field(DecoderConfig { kv_heads: Some(3), ..base() }), "DecoderConfig.kv_heads");
     let bad_layer = DecoderConfig {
         attention: vec![AttentionKind::Full, AttentionKind::Sliding { window: 0 }],
         ..base()
@@ -96,7 +96,11 @@ fn invalid_configs_name_the_field() {
 #[test]
 fn a_clone_of_a_fresh_model_has_its_weights() {
     let device = Default::default();
-    let model = DecoderConfig::new(64, 16, 1, 2, 2, vec![AttentionKind::Full])
+    let model = DecoderConfig::new(vec![AttentionKind::Full])
+        .with_vocab_size(64)
+        .with_d_model(16)
+        .with_layers(1)
+        .with_heads(2)
         .init::<Reference>(&device)
         .unwrap();
     let copy = model.clone();

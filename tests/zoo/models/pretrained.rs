@@ -160,7 +160,10 @@ fn a_model_with_every_pretrained_option_decodes_as_it_runs_forward() {
         local_rope_base: Some(100.0),
         global_layers: vec![1, 3],
     };
-    let config = DecoderConfig::new(32, 16, 4, 4, 2, kinds)
+    let config = DecoderConfig::new(kinds)
+        .with_vocab_size(32)
+        .with_d_model(16)
+        .with_kv_heads(Some(2))
         .with_rope_base(1e6)
         .with_architecture(Some(architecture));
     let model = config.init::<B>(&device).unwrap();

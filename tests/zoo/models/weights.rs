@@ -55,7 +55,14 @@ fn longformer() -> AttentionKind {
 
 /// Vocabulary 32, 2 query heads and 1 kv head, one layer per attention kind.
 fn config(d_model: usize, attention: Vec<AttentionKind>, tied: bool) -> DecoderConfig {
-    DecoderConfig::new(32, d_model, attention.len(), 2, 1, attention).with_tie_embeddings(tied)
+    let layers = attention.len();
+    DecoderConfig::new(attention)
+        .with_vocab_size(32)
+        .with_d_model(d_model)
+        .with_layers(layers)
+        .with_heads(2)
+        .with_kv_heads(Some(1))
+        .with_tie_embeddings(tied)
 }
 
 /// Sliding window, Longformer with a global position, and linear attention.

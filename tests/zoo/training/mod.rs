@@ -24,14 +24,10 @@ fn run_dir(name: &str) -> std::path::PathBuf {
 /// 2 heads, a byte vocabulary.
 fn tiny_model() -> swa_zoo::models::DecoderConfig {
     use swa_zoo::attention::layers::AttentionKind;
-    swa_zoo::models::DecoderConfig::new(
-        256,
-        16,
-        2,
-        2,
-        2,
-        vec![AttentionKind::Sliding { window: 8 }],
-    )
+    swa_zoo::models::DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2)
 }
 
 /// A run of [`tiny_model`]: `steps` steps of 2 sequences of 16, a checkpoint every 2 steps, the

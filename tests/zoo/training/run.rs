@@ -134,8 +134,10 @@ fn batches_depend_only_on_seed_epoch_and_step() {
 
 #[test]
 fn evaluation_windows_replace_local_windows_only() {
-    let config =
-        DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Full, AttentionKind::swat(64)]);
+    let config = DecoderConfig::new(vec![AttentionKind::Full, AttentionKind::swat(64)])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2);
     let windowed = with_eval_window(&config, 16, 0).unwrap();
     assert_eq!(
         windowed.attention,
@@ -162,8 +164,10 @@ fn decoded_loss_matches_the_parallel_evaluation() {
     use swa_zoo::training::eval::{decoded_loss, mean_loss};
     let device = Default::default();
     let corpus = Corpus::embedded();
-    let config =
-        DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sinks { sinks: 2, window: 4 }]);
+    let config = DecoderConfig::new(vec![AttentionKind::Sinks { sinks: 2, window: 4 }])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2);
     let model = config.init::<NdArray>(&device).unwrap();
     let parallel = mean_loss(&model, corpus.valid(), 12, 3, 1, &device).unwrap();
     let decoded =

@@ -22,7 +22,7 @@ type B = Autodiff<NdArray>;
 
 /// A 4-layer model of window 32: reach (32 − 1)·4 = 124.
 fn model() -> DecoderConfig {
-    DecoderConfig::new(256, 16, 4, 2, 2, vec![AttentionKind::Sliding { window: 32 }])
+    DecoderConfig::new(vec![AttentionKind::Sliding { window: 32 }]).with_d_model(16).with_heads(2)
 }
 
 fn on_task(task: SyntheticTask, seq_len: usize) -> TrainConfig {

@@ -15,7 +15,10 @@ use swa_zoo::training::train::{TrainConfig, train_with};
 
 /// A tiny sliding-window run of `steps` steps, checkpointed once at the end.
 fn tiny(steps: usize) -> TrainConfig {
-    let model = DecoderConfig::new(256, 16, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2);
     TrainConfig::new(model, 16)
         .with_batch_size(4)
         .with_steps(steps)

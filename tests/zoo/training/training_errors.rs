@@ -17,8 +17,10 @@ use swa_zoo::training::train::{TrainConfig, train};
 type B = Autodiff<NdArray>;
 
 fn tiny(d_model: usize) -> TrainConfig {
-    let model =
-        DecoderConfig::new(256, d_model, 2, 2, 2, vec![AttentionKind::Sliding { window: 8 }]);
+    let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+        .with_d_model(d_model)
+        .with_layers(2)
+        .with_heads(2);
     TrainConfig::new(model, 16)
         .with_batch_size(2)
         .with_steps(2)
