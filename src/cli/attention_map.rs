@@ -1,18 +1,22 @@
-//! `attention-map`: the attention weights of chosen layers and heads over a prompt, one PNG heat
-//! map each (row = query, column = key, light = heavy), for a Hugging Face checkpoint or a run
-//! trained here. Where the sinks sit (SWAT's experiment 4) shows as a light first column.
+//! `attention-map`: the attention weights of chosen layers and heads over a prompt, one figure
+//! each (row = query, column = key, light = heavy), for a Hugging Face checkpoint or a run
+//! trained here. Each figure has the query and key positions on its axes (the tokens on
+//! prompts of at most 48 tokens), a colour bar, a title naming the layer, head, attention kind
+//! and window, and the edge of the head's window drawn over the map; `--log` colours by log10
+//! of the weight. Where the sinks sit (SWAT's experiment 4) shows as a light first column.
+//! The figures are drawn by [`crate::report::attention_map`].
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Int, Tensor, TensorData};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use swa_attention::WindowedAttentionBackend;
-use swa_models::Decoder;
+use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 
 use super::DeviceArgs;
 use crate::error::AppError;
-use crate::report::png::heat_map_png;
+use crate::report::attention_map::{AttentionFigure, ImageFormat, draw};
 use crate::runtime::{Job, run_on};
 use swa_models::hf::Pretrained;
 
@@ -36,10 +40,45 @@ pub struct AttentionMapArgs {
     /// Query heads to draw, from 0.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     heads: Vec<usize>,
-    /// Folder for the images (created). Default: `attention-maps` inside the run, or
-    /// `runs/attention-maps/<checkpoint>` for --hf.
+    /// Colour by log10 of the weight, floored at 1e-4, rather than by the weight: the small
+    /// weights of a trained head, which the linear scale shows as one dark colour, separate.
+    #[arg(long)]
+    log: bool,
+    /// The figures' file format.
+    #[arg(long, value_enum, default_value_t = Formats::Png)]
+    format: Formats,
+    /// Folder for the figures, `layer{l}_head{h}.png` or `.svg` (created). Default:
+    /// `attention-maps` inside the run, or `runs/attention-maps/<checkpoint>` for --hf.
     #[arg(long)]
     to: Option<PathBuf>,
+}
+
+/// What `--format` names.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Formats {
+    /// A PNG image.
+    Png,
+    /// An SVG drawing.
+    Svg,
+    /// Both: a PNG and an SVG of each map.
+    Both,
+}
+
+impl Formats {
+    /// The file formats to write.
+    fn list(self) -> &'static [ImageFormat] {
+        match self {
+            Formats::Png => &[ImageFormat::Png],
+            Formats::Svg => &[ImageFormat::Svg],
+            Formats::Both => &[ImageFormat::Png, ImageFormat::Svg],
+        }
+    }
+}
+
+/// The prompt's tokens: their ids, and each one's text for the tick labels.
+struct Prompt {
+    ids: Vec<usize>,
+    texts: Vec<String>,
 }
 
 /// `attention-map`.
@@ -48,40 +87,50 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
     impl Job for Run {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
-            let (model, tokens, to) = match (&args.hf, &args.out) {
+            let (config, model, prompt, to) = match (&args.hf, &args.out) {
                 (Some(dir), _) => {
                     let run = Pretrained::<B::InnerBackend>::load(dir, &device)?;
-                    let tokens = run.encode(&args.prompt, true)?;
+                    let ids = run.encode(&args.prompt, true)?;
+                    let text = |&id: &usize| match run.decode(&[id]) {
+                        Ok(text) if text.is_empty() => Ok(run.tokenizer.piece(id).unwrap_or(text)),
+                        decoded => decoded,
+                    };
+                    let texts = ids.iter().map(text).collect::<Result<_, _>>()?;
                     let name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-                    (run.model, tokens, Path::new("runs/attention-maps").join(name))
+                    let to = Path::new("runs/attention-maps").join(name);
+                    (run.config, run.model, Prompt { ids, texts }, to)
                 }
                 (None, Some(out)) => {
                     let swa_training::TrainedRun { config, model } =
                         swa_training::TrainedRun::<B::InnerBackend>::load(out, &device)?;
-                    let tokens = config.load_corpus()?.encode(&args.prompt);
-                    (model, tokens, out.join("attention-maps"))
+                    let corpus = config.load_corpus()?;
+                    let ids = corpus.encode(&args.prompt);
+                    let texts = ids.iter().map(|&id| corpus.decode(&[id])).collect();
+                    (config.model, model, Prompt { ids, texts }, out.join("attention-maps"))
                 }
                 (None, None) => unreachable!("clap requires --hf or --out"),
             };
-            draw(&model, &tokens, &args, &args.to.clone().unwrap_or(to), &device)
+            let to = args.to.clone().unwrap_or(to);
+            draw_maps(&model, &config, prompt, &args, &to, &device)
         }
     }
     run_on(&args.device.placement(), Run(args))
 }
 
-/// Writes `layer{l}_head{h}.png` into `to` for every chosen layer and head.
-fn draw<B: WindowedAttentionBackend>(
+/// Writes `layer{l}_head{h}.png` (or `.svg`) into `to` for every chosen layer and head.
+fn draw_maps<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
-    tokens: &[usize],
+    config: &DecoderConfig,
+    prompt: Prompt,
     args: &AttentionMapArgs,
     to: &Path,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let n = tokens.len();
+    let n = prompt.ids.len();
     if n == 0 {
         return Err(AppError::Flag { flag: "--prompt", problem: "has no tokens".into() });
     }
-    let ids = tokens.iter().map(|&t| t as i64).collect();
+    let ids = prompt.ids.iter().map(|&t| t as i64).collect();
     let input = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, n]), device);
     let maps = model.attention_maps(input, &args.layers)?;
     std::fs::create_dir_all(to).map_err(|source| AppError::Io { path: to.into(), source })?;
@@ -95,9 +144,15 @@ fn draw<B: WindowedAttentionBackend>(
             AppError::Flag { flag: "--layers", problem: format!("unreadable weights: {e:?}") }
         })?;
         for &head in &args.heads {
-            let path = to.join(format!("layer{layer}_head{head}.png"));
-            heat_map_png(&path, &values[head * n * n..(head + 1) * n * n], n, n)?;
-            println!("wrote {} ({n} × {n} tokens)", path.display());
+            let weights = values[head * n * n..(head + 1) * n * n].to_vec();
+            let figure =
+                AttentionFigure::for_layer(config, layer, head, weights, prompt.texts.clone())?;
+            let figure = AttentionFigure { log: args.log, ..figure };
+            for &format in args.format.list() {
+                let path = to.join(format!("layer{layer}_head{head}.{}", format.extension()));
+                draw(&figure, &path, format)?;
+                println!("wrote {} ({n} × {n} tokens)", path.display());
+            }
         }
     }
     Ok(())

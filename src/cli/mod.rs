@@ -44,7 +44,9 @@ enum Command {
     /// Continue a prompt with a trained (or untrained) model or a Hugging Face checkpoint,
     /// with a bounded KV cache.
     Generate(generate::GenerateArgs),
-    /// Attention weights of chosen layers and heads over a prompt, one PNG heat map each.
+    /// Attention weights of chosen layers and heads over a prompt, one figure each (PNG or
+    /// SVG): tokens or positions on the axes, a colour bar (linear or --log), and the edge of
+    /// the head's window.
     AttentionMap(attention_map::AttentionMapArgs),
     /// Write a run's model as a Hugging Face directory (Mistral or Llama).
     Export(export::ExportArgs),

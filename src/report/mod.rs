@@ -1,7 +1,8 @@
 //! Reports of results: figures, tables and the loss curve of a run.
 //!
 //! - [`plot`]: SVG figures (heat maps, line plots) drawn with plotters;
-//! - [`png`]: heat maps as PNG images (attention maps);
+//! - [`attention_map`]: attention maps as figures (axes, tokens, colour bar, the window's
+//!   edge), in PNG (drawn with a bitmap font of the crate's own) or SVG;
 //! - [`csv`]: the numbers behind a figure, as CSV;
 //! - [`table`]: a [`Table`] printed as Markdown and written as CSV;
 //! - [`curve`]: the loss curve of a training run, from the Learner's metric logs.
@@ -9,10 +10,12 @@
 //! Every file is written to a temporary sibling and renamed into place, so a reader never sees
 //! half a file and an interrupted run leaves the previous file intact.
 
+pub mod attention_map;
 pub mod csv;
 pub mod curve;
+mod font;
 pub mod plot;
-pub mod png;
+mod png;
 pub mod table;
 
 use std::fmt;

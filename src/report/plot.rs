@@ -15,13 +15,13 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{ReportError, write_atomic};
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(super) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// What drawing on an SVG area can fail with.
-type DrawError = DrawingAreaErrorKind<std::io::Error>;
+pub(super) type DrawError = DrawingAreaErrorKind<std::io::Error>;
 
 /// Draws an SVG of `size` pixels with `draw`, then writes it to `path`.
-fn render(
+pub(super) fn render(
     path: &Path,
     size: (u32, u32),
     draw: impl FnOnce(&Area) -> Result<(), DrawError>,

@@ -1,68 +1,87 @@
-//! Heat maps as PNG images (attention maps): one square cell per matrix entry, colour from a
-//! perceptually even dark-to-light ramp (viridis' end points and three stops between), written
-//! with the `png` crate.
+//! PNG images drawn pixel by pixel: an RGB canvas with filled rectangles and text in the
+//! crate's bitmap font ([`super::font`]), encoded with the `png` crate. The attention maps draw
+//! their PNG figures on it; plotters' bitmap backend would bring the `image` crate and fonts.
 
-use std::path::Path;
+use super::font;
 
-use crate::report::{ReportError, write_atomic};
+/// A colour: red, green, blue.
+pub type Rgb = [u8; 3];
 
-/// Viridis at 0, ¼, ½, ¾ and 1.
-const RAMP: [[f32; 3]; 5] = [
-    [68.0, 1.0, 84.0],
-    [59.0, 82.0, 139.0],
-    [33.0, 145.0, 140.0],
-    [94.0, 201.0, 98.0],
-    [253.0, 231.0, 37.0],
-];
-
-/// Writes `values` (`rows × cols`, row-major, each in `[0, max]`) to `path` as a PNG image of
-/// at least 512 pixels a side where the matrix is smaller: row 0 at the top, 0 dark, `max`
-/// light.
-pub fn heat_map_png(
-    path: &Path,
-    values: &[f32],
-    rows: usize,
-    cols: usize,
-) -> Result<(), ReportError> {
-    let input = |problem: String| ReportError::Input { path: path.to_path_buf(), problem };
-    if rows == 0 || cols == 0 || values.len() != rows * cols {
-        return Err(input(format!("{} values for a {rows} × {cols} map", values.len())));
-    }
-    let cell = (512 / rows.max(cols)).max(1);
-    let (width, height) = (cols * cell, rows * cell);
-    let max = values.iter().copied().filter(|v| v.is_finite()).fold(0.0f32, f32::max);
-    let mut pixels = Vec::with_capacity(width * height * 3);
-    for r in 0..rows {
-        let line: Vec<u8> = (0..cols)
-            .flat_map(|c| {
-                let colour = colour(values[r * cols + c] / max.max(f32::MIN_POSITIVE));
-                std::iter::repeat_n(colour, cell).flatten()
-            })
-            .collect();
-        for _ in 0..cell {
-            pixels.extend_from_slice(&line);
-        }
-    }
-    let mut bytes = Vec::new();
-    let draw = |e: png::EncodingError| ReportError::Draw {
-        path: path.to_path_buf(),
-        problem: e.to_string(),
-    };
-    {
-        let mut encoder = png::Encoder::new(&mut bytes, width as u32, height as u32);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().map_err(draw)?;
-        writer.write_image_data(&pixels).map_err(draw)?;
-        writer.finish().map_err(draw)?;
-    }
-    write_atomic(path, &bytes)
+/// Which way text runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Left to right, upright.
+    Across,
+    /// Bottom to top: turned a quarter anticlockwise, as the labels of a vertical axis or of the
+    /// columns of a matrix.
+    Up,
 }
 
-/// The ramp's colour at `t ∈ [0, 1]` (clamped; NaN is 0).
-pub fn colour(t: f32) -> [u8; 3] {
-    let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) } * (RAMP.len() - 1) as f32;
-    let low = (t.floor() as usize).min(RAMP.len() - 2);
-    let f = t - low as f32;
-    std::array::from_fn(|k| (RAMP[low][k] * (1.0 - f) + RAMP[low + 1][k] * f).round() as u8)
+/// An RGB image being drawn, row 0 at the top.
+pub struct Canvas {
+    width: usize,
+    height: usize,
+    pixels: Vec<u8>,
+}
+
+impl Canvas {
+    /// A `width × height` canvas filled with `background`.
+    pub fn new(width: usize, height: usize, background: Rgb) -> Self {
+        Self { width, height, pixels: background.repeat(width * height) }
+    }
+
+    /// Fills the rectangle of `w × h` pixels whose top-left pixel is `(x, y)`; the part outside
+    /// the canvas is left out.
+    pub fn fill(&mut self, x: usize, y: usize, w: usize, h: usize, colour: Rgb) {
+        let (x1, y1) = ((x + w).min(self.width), (y + h).min(self.height));
+        for row in y.min(y1)..y1 {
+            let line =
+                &mut self.pixels[(row * self.width + x.min(x1)) * 3..(row * self.width + x1) * 3];
+            for pixel in line.chunks_exact_mut(3) {
+                pixel.copy_from_slice(&colour);
+            }
+        }
+    }
+
+    /// Writes `text` with glyphs `scale` times the font's size, the top-left corner of its box
+    /// at `(x, y)`. The box is [`font::width`] wide and `scale · font::HEIGHT` high when the
+    /// text runs across; turned up, the two are swapped and the text ends at the box's top.
+    pub fn text(
+        &mut self,
+        x: usize,
+        y: usize,
+        text: &str,
+        scale: usize,
+        colour: Rgb,
+        direction: Direction,
+    ) {
+        let length = font::width(text, scale);
+        for (k, c) in text.chars().enumerate() {
+            for (row, bits) in font::glyph(c).iter().enumerate() {
+                for column in (0..font::WIDTH).filter(|&b| (bits >> (font::WIDTH - 1 - b)) & 1 == 1)
+                {
+                    // The square's top-left corner along the text (u) and across it (v).
+                    let (u, v) = ((k * font::ADVANCE + column) * scale, row * scale);
+                    match direction {
+                        Direction::Across => self.fill(x + u, y + v, scale, scale, colour),
+                        Direction::Up => {
+                            self.fill(x + v, y + length - u - scale, scale, scale, colour)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The image as a PNG file's bytes (8-bit RGB).
+    pub fn encode(&self) -> Result<Vec<u8>, png::EncodingError> {
+        let mut bytes = Vec::new();
+        let mut encoder = png::Encoder::new(&mut bytes, self.width as u32, self.height as u32);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header()?;
+        writer.write_image_data(&self.pixels)?;
+        writer.finish()?;
+        Ok(bytes)
+    }
 }

@@ -77,6 +77,13 @@ impl HfTokenizer {
         self.inner.decode(&ids, true).map_err(|e| HfProblem::Tokenizer { problem: e.to_string() })
     }
 
+    /// The vocabulary entry of `id` as the tokenizer stores it (e.g. `<s>`, `▁the`), or `None`
+    /// outside the vocabulary: a name for a token, such as a special one, that decodes to no
+    /// text.
+    pub fn piece(&self, id: usize) -> Option<String> {
+        self.inner.id_to_token(id as u32)
+    }
+
     /// Whether `id` ends a sequence.
     pub fn is_eos(&self, id: usize) -> bool {
         self.eos.contains(&id)

@@ -1,6 +1,7 @@
 //! The application in the facade: the cross-backend check, the efficiency benchmarks and the
 //! per-paper examples' smoke runs.
 
+mod attention_map;
 mod bench;
 mod check_backends;
 mod cli;

@@ -45,10 +45,20 @@ fn every_fixture_generates_maps_attention_and_evaluates_under_window_inference()
         let out =
             std::env::temp_dir().join(format!("swa-zoo-hf-cli-{family}-{}", std::process::id()));
         let to = out.to_str().unwrap();
-        swa_zoo(&["attention-map", "--hf", dir, "--layers", "0,1", "--heads", "0,3", "--to", to]);
+        let maps = ["attention-map", "--hf", dir, "--layers", "0,1", "--heads", "0,3", "--to", to];
+        swa_zoo(&[&maps[..], &["--format", "both"]].concat());
         for file in ["layer0_head0.png", "layer1_head3.png"] {
             let png = std::fs::read(out.join(file)).unwrap();
             assert_eq!(&png[1..4], b"PNG", "{family}: {file}");
+        }
+        let svg = std::fs::read_to_string(out.join("layer1_head3.svg")).unwrap();
+        assert!(svg.contains("Layer 1, head 3: "), "{family}: {svg}");
+        if family == "mistral" {
+            assert!(svg.contains("Layer 1, head 3: sliding W=8"), "{svg}");
+        }
+        if family == "gemma2" {
+            // A special token, which decodes to no text, is labelled with its name.
+            assert!(svg.contains("\n&lt;bos&gt;\n"), "{svg}");
         }
         let corpus = fixtures().join("corpus.txt");
         let corpus = corpus.to_str().unwrap();
@@ -156,8 +166,14 @@ fn a_run_trained_here_maps_its_attention_and_exports_as_mistral() {
     let (run, maps, hf) = (path("run"), path("maps"), path("hf"));
     let steps = ["--seq-len", "16", "--steps", "2", "--batch-size", "2", "--checkpoint-every", "2"];
     swa_zoo(&[&["train", "--config", &path("model.json"), "--out", &run][..], &steps[..]].concat());
-    swa_zoo(&["attention-map", "--out", &run, "--layers", "1", "--heads", "1", "--to", &maps]);
+    let prompt = ["--prompt", "Hi there", "--format", "both", "--log"];
+    let map = ["attention-map", "--out", &run, "--layers", "1", "--heads", "1", "--to", &maps];
+    swa_zoo(&[&map[..], &prompt[..]].concat());
     assert_eq!(&std::fs::read(dir.join("maps/layer1_head1.png")).unwrap()[1..4], b"PNG");
+    let svg = std::fs::read_to_string(dir.join("maps/layer1_head1.svg")).unwrap();
+    for text in ["Layer 1, head 1: sliding W=8", "H", "␣", "≤1e-4"] {
+        assert!(svg.contains(&format!(">\n{text}\n</text>")), "missing {text}: {svg}");
+    }
     cli(&["export", "--out", &run, "--to", &hf]);
     let device = Default::default();
     let trained = swa_zoo::models::weights::load_record::<NdArray>(

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use swa_zoo::report::ReportError;
+use swa_zoo::report::attention_map::colour;
 use swa_zoo::report::csv::write_csv;
 use swa_zoo::report::plot::{heat_map, line_plot, tidy};
-use swa_zoo::report::png::colour;
 
 #[test]
 fn the_ramp_runs_from_dark_to_light() {
