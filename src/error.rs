@@ -15,6 +15,7 @@ use crate::report::ReportError;
 
 /// Why a command, benchmark, check or study failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AppError {
     /// Training, evaluation or a data source failed.
     Training(TrainingError),

@@ -1,5 +1,5 @@
 //! The blocked O(N·w) path of the core: tensor ops only, so it runs and differentiates on every
-//! Burn backend. The schedule comes from [`crate::plan`]; this file gathers each block's queries
+//! Burn backend. The schedule comes from `crate::plan`; this file gathers each block's queries
 //! and keys, attends with the shared score code, and scatters the rows back in place.
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};

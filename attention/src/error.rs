@@ -6,6 +6,7 @@ use crate::rope::RopeScaling;
 
 /// Why a window spec, score option or attention call was rejected.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum AttentionError {
     /// A sliding window must see at least one key (docs/semantics.md §2: `W = 0` is an error).
     ZeroWindow { head: usize },

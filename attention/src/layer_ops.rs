@@ -33,6 +33,7 @@ pub struct RmsOptions {
 /// The activation of a gated MLP's gate. Serialised in snake case: `"silu"`, `"gelu_tanh"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MlpActivation {
     /// `x·σ(x)` (SwiGLU: Transformer++, Llama, Mistral, Qwen2).
     #[default]

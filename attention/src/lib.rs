@@ -7,7 +7,7 @@
 //! formed.
 //!
 //! Three implementations answer the same call:
-//! - [`dense_attention`], the O(N²) reference for tests ([`reference`]);
+//! - [`dense_attention`], the O(N²) reference for tests ([`reference`](mod@reference));
 //! - [`blocked_attention`], the O(N·w) tensor-op path that runs and differentiates everywhere
 //!   ([`blocked`], scheduled by `plan`);
 //! - fused kernels, plugged in through [`WindowedAttentionBackend`] ([`backend`]): the CubeCL

@@ -6,6 +6,7 @@ use crate::AttentionError;
 
 /// How scores become attention weights (docs/semantics.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ScoreFn {
     /// `exp(s − m) / Σ exp(s − m)` over the visible keys.
     Softmax,

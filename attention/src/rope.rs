@@ -28,6 +28,7 @@ pub struct RopeConfig {
 /// `{"type": "linear", "factor": 8.0}`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RopeScaling {
     /// Every frequency divided by `factor` (position interpolation; Gemma 3's global layers).
     Linear {

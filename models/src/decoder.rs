@@ -147,7 +147,7 @@ impl DecoderConfig {
         Ok(())
     }
 
-    /// Builds the model with random weights, drawn now (see [`Materialize`]); fails, naming
+    /// Builds the model with random weights, drawn now (see `Materialize`); fails, naming
     /// the field or layer, on an invalid configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<Decoder<B>, ModelError> {
         let model = self.init_lazy(device)?;

@@ -9,6 +9,7 @@ use crate::hf::HfProblem;
 
 /// Why a model could not be built, run, saved or loaded.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ModelError {
     /// A field of the model configuration is invalid.
     Config {
@@ -56,9 +57,9 @@ impl std::error::Error for ModelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ModelError::Layer { source, .. } => Some(source),
-            ModelError::Config { .. }
-            | ModelError::Weights { .. }
-            | ModelError::Checkpoint { .. } => None,
+            ModelError::Checkpoint { problem, .. } => Some(problem),
+            // Burn's record errors reach here as text (`RecorderError` holds strings).
+            ModelError::Config { .. } | ModelError::Weights { .. } => None,
         }
     }
 }

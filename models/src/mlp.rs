@@ -3,6 +3,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
+use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 use swa_attention::WindowedAttentionBackend;
@@ -43,6 +44,7 @@ impl GatedMlpConfig {
 
 /// `down(act(gate(x)) ∘ up(x))`.
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct GatedMlp<B: Backend> {
     gate: Linear<B>,
     up: Linear<B>,
@@ -56,5 +58,21 @@ impl<B: WindowedAttentionBackend> GatedMlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let (a, b) = (linear(&self.gate, x.clone()), linear(&self.up, x));
         linear(&self.down, gate(a, b, self.activation))
+    }
+}
+
+/// One line: the widths and the gate's activation.
+impl<B: Backend> ModuleDisplay for GatedMlp<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new().with_new_line_after_attribute(false).optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        let [d_model, hidden] = self.gate.weight.shape().dims();
+        content
+            .add("d_model", &d_model)
+            .add("hidden", &hidden)
+            .add("activation", &format!("{:?}", self.activation))
+            .optional()
     }
 }

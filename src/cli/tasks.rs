@@ -99,10 +99,6 @@ pub fn eval<B: WindowedAttentionBackend>(
     // (length, distance) settings: MQAR and majority at each length; passkey at each distance,
     // in the training length or the shortest sequence that holds it.
     let settings: Vec<(usize, Option<usize>)> = match task {
-        SyntheticTask::Mqar { .. } | SyntheticTask::Majority { .. } => match lengths.is_empty() {
-            true => vec![(config.seq_len, None)],
-            false => lengths.iter().map(|&n| (n, None)).collect(),
-        },
         SyntheticTask::Passkey { digits } => {
             let distances = match distances.is_empty() {
                 true => passkey_distances(&config.model, config.seq_len, *digits),
@@ -113,6 +109,11 @@ pub fn eval<B: WindowedAttentionBackend>(
                 .map(|d| (config.seq_len.max(Passkey::shortest_seq_len(d, *digits)), Some(d)))
                 .collect()
         }
+        // MQAR, majority, and any task without distances: at each length.
+        _ => match lengths.is_empty() {
+            true => vec![(config.seq_len, None)],
+            false => lengths.iter().map(|&n| (n, None)).collect(),
+        },
     };
     let examples = |len: usize, distance: Option<usize>| -> Result<Vec<Example>, AppError> {
         let sample = |i: u64| match (task, distance) {

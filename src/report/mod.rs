@@ -25,6 +25,7 @@ pub use table::Table;
 
 /// Why a figure or table was not written; every variant names the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReportError {
     /// The data cannot be drawn (mismatched sizes, nothing to plot).
     Input { path: PathBuf, problem: String },

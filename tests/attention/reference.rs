@@ -36,6 +36,7 @@ fn scalar(
             ScoreFn::Sigmoid { beta } => {
                 s.iter().map(|&(j, x)| (j, 1.0 / (1.0 + (-(x + beta as f64)).exp()))).collect()
             }
+            other => panic!("the naive reference has no {other:?}"),
         };
         let total: f64 = weights.iter().map(|w| w.1).sum();
         if weights.is_empty() {

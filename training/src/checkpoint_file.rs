@@ -4,7 +4,7 @@
 //! holding its size and checksum. A checkpoint is complete when its three records and sidecars
 //! are present and agree ([`verify`]). The Learner is told to delete nothing ([`SaveOnly`]):
 //! whichever writer completes a checkpoint deletes the ones older than the newest `keep`
-//! complete ones ([`prune`]), so a complete checkpoint survives until a newer one is complete.
+//! complete ones (`prune`), so a complete checkpoint survives until a newer one is complete.
 
 use std::fs;
 use std::io::Read;

@@ -13,6 +13,7 @@ use crate::distributed::ClusterProblem;
 
 /// Why training, evaluation or a data source failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TrainingError {
     /// A field of a run's or a synthetic task's configuration has a value that cannot work.
     Field {

@@ -17,6 +17,7 @@ use crate::tasks::{Example, Majority, Mqar, Passkey, correct_answers, exact_matc
 
 /// A synthetic task to train on, with its sequence length given by the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum SyntheticTask {
     /// Multi-query associative recall: `pairs` key-value pairs, every key asked for once
     /// afterwards ([`Mqar`] with `queries = pairs`).

@@ -9,6 +9,7 @@ use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 /// `{"kind": "sliding", "window": 256}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttentionKind {
     /// Full causal attention, the baseline.
     Full,

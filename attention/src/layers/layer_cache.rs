@@ -16,6 +16,7 @@ use crate::{AttentionError, WindowSpec, WindowedAttentionBackend};
     clippy::large_enum_variant,
     reason = "one cache per layer: boxing would add an indirection to save a few hundred bytes"
 )]
+#[non_exhaustive]
 pub enum LayerCache<B: Backend> {
     /// Windowed kinds: the bounded cache of the local projections, and for Longformer's global
     /// rows a cache of the global projections, kept only until the last global position.

@@ -3,6 +3,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
+use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
@@ -35,6 +36,7 @@ pub struct LinearAttentionConfig {
 /// `y_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + ε)`, a causal layer whose
 /// decoding state does not grow with the sequence.
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct LinearAttention<B: Backend> {
     query: Linear<B>,
     key: Linear<B>,
@@ -229,4 +231,19 @@ fn exclusive_prefix_sum<B: Backend>(t: Tensor<B, 5>) -> Tensor<B, 5> {
         return zero;
     }
     Tensor::cat(vec![zero, t.narrow(2, 0, chunks - 1)], 2).cumsum(2)
+}
+
+/// One line: heads, feature and head widths.
+impl<B: Backend> ModuleDisplay for LinearAttention<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new().with_new_line_after_attribute(false).optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("heads", &self.heads)
+            .add("feature_dim", &self.feature_dim)
+            .add("head_dim", &self.head_dim)
+            .optional()
+    }
 }

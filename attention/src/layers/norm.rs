@@ -2,6 +2,7 @@
 //! used per head on q and k (Gemma 3's q/k norm, docs/semantics.md §9).
 
 use burn::config::Config;
+use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Tensor, backend::Backend};
@@ -26,6 +27,7 @@ pub struct RmsNormConfig {
 /// `x / √(mean(x²) + ε) · γ`, with `γ = w` or `γ = 1 + w` ([`RmsNormConfig::unit_offset`]),
 /// as one fused op where the backend has one ([`crate::layer_ops::rms_norm`]).
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct RmsNorm<B: Backend> {
     gamma: Param<Tensor<B, 1>>,
     epsilon: f64,
@@ -54,5 +56,20 @@ impl<B: WindowedAttentionBackend> RmsNorm<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let options = RmsOptions { epsilon: self.epsilon, unit_offset: self.unit_offset };
         rms_norm(x, self.gamma.val(), options)
+    }
+}
+
+/// One line: width, ε and whether the scale is `1 + w`.
+impl<B: Backend> ModuleDisplay for RmsNorm<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new().with_new_line_after_attribute(false).optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("d", &self.gamma.shape().dims::<1>()[0])
+            .add("epsilon", &self.epsilon)
+            .add("unit_offset", &self.unit_offset)
+            .optional()
     }
 }

@@ -3,6 +3,7 @@
 //! (docs/semantics.md §8, §9). Decoding with it is in [`crate::layers::layer_cache`].
 
 use burn::config::Config;
+use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::sigmoid;
@@ -50,6 +51,7 @@ pub struct Projections<B: Backend> {
 
 /// Multi-head self-attention of one [`AttentionKind`].
 #[derive(Module, Debug)]
+#[module(custom_display)]
 pub struct SelfAttention<B: Backend> {
     /// q, k, v projections; absent for linear attention.
     pub(crate) local: Option<Projections<B>>,
@@ -338,5 +340,25 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         let k = norm(split(linear(&p.key, x.clone()), self.kv_heads), &self.key_norm);
         let v = split(linear(&p.value, x), self.kv_heads);
         (q, k, v)
+    }
+}
+
+/// One line: the kind, the heads and the head width, and what the layer adds to them (Burn's
+/// default would list every projection and RoPE's frequencies).
+impl<B: Backend> ModuleDisplay for SelfAttention<B> {
+    fn custom_settings(&self) -> Option<DisplaySettings> {
+        DisplaySettings::new().with_new_line_after_attribute(false).optional()
+    }
+
+    fn custom_content(&self, content: Content) -> Option<Content> {
+        content
+            .add("kind", &format!("{:?}", self.kind))
+            .add("heads", &self.heads)
+            .add("kv_heads", &self.kv_heads)
+            .add("head_dim", &self.head_dim)
+            .add("score", &format!("{:?}", self.scores.score_fn))
+            .add("qk_norm", &self.query_norm.is_some())
+            .add("sink_logits", &self.sinks.is_some())
+            .optional()
     }
 }

@@ -81,23 +81,25 @@ fn family_config(config: &DecoderConfig) -> Result<(Family, Value), HfProblem> {
     if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
         return refuse(format!("{} has no {what}", family.model_type()));
     }
-    let scaling = arch.rope_scaling.map(|scaling| match scaling {
-        RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
-        RopeScaling::Llama3 {
+    let scaling = match arch.rope_scaling {
+        None => None,
+        Some(RopeScaling::Linear { factor }) => {
+            Some(json!({"rope_type": "linear", "factor": factor}))
+        }
+        Some(RopeScaling::Llama3 {
             factor,
             low_freq_factor,
             high_freq_factor,
             original_max_position,
-        } => {
-            json!({
-                "rope_type": "llama3",
-                "factor": factor,
-                "low_freq_factor": low_freq_factor,
-                "high_freq_factor": high_freq_factor,
-                "original_max_position_embeddings": original_max_position,
-            })
-        }
-    });
+        }) => Some(json!({
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": low_freq_factor,
+            "high_freq_factor": high_freq_factor,
+            "original_max_position_embeddings": original_max_position,
+        })),
+        Some(other) => return refuse(format!("config.json has no form for {other:?}")),
+    };
     let mut rope_parameters = json!({"rope_type": "default", "rope_theta": config.rope_base});
     if let Some(Value::Object(scaling)) = &scaling {
         rope_parameters = json!({"rope_theta": config.rope_base});

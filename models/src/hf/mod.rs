@@ -52,6 +52,7 @@ fn config_of(dir: &Path, text: &str) -> Result<(Family, DecoderConfig), ModelErr
 
 /// The architectures swa-zoo imports, by `config.json`'s `model_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Family {
     /// `mistral`: sliding window on every layer, or none.
     Mistral,
@@ -96,6 +97,7 @@ impl Family {
 
 /// What is wrong with a Hugging Face directory, in [`crate::ModelError::Checkpoint`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum HfProblem {
     /// The directory has no `config.json`.
     NoConfig,

@@ -39,6 +39,7 @@ type Segment = ((usize, usize), (usize, usize));
 
 /// The file formats of a figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ImageFormat {
     /// A PNG image drawn with the crate's bitmap font.
     Png,
@@ -216,6 +217,7 @@ pub fn describe_kind(kind: &AttentionKind, head: usize) -> String {
             text
         }
         AttentionKind::Linear { .. } => "linear".into(),
+        other => format!("{other:?}"),
     }
 }
 

@@ -1,10 +1,11 @@
 //! The application in the facade: the cross-backend check, the efficiency benchmarks and the
-//! per-paper examples' smoke runs.
+//! per-paper examples' smoke runs, the library example.
 
 mod attention_map;
 mod bench;
 mod check_backends;
 mod cli;
 mod examples;
+mod library;
 mod pretrained;
 mod report;

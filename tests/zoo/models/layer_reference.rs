@@ -198,6 +198,7 @@ fn keys(kind: &AttentionKind, h: usize, i: usize, n: usize) -> Vec<usize> {
             keys
         }
         AttentionKind::Linear { .. } => unreachable!("linear attention has no keys"),
+        other => panic!("the layer reference has no {other:?}"),
     }
 }
 
@@ -211,6 +212,7 @@ fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
             let sigmoid = match score_fn {
                 ScoreFn::Sigmoid { beta } => Some(f64::from(*beta)),
                 ScoreFn::Softmax => None,
+                other => panic!("the layer reference has no {other:?}"),
             };
             if *positions == SwatPositions::Rope {
                 return vec![Score { slope: 0.0, sigmoid }; heads];

@@ -4,6 +4,7 @@
 
 mod decode;
 mod decoder;
+mod display;
 mod layer_forward;
 mod layer_reference;
 mod layers;

@@ -1,7 +1,7 @@
 //! One process's place in a multi-process run, and the collective calls training needs: a sum
 //! over the processes, and a gather of every process's piece built on it.
 //!
-//! The processes meet through the coordinator ([`super::rendezvous`]), then exchange tensors
+//! The processes meet through the coordinator (`super::rendezvous`), then exchange tensors
 //! directly through burn-communication's tensor data service over WebSocket: for call `k`,
 //! each process offers its tensor under transfer id `k` and downloads every other process's,
 //! and every process adds them in rank order, so all get the same bits. burn-collective 0.21,
@@ -54,6 +54,7 @@ pub struct ClusterConfig {
 
 /// Why a process could not take its place in a run.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ClusterProblem {
     /// A run of no processes.
     NoProcesses,

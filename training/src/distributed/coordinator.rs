@@ -1,5 +1,5 @@
 //! The coordinator of multi-process runs: it introduces the processes of a run to each other
-//! when they join ([`super::rendezvous`]); their tensors then travel between the processes
+//! when they join (`super::rendezvous`); their tensors then travel between the processes
 //! directly. It serves one run after another until it is stopped (Ctrl-C).
 
 use std::net::TcpListener;

@@ -1,6 +1,6 @@
 //! Training beyond one process, on Burn's communication layer (burn-communication):
 //! - [`cluster`]: a process joins a run of `nodes` processes through a coordinator
-//!   ([`coordinator`], [`rendezvous`]) and sums or gathers tensors with the others, every call
+//!   ([`coordinator`], `rendezvous`) and sums or gathers tensors with the others, every call
 //!   watched by [`watchdog`];
 //! - [`gradients`]: data parallelism's steps (rank 0's initial weights, the mean of every
 //!   step's gradients), used by [`crate::train`] when a run has a cluster;
