@@ -37,7 +37,7 @@ use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::models::{DecoderConfig, Preset};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::language_model::LanguageModel;
-use swa_zoo::training::loader::{Sampling, WindowLoader};
+use swa_zoo::training::loader::{LoaderConfig, Sampling};
 use swa_zoo::training::schedule::WarmupCosine;
 use swa_zoo::training::train::TrainConfig;
 
@@ -200,9 +200,11 @@ fn child(size: &Size, warmup: usize, steps: usize) -> Value {
         WarmupCosine::new(peak, peak * train.min_lr_ratio, train.warmup_steps, train.steps);
     let sampling = Sampling::Random { seed: train.seed };
     let tokens = Corpus::embedded().train();
-    let loader =
-        WindowLoader::<B>::new(tokens, size.seq_len, size.batch, train.steps, sampling, 0, device)
-            .expect("the corpus is long enough");
+    let loader = LoaderConfig::new(size.seq_len, size.batch)
+        .with_steps(train.steps)
+        .with_sampling(sampling)
+        .init_text::<B>(tokens, &device)
+        .expect("the corpus is long enough");
     let mut start = Instant::now();
     for step in 0..warmup + steps {
         if step == warmup {

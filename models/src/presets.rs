@@ -37,6 +37,138 @@ struct Dims {
     window: usize,
 }
 
+/// The cited models the presets are built from, one row of [`CITED`] each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    /// MSWA's Table 2 model (and the vanilla baseline's size).
+    MswaTable2,
+    /// MSWA's Table 3 hybrids.
+    MswaTable3,
+    /// SWAT's 340M model (its Table 1).
+    Swat340m,
+    /// SWAT's analysis model (its Table 3).
+    SwatAnalysis,
+    /// LongNet's decoder.
+    LongNet,
+    /// Longformer, encoder or decoder.
+    Longformer,
+}
+
+/// A cited model's numbers: its size at each scale, the sequence lengths it trains at (paper,
+/// tiny) and where it comes from.
+struct Cited {
+    /// Which model the row is.
+    model: Model,
+    /// The cited table's size.
+    paper: Dims,
+    /// A few hundred thousand parameters, for CPU work.
+    tiny: Dims,
+    /// Training sequence lengths, paper then tiny.
+    train_len: [usize; 2],
+    /// Where the numbers come from.
+    source: &'static str,
+}
+
+/// Every cited model's numbers, so that the presets differ in data, not in code.
+const CITED: [Cited; 6] = [
+    // MSWA's Table 2 model: 12 layers, 8 heads, d = 512, base window 128, trained on sequences
+    // of 1024 (docs/semantics.md §3).
+    Cited {
+        model: Model::MswaTable2,
+        paper: Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
+        tiny: Dims { d_model: 64, heads: 4, layers: 4, window: 16 },
+        train_len: [1024, 128],
+        source: "MSWA (Xu et al., 2025), Table 2",
+    },
+    // MSWA's Table 3 hybrids: Table 2's size; the tiny one has two "linear, local, local"
+    // triples.
+    Cited {
+        model: Model::MswaTable3,
+        paper: Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
+        tiny: Dims { d_model: 64, heads: 4, layers: 6, window: 16 },
+        train_len: [1024, 128],
+        source: "MSWA (Xu et al., 2025), Table 3",
+    },
+    // SWAT's 340M model (Table 1: d = 1024, 16 heads, 24 layers, W = 256), trained on sequences
+    // of 4W, the best setting of its Table 2 (docs/semantics.md §4).
+    Cited {
+        model: Model::Swat340m,
+        paper: Dims { d_model: 1024, heads: 16, layers: 24, window: 256 },
+        tiny: Dims { d_model: 64, heads: 4, layers: 2, window: 16 },
+        train_len: [4 * 256, 4 * 16],
+        source: "SWAT (Fu et al., 2025), Table 1",
+    },
+    // SWAT's analysis model (Table 3: 12 heads, d = 768, 12 layers), W = 256, trained at 4W.
+    Cited {
+        model: Model::SwatAnalysis,
+        paper: Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
+        tiny: Dims { d_model: 48, heads: 6, layers: 2, window: 16 },
+        train_len: [4 * 256, 4 * 16],
+        source: "SWAT (Fu et al., 2025), Table 3",
+    },
+    // LongNet: 12 heads, so that every offset of its largest dilation r = 12 has a head,
+    // trained at its largest segment (docs/semantics.md §5); its branches have no base window.
+    Cited {
+        model: Model::LongNet,
+        paper: Dims { d_model: 768, heads: 12, layers: 12, window: 0 },
+        tiny: Dims { d_model: 48, heads: 6, layers: 2, window: 0 },
+        train_len: [32768, 128],
+        source: "LongNet (Ding et al., 2023), §2.4 and §4",
+    },
+    // Longformer with one-sided window 256 (Hugging Face's 512), trained at 4096
+    // (docs/semantics.md §2).
+    Cited {
+        model: Model::Longformer,
+        paper: Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
+        tiny: Dims { d_model: 64, heads: 4, layers: 2, window: 8 },
+        train_len: [4096, 128],
+        source: "Longformer (Beltagy et al., 2020), §3 and §4",
+    },
+];
+
+impl Model {
+    /// The model's row of [`CITED`].
+    fn cited(self) -> &'static Cited {
+        CITED.iter().find(|row| row.model == self).expect("every cited model has a row")
+    }
+}
+
+impl Cited {
+    /// The model's size at `scale`.
+    fn dims(&self, scale: Scale) -> &Dims {
+        match scale {
+            Scale::Paper => &self.paper,
+            Scale::Tiny => &self.tiny,
+        }
+    }
+
+    /// The sequence length the model trains at, at `scale`.
+    fn train_len(&self, scale: Scale) -> usize {
+        match scale {
+            Scale::Paper => self.train_len[0],
+            Scale::Tiny => self.train_len[1],
+        }
+    }
+
+    /// The preset `base` (`base-tiny` at the tiny scale) of this model's size at `scale`, its
+    /// layers `attention`.
+    fn preset(
+        &self,
+        base: &str,
+        scale: Scale,
+        vocab: usize,
+        attention: Vec<AttentionKind>,
+    ) -> Preset {
+        Preset {
+            name: named(base, scale),
+            config: decoder(vocab, self.dims(scale), attention),
+            train_len: self.train_len(scale),
+            source: self.source,
+        }
+    }
+}
+
+/// `base` at `scale`: itself at the paper's scale, `base-tiny` at the tiny one.
 fn named(base: &str, scale: Scale) -> String {
     match scale {
         Scale::Paper => base.to_string(),
@@ -44,6 +176,7 @@ fn named(base: &str, scale: Scale) -> String {
     }
 }
 
+/// A decoder of `dims` over `vocab` tokens whose layers are `attention`.
 fn decoder(vocab: usize, dims: &Dims, attention: Vec<AttentionKind>) -> DecoderConfig {
     DecoderConfig::new(attention)
         .with_vocab_size(vocab)
@@ -52,19 +185,12 @@ fn decoder(vocab: usize, dims: &Dims, attention: Vec<AttentionKind>) -> DecoderC
         .with_heads(dims.heads)
 }
 
-/// MSWA's Table 2 model: 12 layers, 8 heads, d = 512, base window 128.
-fn mswa_dims(scale: Scale) -> Dims {
-    match scale {
-        Scale::Paper => Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
-        Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 4, window: 16 },
-    }
-}
-
 impl Preset {
     /// MSWA Table 2: SWA, MSWA-h, MSWA-l or MSWA (geometric allocation) at base window 128,
     /// trained on sequences of 1024 (docs/semantics.md §3).
     pub fn mswa(variant: MswaVariant, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
-        let dims = mswa_dims(scale);
+        let cited = Model::MswaTable2.cited();
+        let dims = cited.dims(scale);
         let windows =
             mswa_windows(variant, MswaStrategy::Geometric, dims.window, dims.layers, dims.heads)?;
         let suffix = match variant {
@@ -75,23 +201,16 @@ impl Preset {
         };
         let attention =
             windows.into_iter().map(|windows| AttentionKind::MultiScale { windows }).collect();
-        Ok(Self {
-            name: named(&format!("mswa-table2-{suffix}"), scale),
-            config: decoder(vocab, &dims, attention),
-            train_len: if scale == Scale::Paper { 1024 } else { 128 },
-            source: "MSWA (Xu et al., 2025), Table 2",
-        })
+        Ok(cited.preset(&format!("mswa-table2-{suffix}"), scale, vocab, attention))
     }
 
     /// MSWA Table 2's full-attention baselines, trained at `train_len` 1024 or 2048.
     pub fn mswa_full(train_len: usize, scale: Scale, vocab: usize) -> Self {
-        let dims = mswa_dims(scale);
-        Self {
-            name: named(&format!("mswa-table2-full-{train_len}"), scale),
-            config: decoder(vocab, &dims, vec![AttentionKind::Full]),
-            train_len: if scale == Scale::Paper { train_len } else { train_len / 8 },
-            source: "MSWA (Xu et al., 2025), Table 2",
-        }
+        let name = format!("mswa-table2-full-{train_len}");
+        let preset =
+            Model::MswaTable2.cited().preset(&name, scale, vocab, vec![AttentionKind::Full]);
+        let train_len = if scale == Scale::Paper { train_len } else { train_len / 8 };
+        Self { train_len, ..preset }
     }
 
     /// MSWA Table 3 hybrids: every consecutive triple of layers is "linear, local, local"
@@ -102,10 +221,8 @@ impl Preset {
         scale: Scale,
         vocab: usize,
     ) -> Result<Self, AttentionError> {
-        let dims = match scale {
-            Scale::Paper => Dims { d_model: 512, heads: 8, layers: 12, window: 128 },
-            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 6, window: 16 },
-        };
+        let cited = Model::MswaTable3.cited();
+        let dims = cited.dims(scale);
         let linear = AttentionKind::Linear { feature_dim: 16 };
         let (name, attention) = match local {
             None => ("linear", vec![linear]),
@@ -132,95 +249,57 @@ impl Preset {
                 (if variant == MswaVariant::Swa { "linear-swa" } else { "linear-mswa" }, kinds)
             }
         };
-        Ok(Self {
-            name: named(&format!("mswa-table3-{name}"), scale),
-            config: decoder(vocab, &dims, attention),
-            train_len: if scale == Scale::Paper { 1024 } else { 128 },
-            source: "MSWA (Xu et al., 2025), Table 3",
-        })
+        Ok(cited.preset(&format!("mswa-table3-{name}"), scale, vocab, attention))
     }
 
     /// SWAT's 340M model (Table 1: d = 1024, 16 heads, 24 layers, W = 256), trained on
     /// sequences of 4W, the best setting of its Table 2 (docs/semantics.md §4).
     pub fn swat_340m(scale: Scale, vocab: usize) -> Self {
-        let dims = match scale {
-            Scale::Paper => Dims { d_model: 1024, heads: 16, layers: 24, window: 256 },
-            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 2, window: 16 },
-        };
-        Self {
-            name: named("swat-340m", scale),
-            train_len: 4 * dims.window,
-            config: decoder(vocab, &dims, vec![AttentionKind::swat(dims.window)]),
-            source: "SWAT (Fu et al., 2025), Table 1",
-        }
+        Self::swat(Model::Swat340m, "swat-340m", scale, vocab)
     }
 
     /// SWAT's analysis model (Table 3: 12 heads, d = 768, 12 layers), W = 256, trained at 4W.
     pub fn swat_analysis(scale: Scale, vocab: usize) -> Self {
-        let dims = match scale {
-            Scale::Paper => Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
-            Scale::Tiny => Dims { d_model: 48, heads: 6, layers: 2, window: 16 },
-        };
-        Self {
-            name: named("swat-analysis", scale),
-            train_len: 4 * dims.window,
-            config: decoder(vocab, &dims, vec![AttentionKind::swat(dims.window)]),
-            source: "SWAT (Fu et al., 2025), Table 3",
-        }
+        Self::swat(Model::SwatAnalysis, "swat-analysis", scale, vocab)
+    }
+
+    /// The SWAT preset `base` of `model`'s size: SWAT attention at its window on every layer.
+    fn swat(model: Model, base: &str, scale: Scale, vocab: usize) -> Self {
+        let cited = model.cited();
+        let window = cited.dims(scale).window;
+        cited.preset(base, scale, vocab, vec![AttentionKind::swat(window)])
     }
 
     /// A LongNet decoder with the paper's branches `w = (2048 … 32768)`, `r = (1, 2, 4, 6, 12)`
     /// (docs/semantics.md §5), 12 heads so that every offset of `r = 12` has a head.
     pub fn longnet(scale: Scale, vocab: usize) -> Self {
-        let (dims, segments, dilations) = match scale {
-            Scale::Paper => (
-                Dims { d_model: 768, heads: 12, layers: 12, window: 0 },
-                vec![2048, 4096, 8192, 16384, 32768],
-                vec![1, 2, 4, 6, 12],
-            ),
-            Scale::Tiny => (
-                Dims { d_model: 48, heads: 6, layers: 2, window: 0 },
-                vec![16, 32, 64],
-                vec![1, 2, 4],
-            ),
+        let (segments, dilations) = match scale {
+            Scale::Paper => (vec![2048, 4096, 8192, 16384, 32768], vec![1, 2, 4, 6, 12]),
+            Scale::Tiny => (vec![16, 32, 64], vec![1, 2, 4]),
         };
-        Self {
-            name: named("longnet", scale),
-            train_len: if scale == Scale::Paper { 32768 } else { 128 },
-            config: decoder(vocab, &dims, vec![AttentionKind::LongNet { segments, dilations }]),
-            source: "LongNet (Ding et al., 2023), §2.4 and §4",
-        }
+        let kind = AttentionKind::LongNet { segments, dilations };
+        Model::LongNet.cited().preset("longnet", scale, vocab, vec![kind])
     }
 
     /// Longformer with one-sided window 256 (Hugging Face's 512), dilation 1 on all heads but
     /// the last two (dilation 2, as in its character-LM setting), and a global token at 0;
     /// `causal` selects the decoder, else the encoder (docs/semantics.md §2).
     pub fn longformer(causal: bool, scale: Scale, vocab: usize) -> Self {
-        let dims = match scale {
-            Scale::Paper => Dims { d_model: 768, heads: 12, layers: 12, window: 256 },
-            Scale::Tiny => Dims { d_model: 64, heads: 4, layers: 2, window: 8 },
-        };
+        let cited = Model::Longformer.cited();
+        let dims = cited.dims(scale);
         let dilations = (0..dims.heads).map(|h| if h + 2 >= dims.heads { 2 } else { 1 }).collect();
         let kind =
             AttentionKind::Longformer { window: dims.window, dilations, globals: vec![0], causal };
-        Self {
-            name: named(if causal { "longformer-decoder" } else { "longformer-encoder" }, scale),
-            train_len: if scale == Scale::Paper { 4096 } else { 128 },
-            config: decoder(vocab, &dims, vec![kind]),
-            source: "Longformer (Beltagy et al., 2020), §3 and §4",
-        }
+        let base = if causal { "longformer-decoder" } else { "longformer-encoder" };
+        cited.preset(base, scale, vocab, vec![kind])
     }
 
     /// The vanilla Transformer++ baseline with full causal attention (SWAT Table 1 and MSWA
     /// Appendix B.2.1), at MSWA's Table 2 size.
     pub fn vanilla(scale: Scale, vocab: usize) -> Self {
-        let dims = mswa_dims(scale);
-        Self {
-            name: named("vanilla", scale),
-            train_len: if scale == Scale::Paper { 1024 } else { 128 },
-            config: decoder(vocab, &dims, vec![AttentionKind::Full]),
-            source: "Transformer++ baseline (SWAT Table 1; MSWA Appendix B.2.1)",
-        }
+        let preset =
+            Model::MswaTable2.cited().preset("vanilla", scale, vocab, vec![AttentionKind::Full]);
+        Self { source: "Transformer++ baseline (SWAT Table 1; MSWA Appendix B.2.1)", ..preset }
     }
 
     /// Every preset at `scale`, in a fixed order.
@@ -270,7 +349,7 @@ mod tests {
 
     #[test]
     fn mswa_layers_have_a_window_per_head() {
-        let dims = mswa_dims(Scale::Tiny);
+        let dims = Model::MswaTable2.cited().dims(Scale::Tiny);
         for variant in
             [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both]
         {

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 use swa_training::language_model::LanguageModel;
-use swa_training::loader::{Sampling, WindowLoader};
+use swa_training::loader::{LoaderConfig, Sampling};
 
 use super::{DeviceArgs, ModelArgs};
 use crate::bench::suite::{self, Part, Suite};
@@ -85,15 +85,10 @@ pub fn bench(args: BenchArgs) -> Result<(), AppError> {
             let (config, train_len, name) = args.model.config(corpus.vocab_size())?;
             let len = args.seq_len.unwrap_or(train_len);
             let model = LanguageModel::new(config.init::<B>(&device)?);
-            let loader = WindowLoader::<B>::new(
-                corpus.train(),
-                len,
-                args.batch_size,
-                args.steps + 1,
-                Sampling::Random { seed: 0 },
-                0,
-                device.clone(),
-            )?;
+            let loader = LoaderConfig::new(len, args.batch_size)
+                .with_steps(args.steps + 1)
+                .with_sampling(Sampling::Random { seed: 0 })
+                .init_text::<B>(corpus.train(), &device)?;
             let mut start = Instant::now();
             for step in 0..=args.steps {
                 let out = model.loss(loader.batch(0, step));

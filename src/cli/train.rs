@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use burn::train::ExecutionStrategy;
 use clap::Args;
-use swa_models::DecoderConfig;
+use swa_attention::WindowedAttentionBackend;
+use swa_models::Decoder;
 use swa_training::TrainingBackend;
-use swa_training::corpus::bits_per_unit;
+use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::ClusterConfig;
 use swa_training::eval::mean_loss;
 use swa_training::train::{TrainConfig, train_in_cluster, train_with};
@@ -120,46 +121,14 @@ impl ClusterArgs {
     }
 }
 
-/// `train`.
+/// `train`: the run's configuration and corpus (a new run's from the flags, a resumed one's
+/// from its `train.json`), the flags that override it, then the run on the chosen devices.
 pub fn train(args: TrainArgs) -> Result<(), AppError> {
-    let (out, mut config) = match args.resume {
-        true => {
-            let out = args.out.clone().ok_or_else(|| AppError::Flag {
-                flag: "--resume",
-                problem: "needs --out, the run's folder".into(),
-            })?;
-            let file = out.join("train.json");
-            let config: TrainConfig = swa_training::config_file::load(&file)?;
-            (out, config)
-        }
-        false => {
-            let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
-            let mut probe = TrainConfig::new(
-                DecoderConfig::new(vec![])
-                    .with_vocab_size(1)
-                    .with_d_model(1)
-                    .with_layers(1)
-                    .with_heads(1),
-                1,
-            )
-            .with_corpus(corpus);
-            probe.word_min_count = args.words;
-            let vocab = probe.load_corpus()?.vocab_size();
-            let (model, train_len, name) = args.model.config(vocab)?;
-            let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
-            (out, TrainConfig { model, seq_len: train_len, ..probe })
-        }
+    let (out, mut config, corpus) = match args.resume {
+        true => resumed_run(&args)?,
+        false => new_run(&args)?,
     };
-    let set = |target: &mut usize, value: Option<usize>| *target = value.unwrap_or(*target);
-    set(&mut config.seq_len, args.seq_len);
-    set(&mut config.batch_size, args.batch_size);
-    set(&mut config.steps, args.steps);
-    set(&mut config.warmup_steps, args.warmup);
-    set(&mut config.checkpoint_every, args.checkpoint_every);
-    set(&mut config.keep_checkpoints, args.keep);
-    set(&mut config.grad_accumulation, args.grad_accumulation);
-    config.learning_rate = args.lr.unwrap_or(config.learning_rate);
-    config.seed = args.seed.unwrap_or(config.seed);
+    apply_flags(&args, &mut config);
     if !args.resume {
         config.task = args.task.task(config.seq_len);
     }
@@ -172,100 +141,159 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
                 .into(),
         });
     }
-    struct Run(TrainConfig, PathBuf, bool, Option<ClusterConfig>);
-    impl Job for Run {
-        fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
-            self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
-        }
-
-        fn run_with<B: TrainingBackend>(
-            self,
-            strategy: ExecutionStrategy<B>,
-        ) -> Result<(), AppError> {
-            let Run(config, out, resume, cluster) = self;
-            let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank, c.nodes));
-            // A run of several processes validates its whole batch, as one process would.
-            let valid_batch = config.batch_size * processes;
-            let device = strategy.main_device().clone();
-            let corpus = config.load_corpus()?;
-            config.validate()?;
-            let untrained = config.model.init::<B::InnerBackend>(&device)?;
-            let info = untrained.info(&config.model, config.seq_len);
-            let data =
-                config.task.as_ref().map_or(corpus.name().to_string(), |task| format!("{task:?}"));
-            let process = match &cluster {
-                Some(c) => format!(" as rank {rank} of {} processes", c.nodes),
-                None => String::new(),
-            };
-            println!(
-                "training {data} on {}{process} ({} parameters) into {}",
-                B::name(&device),
-                info.parameters,
-                out.display()
-            );
-            if config.task.is_none() && !resume {
-                let loss = mean_loss(
-                    &untrained,
-                    corpus.valid(),
-                    config.seq_len,
-                    valid_batch,
-                    config.valid_batches,
-                    &device,
-                )?;
-                println!(
-                    "validation before training (an untrained model of this config): loss \
-                     {loss:.4}, {:.4} bits per {}",
-                    bits_per_unit(loss),
-                    corpus.unit_name()
-                );
-            }
-            let outcome = match &cluster {
-                Some(cluster) => {
-                    train_in_cluster::<B>(&config, &corpus, &out, resume, &device, cluster)?
-                }
-                None => train_with::<B>(&config, &corpus, &out, resume, strategy)?,
-            };
-            match &config.task {
-                Some(task) => super::tasks::report(&config, task, &outcome.model, 64, &device)?,
-                None => {
-                    let loss = mean_loss(
-                        &outcome.model,
-                        corpus.valid(),
-                        config.seq_len,
-                        valid_batch,
-                        config.valid_batches,
-                        &device,
-                    )?;
-                    println!(
-                        "validation: loss {loss:.4}, {:.4} bits per {}",
-                        bits_per_unit(loss),
-                        corpus.unit_name()
-                    );
-                }
-            }
-            if let Some(fingerprint) = outcome.fingerprint {
-                println!(
-                    "weights identical on all {processes} processes (fingerprint {fingerprint:016x})"
-                );
-            }
-            if rank > 0 {
-                println!(
-                    "rank {rank}'s logs are in {}",
-                    out.join(format!("rank-{rank}")).display()
-                );
-                return Ok(());
-            }
-            println!("model saved to {}", out.join("model.mpk").display());
-            let curve = crate::report::curve::plot_loss_curve(&out, config.checkpoint_every)?;
-            println!("loss curve: {}", curve.display());
-            Ok(())
-        }
-    }
     let devices = match args.devices.is_empty() {
         true => vec![args.device.device],
         false => args.devices.clone(),
     };
     let place =
         Placement { backend: args.device.backend, devices, precision: args.device.precision };
-    run_on(&place, Run(config, out, args.resume, cluster))
+    run_on(&place, Run { config, corpus, out, resume: args.resume, cluster })
+}
+
+/// The folder, saved configuration and corpus of the run `--resume` continues.
+fn resumed_run(args: &TrainArgs) -> Result<(PathBuf, TrainConfig, Corpus), AppError> {
+    let out = args.out.clone().ok_or_else(|| AppError::Flag {
+        flag: "--resume",
+        problem: "needs --out, the run's folder".into(),
+    })?;
+    let config: TrainConfig = swa_training::config_file::load(&out.join("train.json"))?;
+    let corpus = config.load_corpus()?;
+    Ok((out, config, corpus))
+}
+
+/// A new run's folder, configuration (without its task, which takes the final sequence length)
+/// and corpus: the corpus first, since the model's vocabulary is the corpus's.
+fn new_run(args: &TrainArgs) -> Result<(PathBuf, TrainConfig, Corpus), AppError> {
+    let corpus = Corpus::load(args.corpus.as_deref(), args.words)?;
+    let (model, train_len, name) = args.model.config(corpus.vocab_size())?;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
+    let mut config = TrainConfig::new(model, train_len)
+        .with_corpus(args.corpus.as_ref().map(|p| p.display().to_string()));
+    config.word_min_count = args.words;
+    Ok((out, config, corpus))
+}
+
+/// Overrides `config` with the flags given; the rest stays as configured (a new run's defaults,
+/// or what a resumed run saved).
+fn apply_flags(args: &TrainArgs, config: &mut TrainConfig) {
+    let set = |target: &mut usize, value: Option<usize>| *target = value.unwrap_or(*target);
+    set(&mut config.seq_len, args.seq_len);
+    set(&mut config.batch_size, args.batch_size);
+    set(&mut config.steps, args.steps);
+    set(&mut config.warmup_steps, args.warmup);
+    set(&mut config.checkpoint_every, args.checkpoint_every);
+    set(&mut config.keep_checkpoints, args.keep);
+    set(&mut config.grad_accumulation, args.grad_accumulation);
+    config.learning_rate = args.lr.unwrap_or(config.learning_rate);
+    config.seed = args.seed.unwrap_or(config.seed);
+}
+
+/// A training run, as a job on whichever backend the flags chose.
+struct Run {
+    config: TrainConfig,
+    /// The corpus `config` names, loaded once.
+    corpus: Corpus,
+    /// The run's folder.
+    out: PathBuf,
+    /// Continue from the run's last checkpoint.
+    resume: bool,
+    /// The multi-process run this process is part of; `None` alone.
+    cluster: Option<ClusterConfig>,
+}
+
+impl Job for Run {
+    fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
+        self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
+    }
+
+    fn run_with<B: TrainingBackend>(self, strategy: ExecutionStrategy<B>) -> Result<(), AppError> {
+        let Run { config, corpus, out, resume, cluster } = &self;
+        let device = strategy.main_device().clone();
+        config.validate()?;
+        let untrained = config.model.init::<B::InnerBackend>(&device)?;
+        self.announce::<B>(&untrained, &device);
+        if config.task.is_none() && !resume {
+            let loss = self.validation_loss(&untrained, &device)?;
+            println!(
+                "validation before training (an untrained model of this config): loss \
+                 {loss:.4}, {:.4} bits per {}",
+                bits_per_unit(loss),
+                corpus.unit_name()
+            );
+        }
+        let outcome = match cluster {
+            Some(cluster) => train_in_cluster::<B>(config, corpus, out, *resume, &device, cluster)?,
+            None => train_with::<B>(config, corpus, out, *resume, strategy)?,
+        };
+        match &config.task {
+            Some(task) => super::tasks::report(config, task, &outcome.model, 64, &device)?,
+            None => {
+                let loss = self.validation_loss(&outcome.model, &device)?;
+                println!(
+                    "validation: loss {loss:.4}, {:.4} bits per {}",
+                    bits_per_unit(loss),
+                    corpus.unit_name()
+                );
+            }
+        }
+        self.finish(outcome.fingerprint)
+    }
+}
+
+impl Run {
+    /// This process's rank and the run's processes: `(0, 1)` alone.
+    fn rank(&self) -> (usize, usize) {
+        self.cluster.as_ref().map_or((0, 1), |c| (c.rank, c.nodes))
+    }
+
+    /// Says what trains on what, with how many parameters, into which folder.
+    fn announce<B: TrainingBackend>(&self, model: &Decoder<B::InnerBackend>, device: &B::Device) {
+        let config = &self.config;
+        let info = model.info(&config.model, config.seq_len);
+        let data =
+            config.task.as_ref().map_or(self.corpus.name().to_string(), |task| format!("{task:?}"));
+        let process = match &self.cluster {
+            Some(c) => format!(" as rank {} of {} processes", c.rank, c.nodes),
+            None => String::new(),
+        };
+        println!(
+            "training {data} on {}{process} ({} parameters) into {}",
+            B::name(device),
+            info.parameters,
+            self.out.display()
+        );
+    }
+
+    /// `model`'s mean loss on the validation split, over the run's validation batches. A run of
+    /// several processes validates its whole batch, as one process would.
+    fn validation_loss<B: WindowedAttentionBackend>(
+        &self,
+        model: &Decoder<B>,
+        device: &B::Device,
+    ) -> Result<f64, AppError> {
+        let config = &self.config;
+        let batch = config.batch_size * self.rank().1;
+        let valid = self.corpus.valid();
+        Ok(mean_loss(model, valid, config.seq_len, batch, config.valid_batches, device)?)
+    }
+
+    /// Says where the run's files are (rank 0: the model and its loss curve, which it plots;
+    /// the others: their logs) and, in a multi-process run, that the weights agree.
+    fn finish(&self, fingerprint: Option<u64>) -> Result<(), AppError> {
+        let (rank, processes) = self.rank();
+        if let Some(fingerprint) = fingerprint {
+            println!(
+                "weights identical on all {processes} processes (fingerprint {fingerprint:016x})"
+            );
+        }
+        if rank > 0 {
+            let logs = self.out.join(format!("rank-{rank}"));
+            println!("rank {rank}'s logs are in {}", logs.display());
+            return Ok(());
+        }
+        println!("model saved to {}", self.out.join("model.mpk").display());
+        let curve = crate::report::curve::plot_loss_curve(&self.out, self.config.checkpoint_every)?;
+        println!("loss curve: {}", curve.display());
+        Ok(())
+    }
 }

@@ -174,6 +174,20 @@ impl Corpus {
         })
     }
 
+    /// The corpus of a run: the text file `file` at the byte level, or at the word level with the
+    /// words seen at least `word_min_count` times ([`Corpus::words_from_file`]); the embedded one
+    /// without a file.
+    pub fn load(
+        file: Option<&Path>,
+        word_min_count: Option<usize>,
+    ) -> Result<Corpus, TrainingError> {
+        match (file, word_min_count) {
+            (None, _) => Ok(Corpus::embedded()),
+            (Some(path), None) => Corpus::bytes_from_file(path),
+            (Some(path), Some(min_count)) => Corpus::words_from_file(path, min_count),
+        }
+    }
+
     /// The corpus's name: `genesis` for the embedded one, else the file name.
     pub fn name(&self) -> &str {
         &self.name

@@ -155,8 +155,8 @@ pub enum TrainingError {
     RunModel {
         /// The run's folder.
         run: PathBuf,
-        /// What the loader found.
-        source: ModelError,
+        /// What the loader found (boxed: it is the largest variant's payload).
+        source: Box<ModelError>,
     },
 }
 
@@ -243,7 +243,8 @@ impl fmt::Display for TrainingError {
 impl std::error::Error for TrainingError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TrainingError::Model(source) | TrainingError::RunModel { source, .. } => Some(source),
+            TrainingError::Model(source) => Some(source),
+            TrainingError::RunModel { source, .. } => Some(source.as_ref()),
             TrainingError::NotARun { source, .. } => Some(source.as_ref()),
             TrainingError::Loader { source, .. } => Some(source.as_ref()),
             TrainingError::ConfigUnreadable { source, .. } | TrainingError::Io { source, .. } => {

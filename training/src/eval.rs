@@ -15,7 +15,7 @@ use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
-use crate::loader::{Sampling, WindowLoader};
+use crate::loader::LoaderConfig;
 
 /// The model's configuration with every local window set to `window` keys and, when `sinks`
 /// is not 0, `sinks` attention sinks (StreamingLLM). Full, sliding, sinks and SWAT layers have
@@ -66,16 +66,10 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
     batches: usize,
     device: &B::Device,
 ) -> Result<f64, TrainingError> {
-    let loader = WindowLoader::<B>::new(
-        tokens,
-        len,
-        batch,
-        batches,
-        Sampling::Sequential,
-        0,
-        device.clone(),
-    )
-    .map_err(|e| e.in_loader(format!("evaluation at length {len}")))?;
+    let loader = LoaderConfig::new(len, batch)
+        .with_steps(batches)
+        .init_text::<B>(tokens, device)
+        .map_err(|e| e.in_loader(format!("evaluation at length {len}")))?;
     let scorer = LanguageModel::new(model.clone());
     let (mut total, mut count) = (0.0, 0);
     for batch in burn::data::dataloader::DataLoader::iter(&loader) {
@@ -99,9 +93,9 @@ pub fn decoded_loss<B: WindowedAttentionBackend>(
     positions: CachePositions,
     device: &B::Device,
 ) -> Result<f64, TrainingError> {
-    let loader =
-        WindowLoader::<B>::new(tokens, len, batch, 1, Sampling::Sequential, 0, device.clone())
-            .map_err(|e| e.in_loader(format!("decoded evaluation at length {len}")))?;
+    let loader = LoaderConfig::new(len, batch)
+        .init_text::<B>(tokens, device)
+        .map_err(|e| e.in_loader(format!("decoded evaluation at length {len}")))?;
     let windows = loader.batch(0, 0);
     let [rows, _] = windows.inputs.dims();
     let column = |t: &Tensor<B, 2, Int>, n: usize| t.clone().narrow(1, n, 1);

@@ -7,7 +7,7 @@
 //! of a [`SyntheticTask`] draws example `hash(seed, e, s, row)` the same way.
 //!
 //! In a multi-process run ([`crate::distributed`]) each step's batch is the run's rows
-//! `rank·batch … (rank+1)·batch − 1` ([`WindowLoader::shard`]), so `P` processes of `batch`
+//! `rank·batch … (rank+1)·batch − 1` ([`LoaderConfig::with_shard`]), so `P` processes of `batch`
 //! rows read exactly what one process of `P·batch` rows reads.
 
 use std::sync::Arc;
@@ -42,7 +42,8 @@ pub enum Sampling {
     Sequential,
 }
 
-/// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch.
+/// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch, made by
+/// [`LoaderConfig`].
 #[derive(Clone)]
 pub struct WindowLoader<B: Backend> {
     source: Source,
@@ -62,83 +63,113 @@ pub struct WindowLoader<B: Backend> {
     device: B::Device,
 }
 
-impl<B: Backend> WindowLoader<B> {
-    /// A loader over `tokens`; `first_epoch` is the number of epochs already trained (the
-    /// checkpoint resumed from, or 0). Sequential loaders are cut to the windows that exist.
-    /// Fails when the split is too short for one window.
-    pub fn new(
-        tokens: Arc<Vec<u32>>,
-        len: usize,
-        batch: usize,
-        steps: usize,
-        sampling: Sampling,
-        first_epoch: usize,
-        device: B::Device,
-    ) -> Result<Self, TrainingError> {
-        if tokens.len() < len + 1 || len == 0 || batch == 0 {
-            return Err(TrainingError::TooFewTokens {
-                tokens: tokens.len(),
-                window: len + 1,
-                batch,
-            });
-        }
-        let steps = match sampling {
-            Sampling::Random { .. } => steps,
-            Sampling::Sequential => steps.min(((tokens.len() - 1) / len / batch).max(1)),
-        };
-        let epoch = Arc::new(AtomicUsize::new(first_epoch));
-        Ok(Self {
-            source: Source::Text(tokens),
-            len,
-            batch,
-            steps,
-            first_step: 0,
-            first_row: 0,
-            run_rows: batch,
-            sampling,
-            epoch,
-            device,
-        })
+/// What a [`WindowLoader`] hands out, in Burn's configuration idiom: [`LoaderConfig::new`] takes
+/// what every loader needs (the window length and the rows per batch), `with_*` the rest, and
+/// [`LoaderConfig::init_text`] or [`LoaderConfig::init_task`] builds the loader over a token
+/// stream or a synthetic task. One configuration serves both sources, so a run's training and
+/// validation loaders differ only in the fields they set.
+#[derive(Clone, Copy, Debug)]
+pub struct LoaderConfig {
+    /// Tokens per window: each row reads `len + 1` tokens (inputs and targets shifted by one).
+    len: usize,
+    /// Rows per batch (in a multi-process run, this process's rows).
+    batch: usize,
+    /// Batches per epoch; 1 unless set.
+    steps: usize,
+    /// How the windows are picked; [`Sampling::Sequential`] unless set.
+    sampling: Sampling,
+    /// Epochs already trained (the checkpoint resumed from); 0 unless set.
+    first_epoch: usize,
+    /// This process's rank and the run's processes; `(0, 1)` unless set.
+    shard: (usize, usize),
+}
+
+impl LoaderConfig {
+    /// A loader of one batch per epoch of `batch` windows of `len` tokens, read in order from
+    /// the start, from epoch 0, for a run of one process.
+    pub fn new(len: usize, batch: usize) -> Self {
+        Self { len, batch, steps: 1, sampling: Sampling::Sequential, first_epoch: 0, shard: (0, 1) }
     }
 
-    /// A loader of `steps` batches of `batch` examples of `task`, `len` tokens each, drawn
-    /// under `seed`. Fails when the task has no example of that length.
-    #[allow(clippy::too_many_arguments)]
-    pub fn task(
-        task: SyntheticTask,
-        seed: u64,
-        len: usize,
-        batch: usize,
-        steps: usize,
-        sampling: Sampling,
-        first_epoch: usize,
-        device: B::Device,
-    ) -> Result<Self, TrainingError> {
-        task.validate(len)?;
-        if batch == 0 {
-            return Err(TrainingError::EmptyBatch);
-        }
-        let epoch = Arc::new(AtomicUsize::new(first_epoch));
-        Ok(Self {
-            source: Source::Task { task, seed },
-            len,
-            batch,
-            steps,
-            first_step: 0,
-            first_row: 0,
-            run_rows: batch,
-            sampling,
-            epoch,
-            device,
-        })
+    /// `steps` batches per epoch (a sequential text loader is cut to the windows that exist).
+    pub fn with_steps(self, steps: usize) -> Self {
+        Self { steps, ..self }
+    }
+
+    /// Picks the windows by `sampling`.
+    pub fn with_sampling(self, sampling: Sampling) -> Self {
+        Self { sampling, ..self }
+    }
+
+    /// Starts counting epochs at `first_epoch`, the number already trained, so that a resumed
+    /// run reads the windows it would have read.
+    pub fn with_first_epoch(self, first_epoch: usize) -> Self {
+        Self { first_epoch, ..self }
     }
 
     /// The shard of process `rank` of `processes`: rows `rank·batch … (rank+1)·batch − 1` of
     /// every step of the run's batch of `processes·batch` rows.
-    pub fn shard(self, rank: usize, processes: usize) -> Self {
-        Self { first_row: rank * self.batch, run_rows: processes * self.batch, ..self }
+    pub fn with_shard(self, rank: usize, processes: usize) -> Self {
+        Self { shard: (rank, processes), ..self }
     }
 
+    /// A loader of windows of `tokens` on `device`. Fails when the tokens are too short for one
+    /// window, or the window or batch is empty.
+    pub fn init_text<B: Backend>(
+        self,
+        tokens: Arc<Vec<u32>>,
+        device: &B::Device,
+    ) -> Result<WindowLoader<B>, TrainingError> {
+        if tokens.len() < self.len + 1 || self.len == 0 || self.batch == 0 {
+            return Err(TrainingError::TooFewTokens {
+                tokens: tokens.len(),
+                window: self.len + 1,
+                batch: self.batch,
+            });
+        }
+        let steps = match self.sampling {
+            Sampling::Random { .. } => self.steps,
+            Sampling::Sequential => {
+                self.steps.min(((tokens.len() - 1) / self.len / self.batch).max(1))
+            }
+        };
+        Ok(Self { steps, ..self }.init(Source::Text(tokens), device))
+    }
+
+    /// A loader of examples of `task` drawn under `seed`, `len` tokens each, on `device`. Fails
+    /// when the task has no example of that length, or the batch is empty.
+    pub fn init_task<B: Backend>(
+        self,
+        task: SyntheticTask,
+        seed: u64,
+        device: &B::Device,
+    ) -> Result<WindowLoader<B>, TrainingError> {
+        task.validate(self.len)?;
+        if self.batch == 0 {
+            return Err(TrainingError::EmptyBatch);
+        }
+        Ok(self.init(Source::Task { task, seed }, device))
+    }
+
+    /// The loader of `source`, checked by the caller.
+    fn init<B: Backend>(self, source: Source, device: &B::Device) -> WindowLoader<B> {
+        let (rank, processes) = self.shard;
+        WindowLoader {
+            source,
+            len: self.len,
+            batch: self.batch,
+            steps: self.steps,
+            first_step: 0,
+            first_row: rank * self.batch,
+            run_rows: processes * self.batch,
+            sampling: self.sampling,
+            epoch: Arc::new(AtomicUsize::new(self.first_epoch)),
+            device: device.clone(),
+        }
+    }
+}
+
+impl<B: Backend> WindowLoader<B> {
     /// The key of row `row` of step `step` in epoch `epoch`: a window offset (modulo the room)
     /// or an example index.
     fn key(&self, epoch: usize, step: usize, row: usize) -> u64 {
@@ -161,7 +192,7 @@ impl<B: Backend> WindowLoader<B> {
             Source::Task { task, seed } => {
                 let example = |row| {
                     task.example(self.len, *seed, self.key(epoch, step, row))
-                        .expect("checked by WindowLoader::task")
+                        .expect("checked by LoaderConfig::init_task")
                 };
                 return TokenBatch::from_examples(
                     (0..self.batch).map(example).collect::<Vec<_>>().as_slice(),

@@ -31,7 +31,7 @@ impl<B: Backend> TrainedRun<B> {
                 TrainingError::NotARun { run: run.clone(), source: Box::new(source) }
             })?;
         let model = swa_models::weights::load_record(&config.model, &out.join("model.mpk"), device)
-            .map_err(|source| TrainingError::RunModel { run, source })?;
+            .map_err(|source| TrainingError::RunModel { run, source: Box::new(source) })?;
         Ok(Self { config, model })
     }
 }

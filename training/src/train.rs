@@ -20,39 +20,27 @@
 //! stepped by AdamW, and loss scaling in f16.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use burn::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamWConfig, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
-use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::train::metric::LearningRateMetric;
-use burn::train::{
-    ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller, Learner,
-    SupervisedTraining, TrainingStrategy,
-};
+use burn::train::{ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller};
 use swa_models::files::{remove_leftovers, write_bytes_atomically};
-use swa_models::panics::without_panics;
-use swa_models::weights::recorder_problem;
 use swa_models::{Decoder, SplitMix64};
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, find_checkpoint};
-use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
 use crate::corpus::Corpus;
 use crate::distributed::cluster::{Cluster, ClusterConfig};
 use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
-use crate::loader::{Sampling, WindowLoader};
-use crate::metrics::{Stat, StatMetric, TokensPerSecond};
-use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
-use crate::renderer::{PlainRenderer, dashboard_available};
+use crate::loader::{LoaderConfig, Sampling, WindowLoader};
 use crate::resume_logs::{discard_logs, renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
 
 pub use crate::train_config::TrainConfig;
+
+mod learner;
+use learner::Run;
 
 /// The model at the end of a run, and where its files are.
 pub struct TrainOutcome<B: AutodiffBackend> {
@@ -107,7 +95,8 @@ pub fn train_in_cluster<B: TrainingBackend>(
     train_run(config, corpus, out, resume, strategy, Some(cluster))
 }
 
-/// [`train_with`], alone or as one process of `cluster`.
+/// [`train_with`], alone or as one process of `cluster`: checks the run, prepares its folder,
+/// builds its loaders and model, trains, and saves the model.
 fn train_run<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
@@ -117,113 +106,17 @@ fn train_run<B: TrainingBackend>(
     cluster: Option<&ClusterConfig>,
 ) -> Result<TrainOutcome<B>, TrainingError> {
     config.validate()?;
+    check_vocabulary(config, corpus)?;
     let device = &strategy.main_device().clone();
-    let scheduler_steps = match &strategy {
-        ExecutionStrategy::MultiDevice(devices, _) => config.steps.div_ceil(devices.len()),
-        #[cfg(feature = "ddp")]
-        ExecutionStrategy::DistributedDataParallel { devices, .. } => {
-            config.steps.div_ceil(devices.len())
-        }
-        _ => config.steps,
-    };
-    if config.model.vocab_size < corpus.vocab_size() {
-        return Err(TrainingError::field(
-            "DecoderConfig.vocab_size",
-            format!(
-                "{} is smaller than the corpus's {} tokens",
-                config.model.vocab_size,
-                corpus.vocab_size()
-            ),
-        ));
-    }
-    let io = |path: PathBuf| move |source| TrainingError::Io { path, source };
-    std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
-    let start = match resume {
-        true => resume_point(out)?,
-        false => 0,
-    };
+    let scheduler_steps = scheduler_steps(config, &strategy);
     let (rank, processes) = cluster.map_or((0, 1), |c| (c.rank, c.nodes));
-    if !resume && rank == 0 && out.join("train.json").exists() {
-        return Err(TrainingError::RunExists { out: out.to_path_buf() });
-    }
-    if start > 0 {
-        let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
-        check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
-    }
-    // Rank 0 writes the run; the others their logs, in a folder of their own.
-    let logs = match rank {
-        0 => out.to_path_buf(),
-        r => out.join(format!("rank-{r}")),
-    };
-    std::fs::create_dir_all(&logs).map_err(io(logs.clone()))?;
-    // The Learner's log file, installed before the cluster's server would install its own
-    // terminal log (the first one installed in a process stays). A process that already has
-    // one (a second run in a test) keeps it, as the Learner would.
-    let _ = FileApplicationLoggerInstaller::new(logs.join("experiment.log")).install();
-    let cluster = match cluster {
-        Some(cluster) => Some(join(cluster, config, start)?),
-        None => None,
-    };
+    let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
+    let logs = open_logs(out, rank)?;
+    let cluster = cluster.map(|cluster| join(cluster, config, start)).transpose()?;
     if rank == 0 {
-        let saved = out.join("train.json");
-        let json = serde_json::to_string_pretty(config).map_err(std::io::Error::other);
-        json.and_then(|json| {
-            write_bytes_atomically(&saved, json.as_bytes()).map_err(std::io::Error::other)
-        })
-        .map_err(io(saved))?;
+        save_config(config, out)?;
     }
-    // Every process validates the run's whole batch, so the numbers match a run of one.
-    let (len, batch) = (config.seq_len, config.batch_size);
-    let valid_batch = batch * processes;
-    let train_sampling = Sampling::Random { seed: config.seed };
-    let (train_loader, valid_loader) = match &config.task {
-        None => (
-            WindowLoader::<B>::new(
-                corpus.train(),
-                len,
-                batch,
-                config.checkpoint_every,
-                train_sampling,
-                start,
-                device.clone(),
-            ),
-            WindowLoader::<B::InnerBackend>::new(
-                corpus.valid(),
-                len,
-                valid_batch,
-                config.valid_batches,
-                Sampling::Sequential,
-                0,
-                device.clone(),
-            ),
-        ),
-        Some(task) => (
-            WindowLoader::<B>::task(
-                task.clone(),
-                config.seed,
-                len,
-                batch,
-                config.checkpoint_every,
-                train_sampling,
-                start,
-                device.clone(),
-            ),
-            WindowLoader::<B::InnerBackend>::task(
-                task.clone(),
-                config.seed.wrapping_add(1),
-                len,
-                valid_batch,
-                config.valid_batches,
-                Sampling::Sequential,
-                0,
-                device.clone(),
-            ),
-        ),
-    };
-    let (train_loader, valid_loader) = (
-        train_loader.map_err(|e| e.in_loader("train split"))?.shard(rank, processes),
-        valid_loader.map_err(|e| e.in_loader("valid split"))?,
-    );
+    let (train_loader, valid_loader) = loaders(config, corpus, start, (rank, processes), device)?;
     B::seed(device, config.seed);
     let mut decoder = config.model.init::<B>(device)?;
     if let Some(cluster) = &cluster {
@@ -235,8 +128,6 @@ fn train_run<B: TrainingBackend>(
         config.warmup_steps,
         scheduler_steps.max(1),
     );
-    let adamw = AdamWConfig::new().with_weight_decay(config.weight_decay);
-    let clipping = GradientClippingConfig::Norm(config.grad_clip);
     let run = Run {
         config,
         out,
@@ -250,24 +141,13 @@ fn train_run<B: TrainingBackend>(
         schedule,
     };
     match start {
-        0 if resume => discard_logs(&logs).map_err(io(logs.clone()))?,
+        0 if resume => discard_logs(&logs).map_err(io_error(&logs))?,
         0 => {}
-        _ => set_logs_aside(&logs).map_err(io(logs.clone()))?,
+        _ => set_logs_aside(&logs).map_err(io_error(&logs))?,
     }
-    let model = LanguageModel { decoder, loss_scale: None, cluster: cluster.clone() };
-    // Half precision trains on f32 master weights; f32 runs Burn's AdamW as it is.
-    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
-    let model = match float {
-        DType::F32 => run.launch(model, adamw.with_grad_clipping(Some(clipping)).init())?,
-        half => {
-            let loss_scale = LossScale::new(LossScaler::for_dtype(half));
-            let optimizer =
-                MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
-            run.launch(LanguageModel { loss_scale: Some(loss_scale), ..model }, optimizer)?
-        }
-    };
+    let model = run.train(LanguageModel { decoder, loss_scale: None, cluster: cluster.clone() })?;
     if start > 0 {
-        renumber_resumed_logs(&logs, start).map_err(io(logs.clone()))?;
+        renumber_resumed_logs(&logs, start).map_err(io_error(&logs))?;
     }
     let fingerprint = match &cluster {
         Some(cluster) => {
@@ -281,6 +161,124 @@ fn train_run<B: TrainingBackend>(
         swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
     }
     Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
+}
+
+/// The error of an I/O failure on `path`.
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> TrainingError {
+    let path = path.to_path_buf();
+    move |source| TrainingError::Io { path, source }
+}
+
+/// Fails when the model's vocabulary is smaller than the corpus's: some tokens would have no
+/// embedding.
+fn check_vocabulary(config: &TrainConfig, corpus: &Corpus) -> Result<(), TrainingError> {
+    if config.model.vocab_size >= corpus.vocab_size() {
+        return Ok(());
+    }
+    Err(TrainingError::field(
+        "DecoderConfig.vocab_size",
+        format!(
+            "{} is smaller than the corpus's {} tokens",
+            config.model.vocab_size,
+            corpus.vocab_size()
+        ),
+    ))
+}
+
+/// The scheduler steps `strategy` takes over the run: one per batch on one device and under
+/// DDP, one per round of one batch per device under Burn's multi-device strategy.
+fn scheduler_steps<B: AutodiffBackend>(
+    config: &TrainConfig,
+    strategy: &ExecutionStrategy<B>,
+) -> usize {
+    match strategy {
+        ExecutionStrategy::MultiDevice(devices, _) => config.steps.div_ceil(devices.len()),
+        #[cfg(feature = "ddp")]
+        ExecutionStrategy::DistributedDataParallel { devices, .. } => {
+            config.steps.div_ceil(devices.len())
+        }
+        _ => config.steps,
+    }
+}
+
+/// Makes the run's folder `out` and finds the checkpoint the run starts from (0 for a fresh
+/// start), checking that it holds `config`'s model. A fresh run of rank 0 fails where a run
+/// already is.
+fn starting_checkpoint<B: Backend>(
+    config: &TrainConfig,
+    out: &Path,
+    resume: bool,
+    rank: usize,
+    device: &B::Device,
+) -> Result<usize, TrainingError> {
+    std::fs::create_dir_all(out).map_err(io_error(out))?;
+    let start = match resume {
+        true => resume_point(out)?,
+        false => 0,
+    };
+    if !resume && rank == 0 && out.join("train.json").exists() {
+        return Err(TrainingError::RunExists { out: out.to_path_buf() });
+    }
+    if start > 0 {
+        let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
+        check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
+    }
+    Ok(start)
+}
+
+/// Makes the folder process `rank` writes its logs to (the run's folder for rank 0, `rank-r`
+/// in it for the others) and installs the Learner's log file there.
+fn open_logs(out: &Path, rank: usize) -> Result<PathBuf, TrainingError> {
+    let logs = match rank {
+        0 => out.to_path_buf(),
+        r => out.join(format!("rank-{r}")),
+    };
+    std::fs::create_dir_all(&logs).map_err(io_error(&logs))?;
+    // Installed before the cluster's server would install its own terminal log (the first one
+    // installed in a process stays). A process that already has one (a second run in a test)
+    // keeps it, as the Learner would.
+    let _ = FileApplicationLoggerInstaller::new(logs.join("experiment.log")).install();
+    Ok(logs)
+}
+
+/// Writes `config` to the run's `train.json`, atomically.
+fn save_config(config: &TrainConfig, out: &Path) -> Result<(), TrainingError> {
+    let saved = out.join("train.json");
+    let json = serde_json::to_string_pretty(config).map_err(std::io::Error::other);
+    json.and_then(|json| {
+        write_bytes_atomically(&saved, json.as_bytes()).map_err(std::io::Error::other)
+    })
+    .map_err(io_error(&saved))
+}
+
+/// The run's training loader (random windows or task examples, continuing from epoch `start`,
+/// process `rank`'s shard of `processes`) and its validation loader. Every process validates
+/// the run's whole batch, so the numbers match a run of one.
+fn loaders<B: AutodiffBackend>(
+    config: &TrainConfig,
+    corpus: &Corpus,
+    start: usize,
+    (rank, processes): (usize, usize),
+    device: &B::Device,
+) -> Result<(WindowLoader<B>, WindowLoader<B::InnerBackend>), TrainingError> {
+    let train = LoaderConfig::new(config.seq_len, config.batch_size)
+        .with_steps(config.checkpoint_every)
+        .with_sampling(Sampling::Random { seed: config.seed })
+        .with_first_epoch(start)
+        .with_shard(rank, processes);
+    let valid = LoaderConfig::new(config.seq_len, config.batch_size * processes)
+        .with_steps(config.valid_batches);
+    let (train_loader, valid_loader) = match &config.task {
+        None => (train.init_text(corpus.train(), device), valid.init_text(corpus.valid(), device)),
+        Some(task) => (
+            train.init_task(task.clone(), config.seed, device),
+            valid.init_task(task.clone(), config.seed.wrapping_add(1), device),
+        ),
+    };
+    Ok((
+        train_loader.map_err(|e| e.in_loader("train split"))?,
+        valid_loader.map_err(|e| e.in_loader("valid split"))?,
+    ))
 }
 
 /// Joins the run `cluster` and checks that every process trains the same configuration from
@@ -321,100 +319,4 @@ fn resume_point(out: &Path) -> Result<usize, TrainingError> {
         }
         None => Err(TrainingError::NoUsableCheckpoint { dir, problems: search.skipped }),
     }
-}
-
-/// What a run's Learner needs besides its model and optimizer.
-struct Run<'a, B: AutodiffBackend> {
-    config: &'a TrainConfig,
-    /// The run's folder: its checkpoints are there.
-    out: &'a Path,
-    /// Where this process's Learner writes its logs (and, for rank 0, its checkpoints).
-    logs: &'a Path,
-    /// This process's rank; 0 alone.
-    rank: usize,
-    start: usize,
-    /// The name of the bits metric: bits per byte, character or word.
-    bits: String,
-    strategy: ExecutionStrategy<B>,
-    train_loader: WindowLoader<B>,
-    valid_loader: WindowLoader<B::InnerBackend>,
-    schedule: WarmupCosine,
-}
-
-impl<B: TrainingBackend> Run<'_, B> {
-    /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
-    /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
-    /// Ranks above 0 write no checkpoint and resume from rank 0's.
-    fn launch<O>(
-        self,
-        model: LanguageModel<B>,
-        optimizer: O,
-    ) -> Result<Decoder<B::InnerBackend>, TrainingError>
-    where
-        O: Optimizer<LanguageModel<B>, B> + 'static,
-    {
-        let config = self.config;
-        let bits = self.bits.as_str();
-        let device = self.strategy.main_device().clone();
-        let mut training = SupervisedTraining::new(
-            self.logs,
-            Arc::new(self.train_loader),
-            Arc::new(self.valid_loader),
-        )
-        .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
-        .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
-        .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-        .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
-        .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-        .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
-        .metric_train_numeric(TokensPerSecond::new())
-        .metric_train_numeric(LearningRateMetric::new())
-        .grads_accumulation(config.grad_accumulation)
-        .num_epochs(config.epochs())
-        .with_training_strategy(TrainingStrategy::Default(self.strategy))
-        .with_application_logger(None)
-        .summary();
-        if config.task.is_some() {
-            training = training
-                .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
-                .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
-        }
-        if self.rank == 0 {
-            training = training
-                .with_file_checkpointer(CheckpointRecorder::new(config.keep_checkpoints))
-                .with_checkpointing_strategy(SaveOnly);
-        }
-        if self.rank > 0 || !dashboard_available() {
-            training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
-        }
-        let mut learner = Learner::new(model, optimizer, self.schedule);
-        if self.start > 0 {
-            // Rank 0's Learner loads its checkpoint itself; the others load the same files.
-            training = training.checkpoint(self.start);
-            if self.rank > 0 {
-                let device = &device;
-                let file = |part: &str| {
-                    self.out.join("checkpoint").join(format!("{part}-{}.mpk", self.start))
-                };
-                learner.load_model(checkpoint_part::<B, _>(&file("model"), device)?);
-                learner.load_optim(checkpoint_part::<B, _>(&file("optim"), device)?);
-                learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
-            }
-        }
-        Ok(training.launch(learner).model.decoder)
-    }
-}
-
-/// One part (model, optimizer or scheduler) of a Learner checkpoint, read as the Learner
-/// reads it.
-fn checkpoint_part<B: Backend, R: Record<B>>(
-    path: &Path,
-    device: &B::Device,
-) -> Result<R, TrainingError> {
-    let unreadable =
-        |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
-        .map_err(unreadable)?
-        .map_err(|e| unreadable(recorder_problem(e)))
 }

@@ -117,11 +117,7 @@ impl TrainConfig {
 
     /// The corpus this run trains on.
     pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
-        match (&self.corpus, self.word_min_count) {
-            (None, _) => Ok(Corpus::embedded()),
-            (Some(path), None) => Corpus::bytes_from_file(Path::new(path)),
-            (Some(path), Some(min_count)) => Corpus::words_from_file(Path::new(path), min_count),
-        }
+        Corpus::load(self.corpus.as_deref().map(Path::new), self.word_min_count)
     }
 
     /// Learner epochs: `steps / checkpoint_every`, rounded up.

@@ -11,6 +11,7 @@
 use cubecl::prelude::*;
 
 use super::config::{Call, ROWS, Variant};
+use super::prologue::{load_row, offset, zero_row};
 use super::reach::{nth_tile, query_tiles};
 use super::score::{score, weight};
 use super::tile::load_tiles;
@@ -49,18 +50,10 @@ pub(crate) fn key_grads_kernel<F: Float>(
     let mut v_row = Array::<f32>::new(dim);
     let mut dk_acc = Array::<f32>::new(dim);
     let mut dv_acc = Array::<f32>::new(dim);
-    let k_base = batch * k.stride(0) + kv_head * k.stride(1) + key * k.stride(2);
-    let v_base = batch * v.stride(0) + kv_head * v.stride(1) + key * v.stride(2);
-    for c in 0..dim {
-        k_row[c] = 0.0;
-        v_row[c] = 0.0;
-        dk_acc[c] = 0.0;
-        dv_acc[c] = 0.0;
-        if seen_key {
-            k_row[c] = f32::cast_from(k[k_base + c * k.stride(3)]);
-            v_row[c] = f32::cast_from(v[v_base + c * v.stride(3)]);
-        }
-    }
+    load_row(k, offset(k, batch, kv_head, key), seen_key, &mut k_row, dim);
+    load_row(v, offset(v, batch, kv_head, key), seen_key, &mut v_row, dim);
+    zero_row(&mut dk_acc, dim);
+    zero_row(&mut dv_acc, dim);
 
     let mut q_tile = SharedMemory::<f32>::new(tile * dim);
     let mut g_tile = SharedMemory::<f32>::new(tile * dim);
@@ -75,23 +68,21 @@ pub(crate) fn key_grads_kernel<F: Float>(
             let slope = slopes[head];
             let tiles =
                 query_tiles(&window, first, last, q_len as u32, &call, tile, variant.causal);
-            let q_base = batch * q.stride(0) + head * q.stride(1);
-            let g_base = batch * d_o.stride(0) + head * d_o.stride(1);
-            let t_base = batch * terms.stride(0) + head * terms.stride(1);
+            let q_base = offset(q, batch, head, 0);
+            let g_base = offset(d_o, batch, head, 0);
+            let t_base = offset(terms, batch, head, 0);
             for t in 0..tiles.count {
                 let i0 = nth_tile(&tiles, t) as usize * tile;
                 load_tiles(q, q_base, d_o, g_base, i0, q_len, &mut q_tile, &mut g_tile, tile, dim);
-                let mut r = unit;
-                while r < tile {
-                    lse_tile[r] = 0.0;
-                    coefficient_tile[r] = 0.0;
-                    if i0 + r < q_len {
-                        let at = t_base + (i0 + r) * terms.stride(2);
-                        lse_tile[r] = terms[at];
-                        coefficient_tile[r] = terms[at + terms.stride(3)];
-                    }
-                    r += ROWS;
-                }
+                load_row_terms(
+                    terms,
+                    t_base,
+                    i0,
+                    q_len,
+                    &mut lse_tile,
+                    &mut coefficient_tile,
+                    tile,
+                );
                 sync_cube();
 
                 if seen_key {
@@ -123,11 +114,37 @@ pub(crate) fn key_grads_kernel<F: Float>(
     }
 
     if key < k.shape(2) {
-        let dk_base = batch * dk.stride(0) + kv_head * dk.stride(1) + key * dk.stride(2);
-        let dv_base = batch * dv.stride(0) + kv_head * dv.stride(1) + key * dv.stride(2);
+        let dk_base = offset(dk, batch, kv_head, key);
+        let dv_base = offset(dv, batch, kv_head, key);
         for c in 0..dim {
             dk[dk_base + c * dk.stride(3)] = F::cast_from(dk_acc[c]);
             dv[dv_base + c * dv.stride(3)] = F::cast_from(dv_acc[c]);
         }
+    }
+}
+
+/// Copies the row terms (`lse_i`, `c_i`; [`super::backward_rows`]) of query rows
+/// `i0 … i0 + tile − 1` of one head, whose terms start at `t_base`, into shared memory, the
+/// cube's threads taking every [`ROWS`]-th row; zeros for rows past `q_len`.
+#[cube]
+fn load_row_terms(
+    terms: &Tensor<f32>,
+    t_base: usize,
+    i0: usize,
+    q_len: usize,
+    lse_tile: &mut SharedMemory<f32>,
+    coefficient_tile: &mut SharedMemory<f32>,
+    #[comptime] tile: usize,
+) {
+    let mut r = UNIT_POS_X as usize;
+    while r < tile {
+        lse_tile[r] = 0.0;
+        coefficient_tile[r] = 0.0;
+        if i0 + r < q_len {
+            let at = t_base + (i0 + r) * terms.stride(2);
+            lse_tile[r] = terms[at];
+            coefficient_tile[r] = terms[at + terms.stride(3)];
+        }
+        r += ROWS;
     }
 }

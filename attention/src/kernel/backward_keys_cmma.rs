@@ -17,6 +17,7 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
+use super::prologue::offset;
 use super::reach::{nth_tile, query_tiles};
 use super::score::{score, weight};
 use super::visibility::{Window, load_window, visible};
@@ -64,8 +65,8 @@ pub(crate) fn key_grads_cmma_kernel<F: Float>(
     let mut dv_s = SharedMemory::<f32>::new(m * dim);
     let mut lse_s = SharedMemory::<f32>::new(n);
     let mut coefficient_s = SharedMemory::<f32>::new(n);
-    let k_base = batch * k.stride(0) + kv_head * k.stride(1);
-    let v_base = batch * v.stride(0) + kv_head * v.stride(1);
+    let k_base = offset(k, batch, kv_head, 0);
+    let v_base = offset(v, batch, kv_head, 0);
     load_rows(k, k_base, block, kv_len, &mut k_s, m, dim, plane);
     load_rows(v, v_base, block, kv_len, &mut v_s, m, dim, plane);
     zero(&mut dk_s, m * dim, plane);
@@ -78,9 +79,9 @@ pub(crate) fn key_grads_cmma_kernel<F: Float>(
             let head = kv_head * group + member;
             let window = load_window(windows, head);
             let tiles = query_tiles(&window, first, last, q_len as u32, &call, n, variant.causal);
-            let q_base = batch * q.stride(0) + head * q.stride(1);
-            let g_base = batch * d_o.stride(0) + head * d_o.stride(1);
-            let t_base = batch * terms.stride(0) + head * terms.stride(1);
+            let q_base = offset(q, batch, head, 0);
+            let g_base = offset(d_o, batch, head, 0);
+            let t_base = offset(terms, batch, head, 0);
             for t in 0..tiles.count {
                 let i0 = nth_tile(&tiles, t) as usize * n;
                 load_rows(q, q_base, i0, q_len, &mut q_s, n, dim, plane);
@@ -129,8 +130,8 @@ pub(crate) fn key_grads_cmma_kernel<F: Float>(
     }
 
     if key < k.shape(2) && lane < m {
-        let dk_base = batch * dk.stride(0) + kv_head * dk.stride(1) + key * dk.stride(2);
-        let dv_base = batch * dv.stride(0) + kv_head * dv.stride(1) + key * dv.stride(2);
+        let dk_base = offset(dk, batch, kv_head, key);
+        let dv_base = offset(dv, batch, kv_head, key);
         for c in 0..dim {
             dk[dk_base + c * dk.stride(3)] = F::cast_from(dk_s[lane * dim + c]);
             dv[dv_base + c * dv.stride(3)] = F::cast_from(dv_s[lane * dim + c]);

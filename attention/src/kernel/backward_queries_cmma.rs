@@ -3,7 +3,7 @@
 //! `super::backward_queries`).
 //!
 //! A cube is one plane that owns `m` query rows of one head, laid out as the tensor-core
-//! forward (`super::forward_cmma`), and visits the same key tiles ([`key_tiles`]). For each:
+//! forward (`super::forward_cmma`), and visits the same key tiles ([`block_key_tiles`]). For each:
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` for its `m × n` block, two cooperative products;
 //! - one lane per row recomputes its weights from `S` and its `lse` and writes
 //!   `dS = ∂L/∂s · chain · scale` in the input type (0 for the keys it does not see);
@@ -15,9 +15,10 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
-use super::reach::{key_tiles, nth_tile};
+use super::prologue::{block_key_tiles, offset, query_block};
+use super::reach::nth_tile;
 use super::score::{score, weight};
-use super::visibility::{load_window, visible};
+use super::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16), `terms: [batch, H, N_q, 2]` (f32, `super::backward_rows`) → `dq: [batch, H, N_q, d]`.
@@ -41,14 +42,8 @@ pub(crate) fn query_grads_cmma_kernel<F: Float>(
     let dim = variant.head_dim;
     let (m, n, plane) = (mma.m, mma.n, mma.plane);
     let lane = UNIT_POS_X as usize;
-    let head = CUBE_POS_Y as usize;
-    let batch = CUBE_POS_Z as usize;
-    let q_len = q.shape(2);
+    let at = query_block(q, k, windows, slopes, &call, m);
     let kv_len = call.kv_len as usize;
-    let block = CUBE_POS_X as usize * m;
-    let window = load_window(windows, head);
-    let slope = slopes[head];
-    let kv_head = head / (q.shape(1) / k.shape(1));
 
     let mut q_s = SharedMemory::<F>::new(m * dim);
     let mut g_s = SharedMemory::<F>::new(m * dim);
@@ -58,28 +53,23 @@ pub(crate) fn query_grads_cmma_kernel<F: Float>(
     let mut dp_s = SharedMemory::<f32>::new(m * n);
     let mut ds_s = SharedMemory::<F>::new(m * n);
     let mut dq_s = SharedMemory::<f32>::new(m * dim);
-    let q_base = batch * q.stride(0) + head * q.stride(1);
-    let g_base = batch * d_o.stride(0) + head * d_o.stride(1);
-    load_rows(q, q_base, block, q_len, &mut q_s, m, dim, plane);
-    load_rows(d_o, g_base, block, q_len, &mut g_s, m, dim, plane);
+    let q_base = offset(q, at.batch, at.head, 0);
+    let g_base = offset(d_o, at.batch, at.head, 0);
+    load_rows(q, q_base, at.block, at.q_len, &mut q_s, m, dim, plane);
+    load_rows(d_o, g_base, at.block, at.q_len, &mut g_s, m, dim, plane);
     zero(&mut dq_s, m * dim, plane);
 
-    let row = block + lane;
-    let live = lane < m && row < q_len;
-    let position = call.query_offset + row as u32;
     let mut lse = 0.0f32;
     let mut coefficient = 0.0f32;
-    if live {
-        let t_base = batch * terms.stride(0) + head * terms.stride(1) + row * terms.stride(2);
+    if at.live {
+        let t_base = offset(terms, at.batch, at.head, at.row);
         lse = terms[t_base];
         coefficient = terms[t_base + terms.stride(3)];
     }
 
-    let first = call.query_offset + block as u32;
-    let last = call.query_offset + (min(block + m, q_len) - 1) as u32;
-    let tiles = key_tiles(&window, first, last, &call, n, variant.causal);
-    let k_base = batch * k.stride(0) + kv_head * k.stride(1);
-    let v_base = batch * v.stride(0) + kv_head * v.stride(1);
+    let tiles = block_key_tiles(&at, &call, m, n, variant.causal);
+    let k_base = offset(k, at.batch, at.kv_head, 0);
+    let v_base = offset(v, at.batch, at.kv_head, 0);
     for t in 0..tiles.before + tiles.count {
         let j0 = nth_tile(&tiles, t) as usize * n;
         load_rows(k, k_base, j0, kv_len, &mut k_s, n, dim, plane);
@@ -93,14 +83,14 @@ pub(crate) fn query_grads_cmma_kernel<F: Float>(
         if lane < m {
             for r in 0..n {
                 let key = (j0 + r) as u32;
-                let at = lane * n + r;
+                let pair = lane * n + r;
                 let mut d_raw = 0.0f32;
-                if live && visible(&window, position, key, &call, variant.causal) {
-                    let s = score(s_s[at], position, key, slope, &call, variant);
+                if at.live && visible(&at.window, at.position, key, &call, variant.causal) {
+                    let s = score(s_s[pair], at.position, key, at.slope, &call, variant);
                     let w = weight(s.value, lse, &call, variant);
-                    d_raw = w.gate * (dp_s[at] + coefficient) * s.chain * call.scale;
+                    d_raw = w.gate * (dp_s[pair] + coefficient) * s.chain * call.scale;
                 }
-                ds_s[at] = F::cast_from(d_raw);
+                ds_s[pair] = F::cast_from(d_raw);
             }
         }
         sync_cube();
@@ -109,8 +99,8 @@ pub(crate) fn query_grads_cmma_kernel<F: Float>(
         sync_cube();
     }
 
-    if live {
-        let out_base = batch * dq.stride(0) + head * dq.stride(1) + row * dq.stride(2);
+    if at.live {
+        let out_base = offset(dq, at.batch, at.head, at.row);
         for c in 0..dim {
             dq[out_base + c * dq.stride(3)] = F::cast_from(dq_s[lane * dim + c]);
         }

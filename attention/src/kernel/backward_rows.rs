@@ -11,6 +11,7 @@
 use cubecl::prelude::*;
 
 use super::config::{ROWS, Variant};
+use super::prologue::offset;
 
 /// `o, d_o: [batch, H, N_q, d]` (the forward's output and its gradient), `lse, d_lse:
 /// [batch, H, N_q]` f32 → `terms: [batch, H, N_q, 2]` f32 (`lse_i`, `c_i`). Grid: (query blocks,
@@ -32,15 +33,15 @@ pub(crate) fn row_terms_kernel<F: Float>(
     }
     let head = CUBE_POS_Y as usize;
     let batch = CUBE_POS_Z as usize;
-    let base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
-    let grad_base = batch * d_o.stride(0) + head * d_o.stride(1) + row * d_o.stride(2);
+    let base = offset(o, batch, head, row);
+    let grad_base = offset(d_o, batch, head, row);
     let mut delta = 0.0f32;
     for c in 0..dim {
         let value = f32::cast_from(o[base + c * o.stride(3)]);
         delta += value * f32::cast_from(d_o[grad_base + c * d_o.stride(3)]);
     }
-    let row_lse = lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)];
-    let row_d_lse = d_lse[batch * d_lse.stride(0) + head * d_lse.stride(1) + row * d_lse.stride(2)];
+    let row_lse = lse[offset(lse, batch, head, row)];
+    let row_d_lse = d_lse[offset(d_lse, batch, head, row)];
     let mut coefficient = row_d_lse - delta;
     if comptime![variant.sigmoid] {
         coefficient = 0.0;
@@ -48,7 +49,7 @@ pub(crate) fn row_terms_kernel<F: Float>(
             coefficient = row_d_lse * (-row_lse).exp();
         }
     }
-    let out = batch * terms.stride(0) + head * terms.stride(1) + row * terms.stride(2);
+    let out = offset(terms, batch, head, row);
     terms[out] = row_lse;
     terms[out + terms.stride(3)] = coefficient;
 }

@@ -4,6 +4,8 @@
 
 use cubecl::prelude::*;
 
+use super::prologue::offset;
+
 /// Threads per cube, over the head dim.
 pub(crate) const THREADS: usize = 32;
 
@@ -55,9 +57,8 @@ struct Row {
 #[cube]
 fn write_row<F: Float>(new: &Tensor<F>, buffer: &mut Tensor<F>, row: Row) {
     let dim = buffer.shape(3);
-    let from = row.batch * new.stride(0) + row.kv * new.stride(1);
-    let to =
-        row.batch * buffer.stride(0) + row.local * buffer.stride(1) + row.slot * buffer.stride(2);
+    let from = offset(new, row.batch, row.kv, 0);
+    let to = offset(buffer, row.batch, row.local, row.slot);
     for step in 0..dim.div_ceil(THREADS) {
         let c = UNIT_POS_X as usize + step * THREADS;
         if c < dim {

@@ -84,12 +84,12 @@ where
         Some(WindowedKernel::of())
     }
 
-    /// One launch per layer over all of its ring buffers ([`super::decode_launch`]).
+    /// One launch per layer over all of its ring buffers (`super::decode_launch`).
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
         Some(decode::<R, Self>)
     }
 
-    /// One launch per layer over all of its ring buffers ([`super::cache_write_launch`]).
+    /// One launch per layer over all of its ring buffers (`super::cache_write_launch`).
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         Some(cache_write::<R, Self>)
     }

@@ -17,6 +17,7 @@
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
+use super::prologue::offset;
 use super::score::{row_end, score, sigmoid};
 use super::visibility::{load_window, visible};
 
@@ -92,7 +93,7 @@ pub(crate) fn decode_kernel<F: Float>(
     };
 
     let mut query = SharedMemory::<f32>::new(dim);
-    let q_base = row.batch * q.stride(0) + head * q.stride(1);
+    let q_base = offset(q, row.batch, head, 0);
     for k in 0..columns {
         let c = unit + k * THREADS;
         if c < dim {
@@ -149,8 +150,8 @@ fn attend<F: Float>(
     let unit = UNIT_POS_X as usize;
     let slots = keys.shape(2);
     let window = load_window(table, step.branch * step.heads + row.head);
-    let k_base = row.batch * keys.stride(0) + row.local * keys.stride(1);
-    let v_base = row.batch * values.stride(0) + row.local * values.stride(1);
+    let k_base = offset(keys, row.batch, row.local, 0);
+    let v_base = offset(values, row.batch, row.local, 0);
     let mut scores = SharedMemory::<f32>::new(THREADS);
     let mut weights = SharedMemory::<f32>::new(THREADS);
     let mut running_max = f32::min_value();
@@ -275,7 +276,7 @@ fn write_mixed<F: Float>(
     if mass == 0.0 {
         mass = 1.0;
     }
-    let out_base = row.batch * out.stride(0) + row.head * out.stride(1);
+    let out_base = offset(out, row.batch, row.head, 0);
     for k in 0..columns {
         let c = unit + k * THREADS;
         if c < dim {

@@ -3,7 +3,7 @@
 //! `crate::reference::dense_attention`; the portable kernel is `super::forward`).
 //!
 //! A cube is one plane and owns `m` consecutive query rows of one head. It visits the key tiles
-//! of `n` keys that [`key_tiles`] gives, as the portable kernel does, and for each:
+//! of `n` keys that [`block_key_tiles`] gives, as the portable kernel does, and for each:
 //! - `S = Q·Kᵀ` for its `m × n` block, in `d / k` cooperative products with f32 accumulation,
 //!   stored to shared memory;
 //! - one lane per row decides which keys its row sees ([`visible`]), scores them ([`score`]),
@@ -18,9 +18,10 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
-use super::reach::{key_tiles, nth_tile};
+use super::prologue::{block_key_tiles, offset, query_block};
+use super::reach::nth_tile;
 use super::score::{row_end, score, sigmoid};
-use super::visibility::{Window, load_window, visible};
+use super::visibility::{Window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16) → `o: [batch, H, N_q,
 /// d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of `m`, H, batch); one plane per cube.
@@ -42,13 +43,7 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
     let m = mma.m;
     let n = mma.n;
     let lane = UNIT_POS_X as usize;
-    let head = CUBE_POS_Y as usize;
-    let batch = CUBE_POS_Z as usize;
-    let q_len = q.shape(2);
-    let block = CUBE_POS_X as usize * m;
-    let window = load_window(windows, head);
-    let slope = slopes[head];
-    let kv_head = head / (q.shape(1) / k.shape(1));
+    let at = query_block(q, k, windows, slopes, &call, m);
     let kv_len = call.kv_len as usize;
 
     let mut q_s = SharedMemory::<F>::new(m * dim);
@@ -58,21 +53,16 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
     let mut p_s = SharedMemory::<F>::new(m * n);
     let mut o_s = SharedMemory::<f32>::new(m * dim);
 
-    let q_base = batch * q.stride(0) + head * q.stride(1);
-    load_rows(q, q_base, block, q_len, &mut q_s, m, dim, mma.plane);
+    let q_base = offset(q, at.batch, at.head, 0);
+    load_rows(q, q_base, at.block, at.q_len, &mut q_s, m, dim, mma.plane);
     zero(&mut o_s, m * dim, mma.plane);
 
-    let row = block + lane;
     let owner = lane < m;
-    let live = owner && row < q_len;
-    let position = call.query_offset + row as u32;
     let mut running_max = f32::min_value();
     let mut total = 0.0f32;
-    let first = call.query_offset + block as u32;
-    let last = call.query_offset + (min(block + m, q_len) - 1) as u32;
-    let tiles = key_tiles(&window, first, last, &call, n, variant.causal);
-    let k_base = batch * k.stride(0) + kv_head * k.stride(1);
-    let v_base = batch * v.stride(0) + kv_head * v.stride(1);
+    let tiles = block_key_tiles(&at, &call, m, n, variant.causal);
+    let k_base = offset(k, at.batch, at.kv_head, 0);
+    let v_base = offset(v, at.batch, at.kv_head, 0);
 
     for t in 0..tiles.before + tiles.count {
         let j0 = nth_tile(&tiles, t) as usize * n;
@@ -84,10 +74,10 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
         sync_cube();
 
         if owner {
-            let at = RowAt { live, position, j0, lane, slope };
+            let row = RowAt { live: at.live, position: at.position, j0, lane, slope: at.slope };
             let state = RowState { running_max, total };
             let next =
-                fold_row(&mut s_s, &mut p_s, &mut o_s, state, &window, at, &call, variant, n);
+                fold_row(&mut s_s, &mut p_s, &mut o_s, state, &at.window, row, &call, variant, n);
             running_max = next.running_max;
             total = next.total;
         }
@@ -97,8 +87,8 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
         sync_cube();
     }
 
-    if live {
-        let out_base = batch * o.stride(0) + head * o.stride(1) + row * o.stride(2);
+    if at.live {
+        let out_base = offset(o, at.batch, at.head, at.row);
         let end = row_end(total, running_max, &call, variant);
         for c in 0..dim {
             let mut value = 0.0f32;
@@ -107,7 +97,7 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
             }
             o[out_base + c * o.stride(3)] = F::cast_from(value);
         }
-        lse[batch * lse.stride(0) + head * lse.stride(1) + row * lse.stride(2)] = end.lse;
+        lse[offset(lse, at.batch, at.head, at.row)] = end.lse;
     }
 }
 

@@ -4,22 +4,24 @@
 //!
 //! They compute exactly what the dense reference [`crate::reference::dense_attention`]
 //! computes (docs/semantics.md §1–§2, §4), and the tests compare them with it
-//! (`tests/attention/kernel.rs`). Calls they do not take (`windowed_runs` in [`cube`]: global
+//! (`tests/attention/kernel.rs`). Calls they do not take (`windowed_runs` in `cube`: global
 //! tokens, big head dims) run the blocked path.
 //!
-//! - [`config`]: the compile-time variant, the runtime scalars and the per-head windows.
-//! - [`visibility`]: the cube-side twin of [`crate::WindowSpec::visible`]; [`reach`]: which tiles
-//!   a cube visits; [`score`]: scores and weights of a pair; [`tile`]: the shared-memory copies.
-//! - [`forward`] and [`forward_launch`]: the forward kernel and its launch.
-//! - [`backward_rows`], [`backward_queries`] (dQ), [`backward_keys`] (dK, dV) and
-//!   [`backward_launch`]: the backward kernels (FlashAttention-2) and their launch.
-//! - [`mma`]: the tensor-core tile (cooperative matrices, `cmma`) and its products;
-//!   [`forward_cmma`], [`backward_queries_cmma`] and [`backward_keys_cmma`]: the forward, dQ and
+//! - `config`: the compile-time variant, the runtime scalars and the per-head windows.
+//! - `visibility`: the cube-side twin of [`crate::WindowSpec::visible`]; `reach`: which tiles
+//!   a cube visits; `score`: scores and weights of a pair; `tile`: the shared-memory copies.
+//! - `prologue`: what every kernel starts with (its rows' place in the grid, the head's window
+//!   and ALiBi slope, rows into registers).
+//! - `forward` and `forward_launch`: the forward kernel and its launch.
+//! - `backward_rows`, `backward_queries` (dQ), `backward_keys` (dK, dV) and
+//!   `backward_launch`: the backward kernels (FlashAttention-2) and their launch.
+//! - `mma`: the tensor-core tile (cooperative matrices, `cmma`) and its products;
+//!   `forward_cmma`, `backward_queries_cmma` and `backward_keys_cmma`: the forward, dQ and
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
-//! - [`decode`] and [`decode_launch`]: the fused decode step of the bounded caches;
-//!   [`cache_write`] and [`cache_write_launch`]: their fused append.
-//! - [`cube`]: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
-//!   differentiable op of `Autodiff<B>`); [`fusion`]: as custom ops of `Fusion<B>`.
+//! - `decode` and `decode_launch`: the fused decode step of the bounded caches;
+//!   `cache_write` and `cache_write_launch`: their fused append.
+//! - `cube`: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
+//!   differentiable op of `Autodiff<B>`); `fusion`: as custom ops of `Fusion<B>`.
 
 mod backward_keys;
 mod backward_keys_cmma;
@@ -39,6 +41,7 @@ mod forward_launch;
 mod fusion;
 mod mma;
 mod probe;
+mod prologue;
 mod reach;
 mod score;
 mod tile;

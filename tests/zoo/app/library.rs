@@ -6,12 +6,12 @@ use std::process::Command;
 
 #[path = "../../../examples/library.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
-mod library;
+mod example;
 
 #[test]
 fn the_library_example_runs_a_preset_and_a_checkpoint() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/mistral");
-    if let Err(problem) = library::run(dir) {
+    if let Err(problem) = example::run(dir) {
         panic!("examples/library.rs failed: {problem}");
     }
 }

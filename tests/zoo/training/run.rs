@@ -11,7 +11,7 @@ use swa_zoo::models::DecoderConfig;
 use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::with_eval_window;
-use swa_zoo::training::loader::{Sampling, WindowLoader};
+use swa_zoo::training::loader::{LoaderConfig, Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
 use swa_zoo::training::train::{TrainConfig, train};
 
@@ -100,16 +100,11 @@ fn warmup_then_cosine() {
 fn batches_depend_only_on_seed_epoch_and_step() {
     let tokens = Arc::new((0..1000u32).map(|t| t % 256).collect::<Vec<_>>());
     let loader = |seed| {
-        WindowLoader::<NdArray>::new(
-            tokens.clone(),
-            8,
-            3,
-            5,
-            Sampling::Random { seed },
-            0,
-            Default::default(),
-        )
-        .unwrap()
+        LoaderConfig::new(8, 3)
+            .with_steps(5)
+            .with_sampling(Sampling::Random { seed })
+            .init_text::<NdArray>(tokens.clone(), &Default::default())
+            .unwrap()
     };
     let ids = |l: &WindowLoader<NdArray>, epoch, step| to_vec(l.batch(epoch, step).inputs.float());
     assert_eq!(ids(&loader(1), 2, 3), ids(&loader(1), 2, 3));
@@ -119,16 +114,9 @@ fn batches_depend_only_on_seed_epoch_and_step() {
     let (inputs, targets) = (to_vec(batch.inputs.float()), to_vec(batch.targets.float()));
     assert_eq!(inputs[1..8], targets[..7], "targets are the inputs shifted by one");
     assert!(
-        WindowLoader::<NdArray>::new(
-            Arc::new(vec![1, 2]),
-            8,
-            1,
-            1,
-            Sampling::Sequential,
-            0,
-            Default::default()
-        )
-        .is_err()
+        LoaderConfig::new(8, 1)
+            .init_text::<NdArray>(Arc::new(vec![1, 2]), &Default::default())
+            .is_err()
     );
 }
 

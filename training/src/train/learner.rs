@@ -1,0 +1,145 @@
+//! A run's Learner: burn-train's supervised training of a [`LanguageModel`] with its metrics,
+//! renderer, checkpoints and resume, set up once [`super::train_run`] has the run's loaders,
+//! model and schedule.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::grad_clipping::GradientClippingConfig;
+use burn::optim::{AdamWConfig, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
+use burn::tensor::DType;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::train::metric::LearningRateMetric;
+use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
+use swa_models::Decoder;
+use swa_models::panics::without_panics;
+use swa_models::weights::recorder_problem;
+
+use crate::backend::TrainingBackend;
+use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
+use crate::error::TrainingError;
+use crate::language_model::LanguageModel;
+use crate::loader::WindowLoader;
+use crate::metrics::{Stat, StatMetric, TokensPerSecond};
+use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
+use crate::renderer::{PlainRenderer, dashboard_available};
+use crate::schedule::WarmupCosine;
+use crate::train::TrainConfig;
+
+/// What a run's Learner needs besides its model and optimizer.
+pub(super) struct Run<'a, B: AutodiffBackend> {
+    pub(super) config: &'a TrainConfig,
+    /// The run's folder: its checkpoints are there.
+    pub(super) out: &'a Path,
+    /// Where this process's Learner writes its logs (and, for rank 0, its checkpoints).
+    pub(super) logs: &'a Path,
+    /// This process's rank; 0 alone.
+    pub(super) rank: usize,
+    pub(super) start: usize,
+    /// The name of the bits metric: bits per byte, character or word.
+    pub(super) bits: String,
+    pub(super) strategy: ExecutionStrategy<B>,
+    pub(super) train_loader: WindowLoader<B>,
+    pub(super) valid_loader: WindowLoader<B::InnerBackend>,
+    pub(super) schedule: WarmupCosine,
+}
+
+impl<B: TrainingBackend> Run<'_, B> {
+    /// Trains `model` with AdamW under the run's gradient clipping: Burn's AdamW as it is on a
+    /// device computing in f32, and on f32 master weights with loss scaling in f16 or bf16.
+    pub(super) fn train(
+        self,
+        model: LanguageModel<B>,
+    ) -> Result<Decoder<B::InnerBackend>, TrainingError> {
+        let adamw = AdamWConfig::new().with_weight_decay(self.config.weight_decay);
+        let clipping = GradientClippingConfig::Norm(self.config.grad_clip);
+        let device = self.strategy.main_device();
+        let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+        match float {
+            DType::F32 => self.launch(model, adamw.with_grad_clipping(Some(clipping)).init()),
+            half => {
+                let loss_scale = LossScale::new(LossScaler::for_dtype(half));
+                let optimizer =
+                    MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
+                self.launch(LanguageModel { loss_scale: Some(loss_scale), ..model }, optimizer)
+            }
+        }
+    }
+
+    /// Trains `model` with `optimizer` under burn-train's Learner (dashboard or plain log,
+    /// metrics, checkpoints, resume from `start`); returns the trained decoder without autodiff.
+    /// Ranks above 0 write no checkpoint and resume from rank 0's.
+    fn launch<O>(
+        self,
+        model: LanguageModel<B>,
+        optimizer: O,
+    ) -> Result<Decoder<B::InnerBackend>, TrainingError>
+    where
+        O: Optimizer<LanguageModel<B>, B> + 'static,
+    {
+        let config = self.config;
+        let bits = self.bits.as_str();
+        let device = self.strategy.main_device().clone();
+        let mut training = SupervisedTraining::new(
+            self.logs,
+            Arc::new(self.train_loader),
+            Arc::new(self.valid_loader),
+        )
+        .metric_train_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_valid_numeric(StatMetric::new(Stat::Loss, "Loss"))
+        .metric_train_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_valid_numeric(StatMetric::new(Stat::BitsPerToken, bits))
+        .metric_train_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_valid_numeric(StatMetric::new(Stat::Perplexity, "Perplexity"))
+        .metric_train_numeric(TokensPerSecond::new())
+        .metric_train_numeric(LearningRateMetric::new())
+        .grads_accumulation(config.grad_accumulation)
+        .num_epochs(config.epochs())
+        .with_training_strategy(TrainingStrategy::Default(self.strategy))
+        .with_application_logger(None)
+        .summary();
+        if config.task.is_some() {
+            training = training
+                .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
+                .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
+        }
+        if self.rank == 0 {
+            training = training
+                .with_file_checkpointer(CheckpointRecorder::new(config.keep_checkpoints))
+                .with_checkpointing_strategy(SaveOnly);
+        }
+        if self.rank > 0 || !dashboard_available() {
+            training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
+        }
+        let mut learner = Learner::new(model, optimizer, self.schedule);
+        if self.start > 0 {
+            // Rank 0's Learner loads its checkpoint itself; the others load the same files.
+            training = training.checkpoint(self.start);
+            if self.rank > 0 {
+                let device = &device;
+                let file = |part: &str| {
+                    self.out.join("checkpoint").join(format!("{part}-{}.mpk", self.start))
+                };
+                learner.load_model(checkpoint_part::<B, _>(&file("model"), device)?);
+                learner.load_optim(checkpoint_part::<B, _>(&file("optim"), device)?);
+                learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
+            }
+        }
+        Ok(training.launch(learner).model.decoder)
+    }
+}
+
+/// One part (model, optimizer or scheduler) of a Learner checkpoint, read as the Learner
+/// reads it.
+fn checkpoint_part<B: Backend, R: Record<B>>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<R, TrainingError> {
+    let unreadable =
+        |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
+        .map_err(unreadable)?
+        .map_err(|e| unreadable(recorder_problem(e)))
+}
