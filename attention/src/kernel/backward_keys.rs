@@ -74,11 +74,13 @@ pub(crate) fn key_grads_kernel<F: Float>(
             for t in 0..tiles.count {
                 let i0 = nth_tile(&tiles, t) as usize * tile;
                 load_tiles(q, q_base, d_o, g_base, i0, q_len, &mut q_tile, &mut g_tile, tile, dim);
+                let rows = RowRange { start: UNIT_POS_X as usize, step: ROWS };
                 load_row_terms(
                     terms,
                     t_base,
                     i0,
                     q_len,
+                    rows,
                     &mut lse_tile,
                     &mut coefficient_tile,
                     tile,
@@ -123,20 +125,33 @@ pub(crate) fn key_grads_kernel<F: Float>(
     }
 }
 
+/// Which rows of a tile one thread copies: `start`, `start + step`, … (a thread's index among
+/// `step` threads).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct RowRange {
+    /// The thread's first row.
+    pub start: usize,
+    /// The number of threads sharing the copy.
+    pub step: usize,
+}
+
 /// Copies the row terms (`lse_i`, `c_i`; [`super::backward_rows`]) of query rows
 /// `i0 … i0 + tile − 1` of one head, whose terms start at `t_base`, into shared memory, the
-/// cube's threads taking every [`ROWS`]-th row; zeros for rows past `q_len`.
+/// thread taking the rows of `rows`; zeros for rows past `q_len`. Shared by the portable dK/dV
+/// kernel and its tensor-core twin.
 #[cube]
-fn load_row_terms(
+#[allow(clippy::too_many_arguments)] // a cube function takes its tensors and tiles one by one
+pub(crate) fn load_row_terms(
     terms: &Tensor<f32>,
     t_base: usize,
     i0: usize,
     q_len: usize,
+    rows: RowRange,
     lse_tile: &mut SharedMemory<f32>,
     coefficient_tile: &mut SharedMemory<f32>,
     #[comptime] tile: usize,
 ) {
-    let mut r = UNIT_POS_X as usize;
+    let mut r = rows.start;
     while r < tile {
         lse_tile[r] = 0.0;
         coefficient_tile[r] = 0.0;
@@ -145,6 +160,6 @@ fn load_row_terms(
             lse_tile[r] = terms[at];
             coefficient_tile[r] = terms[at + terms.stride(3)];
         }
-        r += ROWS;
+        r += rows.step;
     }
 }

@@ -15,6 +15,7 @@
 
 use cubecl::prelude::*;
 
+use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
 use super::prologue::offset;
@@ -86,17 +87,8 @@ pub(crate) fn key_grads_cmma_kernel<F: Float>(
                 let i0 = nth_tile(&tiles, t) as usize * n;
                 load_rows(q, q_base, i0, q_len, &mut q_s, n, dim, plane);
                 load_rows(d_o, g_base, i0, q_len, &mut g_s, n, dim, plane);
-                let mut r = lane;
-                while r < n {
-                    lse_s[r] = 0.0;
-                    coefficient_s[r] = 0.0;
-                    if i0 + r < q_len {
-                        let at = t_base + (i0 + r) * terms.stride(2);
-                        lse_s[r] = terms[at];
-                        coefficient_s[r] = terms[at + terms.stride(3)];
-                    }
-                    r += plane;
-                }
+                let rows = RowRange { start: lane, step: plane };
+                load_row_terms(terms, t_base, i0, q_len, rows, &mut lse_s, &mut coefficient_s, n);
                 sync_cube();
 
                 product_transposed(&k_s, &q_s, &mut s_s, m, n, dim);
