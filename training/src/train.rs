@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
+use burn::record::{Record, Recorder};
 use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::LearningRateMetric;
@@ -34,6 +34,7 @@ use burn::train::{
 };
 use swa_models::files::{remove_leftovers, write_bytes_atomically};
 use swa_models::panics::without_panics;
+use swa_models::records::MigratingRecorder;
 use swa_models::weights::recorder_problem;
 use swa_models::{Decoder, SplitMix64};
 
@@ -413,7 +414,7 @@ fn checkpoint_part<B: Backend, R: Record<B>>(
 ) -> Result<R, TrainingError> {
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let recorder = MigratingRecorder;
     without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
         .map_err(unreadable)?
         .map_err(|e| unreadable(recorder_problem(e)))
