@@ -36,6 +36,7 @@ mod info;
 mod mlp;
 pub mod panics;
 pub mod presets;
+pub mod records;
 mod rng;
 pub mod sampling;
 mod sizes;

@@ -2,7 +2,8 @@
 //!
 //! - **Burn records** ([`save_record`], [`load_record`]): Burn's named MessagePack at full
 //!   precision, as written by `NamedMpkFileRecorder<FullPrecisionSettings>`, in a `.mpk` file.
-//!   It keeps parameter ids, for going on with training in Burn.
+//!   It keeps parameter ids, for going on with training in Burn. Records saved before a
+//!   format change load too ([`crate::records::migrate`]).
 //! - **safetensors** ([`export_safetensors`], [`import_safetensors`]): the weights under the
 //!   stable names below, for other tools.
 //!
@@ -25,13 +26,15 @@
 //! |------|-------|---------|
 //! | `embedding.weight` | `[vocab, d]` | always |
 //! | `blocks.{l}.attention_norm.gamma` | `[d]` | always |
-//! | `blocks.{l}.attention.local.query.weight` | `[d, H·d_h]` | windowed kinds |
-//! | `blocks.{l}.attention.local.{key,value}.weight` | `[d, H_kv·d_h]` | windowed kinds |
-//! | `blocks.{l}.attention.global.query.weight` | `[d, H·d_h]` | Longformer with globals |
-//! | `blocks.{l}.attention.global.{key,value}.weight` | `[d, H_kv·d_h]` | Longformer with globals |
-//! | `blocks.{l}.attention.output.weight` | `[H·d_h, d]` | windowed kinds |
-//! | `blocks.{l}.attention.linear.{query,key}.weight` | `[d, H·d_f]` | `Linear` kind |
-//! | `blocks.{l}.attention.linear.{value,output}.weight` | `[d, d]` | `Linear` kind |
+//! | `blocks.{l}.attention.mixer.Windowed.local.query.weight` | `[d, H·d_h]` | windowed kinds |
+//! | `blocks.{l}.attention.mixer.Windowed.local.{key,value}.weight` | `[d, H_kv·d_h]` | windowed kinds |
+//! | `blocks.{l}.attention.mixer.Windowed.global.query.weight` | `[d, H·d_h]` | Longformer with globals |
+//! | `blocks.{l}.attention.mixer.Windowed.global.{key,value}.weight` | `[d, H_kv·d_h]` | Longformer with globals |
+//! | `blocks.{l}.attention.mixer.Windowed.output.weight` | `[H·d_h, d]` | windowed kinds |
+//! | `blocks.{l}.attention.mixer.Linear.{query,key}.weight` | `[d, H·d_f]` | `Linear` kind |
+//! | `blocks.{l}.attention.mixer.Linear.{value,output}.weight` | `[d, d]` | `Linear` kind |
+//! | `blocks.{l}.attention.{query,key}_norm.gamma` | `[d_h]` | with `qk_norm` |
+//! | `blocks.{l}.attention.sinks` | `[H]` | with `sink_logits` |
 //! | `blocks.{l}.mlp_norm.gamma` | `[d]` | always |
 //! | `blocks.{l}.mlp.{gate,up}.weight` | `[d, F]` | always |
 //! | `blocks.{l}.mlp.down.weight` | `[F, d]` | always |
@@ -39,22 +42,24 @@
 //! | `head.weight` | `[d, vocab]` | untied embeddings |
 //!
 //! "Windowed kinds" are every [`AttentionKind`](swa_attention::layers::AttentionKind) but
-//! `Linear`.
+//! `Linear`. `Windowed` and `Linear` are the variants of the layer's
+//! [`Mixer`](swa_attention::layers::Mixer), which Burn makes a segment of the name. (Before the
+//! mixer enum, the attention's tensors were `attention.local.*`, `attention.global.*`,
+//! `attention.output.weight` and `attention.linear.*`.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError};
+use burn::record::{Recorder, RecorderError};
 use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, SafetensorsStoreError};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::panics::without_panics;
-
-/// The extension Burn's named MessagePack recorder gives its files.
-const RECORD_EXTENSION: &str = "mpk";
+use crate::records::{MigratingRecorder, RECORD_EXTENSION};
+use swa_attention::layers::MixerRecord;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.
@@ -116,8 +121,9 @@ pub fn import_safetensors<B: Backend>(
     Ok(model)
 }
 
-fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::new()
+/// Burn's named MessagePack recorder at full precision, reading old records too.
+fn recorder() -> MigratingRecorder {
+    MigratingRecorder
 }
 
 fn weights_error(path: &Path, problem: String) -> ModelError {
@@ -210,13 +216,15 @@ pub fn compare_shapes(
 }
 
 /// What Burn's `load_record` does not check without panicking or losing weights: it panics on
-/// another number of blocks, and drops an optional part that the configured model lacks (the
-/// untied LM head, Longformer's global projections). Parts that the file lacks are caught by
-/// [`compare_shapes`] after loading.
-fn check_record_structure<B: Backend>(
+/// another number of blocks and on a layer's mixer of another variant (a windowed layer's
+/// weights for linear attention, or the reverse), and drops an optional part that the
+/// configured model lacks (the untied LM head, Longformer's global projections, the q and k
+/// norms, the sink logits). Parts that the file lacks are caught by [`compare_shapes`] after
+/// loading. `expected` is the configured model's [`parameter_shapes`].
+pub fn check_record_structure<B: Backend>(
     record: &DecoderRecord<B>,
     config: &DecoderConfig,
-    expected: &Shapes,
+    expected: &BTreeMap<String, Vec<usize>>,
 ) -> Result<(), String> {
     if record.blocks.len() != config.layers {
         let blocks = record.blocks.len();
@@ -225,14 +233,24 @@ fn check_record_structure<B: Backend>(
             config.layers
         ));
     }
-    let head = ("head".to_string(), record.head.is_some());
-    let globals = record.blocks.iter().enumerate().map(|(l, block)| {
-        let part = format!("blocks.{l}.attention.global");
-        (part, block.attention.global.is_some())
-    });
-    for (part, in_file) in std::iter::once(head).chain(globals) {
+    let mut parts = vec![("head".to_string(), record.head.is_some())];
+    for (l, block) in record.blocks.iter().enumerate() {
+        let attention = &block.attention;
+        let (variant, global) = match &attention.mixer {
+            MixerRecord::Windowed(windowed) => ("Windowed", windowed.global.is_some()),
+            MixerRecord::Linear(_) => ("Linear", false),
+        };
+        let part = |name: &str| format!("blocks.{l}.attention.{name}");
+        parts.push((part(&format!("mixer.{variant}")), true));
+        parts.push((part("mixer.Windowed.global"), global));
+        parts.push((part("query_norm"), attention.query_norm.is_some()));
+        parts.push((part("key_norm"), attention.key_norm.is_some()));
+        parts.push((part("sinks"), attention.sinks.is_some()));
+    }
+    for (part, in_file) in parts {
         let prefix = format!("{part}.");
-        if in_file && !expected.keys().any(|name| name.starts_with(&prefix)) {
+        let configured = expected.keys().any(|name| *name == part || name.starts_with(&prefix));
+        if in_file && !configured {
             return Err(format!(
                 "the file has `{part}` weights, which the configuration does not have"
             ));

@@ -14,7 +14,7 @@ use swa_models::{Decoder, DecoderConfig, SplitMix64};
 
 use crate::error::AppError;
 
-/// A tensor's values under its module path (`blocks.0.attention.local.query.weight`).
+/// A tensor's values under its module path (`blocks.0.attention.mixer.Windowed.local.query.weight`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Named {
     /// The module path.

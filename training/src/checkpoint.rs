@@ -2,16 +2,20 @@
 //! resume. The files themselves are `crate::checkpoint_file`'s: a checkpoint is complete when its
 //! three records agree with their sidecars. Burn's checkpointer would load a record of another
 //! configuration without a word (it takes every tensor as it is), so `--resume` first reads the
-//! model here and compares every weight's shape.
+//! model here and compares every weight's shape. Checkpoints saved before a format change are
+//! read migrated ([`swa_models::records::migrate`]), here and by the Learner alike.
 
 use std::path::Path;
 
 use burn::module::Module;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::record::Recorder;
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
 use swa_models::panics::without_panics;
-use swa_models::weights::{compare_shapes, parameter_shapes, recorder_problem};
+use swa_models::records::MigratingRecorder;
+use swa_models::weights::{
+    check_record_structure, compare_shapes, parameter_shapes, recorder_problem,
+};
 
 use crate::checkpoint_file::{epochs, verify};
 use crate::error::TrainingError;
@@ -55,7 +59,9 @@ pub fn last_checkpoint(out: &Path) -> Option<usize> {
 }
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
-/// holds the weights of `config`: a readable record of the same structure and shapes.
+/// holds the weights of `config`: a readable record of the same structure and shapes. The
+/// structure is checked before Burn's `load_record`, which panics on some mismatches (another
+/// number of blocks, a layer's mixer of another variant).
 pub fn check_model_checkpoint<B: Backend>(
     config: &DecoderConfig,
     path: &Path,
@@ -64,15 +70,16 @@ pub fn check_model_checkpoint<B: Backend>(
     let fresh = LanguageModel::new(config.init::<B>(device)?);
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let load =
-        || NamedMpkFileRecorder::<FullPrecisionSettings>::new().load(path.to_path_buf(), device);
+    let load = || MigratingRecorder.load(path.to_path_buf(), device);
     let record: LanguageModelRecord<B> = without_panics("Burn's record loader", load)
         .map_err(unreadable)?
         .map_err(|e| unreadable(recorder_problem(e)))?;
     let expected = parameter_shapes(&fresh);
     let mismatch =
         |problem| TrainingError::CheckpointMismatch { path: path.to_path_buf(), problem };
-    // Burn's `load_record` asserts that the record has the model's layers and heads.
+    check_record_structure(&record.decoder, config, &parameter_shapes(&fresh.decoder))
+        .map_err(mismatch)?;
+    // Burn's `load_record` asserts that the record has the model's heads.
     let loaded = without_panics("Burn's record loader", || fresh.load_record(record));
     let found = parameter_shapes(&loaded.map_err(mismatch)?);
     compare_shapes(&expected, &found).map_err(mismatch)

@@ -10,15 +10,14 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use burn::record::{
-    FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
-};
+use burn::record::{FileRecorder, FullPrecisionSettings, Recorder, RecorderError};
 use burn::tensor::backend::Backend;
 use burn::train::checkpoint::{CheckpointingAction, CheckpointingStrategy};
 use burn::train::metric::store::EventStoreClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use swa_models::files::write_atomically;
+use swa_models::records::MigratingRecorder;
 
 /// The records of a checkpoint, as the Learner names their files (`model-3.mpk`, …).
 pub const PARTS: [&str; 3] = ["model", "optim", "scheduler"];
@@ -59,9 +58,9 @@ impl Default for CheckpointRecorder {
     }
 }
 
-/// The format underneath.
-fn named_mpk() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::new()
+/// The format underneath: Burn's named MessagePack, old records read migrated.
+fn named_mpk() -> MigratingRecorder {
+    MigratingRecorder
 }
 
 impl<B: Backend> Recorder<B> for CheckpointRecorder {

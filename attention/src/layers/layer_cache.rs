@@ -6,6 +6,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::layers::cache::{CachePositions, KvCache};
 use crate::layers::linear::LinearState;
+use crate::layers::mixer::Mixer;
 use crate::layers::{AttentionKind, SelfAttention, longnet};
 use crate::{AttentionError, WindowSpec, WindowedAttentionBackend};
 
@@ -56,7 +57,7 @@ impl<B: Backend> SelfAttention<B> {
         positions: CachePositions,
         device: &B::Device,
     ) -> Result<LayerCache<B>, AttentionError> {
-        if let Some(linear) = &self.linear {
+        if let Mixer::Linear(linear) = &self.mixer {
             return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
         }
         let specs = match &self.kind {
@@ -83,17 +84,19 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     /// `[batch, 1, d_model]`, the same as row `position` of [`SelfAttention::forward`] over the
     /// whole prefix (with [`CachePositions::Absolute`]).
     pub fn step(&self, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
-        let (local, global) = match (cache, &self.linear) {
-            (LayerCache::Linear(state), Some(linear)) => {
+        let (mixer, local, global) = match (cache, &self.mixer) {
+            (LayerCache::Linear(state), Mixer::Linear(linear)) => {
                 let (y, next) = linear.step(x, state.clone());
                 *state = next;
                 return y;
             }
-            (LayerCache::Windowed { local, global }, None) => (local, global),
+            (LayerCache::Windowed { local, global }, Mixer::Windowed(mixer)) => {
+                (mixer, local, global)
+            }
             _ => unreachable!("a layer's cache is made by its own `cache`"),
         };
         let position = local.len();
-        let (q, k, v) = self.project(self.projections(), x.clone());
+        let (q, k, v) = self.project(&mixer.local, x.clone());
         local.append(k, v, self.rope());
         let mut out = match self.has_sink_logits() {
             true => {
@@ -102,7 +105,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             }
             false => local.attend(q, self.rope()),
         };
-        if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &self.global) {
+        if let (Some((cache, globals)), Some(projections)) = (global.as_mut(), &mixer.global) {
             let (q_g, k_g, v_g) = self.project(projections, x);
             cache.append(k_g, v_g, self.rope());
             if globals.contains(&position) {
@@ -113,7 +116,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
                 *global = None;
             }
         }
-        self.merge(out)
+        self.merge(mixer, out)
     }
 
     /// The forward pass over a prompt `x: [batch, N, d_model]` at positions `0 … N−1` →
@@ -125,25 +128,27 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         x: Tensor<B, 3>,
         cache: &mut LayerCache<B>,
     ) -> Result<Tensor<B, 3>, AttentionError> {
-        let (local, global) = match (cache, &self.linear) {
-            (LayerCache::Linear(state), Some(linear)) => {
+        let (mixer, local, global) = match (cache, &self.mixer) {
+            (LayerCache::Linear(state), Mixer::Linear(linear)) => {
                 let (y, filled) = linear.prefill(x);
                 *state = filled;
                 return Ok(y);
             }
-            (LayerCache::Windowed { local, global }, None) => (local, global),
+            (LayerCache::Windowed { local, global }, Mixer::Windowed(mixer)) => {
+                (mixer, local, global)
+            }
             _ => unreachable!("a layer's cache is made by its own `cache`"),
         };
         let n = x.dims()[1];
-        let (q, k, v) = self.project(self.projections(), x.clone());
+        let (q, k, v) = self.project(&mixer.local, x.clone());
         local.fill(k.clone(), v.clone(), self.rope());
-        let projected = self.global.as_ref().map(|projections| self.project(projections, x));
+        let projected = mixer.global.as_ref().map(|projections| self.project(projections, x));
         if let (Some((cache, globals)), Some((_, k_g, v_g))) = (global.as_mut(), &projected) {
             match globals.last().is_some_and(|&last| last < n) {
                 true => *global = None,
                 false => cache.fill(k_g.clone(), v_g.clone(), self.rope()),
             }
         }
-        Ok(self.merge(self.attend(q, k, v, projected)?))
+        Ok(self.merge(mixer, self.attend(q, k, v, projected)?))
     }
 }

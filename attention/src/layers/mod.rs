@@ -11,6 +11,8 @@
 //!   that share a reach;
 //! - [`norm`]: RMSNorm, of the decoder's blocks and of q and k per head;
 //! - [`layer_options`]: how a layer departs from Transformer++ for a pretrained architecture;
+//! - [`mixer`]: what a layer mixes the tokens with, the windowed core's projections or linear
+//!   attention, as one enum module;
 //! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism;
 //! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once.
 
@@ -21,6 +23,7 @@ pub mod layer_options;
 pub mod linear;
 pub mod longformer;
 pub mod longnet;
+pub mod mixer;
 pub mod mswa;
 pub mod norm;
 mod ring;
@@ -31,5 +34,8 @@ pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
 pub use layer_options::LayerOptions;
 pub use longnet::{branch_specs, longnet_attention, mix_branches};
+pub use mixer::{
+    Mixer, MixerRecord, Projections, ProjectionsRecord, WindowedMixer, WindowedMixerRecord,
+};
 pub use norm::{RmsNorm, RmsNormConfig};
 pub use self_attention::{SelfAttention, SelfAttentionConfig, with_sink_logits};

@@ -5,13 +5,14 @@
 use burn::config::Config;
 use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::module::{Module, Param};
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::LinearConfig;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Tensor, backend::Backend};
 
 use crate::layer_ops::linear;
 use crate::layers::layer_options::LayerOptions;
-use crate::layers::linear::{LinearAttention, LinearAttentionConfig};
+use crate::layers::linear::LinearAttentionConfig;
+use crate::layers::mixer::{Mixer, Projections, WindowedMixer};
 use crate::layers::norm::RmsNorm;
 use crate::layers::{AttentionKind, longformer, longnet};
 use crate::{
@@ -40,27 +41,12 @@ pub struct SelfAttentionConfig {
     pub options: Option<LayerOptions>,
 }
 
-/// The q, k, v projections of one set of heads (biases only under
-/// [`LayerOptions::qkv_bias`]).
-#[derive(Module, Debug)]
-pub struct Projections<B: Backend> {
-    query: Linear<B>,
-    key: Linear<B>,
-    value: Linear<B>,
-}
-
 /// Multi-head self-attention of one [`AttentionKind`].
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct SelfAttention<B: Backend> {
-    /// q, k, v projections; absent for linear attention.
-    pub(crate) local: Option<Projections<B>>,
-    /// Longformer's `Wq_g, Wk_g, Wv_g`, initialised as copies of `local`.
-    pub(crate) global: Option<Projections<B>>,
-    /// Output projection; absent for linear attention, which has its own.
-    pub(crate) output: Option<Linear<B>>,
-    /// Taylor linear attention, for the `Linear` kind.
-    pub(crate) linear: Option<LinearAttention<B>>,
+    /// The weights that mix the tokens: the windowed core's projections, or linear attention.
+    pub(crate) mixer: Mixer<B>,
     /// RMSNorm of each query head and each key head, before RoPE.
     query_norm: Option<RmsNorm<B>>,
     key_norm: Option<RmsNorm<B>>,
@@ -111,46 +97,55 @@ impl SelfAttentionConfig {
         scores.scale = options.scale.or(scores.scale);
         scores.softcap = options.softcap.or(scores.softcap);
         scores.check(heads)?;
-        let mut layer = SelfAttention {
-            local: None,
-            global: None,
-            output: None,
-            linear: None,
-            query_norm: None,
-            key_norm: None,
-            sinks: None,
-            kind: self.kind.clone(),
-            rope,
-            heads,
-            kv_heads,
-            head_dim,
-            scores,
-        };
-        if let AttentionKind::Linear { feature_dim } = self.kind {
+        let (mut query_norm, mut key_norm, mut sinks) = (None, None, None);
+        let mixer = if let AttentionKind::Linear { feature_dim } = self.kind {
             if options.sink_logits {
                 return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
             }
             let config = LinearAttentionConfig::new(d, heads)
                 .with_feature_dim(feature_dim)
                 .with_rope_base(self.rope_base);
-            layer.linear = Some(config.init(device)?);
-            return Ok(layer);
-        }
-        if options.sink_logits {
-            check_sink_logits(&self.kind, &layer.scores)?;
-            layer.sinks = Some(Param::from_tensor(Tensor::zeros([heads], device)));
-        }
-        if let Some(norm) = &options.qk_norm {
-            if norm.d_model != head_dim {
-                return Err(AttentionError::ShapeMismatch {
-                    what: "SelfAttentionConfig.qk_norm width (the head width)",
-                    expected: head_dim,
-                    got: norm.d_model,
-                });
+            Mixer::Linear(config.init(device)?)
+        } else {
+            if options.sink_logits {
+                check_sink_logits(&self.kind, &scores)?;
+                sinks = Some(Param::from_tensor(Tensor::zeros([heads], device)));
             }
-            layer.query_norm = Some(norm.init(device));
-            layer.key_norm = Some(norm.init(device));
-        }
+            if let Some(norm) = &options.qk_norm {
+                if norm.d_model != head_dim {
+                    return Err(AttentionError::ShapeMismatch {
+                        what: "SelfAttentionConfig.qk_norm width (the head width)",
+                        expected: head_dim,
+                        got: norm.d_model,
+                    });
+                }
+                query_norm = Some(norm.init(device));
+                key_norm = Some(norm.init(device));
+            }
+            Mixer::Windowed(self.windowed_mixer(&options, head_dim, device))
+        };
+        Ok(SelfAttention {
+            mixer,
+            query_norm,
+            key_norm,
+            sinks,
+            kind: self.kind.clone(),
+            rope,
+            heads,
+            kv_heads,
+            head_dim,
+            scores,
+        })
+    }
+
+    /// The projections of a windowed kind, Longformer's global ones copies of the local ones.
+    fn windowed_mixer<B: Backend>(
+        &self,
+        options: &LayerOptions,
+        head_dim: usize,
+        device: &B::Device,
+    ) -> WindowedMixer<B> {
+        let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
         let linear =
             |out: usize, bias: bool| LinearConfig::new(d, out).with_bias(bias).init(device);
         let local = Projections {
@@ -158,14 +153,12 @@ impl SelfAttentionConfig {
             key: linear(kv_heads * head_dim, options.qkv_bias),
             value: linear(kv_heads * head_dim, options.qkv_bias),
         };
-        if let AttentionKind::Longformer { globals, .. } = &self.kind
-            && !globals.is_empty()
-        {
-            layer.global = Some(local.copy());
-        }
-        layer.local = Some(local);
-        layer.output = Some(LinearConfig::new(heads * head_dim, d).with_bias(false).init(device));
-        Ok(layer)
+        let global = match &self.kind {
+            AttentionKind::Longformer { globals, .. } if !globals.is_empty() => Some(local.copy()),
+            _ => None,
+        };
+        let output = LinearConfig::new(heads * head_dim, d).with_bias(false).init(device);
+        WindowedMixer { local, global, output }
     }
 }
 
@@ -196,30 +189,20 @@ fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), 
     }
 }
 
-impl<B: Backend> Projections<B> {
-    /// A copy with its own parameters (new ids), so that it trains separately.
-    fn copy(&self) -> Self {
-        let copy = |l: &Linear<B>| Linear {
-            weight: Param::from_tensor(l.weight.val()),
-            bias: l.bias.as_ref().map(|b| Param::from_tensor(b.val())),
-        };
-        Self { query: copy(&self.query), key: copy(&self.key), value: copy(&self.value) }
-    }
-}
-
 impl<B: WindowedAttentionBackend> SelfAttention<B> {
     /// `x: [batch, N, d_model]` at positions `0 … N−1` → `[batch, N, d_model]`.
     ///
     /// Fails when the input does not fit the layer's spec, e.g. a Longformer global position
     /// past the end of the sequence.
     pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
-        if let Some(linear) = &self.linear {
-            return Ok(linear.forward(x));
-        }
-        let (q, k, v) = self.project(self.projections(), x.clone());
-        let globals = self.global.as_ref().map(|global| self.project(global, x));
+        let mixer = match &self.mixer {
+            Mixer::Windowed(mixer) => mixer,
+            Mixer::Linear(linear) => return Ok(linear.forward(x)),
+        };
+        let (q, k, v) = self.project(&mixer.local, x.clone());
+        let globals = mixer.global.as_ref().map(|global| self.project(global, x));
         let out = self.attend(q, k, v, globals)?;
-        Ok(self.merge(out))
+        Ok(self.merge(mixer, out))
     }
 
     /// The attention weights of every head, `x: [batch, N, d_model]` → `[batch, H, N, N]`, row
@@ -230,14 +213,14 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     /// output, whatever the kind and backend. Fails for linear attention, which has no weights
     /// of this form.
     pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, AttentionError> {
-        if self.linear.is_some() {
+        let Mixer::Windowed(mixer) = &self.mixer else {
             return Err(AttentionError::NoAttentionMap { kind: "linear" });
-        }
+        };
         let [batch, n, _] = x.dims();
         let (d, chunks) = (self.head_dim, n.div_ceil(self.head_dim));
         let identity = Tensor::<B, 2>::eye(chunks * d, &x.device()).narrow(0, 0, n);
-        let (q, k, _) = self.project(self.projections(), x.clone());
-        let globals = self.global.as_ref().map(|global| self.project(global, x.clone()));
+        let (q, k, _) = self.project(&mixer.local, x.clone());
+        let globals = mixer.global.as_ref().map(|global| self.project(global, x.clone()));
         let mut columns = Vec::with_capacity(chunks);
         for chunk in 0..chunks {
             let values = identity.clone().narrow(1, chunk * d, d).unsqueeze::<4>().expand([
@@ -308,17 +291,17 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         self.kind.rotates().then_some(&self.rope)
     }
 
-    /// The ordinary projections of a windowed layer.
-    pub(crate) fn projections(&self) -> &Projections<B> {
-        self.local.as_ref().expect("every kind but linear attention has projections")
-    }
-
-    /// The heads merged and projected back: `[batch, H, N, d_h]` → `[batch, N, d_model]`.
-    pub(crate) fn merge(&self, out: Tensor<B, 4>) -> Tensor<B, 3> {
+    /// The heads merged and projected back by `mixer`'s output projection:
+    /// `[batch, H, N, d_h]` → `[batch, N, d_model]`.
+    pub(crate) fn merge(&self, mixer: &WindowedMixer<B>, out: Tensor<B, 4>) -> Tensor<B, 3> {
         let [batch, _, n, _] = out.dims();
         let merged = out.swap_dims(1, 2).reshape([batch, n, self.heads * self.head_dim]);
-        let output = self.output.as_ref().expect("every kind but linear attention has one");
-        linear(output, merged)
+        linear(&mixer.output, merged)
+    }
+
+    /// How the layer mixes its tokens: the windowed core's projections or linear attention.
+    pub fn mixer(&self) -> &Mixer<B> {
+        &self.mixer
     }
 
     /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, q and k normalised per head if

@@ -1,6 +1,8 @@
 //! One table of tensor names, a checkpoint's against the model's, read both ways: importing
-//! maps `model.layers.{l}.self_attn.q_proj.weight` to `blocks.{l}.attention.local.query.weight`,
-//! exporting the reverse. Gemma's blocks name their norms otherwise than Llama's.
+//! maps `model.layers.{l}.self_attn.q_proj.weight` to
+//! `blocks.{l}.attention.mixer.Windowed.local.query.weight`, exporting the reverse. Gemma's
+//! blocks name their norms otherwise than Llama's. (Pretrained families have windowed layers
+//! only: the attention's weights are under the `Windowed` variant of its mixer.)
 
 use crate::hf::Family;
 
@@ -14,13 +16,13 @@ const MODEL: [(&str, &str); 3] = [
 /// Tensors of a block, after `model.layers.{l}.` and `blocks.{l}.`, in every family.
 const BLOCK: [(&str, &str); 15] = [
     ("input_layernorm.weight", "attention_norm.gamma"),
-    ("self_attn.q_proj.weight", "attention.local.query.weight"),
-    ("self_attn.q_proj.bias", "attention.local.query.bias"),
-    ("self_attn.k_proj.weight", "attention.local.key.weight"),
-    ("self_attn.k_proj.bias", "attention.local.key.bias"),
-    ("self_attn.v_proj.weight", "attention.local.value.weight"),
-    ("self_attn.v_proj.bias", "attention.local.value.bias"),
-    ("self_attn.o_proj.weight", "attention.output.weight"),
+    ("self_attn.q_proj.weight", "attention.mixer.Windowed.local.query.weight"),
+    ("self_attn.q_proj.bias", "attention.mixer.Windowed.local.query.bias"),
+    ("self_attn.k_proj.weight", "attention.mixer.Windowed.local.key.weight"),
+    ("self_attn.k_proj.bias", "attention.mixer.Windowed.local.key.bias"),
+    ("self_attn.v_proj.weight", "attention.mixer.Windowed.local.value.weight"),
+    ("self_attn.v_proj.bias", "attention.mixer.Windowed.local.value.bias"),
+    ("self_attn.o_proj.weight", "attention.mixer.Windowed.output.weight"),
     ("self_attn.q_norm.weight", "attention.query_norm.gamma"),
     ("self_attn.k_norm.weight", "attention.key_norm.gamma"),
     ("self_attn.sinks", "attention.sinks"),

@@ -10,7 +10,7 @@ use burn::module::Module;
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
+use swa_zoo::attention::layers::{AttentionKind, MixerRecord, SelfAttentionConfig, SwatPositions};
 
 use crate::models::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
 use crate::to_vec;
@@ -215,8 +215,17 @@ fn longformer_global_projections_start_as_copies() {
         causal: true,
     };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
-    let record = config.init::<B>(&Default::default()).unwrap().into_record();
-    let (local, global) = (record.local.unwrap(), record.global.expect("globals get projections"));
+    let windowed = |config: &SelfAttentionConfig| match config
+        .init::<B>(&Default::default())
+        .unwrap()
+        .into_record()
+        .mixer
+    {
+        MixerRecord::Windowed(record) => record,
+        MixerRecord::Linear(_) => panic!("Longformer is a windowed kind"),
+    };
+    let record = windowed(&config);
+    let (local, global) = (record.local, record.global.expect("globals get projections"));
     for (l, g) in
         [(&local.query, &global.query), (&local.key, &global.key), (&local.value, &global.value)]
     {
@@ -229,7 +238,7 @@ fn longformer_global_projections_start_as_copies() {
         causal: true,
     };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
-    assert!(config.init::<B>(&Default::default()).unwrap().into_record().global.is_none());
+    assert!(windowed(&config).global.is_none());
 }
 
 /// Taylor linear attention (§6), against its formula `1 + s + s²/2` rather than the feature

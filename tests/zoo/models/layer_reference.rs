@@ -12,7 +12,7 @@ use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::attention::layers::{
-    AttentionKind, SelfAttention, SelfAttentionConfig, SwatPositions,
+    AttentionKind, MixerRecord, SelfAttention, SelfAttentionConfig, SwatPositions,
 };
 
 use crate::values;
@@ -243,17 +243,19 @@ pub fn reference(
     n: usize,
 ) -> Vec<f64> {
     let kind = layer.kind().clone();
-    let record = layer.clone().into_record();
-    if let Some(linear) = record.linear {
-        let [q, k] = [&linear.query.weight, &linear.key.weight]
-            .map(|w| Heads::new(x, w, n, heads).rotated());
-        let v = Heads::new(x, &linear.value.weight, n, heads);
-        return project(&linear_attention(&q, &k, &v, batch), &linear.output.weight);
-    }
+    let record = match layer.clone().into_record().mixer {
+        MixerRecord::Windowed(record) => record,
+        MixerRecord::Linear(linear) => {
+            let [q, k] = [&linear.query.weight, &linear.key.weight]
+                .map(|w| Heads::new(x, w, n, heads).rotated());
+            let v = Heads::new(x, &linear.value.weight, n, heads);
+            return project(&linear_attention(&q, &k, &v, batch), &linear.output.weight);
+        }
+    };
     // RoPE on q and k (docs/semantics.md §4), for every kind but SWAT with ALiBi alone.
     let rope = !matches!(kind, AttentionKind::Swat { positions: SwatPositions::Alibi, .. });
     let rotate = |heads: Heads| if rope { heads.rotated() } else { heads };
-    let local = record.local.expect("windowed layers have projections");
+    let local = record.local;
     let q = rotate(Heads::new(x, &local.query.weight, n, heads));
     let k = rotate(Heads::new(x, &local.key.weight, n, kv_heads));
     let v = Heads::new(x, &local.value.weight, n, kv_heads);
@@ -291,7 +293,7 @@ pub fn reference(
             }
         }
     }
-    project(&merged, &record.output.expect("windowed layers have an output projection").weight)
+    project(&merged, &record.output.weight)
 }
 
 /// Taylor linear attention of docs/semantics.md §6 on rotated `q, k` (d_f per head) and `v`:

@@ -1,6 +1,6 @@
 //! The attention layers and the decoders of `swa-models`: each layer against an f64 model
 //! written from docs/semantics.md, the decoder and its presets, decoding with bounded caches,
-//! and weights I/O.
+//! and weights I/O (records of an older format included).
 
 mod decode;
 mod decoder;
@@ -10,4 +10,5 @@ mod layer_reference;
 mod layers;
 mod presets;
 mod pretrained;
+mod records;
 mod weights;

@@ -158,17 +158,18 @@ fn safetensors_names_are_the_documented_ones() {
             _ => vec![],
         };
         for set in projections {
-            expected.push(block(&format!("attention.{set}.query.weight"), &[16, 16]));
-            expected.push(block(&format!("attention.{set}.key.weight"), &[16, 8]));
-            expected.push(block(&format!("attention.{set}.value.weight"), &[16, 8]));
+            let weight = |name| format!("attention.mixer.Windowed.{set}.{name}.weight");
+            expected.push(block(&weight("query"), &[16, 16]));
+            expected.push(block(&weight("key"), &[16, 8]));
+            expected.push(block(&weight("value"), &[16, 8]));
         }
         if l < 2 {
-            expected.push(block("attention.output.weight", &[16, 16]));
+            expected.push(block("attention.mixer.Windowed.output.weight", &[16, 16]));
         } else {
-            expected.push(block("attention.linear.query.weight", &[16, 8]));
-            expected.push(block("attention.linear.key.weight", &[16, 8]));
-            expected.push(block("attention.linear.value.weight", &[16, 16]));
-            expected.push(block("attention.linear.output.weight", &[16, 16]));
+            expected.push(block("attention.mixer.Linear.query.weight", &[16, 8]));
+            expected.push(block("attention.mixer.Linear.key.weight", &[16, 8]));
+            expected.push(block("attention.mixer.Linear.value.weight", &[16, 16]));
+            expected.push(block("attention.mixer.Linear.output.weight", &[16, 16]));
         }
         expected.push(block("mlp_norm.gamma", &[16]));
         expected.push(block("mlp.gate.weight", &[16, 64]));
@@ -224,7 +225,8 @@ fn weights_of_another_shape_are_named() {
     for message in
         [problem(load_mpk(&wider, &record)), problem(load_safetensors(&wider, &safetensors))]
     {
-        let named = "weight `blocks.0.attention.local.key.weight` has shape [16, 8] in the file but [32, 16]";
+        let named = "weight `blocks.0.attention.mixer.Windowed.local.key.weight` has shape [16, 8] \
+                     in the file but [32, 16]";
         assert!(message.contains(named), "{message}");
     }
 }
@@ -262,10 +264,30 @@ fn other_structures_are_named() {
     let no_globals = config(16, vec![AttentionKind::Sliding { window: 4 }; 2], false);
     for message in mismatch(&dir, &untied, &no_globals) {
         assert!(
-            message.contains("the file has") && message.contains("blocks.1.attention.global"),
+            message.contains("the file has")
+                && message.contains("blocks.1.attention.mixer.Windowed.global"),
             "{message}"
         );
     }
+}
+
+/// A layer's mixer of another variant (windowed weights where the configuration has linear
+/// attention, and the reverse) is an error naming the file's part, not Burn's panic.
+#[test]
+fn a_mixer_of_another_kind_is_named() {
+    let dir = Scratch::new("mixer");
+    let sliding = AttentionKind::Sliding { window: 4 };
+    let linear = AttentionKind::Linear { feature_dim: 4 };
+    let windowed = config(16, vec![sliding.clone(), sliding.clone()], false);
+    let mixed = config(16, vec![sliding, linear], false);
+    let [record, safetensors] = mismatch(&dir, &windowed, &mixed);
+    let part = "the file has `blocks.1.attention.mixer.Windowed` weights";
+    assert!(record.contains(part), "{record}");
+    assert!(safetensors.contains("blocks.1.attention.mixer."), "{safetensors}");
+    let [record, safetensors] = mismatch(&dir, &mixed, &windowed);
+    let part = "the file has `blocks.1.attention.mixer.Linear` weights";
+    assert!(record.contains(part), "{record}");
+    assert!(safetensors.contains("blocks.1.attention.mixer."), "{safetensors}");
 }
 
 #[test]

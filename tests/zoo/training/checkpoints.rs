@@ -2,7 +2,8 @@
 //! truncated, deleted, or its sidecar gone, as a crash mid-write would leave it) is skipped
 //! with its reason and the run resumes from the previous complete one, ending where the
 //! uninterrupted run ends; a run with no usable checkpoint is a one-line error naming each; a
-//! run killed before its first checkpoint starts afresh.
+//! run killed before its first checkpoint starts afresh; a checkpoint of another layer mixer is
+//! a mismatch, not a panic.
 
 use std::path::Path;
 
@@ -11,7 +12,7 @@ use swa_zoo::training::checkpoint::{find_checkpoint, last_checkpoint};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::train::train;
 
-use super::{logits, run_dir, tiny};
+use super::{logits, run_dir, tiny, tiny_model};
 use crate::max_abs;
 
 type B = Autodiff<NdArray>;
@@ -107,4 +108,35 @@ fn a_run_killed_before_its_first_checkpoint_starts_afresh() {
     for dir in [straight, killed] {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// A model checkpoint whose layer holds another mixer than the configuration's (a sliding
+/// window's projections where the configuration has linear attention) is a mismatch naming
+/// the part, found before Burn's `load_record`, which would panic on it.
+#[test]
+fn a_checkpoint_of_another_mixer_is_a_mismatch() {
+    use burn::module::Module;
+    use burn::record::Recorder;
+    use swa_zoo::attention::layers::AttentionKind;
+    use swa_zoo::models::records::MigratingRecorder;
+    use swa_zoo::training::checkpoint::check_model_checkpoint;
+    use swa_zoo::training::error::TrainingError;
+    use swa_zoo::training::language_model::LanguageModel;
+
+    let dir = run_dir("checkpoint-mixer");
+    let path = dir.join("model-1.mpk");
+    let device = Default::default();
+    let model = LanguageModel::new(tiny_model().init::<NdArray>(&device).unwrap());
+    Recorder::<NdArray>::record(&MigratingRecorder, model.into_record(), path.clone()).unwrap();
+    check_model_checkpoint::<NdArray>(&tiny_model(), &path, &device).unwrap();
+    let mut linear = tiny_model();
+    linear.attention = vec![AttentionKind::Linear { feature_dim: 4 }];
+    match check_model_checkpoint::<NdArray>(&linear, &path, &device) {
+        Err(TrainingError::CheckpointMismatch { problem, .. }) => assert!(
+            problem.contains("the file has `blocks.0.attention.mixer.Windowed` weights"),
+            "{problem}"
+        ),
+        other => panic!("expected a checkpoint mismatch, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

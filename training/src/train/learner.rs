@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Record, Recorder};
+use burn::record::{Record, Recorder};
 use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::LearningRateMetric;
 use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
 use swa_models::Decoder;
 use swa_models::panics::without_panics;
+use swa_models::records::MigratingRecorder;
 use swa_models::weights::recorder_problem;
 
 use crate::backend::TrainingBackend;
@@ -138,7 +139,7 @@ fn checkpoint_part<B: Backend, R: Record<B>>(
 ) -> Result<R, TrainingError> {
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let recorder = MigratingRecorder;
     without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
         .map_err(unreadable)?
         .map_err(|e| unreadable(recorder_problem(e)))
