@@ -32,6 +32,10 @@ pub enum ModelError {
         /// What is wrong: the I/O error, the corrupt format, or the weight that is missing,
         /// unexpected or of the wrong shape.
         problem: String,
+        /// The library's error behind `problem` when a read failed in one (Burn's recorder, the
+        /// safetensors store); `None` for a mismatch found here, and for writes (whose I/O
+        /// errors `swa_models::files` reports as text).
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A Hugging Face directory could not be read or written (docs/semantics.md §9).
     Checkpoint {
@@ -47,7 +51,7 @@ impl fmt::Display for ModelError {
         match self {
             ModelError::Config { field, problem } => write!(f, "{field}: {problem}"),
             ModelError::Layer { layer, source } => write!(f, "layer {layer}: {source}"),
-            ModelError::Weights { path, problem } => write!(f, "{}: {problem}", path.display()),
+            ModelError::Weights { path, problem, .. } => write!(f, "{}: {problem}", path.display()),
             ModelError::Checkpoint { dir, problem } => write!(f, "{}: {problem}", dir.display()),
         }
     }
@@ -58,8 +62,8 @@ impl std::error::Error for ModelError {
         match self {
             ModelError::Layer { source, .. } => Some(source),
             ModelError::Checkpoint { problem, .. } => Some(problem),
-            // Burn's record errors reach here as text (`RecorderError` holds strings).
-            ModelError::Config { .. } | ModelError::Weights { .. } => None,
+            ModelError::Weights { source, .. } => source.as_deref().map(|source| source as _),
+            ModelError::Config { .. } => None,
         }
     }
 }

@@ -67,7 +67,9 @@ pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBu
     let file = path.with_extension(RECORD_EXTENSION);
     model.visit(&mut Materialize);
     write_atomically(&file, |temp| {
-        recorder().record(model.clone().into_record(), temp.to_path_buf()).map_err(recorder_problem)
+        recorder()
+            .record(model.clone().into_record(), temp.to_path_buf())
+            .map_err(|e| recorder_problem(&e))
     })?;
     Ok(file)
 }
@@ -85,7 +87,7 @@ pub fn load_record<B: Backend>(
     let record: DecoderRecord<B> =
         without_panics("Burn's record loader", || recorder().load(file.clone(), device))
             .map_err(fail)?
-            .map_err(|e| fail(recorder_problem(e)))?;
+            .map_err(|e| weights_error_from(&file, recorder_problem(&e), e))?;
     check_record_structure(&record, config, &expected).map_err(fail)?;
     // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
     let model = model.load_record(record);
@@ -112,12 +114,12 @@ pub fn import_safetensors<B: Backend>(
     let mut store = SafetensorsStore::from_file(path);
     let found = store
         .get_all_snapshots()
-        .map_err(|e| fail(safetensors_problem(e)))?
+        .map_err(|e| weights_error_from(path, safetensors_problem(&e), e))?
         .iter()
         .map(|(name, tensor)| (name.clone(), tensor.shape.to_vec()))
         .collect();
     compare_shapes(&parameter_shapes(&model), &found).map_err(fail)?;
-    model.load_from(&mut store).map_err(|e| fail(e.to_string()))?;
+    model.load_from(&mut store).map_err(|e| weights_error_from(path, e.to_string(), e))?;
     Ok(model)
 }
 
@@ -127,13 +129,22 @@ fn recorder() -> MigratingRecorder {
 }
 
 fn weights_error(path: &Path, problem: String) -> ModelError {
-    ModelError::Weights { path: path.to_path_buf(), problem }
+    ModelError::Weights { path: path.to_path_buf(), problem, source: None }
+}
+
+/// [`weights_error`] of a read that failed in a library, keeping its error as the source.
+fn weights_error_from(
+    path: &Path,
+    problem: String,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> ModelError {
+    ModelError::Weights { path: path.to_path_buf(), problem, source: Some(Box::new(source)) }
 }
 
 /// What a failed read of a Burn record means, in one line. Burn appends a note on the record
 /// format of its version 0.14 to every decoding error, whatever the cause (a truncated file
 /// too); only the decoder's own first line is kept.
-pub fn recorder_problem(error: RecorderError) -> String {
+pub fn recorder_problem(error: &RecorderError) -> String {
     match error {
         RecorderError::FileNotFound(e) => format!("cannot open: {e}"),
         RecorderError::DeserializeError(e) | RecorderError::Unknown(e) => format!(
@@ -143,7 +154,7 @@ pub fn recorder_problem(error: RecorderError) -> String {
     }
 }
 
-fn safetensors_problem(error: SafetensorsStoreError) -> String {
+fn safetensors_problem(error: &SafetensorsStoreError) -> String {
     match error {
         SafetensorsStoreError::Io(e) => format!("cannot read: {e}"),
         e => format!("not a readable safetensors file: {e}"),

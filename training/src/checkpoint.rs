@@ -73,7 +73,7 @@ pub fn check_model_checkpoint<B: Backend>(
     let load = || MigratingRecorder.load(path.to_path_buf(), device);
     let record: LanguageModelRecord<B> = without_panics("Burn's record loader", load)
         .map_err(unreadable)?
-        .map_err(|e| unreadable(recorder_problem(e)))?;
+        .map_err(|e| unreadable(recorder_problem(&e)))?;
     let expected = parameter_shapes(&fresh);
     let mismatch =
         |problem| TrainingError::CheckpointMismatch { path: path.to_path_buf(), problem };

@@ -208,7 +208,12 @@ fn corrupt_files_are_rejected() {
         let bytes = fs::read(&file).unwrap();
         for corrupt in [noise.clone(), bytes[..bytes.len() / 2].to_vec(), bytes[..5].to_vec()] {
             fs::write(&file, corrupt).unwrap();
-            let message = problem(load(&config, &file));
+            let error = load(&config, &file).expect_err("a corrupt file fails");
+            assert!(
+                std::error::Error::source(&error).is_some(),
+                "the reader's error is kept as the source: {error}"
+            );
+            let message = problem(Err(error));
             assert!(message.contains("not a readable"), "{message}");
         }
     }

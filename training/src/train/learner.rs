@@ -142,5 +142,5 @@ fn checkpoint_part<B: Backend, R: Record<B>>(
     let recorder = MigratingRecorder;
     without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
         .map_err(unreadable)?
-        .map_err(|e| unreadable(recorder_problem(e)))
+        .map_err(|e| unreadable(recorder_problem(&e)))
 }
