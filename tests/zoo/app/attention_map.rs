@@ -18,13 +18,13 @@ fn temp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// Weights that halve with each key further back inside a sliding window of `w` (each row sums
-/// to 1), 0 outside it: query 0 puts 1 on itself.
-fn halving(n: usize, w: usize) -> Vec<f32> {
+/// Weights that halve with each key further back among the keys `spec` lets `head` see (each
+/// row sums to 1), 0 elsewhere: query 0 puts 1 on itself.
+fn halving(n: usize, spec: &WindowSpec, head: usize) -> Vec<f32> {
     let mut weights = vec![0.0; n * n];
     for i in 0..n {
-        let keys = i + 1 - (i + 1).min(w)..=i;
-        let total: f32 = keys.clone().map(|j| 0.5f32.powi((i - j) as i32)).sum();
+        let keys: Vec<usize> = (0..n).filter(|&j| spec.visible(head, i, j, n)).collect();
+        let total: f32 = keys.iter().map(|&j| 0.5f32.powi((i - j) as i32)).sum();
         for j in keys {
             weights[i * n + j] = 0.5f32.powi((i - j) as i32) / total;
         }
@@ -32,16 +32,22 @@ fn halving(n: usize, w: usize) -> Vec<f32> {
     weights
 }
 
+/// Halving weights over a sliding window of `w` keys (4 heads sharing 2 kv heads), head 0.
+fn sliding_weights(n: usize, w: usize) -> Vec<f32> {
+    halving(n, &WindowSpec::sliding(4, 2, w).unwrap(), 0)
+}
+
 /// Head 2 of layer 1 over `n` tokens with a sliding window of 4 keys.
 fn sliding(n: usize) -> AttentionFigure {
     let tokens = (0..n).map(|i| if i == 3 { " ".into() } else { format!("t{i}") }).collect();
+    let spec = WindowSpec::sliding(4, 2, 4).unwrap();
     AttentionFigure {
-        weights: halving(n, 4),
+        weights: halving(n, &spec, 2),
         tokens,
         layer: 1,
         head: 2,
         kind: describe_kind(&AttentionKind::Sliding { window: 4 }, 2),
-        windows: vec![WindowSpec::sliding(4, 2, 4).unwrap()],
+        windows: vec![spec],
         log: false,
     }
 }
@@ -182,16 +188,19 @@ fn a_figure_for_a_layer_describes_its_kind_and_window() {
     let kinds = vec![AttentionKind::MultiScale { windows: vec![2, 4, 8, 16] }, AttentionKind::Full];
     let config = DecoderConfig::new(kinds).with_d_model(16).with_layers(2).with_kv_heads(Some(2));
     let figure =
-        AttentionFigure::for_layer(&config, 0, 2, halving(5, 8), vec!["a".into(); 5]).unwrap();
+        AttentionFigure::for_layer(&config, 0, 2, sliding_weights(5, 8), vec!["a".into(); 5])
+            .unwrap();
     assert_eq!(figure.title(), "Layer 0, head 2: MSWA head window 8");
-    let full = AttentionFigure::for_layer(&config, 1, 0, halving(5, 5), vec!["a".into(); 5]);
+    let full =
+        AttentionFigure::for_layer(&config, 1, 0, sliding_weights(5, 5), vec!["a".into(); 5]);
     assert_eq!(full.unwrap().title(), "Layer 1, head 0: full causal");
     // LongNet's band is the union of its branches': it has an edge, and the figure draws.
     let longnet = AttentionKind::LongNet { segments: vec![4, 8], dilations: vec![1, 2] };
     let config =
         DecoderConfig::new(vec![longnet]).with_d_model(16).with_layers(1).with_kv_heads(Some(2));
     let figure =
-        AttentionFigure::for_layer(&config, 0, 1, halving(12, 4), vec!["a".into(); 12]).unwrap();
+        AttentionFigure::for_layer(&config, 0, 1, sliding_weights(12, 4), vec!["a".into(); 12])
+            .unwrap();
     assert_eq!(figure.title(), "Layer 0, head 1: LongNet w=4,8 r=1,2");
     let path = temp("longnet.svg");
     draw(&figure, &path, ImageFormat::Svg).unwrap();
