@@ -17,7 +17,9 @@
 //! cargo bench --bench train_step -- --torch python3 --compile --threads 2 \
 //!     --csv benches/results/flex/train_step.csv
 //! ```
-//! Without `--torch` only ours run (no Python needed).
+//! Without `--torch` only ours run (no Python needed). With the `mpi` build, one measurement of
+//! `P` processes (each its own batch, gradients averaged as `train --mpi` does) is
+//! `mpirun -np P target/release/deps/train_step-… --child default --mpi`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +38,8 @@ use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::models::{DecoderConfig, Preset};
 use swa_zoo::training::corpus::Corpus;
+use swa_zoo::training::distributed::gradients::{Averaged, rank_zero_weights};
+use swa_zoo::training::distributed::{Cluster, ClusterConfig};
 use swa_zoo::training::language_model::LanguageModel;
 use swa_zoo::training::loader::{LoaderConfig, Sampling};
 use swa_zoo::training::schedule::WarmupCosine;
@@ -102,14 +106,31 @@ struct Options {
     /// Run one measurement of ours at this size in this process (what the parent starts).
     #[arg(long, hide = true)]
     child: Option<String>,
+    /// With --child, under `mpirun -np P` (the `mpi` build): every process trains its own
+    /// batch of the size's sequences and the optimizer averages the gradients, as `train
+    /// --mpi` does; rank 0 reports the tokens of all processes per second.
+    #[arg(long)]
+    mpi: bool,
 }
 
 fn main() {
     let options = Options::parse();
     if let Some(name) = &options.child {
         let size = size(name);
-        let run = || child(size, options.warmup, options.steps);
-        println!("{}", swa_zoo::runtime::on_cpu_threads(run));
+        let cluster = options.mpi.then(|| {
+            Cluster::join(&ClusterConfig::new()).unwrap_or_else(|e| {
+                eprintln!("train_step: {e}");
+                std::process::exit(2)
+            })
+        });
+        let run = || child(size, options.warmup, options.steps, cluster.as_ref());
+        let report = swa_zoo::runtime::on_cpu_threads(run);
+        if cluster.as_ref().is_none_or(|c| c.rank() == 0) {
+            println!("{report}");
+        }
+        if let Some(cluster) = cluster {
+            cluster.finish();
+        }
         return;
     }
     parent(&options);
@@ -181,20 +202,27 @@ fn params(config: &DecoderConfig) -> usize {
 }
 
 /// Ours in this process: `warmup` untimed and then the timed training steps of `size` (forward,
-/// backward, per-parameter clipping and AdamW, as `train` runs them) → the report line.
-fn child(size: &Size, warmup: usize, steps: usize) -> Value {
+/// backward, per-parameter clipping and AdamW, as `train` runs them; as one process of
+/// `cluster`, its gradients averaged over the processes) → the report line.
+fn child(size: &Size, warmup: usize, steps: usize, cluster: Option<&Cluster>) -> Value {
     swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let steps = if steps == 0 { size.default_steps() } else { steps };
     let config = size.config();
     let train = TrainConfig::new(config.clone(), size.seq_len).with_batch_size(size.batch);
     let device = Default::default();
     B::seed(&device, train.seed);
-    let mut model = LanguageModel::new(config.init::<B>(&device).expect("a valid model"));
+    let mut decoder = config.init::<B>(&device).expect("a valid model");
+    let (rank, processes) = cluster.map_or((0, 1), |c| (c.rank(), c.nodes()));
+    if let Some(cluster) = cluster {
+        decoder = rank_zero_weights(cluster, decoder);
+    }
+    let mut model = LanguageModel::new(decoder);
     let clipping = GradientClippingConfig::Norm(train.grad_clip);
-    let mut optimizer = AdamWConfig::new()
+    let inner = AdamWConfig::new()
         .with_weight_decay(train.weight_decay)
         .with_grad_clipping(Some(clipping))
         .init::<B, LanguageModel<B>>();
+    let mut optimizer = Averaged { cluster: cluster.cloned(), inner };
     let peak = train.learning_rate;
     let mut schedule =
         WarmupCosine::new(peak, peak * train.min_lr_ratio, train.warmup_steps, train.steps);
@@ -203,6 +231,7 @@ fn child(size: &Size, warmup: usize, steps: usize) -> Value {
     let loader = LoaderConfig::new(size.seq_len, size.batch)
         .with_steps(train.steps)
         .with_sampling(sampling)
+        .with_shard(rank, processes)
         .init_text::<B>(tokens, &device)
         .expect("the corpus is long enough");
     let mut start = Instant::now();
@@ -214,9 +243,9 @@ fn child(size: &Size, warmup: usize, steps: usize) -> Value {
         model = optimizer.step(schedule.step(), model, output.grads);
     }
     let seconds = start.elapsed().as_secs_f64();
-    let tokens = (size.batch * size.seq_len * steps) as f64;
+    let tokens = (size.batch * size.seq_len * steps * processes) as f64;
     json!({
-        "name": size.name, "mode": "swa-zoo", "params": model.num_params(),
+        "name": size.name, "mode": "swa-zoo", "params": model.num_params(), "processes": processes,
         "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3 / steps as f64,
         "vmhwm_kib": swa_zoo::bench::memory::peak_rss_kib(),
     })

@@ -33,6 +33,12 @@ except ImportError:
     flash_attn_func = None
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+# Every (shape, dtype, grad mode) of the grid is a recompilation of `flex_attention`; past
+# dynamo's default limit of 8 it falls back to the unfused eager path (seen on an H100,
+# 2026-11-26: f16 timings 50x the bf16 ones, then out of memory at N = 16384).
+torch._dynamo.config.cache_size_limit = 256
+torch._dynamo.config.recompile_limit = 256
 FACTORS = (0.25, 0.5, 1.0, 2.0)
 
 

@@ -1,5 +1,5 @@
 //! The `swa-zoo` command line: `train`, `eval`, `generate`, `attention-map`, `eval-choice`,
-//! `export`, `info`, `bench`, `check-backends` and `coordinator`.
+//! `export`, `info`, `bench` and `check-backends`.
 //!
 //! Window conventions, as in docs/semantics.md §2: a causal window `W` sees the W keys `i−W+1 … i`, the
 //! query itself included; a Longformer window `w` is one-sided (`2w+1` keys; Hugging Face's
@@ -8,7 +8,6 @@
 mod attention_map;
 mod bench;
 mod check_backends;
-mod coordinator;
 mod eval;
 pub mod eval_choice;
 mod export;
@@ -60,9 +59,6 @@ enum Command {
     /// Compare every attention kind on each backend of this build with ndarray (f32):
     /// logits, loss, gradients, one AdamW step and greedy decoding.
     CheckBackends(check_backends::CheckArgs),
-    /// The coordinator of a multi-process training run (`train --nodes N --node-rank R
-    /// --coordinator HOST:PORT`), on Burn's collective.
-    Coordinator(coordinator::CoordinatorArgs),
 }
 
 /// Which model: a preset or a JSON config, overridable by flags of the command.
@@ -131,6 +127,5 @@ pub fn run(cli: Cli) -> Result<(), AppError> {
         Command::Info(args) => info::info(args),
         Command::Bench(args) => bench::bench(args),
         Command::CheckBackends(args) => check_backends::check_backends(args),
-        Command::Coordinator(args) => coordinator::coordinator(args),
     }
 }

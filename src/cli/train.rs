@@ -1,6 +1,6 @@
 //! `train`: a run with Burn's Learner on a corpus or a synthetic task, on one device or
-//! several, in the chosen precision; or one process of a multi-process run (`--nodes`), each
-//! process with one device.
+//! several, in the chosen precision; or one process of a multi-process run launched by MPI
+//! (`mpirun -np N swa-zoo train --mpi`), each process with one device.
 
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use swa_attention::WindowedAttentionBackend;
 use swa_models::Decoder;
 use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
-use swa_training::distributed::ClusterConfig;
+use swa_training::distributed::{Cluster, ClusterConfig};
 use swa_training::eval::mean_loss;
 use swa_training::train::{TrainConfig, train_in_cluster, train_with};
 
@@ -79,45 +79,30 @@ pub struct TrainArgs {
 /// Flags of a multi-process run.
 #[derive(Args, Debug)]
 struct ClusterArgs {
-    /// Processes in a multi-process data-parallel run, on this machine or several, one device
-    /// each; every process reads --batch-size sequences per step. Needs --coordinator.
-    #[arg(long, default_value_t = 1)]
-    nodes: usize,
-    /// This process's rank, 0 … nodes − 1; rank 0 writes the run (checkpoints, logs, model).
-    #[arg(long, default_value_t = 0)]
-    node_rank: usize,
-    /// HOST:PORT of the run's coordinator (`swa-zoo coordinator --port PORT`).
+    /// Train as one process of the MPI launch that started this one (`mpirun -np N swa-zoo
+    /// train --mpi …`, or `srun`): rank and size come from MPI, every process reads
+    /// --batch-size sequences per step, rank 0 writes the run. Needs the `mpi` build.
     #[arg(long)]
-    coordinator: Option<String>,
-    /// HOST:PORT the other processes reach this one at. Default with a coordinator on
-    /// 127.0.0.1: the coordinator's port + 1 + rank.
-    #[arg(long)]
-    listen: Option<String>,
-    /// Seconds a process waits for the others (to join, or at a step) before it stops with an
-    /// error.
-    #[arg(long, default_value_t = 60)]
-    timeout: u64,
+    mpi: bool,
+    /// Seconds a process waits for the others until the first step is done (joining, sharing
+    /// the weights, a first step that compiles or autotunes) before it stops with an error.
+    #[arg(long, default_value_t = 600)]
+    join_timeout: u64,
+    /// Seconds a process waits for the others at a later step before it stops with an error.
+    #[arg(long, default_value_t = 120)]
+    step_timeout: u64,
 }
 
 impl ClusterArgs {
-    /// The run this process is part of; `None` alone.
-    fn config(&self) -> Result<Option<ClusterConfig>, AppError> {
-        let Some(coordinator) = &self.coordinator else {
-            return match self.nodes {
-                1 => Ok(None),
-                n => Err(AppError::Flag {
-                    flag: "--coordinator",
-                    problem: format!(
-                        "is needed: a run of {n} processes meets at its coordinator (HOST:PORT)"
-                    ),
-                }),
-            };
-        };
-        Ok(Some(
-            ClusterConfig::new(self.nodes, self.node_rank, coordinator.clone())
-                .with_listen(self.listen.clone())
-                .with_timeout_secs(self.timeout),
-        ))
+    /// The run this process is part of, joined; `None` alone.
+    fn join(&self) -> Result<Option<Cluster>, AppError> {
+        if !self.mpi {
+            return Ok(None);
+        }
+        let config = ClusterConfig::new()
+            .with_join_timeout_secs(self.join_timeout)
+            .with_step_timeout_secs(self.step_timeout);
+        Ok(Some(Cluster::join(&config)?))
     }
 }
 
@@ -132,15 +117,15 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
     if !args.resume {
         config.task = args.task.task(config.seq_len);
     }
-    let cluster = args.cluster.config()?;
-    if cluster.is_some() && !args.devices.is_empty() {
+    if args.cluster.mpi && !args.devices.is_empty() {
         return Err(AppError::Flag {
             flag: "--devices",
-            problem: "cannot be used with --nodes: each process of a run trains on one device \
-                      (--device); start one process per device"
+            problem: "cannot be used with --mpi: each process of a run trains on one device \
+                      (--device); launch one process per device"
                 .into(),
         });
     }
+    let cluster = args.cluster.join()?;
     let devices = match args.devices.is_empty() {
         true => vec![args.device.device],
         false => args.devices.clone(),
@@ -198,7 +183,7 @@ struct Run {
     /// Continue from the run's last checkpoint.
     resume: bool,
     /// The multi-process run this process is part of; `None` alone.
-    cluster: Option<ClusterConfig>,
+    cluster: Option<Cluster>,
 }
 
 impl Job for Run {
@@ -243,7 +228,7 @@ impl Job for Run {
 impl Run {
     /// This process's rank and the run's processes: `(0, 1)` alone.
     fn rank(&self) -> (usize, usize) {
-        self.cluster.as_ref().map_or((0, 1), |c| (c.rank, c.nodes))
+        self.cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()))
     }
 
     /// Says what trains on what, with how many parameters, into which folder.
@@ -253,7 +238,7 @@ impl Run {
         let data =
             config.task.as_ref().map_or(self.corpus.name().to_string(), |task| format!("{task:?}"));
         let process = match &self.cluster {
-            Some(c) => format!(" as rank {} of {} processes", c.rank, c.nodes),
+            Some(c) => format!(" as rank {} of {} processes", c.rank(), c.nodes()),
             None => String::new(),
         };
         println!(

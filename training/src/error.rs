@@ -129,13 +129,6 @@ pub enum TrainingError {
     Data(DataError),
     /// An attention call outside a model (LongNet's sequence parallelism) refused its input.
     Attention(AttentionError),
-    /// The coordinator of a multi-process run could not start.
-    Coordinator {
-        /// The port it was to serve on.
-        port: u16,
-        /// Why: the port is taken, or the runtime could not start.
-        source: std::io::Error,
-    },
     /// A process of a multi-process run could not take its place in it.
     Cluster {
         /// The process's rank.
@@ -226,9 +219,6 @@ impl fmt::Display for TrainingError {
             }
             Data(source) => write!(f, "cannot read tensor values: {source:?}"),
             Attention(source) => write!(f, "{source}"),
-            Coordinator { port, source } => {
-                write!(f, "the coordinator cannot serve on port {port}: {source}")
-            }
             Cluster { rank, problem } => write!(f, "rank {rank}: {problem}"),
             NotARun { run, source } => {
                 write!(f, "{} is not a training run: {source}", run.display())

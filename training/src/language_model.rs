@@ -1,9 +1,8 @@
 //! The decoder as a Learner model: next-token cross-entropy for training and validation, over
 //! every position (language modelling) or over the scored positions of a synthetic task, whose
 //! accuracy it counts too. In half-precision training its backward pass starts from the loss
-//! times the loss scale of [`crate::mixed_precision`]. In a multi-process run its gradients
-//! are averaged over the processes inside the step ([`crate::distributed::gradients`]), where
-//! the Learner lets a model shape its gradients.
+//! times the loss scale of [`crate::mixed_precision`]. (In a multi-process run the optimizer
+//! averages the gradients over the processes: [`crate::distributed::gradients::Averaged`].)
 
 use burn::module::Module;
 use burn::optim::GradientsParams;
@@ -15,8 +14,6 @@ use swa_attention::layer_ops::cross_entropy;
 use swa_models::Decoder;
 
 use crate::batch::TokenBatch;
-use crate::distributed::Cluster;
-use crate::distributed::gradients::mean_gradients;
 use crate::metrics::StepStats;
 use crate::mixed_precision::LossScale;
 
@@ -30,10 +27,6 @@ pub struct LanguageModel<B: Backend> {
     /// optimizer's record holds it).
     #[module(skip)]
     pub loss_scale: Option<LossScale>,
-    /// The processes a multi-process run averages each step's gradients over; `None` trains
-    /// alone.
-    #[module(skip)]
-    pub cluster: Option<Cluster>,
 }
 
 /// The loss of a step, still on the device, and how many tokens it covers.
@@ -69,7 +62,7 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
 impl<B: Backend> LanguageModel<B> {
     /// `decoder` trained in f32, without loss scaling.
     pub fn new(decoder: Decoder<B>) -> Self {
-        Self { decoder, loss_scale: None, cluster: None }
+        Self { decoder, loss_scale: None }
     }
 }
 
@@ -110,12 +103,7 @@ where
             Some(scale) => output.loss.clone().mul_scalar(scale.factor()).backward(),
             None => output.loss.backward(),
         };
-        let grads = GradientsParams::from_grads(grads, self);
-        let grads = match &self.cluster {
-            Some(cluster) => mean_gradients(cluster, self, grads),
-            None => grads,
-        };
-        TrainOutput { grads, item: output }
+        TrainOutput { grads: GradientsParams::from_grads(grads, self), item: output }
     }
 }
 

@@ -10,8 +10,9 @@
 //!
 //! [`train_with`] takes Burn's execution strategy: one device, or Burn's multi-device data
 //! parallelism. [`train_in_cluster`] trains as one process of a multi-process run
-//! ([`crate::distributed`]): each process reads its shard of every step's batch and the
-//! gradients are averaged over the processes inside the Learner's step. Rank 0 writes the run
+//! ([`crate::distributed`], launched by MPI): each process reads its shard of every step's
+//! batch and the optimizer averages the gradients over the processes once per optimizer step.
+//! Rank 0 writes the run
 //! (`train.json`, checkpoints, logs, `model.mpk`); rank `r > 0` writes its metric logs to
 //! `out/rank-r` and resumes from rank 0's checkpoints, so `out` must be one folder that every
 //! process reads (one machine, or a shared file system).
@@ -29,7 +30,7 @@ use swa_models::{Decoder, SplitMix64};
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, find_checkpoint};
 use crate::corpus::Corpus;
-use crate::distributed::cluster::{Cluster, ClusterConfig};
+use crate::distributed::cluster::Cluster;
 use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
@@ -80,16 +81,17 @@ pub fn train_with<B: TrainingBackend>(
     train_run(config, corpus, out, resume, strategy, None)
 }
 
-/// [`train`] as process `cluster.rank` of the multi-process run `cluster`, on `device`: every
-/// process of the run calls it with the same configuration and `out` (see the module's
-/// documentation), each step reading `config.batch_size` sequences of its own.
+/// [`train`] as one process of the multi-process run `cluster` (this MPI launch's processes,
+/// joined with [`Cluster::join`]), on `device`: every process of the run calls it with the same
+/// configuration and `out` (see the module's documentation), each step reading
+/// `config.batch_size` sequences of its own.
 pub fn train_in_cluster<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,
     out: &Path,
     resume: bool,
     device: &B::Device,
-    cluster: &ClusterConfig,
+    cluster: &Cluster,
 ) -> Result<TrainOutcome<B>, TrainingError> {
     let strategy = ExecutionStrategy::SingleDevice(device.clone());
     train_run(config, corpus, out, resume, strategy, Some(cluster))
@@ -103,16 +105,18 @@ fn train_run<B: TrainingBackend>(
     out: &Path,
     resume: bool,
     strategy: ExecutionStrategy<B>,
-    cluster: Option<&ClusterConfig>,
+    cluster: Option<&Cluster>,
 ) -> Result<TrainOutcome<B>, TrainingError> {
     config.validate()?;
     check_vocabulary(config, corpus)?;
     let device = &strategy.main_device().clone();
     let scheduler_steps = scheduler_steps(config, &strategy);
-    let (rank, processes) = cluster.map_or((0, 1), |c| (c.rank, c.nodes));
+    let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()));
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
     let logs = open_logs(out, rank)?;
-    let cluster = cluster.map(|cluster| join(cluster, config, start)).transpose()?;
+    if let Some(cluster) = &cluster {
+        agree_on_start(cluster, config, start)?;
+    }
     if rank == 0 {
         save_config(config, out)?;
     }
@@ -133,6 +137,7 @@ fn train_run<B: TrainingBackend>(
         out,
         logs: &logs,
         rank,
+        cluster: cluster.cloned(),
         start,
         bits: format!("Bits per {}", corpus.unit_name()),
         strategy,
@@ -145,13 +150,13 @@ fn train_run<B: TrainingBackend>(
         0 => {}
         _ => set_logs_aside(&logs).map_err(io_error(&logs))?,
     }
-    let model = run.train(LanguageModel { decoder, loss_scale: None, cluster: cluster.clone() })?;
+    let model = run.train(LanguageModel::new(decoder))?;
     if start > 0 {
         renumber_resumed_logs(&logs, start).map_err(io_error(&logs))?;
     }
     let fingerprint = match &cluster {
         Some(cluster) => {
-            let fingerprint = agree_on_weights(cluster, &model, device);
+            let fingerprint = agree_on_weights(cluster, &model);
             cluster.finish();
             Some(fingerprint?)
         }
@@ -234,9 +239,9 @@ fn open_logs(out: &Path, rank: usize) -> Result<PathBuf, TrainingError> {
         r => out.join(format!("rank-{r}")),
     };
     std::fs::create_dir_all(&logs).map_err(io_error(&logs))?;
-    // Installed before the cluster's server would install its own terminal log (the first one
-    // installed in a process stays). A process that already has one (a second run in a test)
-    // keeps it, as the Learner would.
+    // Installed here, where each rank's log has its own folder (the Learner is told to install
+    // none). A process that already has one (a second run in a test) keeps it, as the Learner
+    // would.
     let _ = FileApplicationLoggerInstaller::new(logs.join("experiment.log")).install();
     Ok(logs)
 }
@@ -281,19 +286,22 @@ fn loaders<B: AutodiffBackend>(
     ))
 }
 
-/// Joins the run `cluster` and checks that every process trains the same configuration from
-/// the same checkpoint.
-fn join(
-    cluster: &ClusterConfig,
+/// Checks that every process of `cluster` trains the same configuration from the same
+/// checkpoint.
+fn agree_on_start(
+    cluster: &Cluster,
     config: &TrainConfig,
     start: usize,
-) -> Result<Cluster, TrainingError> {
+) -> Result<(), TrainingError> {
     let text = serde_json::to_string(config).expect("a configuration serializes");
     let fingerprint = text
         .bytes()
         .chain(start.to_le_bytes())
         .fold(0x9E37_79B9_7F4A_7C15u64, |h, b| SplitMix64::mix(h ^ b as u64));
-    Cluster::join(cluster, fingerprint)
+    let what = "training configuration or checkpoint";
+    cluster
+        .agree(fingerprint, what)
+        .map_err(|problem| TrainingError::Cluster { rank: cluster.rank(), problem })
 }
 
 /// The checkpoint a `--resume` of the run in `out` starts from: the newest complete one, saying

@@ -3,7 +3,6 @@
 //! mechanics, and the CubeCL kernels inside training.
 
 mod checkpoints;
-mod distributed;
 mod kernel_training;
 mod kill;
 mod mixed_precision;

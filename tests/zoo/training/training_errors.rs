@@ -191,3 +191,18 @@ fn a_truncated_model_names_its_run_and_not_burns_format_note() {
     assert!(!stderr.contains("0.14"), "Burn's note on old record formats: {stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A build without the `mpi` feature refuses `train --mpi` in one line naming the feature, and
+/// `--devices` with `--mpi` (one device per process) in one line naming the flag.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn train_with_mpi_needs_the_mpi_build() {
+    let dir = run_dir("no-mpi");
+    let out = dir.join("run");
+    let args = ["train", "--mpi", "--steps", "1", "--out", out.to_str().unwrap()];
+    fails_with(&args, &["rank 0", "this build has no MPI", "`mpi` feature"]);
+    let args = ["train", "--mpi", "--devices", "0,1", "--out", out.to_str().unwrap()];
+    fails_with(&args, &["--devices", "one device"]);
+    assert!(!out.join("train.json").exists(), "a refused run wrote its configuration");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,95 +1,59 @@
-//! One process's place in a multi-process run, and the collective calls training needs: a sum
-//! over the processes, and a gather of every process's piece built on it.
+//! One process's place in a multi-process run launched by MPI (`mpirun -np N swa-zoo train
+//! --mpi …`, or `srun`): its rank and the run's size come from MPI, and the collective calls
+//! training needs go through MPI ([`super::world`]) on host buffers of f32, in buckets of
+//! bounded size, each call watched by [`super::watchdog`].
 //!
-//! The processes meet through the coordinator (`super::rendezvous`), then exchange tensors
-//! directly through burn-communication's tensor data service over WebSocket: for call `k`,
-//! each process offers its tensor under transfer id `k` and downloads every other process's,
-//! and every process adds them in rank order, so all get the same bits. burn-collective 0.21,
-//! the layer Burn builds on that transport, completes only the first global all-reduce of a
-//! run (its node sync keeps the peers of one sync for the next, so the second never
-//! completes), which is why the sum is written here. A gather is a sum of tensors holding each
-//! process's piece in its own slot and zeros elsewhere.
-//!
-//! A call that fails, or waits past the timeout (see [`super::watchdog`]), ends the process
-//! with a one-line error: the Learner's step cannot return an error, and a process that went
-//! on alone would train another model than its peers.
+//! A call that waits past its timeout ends the process with a one-line error: the Learner's
+//! step cannot return an error, and a process that went on alone would train another model
+//! than its peers.
 
 use std::fmt;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use burn::backend::NdArray;
 use burn::config::Config;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
-use burn_communication::data_service::{TensorDataServer, TensorDataService, TensorTransferId};
-use burn_communication::websocket::{WebSocket, WsServer};
-use burn_communication::{Address, ProtocolServer};
-use tokio::runtime::Runtime;
-use tokio_util::sync::CancellationToken;
 
-use super::rendezvous::{self, Answer};
-use super::watchdog::{EXIT_TIMEOUT, Watchdog};
+use super::nccl::Nccl;
+use super::watchdog::{WatchGuard, Watchdog};
+use super::world::World;
 use crate::error::TrainingError;
 
-/// Where a process stands in a multi-process run.
+/// How a process takes part in a multi-process run.
 #[derive(Config, Debug)]
 pub struct ClusterConfig {
-    /// Processes in the run, one device each.
-    pub nodes: usize,
-    /// This process's rank, `0 ≤ rank < nodes`; rank 0 writes the run's files.
-    pub rank: usize,
-    /// `HOST:PORT` of the coordinator (`swa-zoo coordinator`).
-    pub coordinator: String,
-    /// `HOST:PORT` this process serves tensors on, reachable by the others. `None`: when the
-    /// coordinator is on this machine's loopback, the coordinator's port + 1 + rank.
-    #[config(default = "None")]
-    pub listen: Option<String>,
-    /// Seconds a collective call may wait for the other processes before this one stops.
-    #[config(default = 60)]
-    pub timeout_secs: u64,
+    /// Seconds a collective call may wait for the other processes until the first training
+    /// step is done: joining, sharing rank 0's weights, and a first step that may compile
+    /// kernels or autotune.
+    #[config(default = 600)]
+    pub join_timeout_secs: u64,
+    /// Seconds a collective call may wait for the other processes after the first step.
+    #[config(default = 120)]
+    pub step_timeout_secs: u64,
+    /// Largest piece of a sum, in bytes: gradients and weights travel in pieces of at most
+    /// this size (25 MB, as PyTorch's DDP buckets), so a model of any size moves in calls of
+    /// bounded size through buffers of bounded size.
+    #[config(default = 25_000_000)]
+    pub bucket_bytes: usize,
 }
 
 /// Why a process could not take its place in a run.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ClusterProblem {
-    /// A run of no processes.
-    NoProcesses,
-    /// A rank outside `0 … nodes − 1`.
-    RankOutOfRange {
-        /// Processes in the run.
-        nodes: usize,
-    },
-    /// An address that is not `HOST:PORT`.
-    BadAddress {
-        /// The flag or field that gave it.
-        what: &'static str,
-        /// The address.
-        address: String,
-    },
-    /// No `listen` address, and the coordinator is on another machine.
-    ListenNeeded,
-    /// This process cannot serve tensors at its address.
-    ListenUnavailable {
-        /// The address.
-        address: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The coordinator is gathering a run of another size.
-    NodesMismatch {
-        /// The size of the run the coordinator is gathering.
-        gathering: usize,
-    },
-    /// Nothing answers at the coordinator's address.
-    CoordinatorUnreachable {
-        /// The address.
-        address: String,
-        /// The connection error.
-        source: std::io::Error,
+    /// This build has no MPI.
+    NoMpi,
+    /// MPI was already initialized in this process: one process joins one run.
+    AlreadyJoined,
+    /// The MPI library cannot be called from the training threads.
+    Threading,
+    /// NCCL's library (`libnccl.so.2`) cannot be loaded.
+    NoNccl,
+    /// An NCCL or CUDA call failed.
+    Nccl {
+        /// The call.
+        call: &'static str,
+        /// What it reported.
+        problem: String,
     },
     /// Another process's value of `what` differs from this one's.
     Mismatch {
@@ -103,260 +67,240 @@ pub enum ClusterProblem {
 impl fmt::Display for ClusterProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClusterProblem::NoProcesses => write!(f, "a run needs at least 1 process (--nodes)"),
-            ClusterProblem::RankOutOfRange { nodes } => {
-                write!(f, "the rank must be below the {nodes} processes of the run (--node-rank)")
-            }
-            ClusterProblem::BadAddress { what, address } => {
-                write!(f, "{what}: `{address}` is not HOST:PORT")
-            }
-            ClusterProblem::ListenNeeded => write!(
+            ClusterProblem::NoMpi => write!(
                 f,
-                "the coordinator is on another machine: give --listen HOST:PORT, the address \
-                 the other processes reach this one at"
+                "this build has no MPI: multi-process runs need the `mpi` feature (`cargo \
+                 build --release --features mpi`, with an MPI library installed)"
             ),
-            ClusterProblem::CoordinatorUnreachable { address, source } => write!(
+            ClusterProblem::AlreadyJoined => {
+                write!(f, "MPI is already initialized in this process: a process joins one run")
+            }
+            ClusterProblem::Threading => write!(
                 f,
-                "no coordinator answers at {address} ({source}); start one with `swa-zoo \
-                 coordinator --port PORT`"
+                "the MPI library does not support MPI_THREAD_SERIALIZED (calls from the \
+                 training threads)"
             ),
+            ClusterProblem::NoNccl => write!(
+                f,
+                "NCCL's library (libnccl.so.2) cannot be loaded: install NCCL, or put the \
+                 `nvidia/nccl/lib` folder of NVIDIA's `nvidia-nccl-cu12` wheel on \
+                 LD_LIBRARY_PATH"
+            ),
+            ClusterProblem::Nccl { call, problem } => write!(f, "{call} failed: {problem}"),
             ClusterProblem::Mismatch { what, other } => {
                 write!(f, "rank {other} runs with another {what} than this process")
             }
-            ClusterProblem::ListenUnavailable { address, source } => {
-                write!(f, "cannot serve tensors at {address} (--listen): {source}")
-            }
-            ClusterProblem::NodesMismatch { gathering } => write!(
-                f,
-                "the coordinator is gathering a run of {gathering} processes (--nodes differs)"
-            ),
         }
     }
 }
 
-/// This process as a peer of the run's collective. Its calls take tensors of the backend it
-/// joined with (the inner backend when training with autodiff: gradients live there).
-#[derive(Clone, Debug)]
+/// This process as a member of the run's collective; clones share it.
+#[derive(Clone)]
 pub struct Cluster {
     inner: Arc<Member>,
 }
 
 struct Member {
-    rank: usize,
-    /// Every rank's `ws://` address, in rank order.
-    addresses: Vec<Address>,
+    world: World,
     watchdog: Watchdog,
-    /// Calls so far: the next call's transfer id.
-    calls: AtomicU64,
-    /// The tensors this process offers (their values travel as `TensorData`, whatever the
-    /// backend; the type parameter only fixes the service's type).
-    service: Arc<TensorDataService<NdArray, WebSocket>>,
-    /// Stops the server at the end of the run.
-    stop: CancellationToken,
-    runtime: Runtime,
+    /// Values per piece of a sum or broadcast.
+    bucket: usize,
+    /// The NCCL communicator of CUDA runs, made at their first gradient average; `None` in
+    /// it when a process cannot load NCCL (the gradients then go through MPI).
+    nccl: std::sync::OnceLock<Option<Nccl>>,
 }
 
-impl fmt::Debug for Member {
+impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} of {}", self.rank, self.addresses.len())
+        write!(f, "rank {} of {}", self.rank(), self.nodes())
     }
 }
 
-/// `address` resolved to its first socket address.
-fn socket_address(what: &'static str, address: &str) -> Result<SocketAddr, ClusterProblem> {
-    let bad = || ClusterProblem::BadAddress { what, address: address.to_string() };
-    address.to_socket_addrs().map_err(|_| bad())?.next().ok_or_else(bad)
-}
-
 impl Cluster {
-    /// Joins the run described by `config`, whose processes must all hold the same
-    /// `fingerprint` (of their configuration); returns once every process has joined, or fails
-    /// with the problem named (within the timeout when processes are missing).
-    pub fn join(config: &ClusterConfig, fingerprint: u64) -> Result<Self, TrainingError> {
-        let rank = config.rank;
-        let fail = |problem| TrainingError::Cluster { rank, problem };
-        if config.nodes == 0 {
-            return Err(fail(ClusterProblem::NoProcesses));
-        }
-        if rank >= config.nodes {
-            return Err(fail(ClusterProblem::RankOutOfRange { nodes: config.nodes }));
-        }
-        let coordinator = socket_address("--coordinator", &config.coordinator).map_err(fail)?;
-        let listen = match &config.listen {
-            Some(listen) => socket_address("--listen", listen).map_err(fail)?,
-            None if coordinator.ip().is_loopback() => {
-                let port = coordinator.port() as usize + 1 + rank;
-                let port = u16::try_from(port).map_err(|_| {
-                    fail(ClusterProblem::BadAddress {
-                        what: "--listen (the coordinator's port + 1 + rank)",
-                        address: format!("{}:{port}", coordinator.ip()),
-                    })
-                })?;
-                SocketAddr::new(coordinator.ip(), port)
-            }
-            None => return Err(fail(ClusterProblem::ListenNeeded)),
-        };
-        let timeout = Duration::from_secs(config.timeout_secs.max(1));
-        TcpStream::connect_timeout(&coordinator, timeout.min(Duration::from_secs(5))).map_err(
-            |source| {
-                fail(ClusterProblem::CoordinatorUnreachable {
-                    address: config.coordinator.clone(),
-                    source,
-                })
-            },
-        )?;
-        // The server binds every interface; say here, not in its log, when the port is taken.
-        let unavailable = |source| {
-            fail(ClusterProblem::ListenUnavailable { address: listen.to_string(), source })
-        };
-        drop(TcpListener::bind(("0.0.0.0", listen.port())).map_err(unavailable)?);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(unavailable)?;
-        let stop = CancellationToken::new();
-        let service = Arc::new(TensorDataService::new(stop.clone()));
-        let server = WsServer::new(listen.port()).route_tensor_data_service(service.clone());
-        let stopped = stop.clone();
-        runtime.spawn(server.serve(async move { stopped.cancelled().await }));
-        let ws = |address: String| -> Address {
-            format!("ws://{address}").parse().expect("any text parses")
-        };
-        let watchdog = Watchdog::start(rank, timeout);
-        let answer = {
-            let _waiting = watchdog.watch(format!(
-                "joining the {} processes at coordinator {}",
-                config.nodes, config.coordinator
-            ));
-            let me = listen.to_string();
-            let join =
-                rendezvous::join(ws(coordinator.to_string()), rank, config.nodes, me, fingerprint);
-            runtime.block_on(join)
-        };
-        let addresses = match answer {
-            Some(Answer::Ready(addresses)) => addresses.into_iter().map(ws).collect(),
-            Some(Answer::Nodes(gathering)) => {
-                return Err(fail(ClusterProblem::NodesMismatch { gathering }));
-            }
-            Some(Answer::Mismatch(other)) => {
-                let what = "training configuration or checkpoint";
-                return Err(fail(ClusterProblem::Mismatch { what, other }));
-            }
-            None => {
-                return Err(fail(ClusterProblem::CoordinatorUnreachable {
-                    address: config.coordinator.clone(),
-                    source: std::io::Error::other("it closed the connection"),
-                }));
-            }
-        };
-        let calls = AtomicU64::new(0);
-        let inner = Arc::new(Member { rank, addresses, watchdog, calls, service, stop, runtime });
-        Ok(Self { inner })
+    /// Joins the processes of this MPI launch (a world of one when the process was not started
+    /// by an MPI launcher); fails with the problem named.
+    pub fn join(config: &ClusterConfig) -> Result<Self, TrainingError> {
+        let world = World::init().map_err(|problem| TrainingError::Cluster { rank: 0, problem })?;
+        let rank = world.rank();
+        let seconds = |s: u64| Duration::from_secs(s.max(1));
+        let (join, step) = (seconds(config.join_timeout_secs), seconds(config.step_timeout_secs));
+        let watchdog = Watchdog::start(rank, join, step);
+        let bucket = (config.bucket_bytes / 4).clamp(1, i32::MAX as usize);
+        let member = Member { world, watchdog, bucket, nccl: std::sync::OnceLock::new() };
+        Ok(Self { inner: Arc::new(member) })
     }
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
-        self.inner.rank
+        self.inner.world.rank()
     }
 
     /// Processes in the run.
     pub fn nodes(&self) -> usize {
-        self.inner.addresses.len()
+        self.inner.world.size()
     }
 
-    /// `x` summed over the processes (every process passes a tensor of the same shape); `what`
-    /// names the call in a failure.
-    pub fn sum<B: Backend, const D: usize>(&self, x: Tensor<B, D>, what: &str) -> Tensor<B, D> {
+    /// Watches `what`, a call of several collectives, until the guard is dropped.
+    pub(crate) fn watch(&self, what: &str) -> WatchGuard<'_> {
+        self.inner.watchdog.watch(what)
+    }
+
+    /// The first training step is done: later calls wait at most the step timeout.
+    pub fn stepped(&self) {
+        self.inner.watchdog.stepped();
+    }
+
+    /// Every piece replaced by its element-wise sum over the processes (every process passes
+    /// pieces of the same lengths, in the same order), in buckets: a piece of at least a bucket
+    /// is summed from its own memory, a bucket at a time; shorter ones are packed together
+    /// into buckets. `what` names the call in a failure.
+    pub fn sum_pieces(&self, pieces: &mut [&mut [f32]], what: &str) {
         if self.nodes() == 1 {
-            return x;
+            return;
         }
         let _waiting = self.inner.watchdog.watch(what);
-        let (device, dtype) = (x.device(), x.dtype());
-        let id = TensorTransferId::from(self.inner.calls.fetch_add(1, Ordering::SeqCst));
-        let (rank, service) = (self.rank(), self.inner.service.clone());
-        let peers = self.inner.addresses.clone();
-        let mine = x.clone().into_data();
-        let downloaded = self.inner.runtime.block_on(async move {
-            service.expose_data(mine, peers.len() as u32 - 1, id).await;
-            let mut downloads = Vec::new();
-            for (peer, address) in peers.into_iter().enumerate().filter(|(p, _)| *p != rank) {
-                let service = service.clone();
-                let download =
-                    tokio::spawn(async move { service.download_tensor(address, id).await });
-                downloads.push((peer, download));
-            }
-            let mut others = Vec::new();
-            for (peer, download) in downloads {
-                match download.await {
-                    Ok(Some(data)) => others.push(data),
-                    _ => return Err(peer),
+        let bucket = self.inner.bucket;
+        let longest = pieces.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut sums = vec![0.0; bucket.min(longest)];
+        let mut pack = Vec::with_capacity(bucket.min(pieces.iter().map(|p| p.len()).sum()));
+        let mut packed = Vec::new();
+        for i in 0..pieces.len() {
+            let len = pieces[i].len();
+            if len >= bucket {
+                for chunk in pieces[i].chunks_mut(bucket) {
+                    self.sum_bucket(chunk, &mut sums);
                 }
+                continue;
             }
-            Ok(others)
-        });
-        let others = downloaded.unwrap_or_else(|peer| self.stop(what, peer));
-        // Rank order in every process, this one's own tensor in its place: the same sum to
-        // the bit.
-        let tensor =
-            |data: TensorData| Tensor::<B, D>::from_data(data.convert_dtype(dtype), &device);
-        let mut terms: Vec<_> = others.into_iter().map(tensor).collect();
-        terms.insert(rank, x);
-        let mut terms = terms.into_iter();
-        let first = terms.next().expect("this process's own tensor");
-        terms.fold(first, |sum, term| sum + term)
+            if pack.len() + len > bucket {
+                self.sum_pack(&mut pack, &mut packed, pieces, &mut sums);
+            }
+            pack.extend_from_slice(pieces[i]);
+            packed.push(i);
+        }
+        self.sum_pack(&mut pack, &mut packed, pieces, &mut sums);
     }
 
-    /// Every process's `x` concatenated along `dim` in rank order (every process passes the
-    /// same shape).
-    pub fn gather<B: Backend, const D: usize>(
+    /// `values` replaced by their element-wise sum over the processes, through `sums`.
+    fn sum_bucket(&self, values: &mut [f32], sums: &mut [f32]) {
+        let sums = &mut sums[..values.len()];
+        self.inner.world.sum(values, sums);
+        values.copy_from_slice(sums);
+    }
+
+    /// Sums `pack`, the pieces `packed` one after the other, and copies the sums back into
+    /// them; empties both.
+    fn sum_pack(
         &self,
-        x: Tensor<B, D>,
-        dim: usize,
-        what: &str,
-    ) -> Tensor<B, D> {
-        let (dims, piece) = (x.dims(), x.dims()[dim]);
-        let mut whole = dims;
-        whole[dim] = piece * self.nodes();
-        let slot = core::array::from_fn::<_, D, _>(|i| match i == dim {
-            true => self.rank() * piece..(self.rank() + 1) * piece,
-            false => 0..dims[i],
-        });
-        let slots = Tensor::zeros(whole, &x.device()).slice_assign(slot, x);
-        self.sum(slots, what)
+        pack: &mut Vec<f32>,
+        packed: &mut Vec<usize>,
+        pieces: &mut [&mut [f32]],
+        sums: &mut Vec<f32>,
+    ) {
+        if pack.is_empty() {
+            return;
+        }
+        if sums.len() < pack.len() {
+            sums.resize(pack.len(), 0.0);
+        }
+        self.sum_bucket(pack, sums);
+        let mut at = 0;
+        for &i in packed.iter() {
+            let len = pieces[i].len();
+            pieces[i].copy_from_slice(&pack[at..at + len]);
+            at += len;
+        }
+        pack.clear();
+        packed.clear();
     }
 
-    /// This process's slot of `whole`, a tensor of every process's piece along `dim`.
-    pub fn own_piece<B: Backend, const D: usize>(
-        &self,
-        whole: Tensor<B, D>,
-        dim: usize,
-    ) -> Tensor<B, D> {
-        let piece = whole.dims()[dim] / self.nodes();
-        whole.narrow(dim, self.rank() * piece, piece)
+    /// One `MPI_Allreduce` of `send` into `recv` (the same length, below 2³¹ values), as MPI
+    /// does it: no buckets, no copies, unwatched. The anchor that the all-reduce benchmark
+    /// (`benches/all_reduce.rs`) measures [`Cluster::sum_pieces`] against.
+    pub fn raw_sum(&self, send: &[f32], recv: &mut [f32]) {
+        self.inner.world.sum(send, recv);
     }
 
-    /// Leaves the run: waits until the other processes have taken every tensor this one
-    /// offered, closes its channels to them, then stops serving.
+    /// `values` replaced by rank 0's, bucket by bucket.
+    pub fn broadcast(&self, values: &mut [f32], what: &str) {
+        if self.nodes() == 1 {
+            return;
+        }
+        let _waiting = self.inner.watchdog.watch(what);
+        for bucket in values.chunks_mut(self.inner.bucket) {
+            self.inner.world.broadcast(bucket);
+        }
+    }
+
+    /// Every process's `piece` (the same length everywhere) one after the other, in rank
+    /// order.
+    pub fn all_gather(&self, piece: &[f32], what: &str) -> Vec<f32> {
+        if self.nodes() == 1 {
+            return piece.to_vec();
+        }
+        let _waiting = self.inner.watchdog.watch(what);
+        let mut whole = vec![0.0; piece.len() * self.nodes()];
+        self.inner.world.all_gather(piece, &mut whole);
+        whole
+    }
+
+    /// Block `rank` of the sum over the processes of `whole`, `nodes` blocks of equal length.
+    pub fn reduce_scatter(&self, whole: &[f32], what: &str) -> Vec<f32> {
+        if self.nodes() == 1 {
+            return whole.to_vec();
+        }
+        let _waiting = self.inner.watchdog.watch(what);
+        let mut own = vec![0.0; whole.len() / self.nodes()];
+        self.inner.world.reduce_scatter(whole, &mut own);
+        own
+    }
+
+    /// Checks that every process holds this process's `value` of `what`.
+    pub fn agree(&self, value: u64, what: &'static str) -> Result<(), ClusterProblem> {
+        let all = {
+            let _waiting = self.inner.watchdog.watch(format!("comparing the {what}"));
+            self.inner.world.all_gather_u64(value)
+        };
+        match all.iter().position(|&other| other != value) {
+            Some(other) => Err(ClusterProblem::Mismatch { what, other }),
+            None => Ok(()),
+        }
+    }
+
+    /// The NCCL communicator of the processes on CUDA device `device`, made at the first call
+    /// (a collective call: rank 0 makes the id and sends it over MPI); `None` when a process
+    /// cannot load NCCL's library, said once, so that the gradients go through MPI instead.
+    pub fn nccl(&self, device: usize) -> Result<Option<&Nccl>, ClusterProblem> {
+        if let Some(nccl) = self.inner.nccl.get() {
+            return Ok(nccl.as_ref());
+        }
+        let _waiting = self.inner.watchdog.watch("setting up NCCL");
+        let everywhere = self.agree(u64::from(Nccl::available()), "NCCL availability");
+        let nccl = match (everywhere, Nccl::available()) {
+            (Ok(()), true) => {
+                let mut id = match self.rank() {
+                    0 => Nccl::unique_id()?,
+                    _ => [0; 128],
+                };
+                self.inner.world.broadcast_bytes(&mut id);
+                Some(Nccl::join(id, self.rank(), self.nodes(), device)?)
+            }
+            _ => {
+                eprintln!(
+                    "rank {}: NCCL cannot be loaded in every process ({}); the gradients go \
+                     through MPI on the host",
+                    self.rank(),
+                    ClusterProblem::NoNccl
+                );
+                None
+            }
+        };
+        Ok(self.inner.nccl.get_or_init(|| nccl).as_ref())
+    }
+
+    /// Leaves the run once every process has come here (`MPI_Finalize`); no call may follow.
     pub fn finish(&self) {
         let _waiting = self.inner.watchdog.watch("leaving the run");
-        let service = self.inner.service.clone();
-        self.inner.runtime.block_on(async move {
-            while !service.exposed_tensors.lock().await.is_empty() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            // A peer that left first makes the close fail; nothing is lost then.
-            let _ = tokio::spawn(async move { service.close().await }).await;
-        });
-        self.inner.stop.cancel();
-    }
-
-    /// Ends the process after a failed call (see the module's documentation).
-    fn stop(&self, what: &str, peer: usize) -> ! {
-        eprintln!(
-            "error: rank {}: {what}: rank {peer} did not answer (it stopped, or the network \
-             failed); stopping",
-            self.rank()
-        );
-        std::process::exit(EXIT_TIMEOUT)
+        self.inner.world.finalize();
     }
 }

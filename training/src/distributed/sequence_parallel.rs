@@ -15,7 +15,7 @@
 //! The branches are mixed by their log-normalisers exactly as on one process, so the result
 //! equals [`longnet_attention`](swa_attention::layers::longnet_attention) on the whole
 //! sequence. Per long branch a process receives `N·d/r` keys and as many values per head
-//! (twice that on the wire, see [`super::cluster`]), instead of all `N·d`.
+//! (an MPI all-gather), instead of all `N·d`.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;

@@ -19,6 +19,8 @@ use swa_models::weights::recorder_problem;
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
+use crate::distributed::Cluster;
+use crate::distributed::gradients::Averaged;
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::WindowLoader;
@@ -37,6 +39,8 @@ pub(super) struct Run<'a, B: AutodiffBackend> {
     pub(super) logs: &'a Path,
     /// This process's rank; 0 alone.
     pub(super) rank: usize,
+    /// The processes of a multi-process run, whose gradients the optimizer averages.
+    pub(super) cluster: Option<Cluster>,
     pub(super) start: usize,
     /// The name of the bits metric: bits per byte, character or word.
     pub(super) bits: String,
@@ -57,13 +61,18 @@ impl<B: TrainingBackend> Run<'_, B> {
         let clipping = GradientClippingConfig::Norm(self.config.grad_clip);
         let device = self.strategy.main_device();
         let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+        let cluster = self.cluster.clone();
         match float {
-            DType::F32 => self.launch(model, adamw.with_grad_clipping(Some(clipping)).init()),
+            DType::F32 => {
+                let inner = adamw.with_grad_clipping(Some(clipping)).init();
+                self.launch(model, Averaged { cluster, inner })
+            }
             half => {
                 let loss_scale = LossScale::new(LossScaler::for_dtype(half));
-                let optimizer =
+                let inner =
                     MixedPrecision::new(adamw.build(), Some(clipping.init()), loss_scale.clone());
-                self.launch(LanguageModel { loss_scale: Some(loss_scale), ..model }, optimizer)
+                let model = LanguageModel { loss_scale: Some(loss_scale), ..model };
+                self.launch(model, Averaged { cluster, inner })
             }
         }
     }

@@ -1,0 +1,271 @@
+//! Training runs under `mpirun`, through `train_in_cluster` (what `swa-zoo train --mpi` calls):
+//! 2 and 3 processes train as one process of the whole batch, a killed rank stops the run and
+//! it resumes exactly, a silent rank ends the run after the step timeout, and processes of
+//! different configurations refuse to start.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_attention::layers::AttentionKind;
+use swa_models::DecoderConfig;
+use swa_training::checkpoint::last_checkpoint;
+use swa_training::checkpoint_file::WRITE_DELAY_VARIABLE;
+use swa_training::corpus::Corpus;
+use swa_training::distributed::Cluster;
+use swa_training::distributed::watchdog::EXIT_SILENT_PEER;
+use swa_training::train::{TrainConfig, train, train_in_cluster};
+
+use crate::{
+    Reference, STEP_TIMEOUT_VARIABLE, as_rank, max_abs, rank_command, run_dir, text, to_vec,
+};
+
+/// The run folder (in the test's folder) a rank trains into.
+const OUT_VARIABLE: &str = "SWA_MPI_TEST_OUT";
+/// Set: the ranks resume their run.
+const RESUME_VARIABLE: &str = "SWA_MPI_TEST_RESUME";
+/// Set: rank 1 trains with another seed.
+const OTHER_SEED_VARIABLE: &str = "SWA_MPI_TEST_OTHER_SEED";
+
+/// The run of these tests: 2 layers of sliding windows of 8 keys, `d_model` 16, 2 heads, 60
+/// steps of `batch` sequences of 16, a checkpoint every 5.
+fn run_config(batch: usize) -> TrainConfig {
+    let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
+        .with_d_model(16)
+        .with_layers(2)
+        .with_heads(2);
+    TrainConfig::new(model, 16)
+        .with_batch_size(batch)
+        .with_steps(60)
+        .with_checkpoint_every(5)
+        .with_warmup_steps(1)
+        .with_valid_batches(1)
+}
+
+/// A rank's side: trains 2 sequences per step as one process of `cluster` into the run the
+/// launching test named, and says its weights' fingerprint (or its error) in one line.
+fn rank_trains(cluster: &Cluster, dir: &Path) {
+    let mut config = run_config(2);
+    if std::env::var_os(OTHER_SEED_VARIABLE).is_some() && cluster.rank() == 1 {
+        config.seed += 1;
+    }
+    let out = dir.join(std::env::var(OUT_VARIABLE).expect("the run's folder"));
+    let resume = std::env::var_os(RESUME_VARIABLE).is_some();
+    let device = Default::default();
+    match train_in_cluster::<Reference>(
+        &config,
+        &Corpus::embedded(),
+        &out,
+        resume,
+        &device,
+        cluster,
+    ) {
+        Ok(outcome) => println!(
+            "weights identical on all {} processes (fingerprint {:016x})",
+            cluster.nodes(),
+            outcome.fingerprint.expect("a run of several processes has one")
+        ),
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// `mpirun -np {processes}` of `name`'s rank side training into `dir/out`, with `env`.
+fn train_mpi(
+    processes: usize,
+    (name, dir, out): (&str, &Path, &str),
+    env: &[(&str, String)],
+) -> Command {
+    let env: Vec<_> =
+        [(OUT_VARIABLE, out.to_string())].into_iter().chain(env.iter().cloned()).collect();
+    let mut command = rank_command(processes, name, dir, &env);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+/// The fingerprint every rank printed: fails unless all `processes` printed the same one.
+fn fingerprint(output: &Output, processes: usize) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let prefix = format!("weights identical on all {processes} processes");
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert_eq!(lines.len(), processes, "one fingerprint per rank in\n{}", text(output));
+    assert!(lines.iter().all(|l| *l == lines[0]), "the ranks' weights differ:\n{lines:?}");
+    lines[0].to_string()
+}
+
+/// The logits, on 12 fixed tokens, of the model a run saved in `dir/out`.
+fn saved_logits(dir: &Path, out: &str) -> Vec<f32> {
+    let path = dir.join(out).join("model.mpk");
+    let device = Default::default();
+    let model = swa_models::weights::load_record::<burn::backend::NdArray>(
+        &run_config(2).model,
+        &path,
+        &device,
+    )
+    .unwrap();
+    let tokens: Vec<i64> = (0..12).map(|i| (i * 37 % 256) as i64).collect();
+    let tokens = Tensor::<burn::backend::NdArray, 2, Int>::from_data(
+        TensorData::new(tokens, [1, 12]),
+        &device,
+    );
+    to_vec(model.forward(tokens).unwrap())
+}
+
+/// `mpirun -np 2` and `-np 3` of 2 sequences per rank end with one fingerprint on every rank
+/// and the logits of one process of 4 and 6 sequences, to rounding.
+#[test]
+fn runs_of_2_and_3_processes_train_as_one_process() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::runs_of_2_and_3_processes_train_as_one_process";
+    let dir = run_dir("equivalence");
+    for processes in [2, 3] {
+        let out = format!("mpi-{processes}");
+        let output = train_mpi(processes, (name, &dir, &out), &[]).output().unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        fingerprint(&output, processes);
+        let single = format!("single-{processes}");
+        let config = run_config(2 * processes);
+        let device = Default::default();
+        train::<Reference>(&config, &Corpus::embedded(), &dir.join(&single), false, &device)
+            .unwrap();
+        let error = max_abs(&saved_logits(&dir, &out), &saved_logits(&dir, &single));
+        let whole = 2 * processes;
+        eprintln!("{processes} × 2 vs {whole} sequences: logits within {error:e}");
+        assert!(error < 1e-3, "{processes} × 2 vs {whole} sequences: logits differ by {error}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The process id of rank `rank` among the children of `launcher` (Open MPI's `mpirun` starts
+/// its local ranks itself, each with `OMPI_COMM_WORLD_RANK` in its environment).
+fn rank_pid(launcher: u32, rank: usize) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"));
+    children.ok()?.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).find(|pid| {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
+        environ.split(|&b| b == 0).any(|entry| entry == wanted.as_bytes())
+    })
+}
+
+/// Starts `command` with its output in the file `log` (a killed run's pipes would fill).
+fn spawn_logged(mut command: Command, log: &Path) -> Child {
+    let file = std::fs::File::create(log).unwrap();
+    command.stdout(file.try_clone().unwrap()).stderr(file);
+    command.spawn().unwrap()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Rank 1 killed (SIGKILL) while rank 0 writes a checkpoint, twice: the launcher stops rank 0
+/// at once, which says so in one line (and exits with `EXIT_STOPPED`), and the run resumed
+/// ends with the uninterrupted pair's weights.
+#[test]
+fn a_killed_rank_stops_the_run_and_it_resumes_exactly() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::a_killed_rank_stops_the_run_and_it_resumes_exactly";
+    let dir = run_dir("kill");
+    let out = dir.join("killed");
+    let writing = || {
+        let entries = std::fs::read_dir(out.join("checkpoint")).into_iter().flatten();
+        entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+    };
+    let resume = (RESUME_VARIABLE, "1".to_string());
+    for attempt in 0..2 {
+        let mut env = vec![(WRITE_DELAY_VARIABLE, "300".to_string())];
+        env.extend((attempt > 0).then(|| resume.clone()));
+        let log = dir.join(format!("attempt-{attempt}.log"));
+        let mut launcher = spawn_logged(train_mpi(2, (name, &dir, "killed"), &env), &log);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !writing() {
+            assert!(Instant::now() < deadline, "attempt {attempt}: no checkpoint write");
+            assert!(launcher.try_wait().unwrap().is_none(), "{}", read(&log));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let rank_1 = rank_pid(launcher.id(), 1).expect("rank 1 among mpirun's children");
+        // SAFETY: sends SIGKILL to a process this test started (through mpirun).
+        unsafe { libc::kill(rank_1 as i32, libc::SIGKILL) };
+        let killed = Instant::now();
+        let status = launcher.wait().unwrap();
+        let log = read(&log);
+        assert!(!status.success(), "attempt {attempt}: the run went on:\n{log}");
+        assert!(killed.elapsed() < Duration::from_secs(30), "stopping took {:?}", killed.elapsed());
+        let line =
+            log.lines().find(|l| l.starts_with("error: rank 0: stopped by the MPI launcher"));
+        eprintln!(
+            "attempt {attempt}, mpirun {status}: {}",
+            line.unwrap_or_else(|| panic!("{log}"))
+        );
+        assert!(last_checkpoint(&out).unwrap_or(0) < 12, "the run ended before the kill");
+    }
+    let resumed = train_mpi(2, (name, &dir, "killed"), &[resume]).output().unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(last_checkpoint(&out), Some(12), "60 steps are 12 checkpoints of 5");
+    fingerprint(&resumed, 2);
+    let straight = train_mpi(2, (name, &dir, "straight"), &[]).output().unwrap();
+    assert!(straight.status.success(), "{}", text(&straight));
+    let error = max_abs(&saved_logits(&dir, "straight"), &saved_logits(&dir, "killed"));
+    eprintln!("killed twice and resumed: logits within {error:e} of the straight run");
+    assert!(error < 1e-5, "the resumed run differs from the straight run by {error}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Rank 1 stopped (SIGSTOP) after the first checkpoint: rank 0 waits the step timeout (4 s
+/// here), then ends the run with one line naming the call, and the launcher returns
+/// [`EXIT_SILENT_PEER`].
+#[test]
+fn a_silent_rank_ends_the_run_after_the_step_timeout() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::a_silent_rank_ends_the_run_after_the_step_timeout";
+    let dir = run_dir("silent");
+    let out = dir.join("silent");
+    let log = dir.join("silent.log");
+    let timeout = [(STEP_TIMEOUT_VARIABLE, "4".to_string())];
+    let mut launcher = spawn_logged(train_mpi(2, (name, &dir, "silent"), &timeout), &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while last_checkpoint(&out).is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint written:\n{}", read(&log));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let rank_1 = rank_pid(launcher.id(), 1).expect("rank 1 among mpirun's children");
+    // SAFETY: sends SIGSTOP to a process this test started (through mpirun).
+    unsafe { libc::kill(rank_1 as i32, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let status = launcher.wait().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(EXIT_SILENT_PEER), "{log}");
+    let waited = stopped.elapsed();
+    assert!(waited > Duration::from_secs(3) && waited < Duration::from_secs(30), "{waited:?}");
+    let line = log.lines().find(|l| l.starts_with("error: rank 0: the gradient all-reduce got no"));
+    eprintln!("mpirun {status} after {waited:?}: {}", line.unwrap_or_else(|| panic!("{log}")));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Processes of different configurations (rank 1 with another seed) stop before training,
+/// with one line naming the problem.
+#[test]
+fn processes_of_different_configurations_refuse_to_start() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::processes_of_different_configurations_refuse_to_start";
+    let dir = run_dir("mismatch");
+    let other_seed = [(OTHER_SEED_VARIABLE, "1".to_string())];
+    let output = train_mpi(2, (name, &dir, "mismatch"), &other_seed).output().unwrap();
+    assert!(!output.status.success());
+    let errors = text(&output);
+    let line = errors.lines().find(|l| l.contains("runs with another training configuration"));
+    eprintln!("mpirun {}: {}", output.status, line.unwrap_or_else(|| panic!("{errors}")));
+    assert!(last_checkpoint(&dir.join("mismatch")).is_none(), "a refused run trained");
+    let _ = std::fs::remove_dir_all(dir);
+}
