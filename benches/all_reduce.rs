@@ -3,9 +3,11 @@
 //! and
 //!
 //! - **ours** is `mean_gradients` end to end: the gradients from the backend's tensors to the
-//!   host, summed in 25 MB buckets, divided, and back into tensors (what a training step pays);
+//!   host, summed in the cluster's buckets (4 MB), divided, and back into tensors (what a training step pays);
 //! - **MPI** is one `MPI_Allreduce` of the same number of f32 from one host buffer into another
 //!   (`Cluster::raw_sum`), both already touched.
+//!
+//! The two alternate (raw, ours, raw, …), after one untimed call of each.
 //!
 //! Bus bandwidth is NCCL's measure, `bytes · 2(P − 1)/P / seconds`: the fraction of each
 //! process's link an all-reduce of that size uses, comparable across `P`.
@@ -52,71 +54,71 @@ fn median(mut times: Vec<f64>) -> f64 {
     times[times.len() / 2]
 }
 
-/// Seconds of `mean_gradients` over a model of `total` parameters, `runs` times.
-fn ours(cluster: &Cluster, total: usize, runs: usize) -> Vec<f64> {
+/// Seconds of raw `MPI_Allreduce` and of `mean_gradients` over a model of `total`
+/// parameters, `runs` times each, in turn (raw, ours, raw, …) after one untimed call of each,
+/// so that both see the same state of the machine.
+fn measure(cluster: &Cluster, total: usize, runs: usize) -> (Vec<f64>, Vec<f64>) {
     let device = Default::default();
     let sizes = piece_sizes(total);
-    let pieces = sizes.iter().map(|&n| Param::from_tensor(Tensor::<Trained, 1>::zeros([n], &device)));
+    let pieces =
+        sizes.iter().map(|&n| Param::from_tensor(Tensor::<Trained, 1>::zeros([n], &device)));
     let model = Parameters { pieces: pieces.collect() };
-    (0..runs)
-        .map(|_| {
-            let mut grads = GradientsParams::new();
-            for (param, &n) in model.pieces.iter().zip(&sizes) {
-                let values = TensorData::new(vec![cluster.rank() as f32; n], [n]);
-                grads.register(param.id, Tensor::<Flex, 1>::from_data(values, &device));
-            }
-            cluster.agree(0, "the start of a run").expect("every rank agrees on 0");
-            let start = Instant::now();
-            let mean = mean_gradients::<Trained, _>(cluster, &model, grads);
-            let seconds = start.elapsed().as_secs_f64();
-            drop(mean);
-            seconds
-        })
-        .collect()
-}
-
-/// Seconds of one raw `MPI_Allreduce` of `total` f32, `runs` times after one untimed call.
-fn raw(cluster: &Cluster, total: usize, runs: usize) -> Vec<f64> {
+    let ours = || {
+        let mut grads = GradientsParams::new();
+        for (param, &n) in model.pieces.iter().zip(&sizes) {
+            let values = TensorData::new(vec![cluster.rank() as f32; n], [n]);
+            grads.register(param.id, Tensor::<Flex, 1>::from_data(values, &device));
+        }
+        cluster.agree(0, "the start of a run").expect("every rank agrees on 0");
+        let start = Instant::now();
+        let mean = mean_gradients::<Trained, _>(cluster, &model, grads);
+        let seconds = start.elapsed().as_secs_f64();
+        drop(mean);
+        seconds
+    };
     let send = vec![cluster.rank() as f32; total];
     let mut recv = vec![0.0f32; total];
-    cluster.raw_sum(&send, &mut recv);
-    (0..runs)
-        .map(|_| {
-            cluster.agree(0, "the start of a run").expect("every rank agrees on 0");
-            let start = Instant::now();
-            cluster.raw_sum(&send, &mut recv);
-            start.elapsed().as_secs_f64()
-        })
-        .collect()
+    let mut raw = || {
+        cluster.agree(0, "the start of a run").expect("every rank agrees on 0");
+        let start = Instant::now();
+        cluster.raw_sum(&send, &mut recv);
+        start.elapsed().as_secs_f64()
+    };
+    raw();
+    ours();
+    (0..runs).map(|_| (raw(), ours())).unzip()
 }
 
-/// `--sizes` (millions of parameters, comma-separated) and `--runs`.
-fn arguments() -> (Vec<usize>, usize) {
+/// `--sizes` (millions of parameters, comma-separated), `--runs` and `--bucket-mb`.
+fn arguments() -> (Vec<usize>, usize, usize) {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     let sizes = value("--sizes").map_or("25,100,300".to_string(), |s| s.clone());
     let sizes = sizes.split(',').map(|s| s.trim().parse::<usize>().expect("--sizes: millions"));
     let runs = value("--runs").map_or(5, |r| r.parse().expect("--runs: a count"));
-    (sizes.map(|m| m * 1_000_000).collect(), runs.max(1))
+    let bucket = value("--bucket-mb").map_or(4, |b| b.parse().expect("--bucket-mb: megabytes"));
+    (sizes.map(|m| m * 1_000_000).collect(), runs.max(1), bucket)
 }
 
 fn main() {
-    let (sizes, runs) = arguments();
-    let cluster = Cluster::join(&ClusterConfig::new()).unwrap_or_else(|e| {
+    let (sizes, runs, bucket) = arguments();
+    swa_zoo::runtime::keep_large_buffers_on_the_heap();
+    let config = ClusterConfig::new().with_bucket_bytes(bucket * 1_000_000);
+    let cluster = Cluster::join(&config).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(1)
     });
     let p = cluster.nodes() as f64;
     if cluster.rank() == 0 {
-        println!("{} processes, median of {runs} runs", cluster.nodes());
+        println!("{} processes, buckets of {bucket} MB, median of {runs} runs", cluster.nodes());
         println!(
             "| parameters | bytes | ours s | ours bus GB/s | MPI s | MPI bus GB/s | ours / MPI |"
         );
         println!("| --- | --- | --- | --- | --- | --- | --- |");
     }
     for total in sizes {
-        let mpi = median(raw(&cluster, total, runs));
-        let ours = median(ours(&cluster, total, runs));
+        let (mpi, ours) = measure(&cluster, total, runs);
+        let (mpi, ours) = (median(mpi), median(ours));
         let bytes = total as f64 * 4.0;
         let bus = |seconds: f64| bytes * 2.0 * (p - 1.0) / p / seconds / 1e9;
         if cluster.rank() == 0 {

@@ -58,11 +58,8 @@ pub fn mean_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
     model.visit(&mut take);
     let mut pieces = take.pieces;
     let mut slices: Vec<&mut [f32]> = pieces.iter_mut().map(|(_, p)| &mut p.values[..]).collect();
-    cluster.sum_pieces(&mut slices, "the gradient all-reduce");
     let scale = 1.0 / cluster.nodes() as f32;
-    for (_, piece) in &mut pieces {
-        piece.values.iter_mut().for_each(|v| *v *= scale);
-    }
+    cluster.sum_pieces(&mut slices, scale, "the gradient all-reduce");
     pieces.reverse();
     model.visit(&mut PutGradients::<B> { grads: &mut grads, pieces });
     grads

@@ -94,7 +94,7 @@ fn longnet_sequence_parallel_matches_one_process() {
 }
 
 /// Parameters of the all-reduce test: 300M in all (1.2 GB of f32), in pieces of awkward sizes
-/// (one larger than a bucket of 25 MB, some far smaller).
+/// (one larger than a bucket of 4 MB, some far smaller).
 const BIG: [usize; 4] = [290_000_001, 9_999_989, 7, 3];
 
 /// A module of [`BIG`]'s parameters.
@@ -110,7 +110,7 @@ fn big_gradient(rank: usize, len: usize) -> Vec<f32> {
 }
 
 /// A gradient of 300M parameters averaged across 2 processes by the training path
-/// (`mean_gradients`: host copies, 25 MB buckets): every value is the exact mean.
+/// (`mean_gradients`: host copies, 4 MB buckets): every value is the exact mean.
 #[test]
 fn a_300m_parameter_gradient_is_averaged_across_2_processes() {
     type B = burn::backend::Autodiff<burn::backend::NdArray>;
