@@ -1,6 +1,6 @@
 //! One process's place in a multi-process run launched by MPI (`mpirun -np N swa-zoo train
 //! --mpi …`, or `srun`): its rank and the run's size come from MPI, and the collective calls
-//! training needs go through MPI ([`super::world`]) on host buffers of f32, in buckets of
+//! training needs go through MPI (`world.rs`) on host buffers of f32, in buckets of
 //! bounded size, each call watched by [`super::watchdog`].
 //!
 //! A call that waits past its timeout ends the process with a one-line error: the Learner's

@@ -5,8 +5,9 @@
 //!
 //! Gradients and weights travel in the module's own order of parameters (the same in every
 //! process), rather than keyed by parameter ids, which are drawn at random in each process,
-//! as f32 on the host whatever the training precision (half-precision gradients are summed in
-//! f32), in the cluster's buckets.
+//! as f32 whatever the training precision (half-precision gradients are summed in f32): on the
+//! host in the cluster's buckets, or, for CUDA tensors, on their GPU through NCCL
+//! ([`super::nccl`]).
 
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};

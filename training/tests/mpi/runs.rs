@@ -152,6 +152,13 @@ fn rank_pid(launcher: u32, rank: usize) -> Option<u32> {
     })
 }
 
+/// Sends `signal` to rank `rank` of the run `launcher` (an `mpirun` this test started).
+fn signal_rank(launcher: &Child, rank: usize, signal: libc::c_int) {
+    let pid = rank_pid(launcher.id(), rank).expect("the rank among mpirun's children");
+    // SAFETY: signals a process this test started, through mpirun.
+    unsafe { libc::kill(pid as i32, signal) };
+}
+
 /// Starts `command` with its output in the file `log` (a killed run's pipes would fill).
 fn spawn_logged(mut command: Command, log: &Path) -> Child {
     let file = std::fs::File::create(log).unwrap();
@@ -190,9 +197,7 @@ fn a_killed_rank_stops_the_run_and_it_resumes_exactly() {
             assert!(launcher.try_wait().unwrap().is_none(), "{}", read(&log));
             std::thread::sleep(Duration::from_millis(2));
         }
-        let rank_1 = rank_pid(launcher.id(), 1).expect("rank 1 among mpirun's children");
-        // SAFETY: sends SIGKILL to a process this test started (through mpirun).
-        unsafe { libc::kill(rank_1 as i32, libc::SIGKILL) };
+        signal_rank(&launcher, 1, libc::SIGKILL);
         let killed = Instant::now();
         let status = launcher.wait().unwrap();
         let log = read(&log);
@@ -237,9 +242,7 @@ fn a_silent_rank_ends_the_run_after_the_step_timeout() {
         assert!(Instant::now() < deadline, "no checkpoint written:\n{}", read(&log));
         std::thread::sleep(Duration::from_millis(5));
     }
-    let rank_1 = rank_pid(launcher.id(), 1).expect("rank 1 among mpirun's children");
-    // SAFETY: sends SIGSTOP to a process this test started (through mpirun).
-    unsafe { libc::kill(rank_1 as i32, libc::SIGSTOP) };
+    signal_rank(&launcher, 1, libc::SIGSTOP);
     let stopped = Instant::now();
     let status = launcher.wait().unwrap();
     let log = read(&log);
