@@ -14,9 +14,10 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 use super::cluster::Cluster;
+use super::gradients::host_values;
 
 /// Every process's `x: [.., piece, ..]` concatenated along `dim` in rank order, with gradients
 /// flowing back to each process's own piece.
@@ -60,12 +61,6 @@ impl<B: Backend, const D: usize> Backward<B, 1> for GatherOp<D> {
             grads.register::<B>(node.id, own.into_primitive().tensor());
         }
     }
-}
-
-/// `x`'s values as f32 on the host.
-fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
-    let data = x.into_data().convert_dtype(DType::F32);
-    data.into_vec::<f32>().expect("converted to f32")
 }
 
 /// Every process's `x` concatenated along `dim` in rank order (every process passes the same

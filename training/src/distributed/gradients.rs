@@ -19,6 +19,13 @@ use super::cluster::{Cluster, ClusterProblem};
 use super::nccl::{Nccl, cuda_index};
 use crate::error::TrainingError;
 
+/// `tensor`'s values as f32 on the host (without a copy when it is an f32 tensor that only
+/// this call holds, on the CPU backends).
+pub(super) fn host_values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
+    let data = tensor.into_data().convert_dtype(DType::F32);
+    data.into_vec::<f32>().expect("converted to f32")
+}
+
 /// A tensor's values as f32 on the host, with what it takes to rebuild it.
 struct HostPiece<B: Backend> {
     values: Vec<f32>,
@@ -30,9 +37,7 @@ struct HostPiece<B: Backend> {
 impl<B: Backend> HostPiece<B> {
     fn new<const D: usize>(tensor: Tensor<B, D>) -> Self {
         let (dims, dtype, device) = (tensor.dims().to_vec(), tensor.dtype(), tensor.device());
-        let data = tensor.into_data().convert_dtype(DType::F32);
-        let values = data.into_vec::<f32>().expect("converted to f32");
-        Self { values, dims, dtype, device }
+        Self { values: host_values(tensor), dims, dtype, device }
     }
 
     fn tensor<const D: usize>(self) -> Tensor<B, D> {

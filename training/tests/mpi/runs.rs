@@ -159,11 +159,19 @@ fn signal_rank(launcher: &Child, rank: usize, signal: libc::c_int) {
     unsafe { libc::kill(pid as i32, signal) };
 }
 
-/// Starts `command` with its output in the file `log` (a killed run's pipes would fill).
-fn spawn_logged(mut command: Command, log: &Path) -> Child {
+/// Starts `command` with its output in the file `log` (a killed run's pipes would fill), and
+/// waits (at most 2 minutes, while it runs) until `ready`.
+fn spawn_until(mut command: Command, log: &Path, ready: impl Fn() -> bool) -> Child {
     let file = std::fs::File::create(log).unwrap();
     command.stdout(file.try_clone().unwrap()).stderr(file);
-    command.spawn().unwrap()
+    let mut launcher = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready() {
+        assert!(Instant::now() < deadline, "not ready in 2 minutes:\n{}", read(log));
+        assert!(launcher.try_wait().unwrap().is_none(), "it ended:\n{}", read(log));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    launcher
 }
 
 fn read(path: &Path) -> String {
@@ -190,13 +198,7 @@ fn a_killed_rank_stops_the_run_and_it_resumes_exactly() {
         let mut env = vec![(WRITE_DELAY_VARIABLE, "300".to_string())];
         env.extend((attempt > 0).then(|| resume.clone()));
         let log = dir.join(format!("attempt-{attempt}.log"));
-        let mut launcher = spawn_logged(train_mpi(2, (name, &dir, "killed"), &env), &log);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !writing() {
-            assert!(Instant::now() < deadline, "attempt {attempt}: no checkpoint write");
-            assert!(launcher.try_wait().unwrap().is_none(), "{}", read(&log));
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let mut launcher = spawn_until(train_mpi(2, (name, &dir, "killed"), &env), &log, writing);
         signal_rank(&launcher, 1, libc::SIGKILL);
         let killed = Instant::now();
         let status = launcher.wait().unwrap();
@@ -236,12 +238,9 @@ fn a_silent_rank_ends_the_run_after_the_step_timeout() {
     let out = dir.join("silent");
     let log = dir.join("silent.log");
     let timeout = [(STEP_TIMEOUT_VARIABLE, "4".to_string())];
-    let mut launcher = spawn_logged(train_mpi(2, (name, &dir, "silent"), &timeout), &log);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while last_checkpoint(&out).is_none() {
-        assert!(Instant::now() < deadline, "no checkpoint written:\n{}", read(&log));
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let checkpointed = || last_checkpoint(&out).is_some();
+    let mut launcher =
+        spawn_until(train_mpi(2, (name, &dir, "silent"), &timeout), &log, checkpointed);
     signal_rank(&launcher, 1, libc::SIGSTOP);
     let stopped = Instant::now();
     let status = launcher.wait().unwrap();
