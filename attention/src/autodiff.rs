@@ -37,12 +37,14 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        match chosen_kernel::<B>(spec, &q.shape(), &k.shape(), &v.shape()) {
+        let kernel = chosen_kernel::<B>(spec, &q.shape(), &k.shape(), &v.shape());
+        match kernel.filter(|_| relative.is_none()) {
             Some(kernel) => kernel_op::<B, C>(kernel, q, k, v, spec, opts),
-            None => blocked_primitives::<Self>(q, k, v, spec, opts),
+            None => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
         }
     }
 

@@ -16,7 +16,7 @@
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
-use crate::blocked::blocked_attention;
+use crate::blocked::{MAX_CHUNK_SCORES, blocked_attention_relative};
 use crate::decode::{CacheWrite, DecodeKernel};
 use crate::layer_ops::{self, LayerKernels, MlpActivation, RmsOptions};
 use crate::rope::RotateKernel;
@@ -27,19 +27,23 @@ use crate::{ScoreOptions, WindowSpec};
 /// Callers use [`crate::windowed_attention`], which checks its inputs first: implementations
 /// may assume the shapes, spec and options agree.
 pub trait WindowedAttentionBackend: Backend {
-    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]` in the
+    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and, with relative scores,
+    /// `relative: [batch, H, N_q, L]` (docs/semantics.md §4) → (`o: [batch, H, N_q, d]` in the
     /// inputs' dtype, `lse: [batch, H, N_q]` in f32). The default runs the fused kernel where the
-    /// backend has one and it accepts the call, else the blocked O(N·w) path.
+    /// backend has one and it accepts the call, else the blocked O(N·w) path. The kernels do
+    /// not read relative scores yet: calls with them take the blocked path.
     fn windowed_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        match chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape()) {
+        let kernel = chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape());
+        match kernel.filter(|_| relative.is_none()) {
             Some(kernel) => (kernel.forward)(q, k, v, spec, opts),
-            None => blocked_primitives::<Self>(q, k, v, spec, opts),
+            None => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
         }
     }
 
@@ -257,10 +261,12 @@ pub(crate) fn blocked_primitives<B: Backend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
+    relative: Option<FloatTensor<B>>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> OutputPrimitives<B> {
-    let (o, lse) = blocked_attention(tensor::<B>(q), tensor(k), tensor(v), spec, opts)
+    let (q, k, v, relative) = (tensor::<B>(q), tensor(k), tensor(v), relative.map(tensor));
+    let (o, lse) = blocked_attention_relative(q, k, v, relative, spec, opts, MAX_CHUNK_SCORES)
         .expect("inputs are checked by windowed_attention before they reach a backend");
     (o.into_primitive().tensor(), lse.cast(DType::F32).into_primitive().tensor())
 }

@@ -7,6 +7,7 @@ use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 use crate::entry::{Checked, expand_kv};
 use crate::index::{index_tensor, inverse_permutation};
 use crate::plan::{BlockSet, GroupPlan, head_groups, plan_group};
+use crate::relative::pick;
 use crate::scores::{Alibi, attend};
 use crate::{AttentionError, ScoreOptions, WindowSpec};
 
@@ -33,19 +34,38 @@ pub fn blocked_attention_chunked<B: Backend>(
     opts: &ScoreOptions,
     chunk_scores: usize,
 ) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
-    let Checked { heads, q_len, kv_len, .. } = Checked::new(&q, &k, &v, spec, opts)?;
+    blocked_attention_relative(q, k, v, None, spec, opts, chunk_scores)
+}
+
+/// [`blocked_attention_chunked`] with relative scores `relative: [batch, H, N_q, L]`, as in
+/// [`crate::windowed_attention_relative`].
+pub fn blocked_attention_relative<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    relative: Option<Tensor<B, 4>>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+    chunk_scores: usize,
+) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
+    let checked = Checked::new(&q, &k, &v, spec, opts)?.relative(relative.as_ref(), spec)?;
+    let Checked { heads, q_len, kv_len, .. } = checked;
     let (k, v) = (expand_kv(k, heads), expand_kv(v, heads));
     let groups = head_groups(spec);
+    let distance = opts.alibi.is_some() || relative.is_some();
+    let inputs = |q, k, v, relative| Inputs { q, k, v, relative, opts, chunk_scores };
     if groups.len() == 1 {
-        let plan = plan_group(spec, 0, q_len, kv_len, opts.alibi.is_some());
-        return Ok(attend_group(q, k, v, &plan, &groups[0], opts, chunk_scores));
+        let plan = plan_group(spec, 0, q_len, kv_len, distance);
+        return Ok(attend_group(inputs(q, k, v, relative), &plan, &groups[0]));
     }
     let (mut outs, mut lses, mut order) = (Vec::new(), Vec::new(), Vec::new());
     for group in &groups {
-        let plan = plan_group(spec, group[0], q_len, kv_len, opts.alibi.is_some());
+        let plan = plan_group(spec, group[0], q_len, kv_len, distance);
         let index = index_tensor::<B>(group.iter().copied(), &q.device());
-        let pick = |t: &Tensor<B, 4>| t.clone().select(1, index.clone());
-        let (o, lse) = attend_group(pick(&q), pick(&k), pick(&v), &plan, group, opts, chunk_scores);
+        let of_group = |t: &Tensor<B, 4>| t.clone().select(1, index.clone());
+        let group_inputs =
+            inputs(of_group(&q), of_group(&k), of_group(&v), relative.as_ref().map(of_group));
+        let (o, lse) = attend_group(group_inputs, &plan, group);
         outs.push(o);
         lses.push(lse);
         order.extend(group.iter().copied());
@@ -57,21 +77,28 @@ pub fn blocked_attention_chunked<B: Backend>(
     Ok((out, lse))
 }
 
-/// Runs one group's block sets on its heads (`q, k, v: [batch, H_g, N, d]`, kv already
-/// expanded) and puts every query row back at its position.
-fn attend_group<B: Backend>(
+/// One group's tensors (`q, k, v: [batch, H_g, N, d]`, kv already expanded; the relative
+/// table `[batch, H_g, N_q, L]`) and how to attend them.
+#[derive(Clone)]
+struct Inputs<'a, B: Backend> {
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
+    relative: Option<Tensor<B, 4>>,
+    opts: &'a ScoreOptions,
+    chunk_scores: usize,
+}
+
+/// Runs one group's block sets on its heads and puts every query row back at its position.
+fn attend_group<B: Backend>(
+    inputs: Inputs<'_, B>,
     plan: &GroupPlan,
     heads: &[usize],
-    opts: &ScoreOptions,
-    chunk_scores: usize,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
-    let device = q.device();
+    let device = inputs.q.device();
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
     for set in &plan.sets {
-        let (o, lse) = attend_set(q.clone(), k.clone(), v.clone(), set, heads, opts, chunk_scores);
+        let (o, lse) = attend_set(inputs.clone(), set, heads);
         outs.push(o);
         lses.push(lse);
     }
@@ -89,21 +116,17 @@ pub const MAX_CHUNK_SCORES: usize = 1 << 24;
 /// Attends the slots of one block set. Returns `o: [batch, H_g, slots, d]` and
 /// `lse: [batch, H_g, slots]`, slots in the set's row order.
 fn attend_set<B: Backend>(
-    q: Tensor<B, 4>,
-    k: Tensor<B, 4>,
-    v: Tensor<B, 4>,
+    inputs: Inputs<'_, B>,
     set: &BlockSet,
     heads: &[usize],
-    opts: &ScoreOptions,
-    chunk_scores: usize,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
-    let [batch, group, _, _] = q.dims();
+    let [batch, group, _, _] = inputs.q.dims();
     let per_block = (batch * group * set.block_rows * set.block_cols).max(1);
-    let chunk = (chunk_scores / per_block).max(1);
+    let chunk = (inputs.chunk_scores / per_block).max(1);
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
     for first in (0..set.blocks).step_by(chunk) {
         let blocks = first..(first + chunk).min(set.blocks);
-        let (o, lse) = attend_blocks(q.clone(), k.clone(), v.clone(), set, blocks, heads, opts);
+        let (o, lse) = attend_blocks(inputs.clone(), set, blocks, heads);
         outs.push(o);
         lses.push(lse);
     }
@@ -116,14 +139,12 @@ fn attend_set<B: Backend>(
 /// Attends the blocks `range` of one set: `o: [batch, H_g, slots, d]`, `lse: [batch, H_g, slots]`
 /// for the slots of those blocks.
 fn attend_blocks<B: Backend>(
-    q: Tensor<B, 4>,
-    k: Tensor<B, 4>,
-    v: Tensor<B, 4>,
+    inputs: Inputs<'_, B>,
     set: &BlockSet,
     range: std::ops::Range<usize>,
     heads: &[usize],
-    opts: &ScoreOptions,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
+    let Inputs { q, k, v, relative, opts, .. } = inputs;
     let [batch, group, _, dim] = q.dims();
     let device = q.device();
     let (blocks, rows, cols) = (range.len(), set.block_rows, set.block_cols);
@@ -137,6 +158,12 @@ fn attend_blocks<B: Backend>(
     let entries = range.start * rows * cols..range.end * rows * cols;
     let row_index = index_tensor::<B>(BlockSet::gather(&set.rows[row_slots]), &device);
     let col_index = index_tensor::<B>(BlockSet::gather(&set.cols[col_slots]), &device);
+    let relative = relative.map(|table| {
+        let len = table.dims()[3];
+        let table = table.select(2, row_index.clone()).reshape([batch * group, blocks, rows, len]);
+        let distance = set.distance.as_ref().expect("planned with distances");
+        pick(table, &distance[entries.clone()], [1, blocks, rows, cols])
+    });
     let q = q.select(2, row_index).reshape([batch * group, blocks, rows, dim]);
     let k = k.select(2, col_index.clone()).reshape([batch * group, blocks, cols, dim]);
     let v = v.select(2, col_index).reshape([batch * group, blocks, cols, dim]);
@@ -151,7 +178,7 @@ fn attend_blocks<B: Backend>(
             slopes: Tensor::from_data(TensorData::new(per_row, [batch * group, 1, 1, 1]), &device),
         }
     });
-    let (out, lse) = attend(q, k, v, mask, alibi, opts);
+    let (out, lse) = attend(q, k, v, mask, alibi, relative, opts);
     (out.reshape([batch, group, slots, dim]), lse.reshape([batch, group, slots]))
 }
 

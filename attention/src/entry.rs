@@ -2,6 +2,7 @@
 
 use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 
+use crate::relative::distances_needed;
 use crate::{AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 
 /// Windowed attention (docs/semantics.md §1–§2) on the backend's fastest path: the CubeCL kernel where
@@ -22,9 +23,26 @@ pub fn windowed_attention<B: WindowedAttentionBackend>(
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
-    Checked::new(&q, &k, &v, spec, opts)?;
+    windowed_attention_relative(q, k, v, None, spec, opts)
+}
+
+/// [`windowed_attention`] with relative scores (docs/semantics.md §4, Transformer-XL):
+/// `relative: [batch, H, N_q, L]` adds `relative[.., i, δ]` to the score of every key at
+/// distance `δ = i − j` from query `i` (absolute positions), after the scale, the softcap and
+/// ALiBi. The spec must be causal and `L` must cover every distance a query can see (its
+/// heads' reach, or back to key 0 for unbounded heads, sinks and globals).
+pub fn windowed_attention_relative<B: WindowedAttentionBackend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    relative: Option<Tensor<B, 4>>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> Result<(Tensor<B, 4>, Tensor<B, 3>), AttentionError> {
+    Checked::new(&q, &k, &v, spec, opts)?.relative(relative.as_ref(), spec)?;
     let float = |t: Tensor<B, 4>| t.into_primitive().tensor();
-    let (o, lse) = B::windowed_attention(float(q), float(k), float(v), spec, opts);
+    let relative = relative.map(float);
+    let (o, lse) = B::windowed_attention(float(q), float(k), float(v), relative, spec, opts);
     Ok((
         Tensor::from_primitive(TensorPrimitive::Float(o)),
         Tensor::from_primitive(TensorPrimitive::Float(lse)),
@@ -33,6 +51,8 @@ pub fn windowed_attention<B: WindowedAttentionBackend>(
 
 /// The sizes of a call once its tensors, spec and options agree.
 pub(crate) struct Checked {
+    /// Batch size.
+    pub batch: usize,
     /// Query heads `H`.
     pub heads: usize,
     /// Query rows `N_q`.
@@ -69,7 +89,36 @@ impl Checked {
         }
         let kv_len = spec.check(heads, kv_heads, keys)?;
         opts.check(heads)?;
-        Ok(Self { heads, q_len, keys, kv_len })
+        Ok(Self { batch, heads, q_len, keys, kv_len })
+    }
+
+    /// Checks a relative-score table against the call: `[batch, H, N_q, L]`, a causal spec,
+    /// and `L` covering every distance a query can see.
+    pub fn relative<B: Backend>(
+        self,
+        table: Option<&Tensor<B, 4>>,
+        spec: &WindowSpec,
+    ) -> Result<Self, AttentionError> {
+        let Some(table) = table else { return Ok(self) };
+        if !spec.is_causal() {
+            return Err(AttentionError::RelativeScoresNotCausal);
+        }
+        let [batch, heads, rows, len] = table.dims();
+        let mismatch = |what, expected, got| AttentionError::ShapeMismatch { what, expected, got };
+        if batch != self.batch {
+            return Err(mismatch("relative scores batch", self.batch, batch));
+        }
+        if heads != self.heads {
+            return Err(mismatch("relative scores heads", self.heads, heads));
+        }
+        if rows != self.q_len {
+            return Err(mismatch("relative scores rows (one per query)", self.q_len, rows));
+        }
+        let needed = distances_needed(spec, self.q_len);
+        if len < needed.max(1) {
+            return Err(AttentionError::RelativeTableTooShort { needed, got: len });
+        }
+        Ok(self)
     }
 }
 

@@ -42,6 +42,11 @@ pub enum AttentionError {
     SinkLogitsUnsupported { kind: &'static str },
     /// Attention maps are weights over keys; the kind named has none (linear attention).
     NoAttentionMap { kind: &'static str },
+    /// A relative-score table has a column per distance `0 … L−1`, and the call's queries see
+    /// keys further away (docs/semantics.md §4).
+    RelativeTableTooShort { needed: usize, got: usize },
+    /// Relative scores are indexed by the distance `i − j ≥ 0` of a causal call.
+    RelativeScoresNotCausal,
 }
 
 impl fmt::Display for AttentionError {
@@ -84,6 +89,14 @@ impl fmt::Display for AttentionError {
                 write!(f, "learned sink logits need one softmax per row; {kind} attention has none")
             }
             NoAttentionMap { kind } => write!(f, "{kind} attention has no attention map"),
+            RelativeTableTooShort { needed, got } => write!(
+                f,
+                "the relative scores cover distances 0..{got}, but queries see keys up to distance {}",
+                needed.saturating_sub(1)
+            ),
+            RelativeScoresNotCausal => {
+                write!(f, "relative scores need a causal window spec (distances i - j >= 0)")
+            }
         }
     }
 }

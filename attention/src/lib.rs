@@ -54,6 +54,7 @@ mod options;
 mod plan;
 mod reciprocal;
 pub mod reference;
+mod relative;
 pub mod rope;
 mod rope_op;
 mod scores;
@@ -63,10 +64,12 @@ pub use backend::{
     KernelForward, OutputPrimitives, PATH_VARIABLE, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
-pub use blocked::{blocked_attention, blocked_attention_chunked, scheduled_scores};
-pub use entry::windowed_attention;
+pub use blocked::{
+    blocked_attention, blocked_attention_chunked, blocked_attention_relative, scheduled_scores,
+};
+pub use entry::{windowed_attention, windowed_attention_relative};
 pub use error::AttentionError;
 pub use options::{ScoreFn, ScoreOptions};
-pub use reference::dense_attention;
+pub use reference::{dense_attention, dense_attention_relative};
 pub use rope::{Rope, RopeAngles, RopeConfig, RopeScaling, RotateKernel, rotate_tensor_ops};
 pub use window::{HeadWindow, WindowSpec};

@@ -18,7 +18,8 @@ pub(crate) struct Alibi<B: Backend> {
 }
 
 /// Attends `q: [a, b, rows, d]` to `k, v: [a, b, cols, d]` where `mask: [1 or a, 1 or b, rows,
-/// cols]` is true.
+/// cols]` is true. `relative: [a, b, rows, cols]`, when given, is each entry's relative score
+/// (docs/semantics.md §4), added after the scale, the softcap and ALiBi.
 ///
 /// Returns `o: [a, b, rows, d]` and `lse: [a, b, rows]`, where `lse_i = ln Σ_j w_ij` over the
 /// visible keys, `w = exp(score)` for softmax (the log-normaliser of docs/semantics.md §1) and
@@ -30,6 +31,7 @@ pub(crate) fn attend<B: Backend>(
     v: Tensor<B, 4>,
     mask: Tensor<B, 4, Bool>,
     alibi: Option<Alibi<B>>,
+    relative: Option<Tensor<B, 4>>,
     opts: &ScoreOptions,
 ) -> (Tensor<B, 4>, Tensor<B, 3>) {
     let head_dim = q.dims()[3];
@@ -39,6 +41,9 @@ pub(crate) fn attend<B: Backend>(
     }
     if let Some(Alibi { distance, slopes }) = alibi {
         scores = scores - distance * slopes;
+    }
+    if let Some(relative) = relative {
+        scores = scores + relative;
     }
     let hidden = mask.expand(scores.shape()).bool_not();
     let (weights, shift) = match opts.score_fn {

@@ -1,6 +1,6 @@
 //! The blocked path against the dense reference over the spec matrix, forward and backward.
 
-use crate::cases::{LENGTHS, matrix};
+use crate::cases::{LENGTHS, matrix, relative_cases};
 use crate::common::{Case, Path, Reference, check_against_reference};
 
 fn check_matrix(path: Path) {
@@ -32,6 +32,20 @@ fn chunked_blocks_match_dense() {
             eprintln!("{name} chunk={chunk}");
             let case = Case::new(257, 8, spec, opts);
             check_against_reference::<Reference>(&case, Path::Chunked(chunk), &Default::default());
+        }
+    }
+}
+
+/// Relative scores (docs/semantics.md §4) on the blocked path, in chunks, and through the
+/// dispatch, outputs and the gradients of q, k, v and the table.
+#[test]
+fn relative_scores_on_the_blocked_path_match_dense() {
+    for n in LENGTHS {
+        for (name, case) in relative_cases(n, 8) {
+            eprintln!("{name} n={n}");
+            for path in [Path::Blocked, Path::Chunked(3000), Path::Dispatch] {
+                check_against_reference::<Reference>(&case, path, &Default::default());
+            }
         }
     }
 }

@@ -159,5 +159,61 @@ pub fn random_case(rng: &mut Rng, n: usize) -> Case {
         half: false,
         dtype: None,
         heads_inner: false,
+        relative: None,
     }
+}
+
+/// Causal cases with relative scores (docs/semantics.md §4) at length `n`, head dim `dim`: each
+/// table exactly as long as the spec needs (its reach, or back to key 0), and once longer.
+pub fn relative_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+    let spec = |r: Result<WindowSpec, _>| r.expect("valid spec");
+    let soft = ScoreOptions::softmax;
+    let balanced = alibi::balanced(4, alibi::SlopeMagnitudes::Code).unwrap();
+    let offset = n / 2;
+    let decode = spec(WindowSpec::sliding(4, 2, 5)).with_query_offset(offset).with_kv_len(n);
+    let decode = Case { q_len: n - offset, keys: n + 3, ..Case::new(n, dim, decode, soft()) };
+    let mut cases = vec![
+        ("MSWA", Case::new(n, dim, spec(WindowSpec::per_head(&[1, 2, 7, 33], 2)), soft()), 33),
+        ("full", Case::new(n, dim, spec(WindowSpec::full(4, 4)), soft()), n),
+        (
+            "sliding + sinks",
+            Case::new(n, dim, spec(WindowSpec::sliding(4, 1, 7)).with_sinks(2), soft()),
+            n,
+        ),
+        (
+            "dilated",
+            Case::new(n, dim, spec(WindowSpec::dilated(&[3, 5, 2, 4], &[1, 2, 3, 4], 4)), soft()),
+            13,
+        ),
+        (
+            "LongNet branch",
+            Case::new(n, dim, spec(WindowSpec::longnet_branch(4, 2, 16, 4)), soft()),
+            16,
+        ),
+        (
+            "SWAT: sigmoid + ALiBi + softcap",
+            Case::new(
+                n,
+                dim,
+                spec(WindowSpec::sliding(4, 4, 7)),
+                ScoreOptions::sigmoid(-1.0).with_alibi(balanced).with_softcap(2.0),
+            ),
+            7,
+        ),
+        ("decoding offset + padded keys", decode, 5),
+        (
+            "sliding, longer table",
+            Case::new(n, dim, spec(WindowSpec::sliding(4, 2, 7)), soft()),
+            7 + n,
+        ),
+    ];
+    if n > 2 {
+        let globals =
+            spec(WindowSpec::longformer(2, &[1, 2, 1, 2], 4, true)).with_globals([0, n / 2]);
+        cases.push(("Longformer decoder + globals", Case::new(n, dim, globals, soft()), n));
+    }
+    cases
+        .into_iter()
+        .map(|(label, case, len)| (label.to_string(), Case { batch: 2, ..case }.with_relative(len)))
+        .collect()
 }

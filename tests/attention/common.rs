@@ -4,9 +4,10 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
+use swa_zoo::attention::blocked::MAX_CHUNK_SCORES;
 use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention,
-    blocked_attention_chunked, dense_attention, windowed_attention,
+    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention_relative,
+    dense_attention_relative, windowed_attention_relative,
 };
 use swa_zoo::models::SplitMix64;
 
@@ -100,6 +101,9 @@ pub struct Case {
     /// Make q, k, v and the output's gradient as a layer's projections give them: `[batch, N,
     /// H, d]` memory viewed as `[batch, H, N, d]` (the same values as without).
     pub heads_inner: bool,
+    /// A relative-score table of this many distances (docs/semantics.md §4), drawn with the
+    /// other inputs; `None` for none.
+    pub relative: Option<usize>,
 }
 
 impl Case {
@@ -115,7 +119,13 @@ impl Case {
             half: false,
             dtype: None,
             heads_inner: false,
+            relative: None,
         }
+    }
+
+    /// The case with a relative-score table of `distances` columns.
+    pub fn with_relative(self, distances: usize) -> Self {
+        Self { relative: Some(distances), ..self }
     }
 }
 
@@ -130,11 +140,12 @@ pub enum Path {
     Dispatch,
 }
 
-/// What a call produced: `o`, `lse`, and the gradients of q, k, v for a fixed random loss.
+/// What a call produced: `o`, `lse`, and the gradients of q, k, v and of the relative table
+/// (empty without one) for a fixed random loss.
 pub struct Outputs {
     pub out: Vec<f32>,
     pub lse: Vec<f32>,
-    pub grads: [Vec<f32>; 3],
+    pub grads: [Vec<f32>; 4],
 }
 
 /// Runs `case` through `path` on backend `B` and differentiates
@@ -167,14 +178,15 @@ where
     let v = tensor([case.batch, kv_heads, case.keys, case.dim]).require_grad();
     let g_out = tensor([case.batch, heads, case.q_len, case.dim]);
     let g_lse = tensor([case.batch, heads, case.q_len, 1]).squeeze_dim::<3>(3);
-    let (qc, kc, vc) = (q.clone(), k.clone(), v.clone());
+    let table =
+        case.relative.map(|len| tensor([case.batch, heads, case.q_len, len]).require_grad());
+    let (qc, kc, vc, tc) = (q.clone(), k.clone(), v.clone(), table.clone());
+    let (spec, opts) = (&case.spec, &case.opts);
     let result = match path {
-        Path::Dense => dense_attention(qc, kc, vc, &case.spec, &case.opts),
-        Path::Blocked => blocked_attention(qc, kc, vc, &case.spec, &case.opts),
-        Path::Chunked(scores) => {
-            blocked_attention_chunked(qc, kc, vc, &case.spec, &case.opts, scores)
-        }
-        Path::Dispatch => windowed_attention(qc, kc, vc, &case.spec, &case.opts),
+        Path::Dense => dense_attention_relative(qc, kc, vc, tc, spec, opts),
+        Path::Blocked => blocked_attention_relative(qc, kc, vc, tc, spec, opts, MAX_CHUNK_SCORES),
+        Path::Chunked(scores) => blocked_attention_relative(qc, kc, vc, tc, spec, opts, scores),
+        Path::Dispatch => windowed_attention_relative(qc, kc, vc, tc, spec, opts),
     };
     let (out, lse) = result.unwrap_or_else(|e| panic!("{case:?}: {e}"));
     assert_eq!(out.dtype(), dtype, "the output keeps the inputs' float type");
@@ -189,7 +201,12 @@ where
     let grad = |t: &Tensor<B, 4>| {
         t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
     };
-    Outputs { out: values(out), lse: values(lse), grads: [grad(&q), grad(&k), grad(&v)] }
+    let table_grad = table.as_ref().map_or_else(Vec::new, grad);
+    Outputs {
+        out: values(out),
+        lse: values(lse),
+        grads: [grad(&q), grad(&k), grad(&v), table_grad],
+    }
 }
 
 /// `values` of a row-major `[batch, H, N, d]` tensor stored as `[batch, N, H, d]`, as a
@@ -242,7 +259,8 @@ pub fn assert_outputs_close(
     assert_close("o", case, &got.out, &want.out, tol.out);
     assert_close("lse", case, &got.lse, &want.lse, tol.lse);
     let mut grad = 0f32;
-    for (name, (g, w)) in ["dq", "dk", "dv"].iter().zip(got.grads.iter().zip(&want.grads)) {
+    let names = ["dq", "dk", "dv", "d(relative)"];
+    for (name, (g, w)) in names.iter().zip(got.grads.iter().zip(&want.grads)) {
         assert_close(name, case, g, w, tol.grad);
         grad = grad.max(errors(g, w).0);
     }

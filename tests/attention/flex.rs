@@ -7,7 +7,7 @@ mod on_flex {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::DType;
 
-    use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
+    use crate::cases::{LENGTHS, extra_cases, matrix, random_case, relative_cases};
     use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
 
     type Backend = Autodiff<Flex>;
@@ -93,6 +93,15 @@ mod on_flex {
         let cases: Vec<_> = [5, 65].iter().flat_map(|&n| cases(n)).collect();
         let name = "blocked path on Autodiff<Flex>";
         check_kernel_cases::<Backend>(name, &cases, Path::Blocked, F32, &Default::default());
+    }
+
+    /// Relative scores (docs/semantics.md §4) through the dispatch on flex, f32 and f16: the
+    /// blocked path runs them (the CPU kernel does not read a relative table yet).
+    #[test]
+    fn relative_scores_on_flex_match_dense() {
+        let cases: Vec<_> = [5, 65].iter().flat_map(|&n| relative_cases(n, 8)).collect();
+        let name = "relative scores on Autodiff<Flex>";
+        check_kernel_cases::<Backend>(name, &cases, Path::Dispatch, F32, &Default::default());
     }
 }
 

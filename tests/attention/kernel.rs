@@ -12,7 +12,7 @@ mod on_wgpu {
     use swa_zoo::attention::WindowSpec;
     use swa_zoo::attention::kernel::probe_visibility;
 
-    use crate::cases::{LENGTHS, extra_cases, matrix, random_case};
+    use crate::cases::{LENGTHS, extra_cases, matrix, random_case, relative_cases};
     use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
     use crate::wgpu_devices::wgpu_devices;
 
@@ -109,6 +109,18 @@ mod on_wgpu {
             return;
         };
         let (name, cases) = ("kernel on Autodiff<Wgpu> (fusion)", gradient_cases(&LENGTHS));
+        check_kernel_cases::<Autodiff<Wgpu>>(name, &cases, Path::Dispatch, F32, &device);
+    }
+
+    /// Relative scores (docs/semantics.md §4) through the dispatch on wgpu (fusion), outputs and
+    /// gradients: the blocked path runs them (the CubeCL kernels do not read a relative table
+    /// yet).
+    #[test]
+    fn relative_scores_on_fusion_wgpu_match_dense() {
+        let Some([device, _]) = wgpu_devices() else {
+            return;
+        };
+        let (name, cases) = ("relative scores on Autodiff<Wgpu> (fusion)", relative_cases(65, 8));
         check_kernel_cases::<Autodiff<Wgpu>>(name, &cases, Path::Dispatch, F32, &device);
     }
 

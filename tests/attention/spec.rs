@@ -144,3 +144,40 @@ fn swat_balanced_alibi_matches_semantics() {
         AttentionError::BadAlibiSplit { recency: 5, distance: 4, heads: 12 }
     );
 }
+
+/// A relative-score table must cover every distance a query sees (its heads' reach, or back to
+/// key 0), have one row per query, and go with a causal spec (docs/semantics.md §4).
+#[test]
+fn bad_relative_tables_are_named() {
+    use burn::backend::NdArray;
+    use burn::tensor::Tensor;
+    use swa_zoo::attention::{ScoreOptions, windowed_attention_relative};
+    let device = Default::default();
+    let zeros = |shape: [usize; 4]| Tensor::<NdArray, 4>::zeros(shape, &device);
+    let call = |spec: &WindowSpec, table: [usize; 4]| {
+        let (q, kv) = (zeros([1, 2, 10, 4]), zeros([1, 1, 10, 4]));
+        let table = Some(zeros(table));
+        windowed_attention_relative(q, kv.clone(), kv, table, spec, &ScoreOptions::softmax())
+            .map(|_| ())
+    };
+    let mswa = WindowSpec::per_head(&[3, 6], 1).unwrap();
+    assert!(call(&mswa, [1, 2, 10, 6]).is_ok());
+    let short = call(&mswa, [1, 2, 10, 5]).unwrap_err();
+    assert_eq!(short, AttentionError::RelativeTableTooShort { needed: 6, got: 5 });
+    assert!(short.to_string().contains("up to distance 5"), "{short}");
+    let sinks = mswa.clone().with_sinks(1);
+    assert_eq!(
+        call(&sinks, [1, 2, 10, 6]).unwrap_err(),
+        AttentionError::RelativeTableTooShort { needed: 10, got: 6 }
+    );
+    assert_eq!(
+        call(&mswa, [1, 2, 9, 6]).unwrap_err(),
+        AttentionError::ShapeMismatch {
+            what: "relative scores rows (one per query)",
+            expected: 10,
+            got: 9
+        }
+    );
+    let encoder = mswa.with_causal(false);
+    assert_eq!(call(&encoder, [1, 2, 10, 6]).unwrap_err(), AttentionError::RelativeScoresNotCausal);
+}

@@ -360,7 +360,8 @@ impl<B: Backend> KvCache<B> {
                 distance: Tensor::from_data(TensorData::new(distance, [1, 1, 1, slots]), &device),
                 slopes: Tensor::from_data(TensorData::new(slopes, [1, rows, 1, 1]), &device),
             });
-            let (o, lse) = attend(q.clone(), keys.clone(), values.clone(), mask, alibi, &self.opts);
+            let (o, lse) =
+                attend(q.clone(), keys.clone(), values.clone(), mask, alibi, None, &self.opts);
             outs.push(o);
             lses.push(lse);
         }

@@ -33,7 +33,7 @@ pub fn replace_global_rows<B: Backend>(
     let mask =
         Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [1, heads, count, n]), &device);
     let (k_g, v_g) = (expand_kv(k_g, heads), expand_kv(v_g, heads));
-    let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, opts);
+    let (global, _) = attend(q_g.select(2, rows), k_g, v_g, mask, None, None, opts);
     // The rows of `local`, then the global rows appended: a global position reads the last
     // slot that holds it, its global row.
     let slots = (0..n).chain(globals.iter().copied()).map(Some);
