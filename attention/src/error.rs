@@ -47,6 +47,18 @@ pub enum AttentionError {
     RelativeTableTooShort { needed: usize, got: usize },
     /// Relative scores are indexed by the distance `i − j ≥ 0` of a causal call.
     RelativeScoresNotCausal,
+    /// Transformer-XL's relative positions go through the core's relative scores, which the
+    /// kind named does not take (docs/semantics.md §4).
+    RelativePositionsUnsupported { kind: &'static str },
+    /// The KV cache does not score Transformer-XL's relative positions yet: a layer with them
+    /// runs whole sequences and streams of segments, not token-by-token decoding.
+    NoRelativeDecoding,
+    /// Segment memory keeps what a layer's windows reach; the kind named sees positions no
+    /// bounded memory holds, or would see them at other distances (docs/semantics.md §10).
+    MemoryUnsupported { kind: &'static str },
+    /// With segment memory, a LongNet branch's segments must tile the stream's segments of
+    /// length `segment`: the branch's `branch` must divide it (docs/semantics.md §10).
+    LongNetSegmentsInStream { segment: usize, branch: usize },
 }
 
 impl fmt::Display for AttentionError {
@@ -93,6 +105,21 @@ impl fmt::Display for AttentionError {
                 f,
                 "the relative scores cover distances 0..{got}, but queries see keys up to distance {}",
                 needed.saturating_sub(1)
+            ),
+            RelativePositionsUnsupported { kind } => {
+                write!(f, "Transformer-XL relative positions are not supported by {kind} attention")
+            }
+            NoRelativeDecoding => write!(
+                f,
+                "token-by-token decoding does not support Transformer-XL relative positions yet"
+            ),
+            MemoryUnsupported { kind } => {
+                write!(f, "segment memory is not supported for {kind}")
+            }
+            LongNetSegmentsInStream { segment, branch } => write!(
+                f,
+                "LongNet segment {branch} does not divide the stream's segment length {segment}: \
+                 with segment memory, use segments that are multiples of every LongNet segment"
             ),
             RelativeScoresNotCausal => {
                 write!(f, "relative scores need a causal window spec (distances i - j >= 0)")

@@ -39,6 +39,9 @@ pub struct Architecture {
     pub qk_norm: bool,
     /// A learned sink logit per head in every layer (gpt-oss).
     pub sink_logits: bool,
+    /// Transformer-XL's relative positions in every layer, in place of RoPE (Dai et al., 2019,
+    /// §3.3; docs/semantics.md §4).
+    pub relative_positions: bool,
     /// A stretch of RoPE's frequencies where `rope_base` applies (Llama 3, Gemma 3's global
     /// layers); `None` keeps them.
     pub rope_scaling: Option<RopeScaling>,
@@ -68,6 +71,7 @@ impl Default for Architecture {
             final_softcap: None,
             qk_norm: false,
             sink_logits: false,
+            relative_positions: false,
             rope_scaling: None,
             local_rope_base: None,
             global_layers: Vec::new(),

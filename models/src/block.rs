@@ -5,7 +5,7 @@
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
 use swa_attention::layers::{
-    LayerCache, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
+    LayerCache, LayerMemory, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
 };
 use swa_attention::{AttentionError, WindowedAttentionBackend};
 
@@ -83,6 +83,18 @@ impl<B: WindowedAttentionBackend> Block<B> {
     /// `x: [batch, N, d]` → `[batch, N, d]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
         let y = self.attention.forward(self.attention_norm.forward(x.clone()))?;
+        Ok(self.mlp_branch(self.attention_residual(x, y)))
+    }
+
+    /// The next segment of a stream, `x: [batch, N, d]` → `[batch, N, d]`, its attention seeing
+    /// what `memory` kept of the earlier segments (docs/semantics.md §10), which then keeps
+    /// this segment's part.
+    pub fn forward_in_stream(
+        &self,
+        x: Tensor<B, 3>,
+        memory: &mut LayerMemory<B>,
+    ) -> Result<Tensor<B, 3>, AttentionError> {
+        let y = self.attention.forward_in_stream(self.attention_norm.forward(x.clone()), memory)?;
         Ok(self.mlp_branch(self.attention_residual(x, y)))
     }
 

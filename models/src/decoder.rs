@@ -9,7 +9,7 @@ use burn::tensor::{Int, Tensor, backend::Backend};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layer_ops::{linear, product};
 use swa_attention::layers::{
-    AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
+    AttentionKind, CachePositions, LayerCache, LayerMemory, LayerOptions, RmsNorm, RmsNormConfig,
     SelfAttentionConfig,
 };
 
@@ -97,6 +97,7 @@ impl DecoderConfig {
             softcap: arch.attention_softcap,
             qk_norm: arch.qk_norm.then(|| self.norm(self.head_width())),
             sink_logits: arch.sink_logits,
+            relative_positions: arch.relative_positions,
         };
         SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads(), kind)
             .with_rope_base(base)
@@ -243,7 +244,55 @@ impl<B: Backend> DecoderCache<B> {
     }
 }
 
+/// What every layer keeps of a stream read segment by segment (Transformer-XL's memory,
+/// docs/semantics.md §10), made by [`Decoder::memory`]. A clone is an independent copy.
+#[derive(Clone, Debug)]
+pub struct DecoderMemory<B: Backend> {
+    layers: Vec<LayerMemory<B>>,
+}
+
+impl<B: Backend> DecoderMemory<B> {
+    /// The memory of each layer, in order.
+    pub fn layers(&self) -> &[LayerMemory<B>] {
+        &self.layers
+    }
+
+    /// The memories of `layers`, in order (as a checkpoint restores them).
+    pub fn from_layers(layers: Vec<LayerMemory<B>>) -> Self {
+        Self { layers }
+    }
+
+    /// The stream position of the next segment's first token.
+    pub fn start(&self) -> usize {
+        self.layers.first().map_or(0, LayerMemory::start)
+    }
+
+    /// Bytes held by every layer's memory, layer by layer: what the memory costs.
+    pub fn layer_bytes(&self) -> Vec<usize> {
+        self.layers.iter().map(LayerMemory::bytes).collect()
+    }
+}
+
 impl<B: Backend> Decoder<B> {
+    /// An empty memory for `batch` streams read segment by segment (docs/semantics.md §10):
+    /// windowed layers keep their widest window's reach, full layers `full_memory` positions
+    /// (Transformer-XL's memory length). Fails, naming the layer, for a kind that cannot keep a
+    /// bounded memory (Longformer's global tokens, an encoder).
+    pub fn memory(
+        &self,
+        batch: usize,
+        full_memory: usize,
+        device: &B::Device,
+    ) -> Result<DecoderMemory<B>, ModelError> {
+        let layers = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(l, b)| b.attention().memory(batch, full_memory, device).map_err(in_layer(l)))
+            .collect::<Result<_, _>>()?;
+        Ok(DecoderMemory { layers })
+    }
+
     /// The blocks, in order.
     pub fn blocks(&self) -> &[Block<B>] {
         &self.blocks
@@ -321,6 +370,25 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
         for (l, block) in self.blocks.iter().enumerate() {
             x = block.forward(x).map_err(in_layer(l))?;
         }
+        Ok(self.logits(x))
+    }
+
+    /// The next segment of `batch` streams, `tokens: [batch, N]` at stream positions
+    /// `memory.start() …` → logits `[batch, N, vocab]`, every layer seeing what `memory` kept
+    /// of the earlier segments (docs/semantics.md §10); then `memory` keeps this segment's
+    /// part. With memories that hold every window's reach, the logits are those of one
+    /// [`Decoder::forward`] over the whole stream. On an error `memory` is left as it was.
+    pub fn forward_in_stream(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        memory: &mut DecoderMemory<B>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        let mut next = memory.clone();
+        let mut x = self.embed(tokens);
+        for (l, (block, layer)) in self.blocks.iter().zip(&mut next.layers).enumerate() {
+            x = block.forward_in_stream(x, layer).map_err(in_layer(l))?;
+        }
+        *memory = next;
         Ok(self.logits(x))
     }
 

@@ -60,6 +60,9 @@ impl<B: Backend> SelfAttention<B> {
         if let Mixer::Linear(linear) = &self.mixer {
             return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
         }
+        if self.has_relative_positions() {
+            return Err(AttentionError::NoRelativeDecoding);
+        }
         let specs = match &self.kind {
             AttentionKind::LongNet { segments, dilations } => {
                 longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?

@@ -27,4 +27,7 @@ pub struct LayerOptions {
     pub qk_norm: Option<RmsNormConfig>,
     /// A learned sink logit per head joining each softmax denominator with no value (gpt-oss).
     pub sink_logits: bool,
+    /// Transformer-XL's relative positions in place of RoPE (Dai et al., 2019, §3.3;
+    /// docs/semantics.md §4): learned `W_R`, `u`, `v` and the core's relative scores.
+    pub relative_positions: bool,
 }

@@ -141,6 +141,38 @@ impl<B: WindowedAttentionBackend> LinearAttention<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, n, _] = x.dims();
         let (q, k, v) = self.features(x, 0);
+        self.chunked(q, k, v, None, [batch, n])
+    }
+
+    /// The training form after earlier tokens summed in `state`: `x: [batch, N, d_model]` at
+    /// positions `state.position …` → (`[batch, N, d_model]`, the state after `x`, detached):
+    /// a stream read segment by segment (docs/semantics.md §10), exact across segments, the
+    /// gradient stopping at the earlier segments' sums.
+    pub fn forward_from(
+        &self,
+        x: Tensor<B, 3>,
+        state: &LinearState<B>,
+    ) -> (Tensor<B, 3>, LinearState<B>) {
+        let [batch, n, _] = x.dims();
+        let (q, k, v) = self.features(x, state.position);
+        let next = LinearState {
+            kv: (state.kv.clone() + k.clone().swap_dims(2, 3).matmul(v.clone())).detach(),
+            k_sum: (state.k_sum.clone() + k.clone().sum_dim(2).squeeze_dim::<3>(2)).detach(),
+            position: state.position + n,
+        };
+        (self.chunked(q, k, v, Some(state), [batch, n]), next)
+    }
+
+    /// The chunked form on features `φ(q), φ(k): [batch, H, N, F]` and `v: [batch, H, N, d_h]`,
+    /// the sums of earlier tokens in `before` added to every chunk's.
+    fn chunked(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        before: Option<&LinearState<B>>,
+        [batch, n]: [usize; 2],
+    ) -> Tensor<B, 3> {
         let (c, chunks) = (self.chunk, n.div_ceil(self.chunk));
         // Zero-pad to whole chunks: padded keys follow every real query, so none sees them.
         let split = |t: Tensor<B, 4>| {
@@ -152,8 +184,12 @@ impl<B: WindowedAttentionBackend> LinearAttention<B> {
             t.reshape([b, h, chunks, c, f])
         };
         let (q, k, v) = (split(q), split(k), split(v));
-        let kv_before = exclusive_prefix_sum(k.clone().swap_dims(3, 4).matmul(v.clone()));
-        let k_before = exclusive_prefix_sum(k.clone().sum_dim(3));
+        let mut kv_before = exclusive_prefix_sum(k.clone().swap_dims(3, 4).matmul(v.clone()));
+        let mut k_before = exclusive_prefix_sum(k.clone().sum_dim(3));
+        if let Some(state) = before {
+            kv_before = kv_before + state.kv.clone().unsqueeze_dim::<5>(2);
+            k_before = k_before + state.k_sum.clone().unsqueeze_dims::<5>(&[2, 3]);
+        }
         let causal = Tensor::<B, 2>::ones([c, c], &q.device()).tril(0).reshape([1, 1, 1, c, c]);
         let scores = q.clone().matmul(k.swap_dims(3, 4)) * causal;
         let numerator = q.clone().matmul(kv_before) + scores.clone().matmul(v);

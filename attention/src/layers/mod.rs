@@ -23,17 +23,20 @@ pub mod layer_options;
 pub mod linear;
 pub mod longformer;
 pub mod longnet;
+pub mod memory;
 pub mod mixer;
 pub mod mswa;
 pub mod norm;
 mod ring;
 pub mod self_attention;
+pub mod transformer_xl;
 
 pub use cache::{CachePositions, KvCache};
 pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
 pub use layer_options::LayerOptions;
 pub use longnet::{branch_specs, longnet_attention, mix_branches};
+pub use memory::{Keep, LayerMemory};
 pub use mixer::{
     Mixer, MixerRecord, Projections, ProjectionsRecord, WindowedMixer, WindowedMixerRecord,
 };

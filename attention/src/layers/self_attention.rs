@@ -14,11 +14,30 @@ use crate::layers::layer_options::LayerOptions;
 use crate::layers::linear::LinearAttentionConfig;
 use crate::layers::mixer::{Mixer, Projections, WindowedMixer};
 use crate::layers::norm::RmsNorm;
+use crate::layers::transformer_xl::RelativePositions;
 use crate::layers::{AttentionKind, longformer, longnet};
+use crate::relative::distances_needed;
 use crate::{
     AttentionError, Rope, RopeConfig, ScoreFn, ScoreOptions, WindowedAttentionBackend,
-    windowed_attention,
+    windowed_attention_relative,
 };
+
+/// Where the rows of one call of a layer's attention sit in its stream: the stream position of
+/// every key row (the queries are the last of them), and how many key rows come before the
+/// first query (the memory of earlier segments; docs/semantics.md §10).
+pub(crate) struct Placement {
+    /// Stream position of each key row, for RoPE.
+    pub positions: Vec<usize>,
+    /// Key rows before the first query.
+    pub memory: usize,
+}
+
+impl Placement {
+    /// N rows at positions `0 … N−1`, no memory.
+    pub fn alone(n: usize) -> Self {
+        Self { positions: (0..n).collect(), memory: 0 }
+    }
+}
 
 /// Configuration of [`SelfAttention`]: the Transformer++ layer of docs/semantics.md §8 unless
 /// `options` say otherwise (docs/semantics.md §9).
@@ -52,6 +71,8 @@ pub struct SelfAttention<B: Backend> {
     key_norm: Option<RmsNorm<B>>,
     /// Learned sink logit `s_h` of each query head, `[H]`.
     sinks: Option<Param<Tensor<B, 1>>>,
+    /// Transformer-XL's position terms, in place of RoPE (docs/semantics.md §4).
+    relative: Option<RelativePositions<B>>,
     pub(crate) kind: AttentionKind,
     pub(crate) rope: Rope,
     pub(crate) heads: usize,
@@ -98,6 +119,13 @@ impl SelfAttentionConfig {
         scores.softcap = options.softcap.or(scores.softcap);
         scores.check(heads)?;
         let (mut query_norm, mut key_norm, mut sinks) = (None, None, None);
+        let relative = match options.relative_positions {
+            true => {
+                check_relative_positions(&self.kind)?;
+                Some(RelativePositions::new(d, heads, head_dim, device))
+            }
+            false => None,
+        };
         let mixer = if let AttentionKind::Linear { feature_dim } = self.kind {
             if options.sink_logits {
                 return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
@@ -129,6 +157,7 @@ impl SelfAttentionConfig {
             query_norm,
             key_norm,
             sinks,
+            relative,
             kind: self.kind.clone(),
             rope,
             heads,
@@ -174,6 +203,22 @@ pub fn with_sink_logits<B: Backend>(
     let s = sinks.unsqueeze_dims::<3>(&[0, 2]).cast(DType::F32);
     let dtype = o.dtype();
     o * sigmoid(lse.cast(DType::F32) - s).cast(dtype).unsqueeze_dim(3)
+}
+
+/// Transformer-XL's relative positions go through the core's relative scores, which LongNet's
+/// branches, Longformer's global rows and linear attention do not take, and which need a
+/// causal layer (docs/semantics.md §4).
+fn check_relative_positions(kind: &AttentionKind) -> Result<(), AttentionError> {
+    let unsupported = |kind| Err(AttentionError::RelativePositionsUnsupported { kind });
+    match kind {
+        AttentionKind::LongNet { .. } => unsupported("LongNet"),
+        AttentionKind::Linear { .. } => unsupported("linear"),
+        AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
+            unsupported("Longformer with global tokens")
+        }
+        AttentionKind::Longformer { causal: false, .. } => unsupported("bidirectional Longformer"),
+        _ => Ok(()),
+    }
 }
 
 /// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
@@ -245,24 +290,54 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         v: Tensor<B, 4>,
         globals: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)>,
     ) -> Result<Tensor<B, 4>, AttentionError> {
-        let rotate = |t: Tensor<B, 4>| match self.rope() {
-            Some(rope) => rope.forward(t, 0),
-            None => t,
-        };
-        let (q, k) = (rotate(q), rotate(k));
-        if let AttentionKind::LongNet { segments, dilations } = &self.kind {
-            return longnet::longnet_attention(q, k, v, segments, dilations, &self.scores);
-        }
-        let spec = self.kind.spec(self.heads, self.kv_heads)?;
-        let (out, lse) = windowed_attention(q, k, v, &spec, &self.scores)?;
-        let out = self.sink(out, lse);
+        let n = q.dims()[2];
+        let out = self.attend_placed(q, k, v, &Placement::alone(n))?;
         Ok(match globals {
             Some((q_g, k_g, v_g)) => {
+                let rotate = |t: Tensor<B, 4>| match self.rope() {
+                    Some(rope) => rope.forward(t, 0),
+                    None => t,
+                };
                 let (q_g, k_g) = (rotate(q_g), rotate(k_g));
+                let spec = self.kind.spec(self.heads, self.kv_heads)?;
                 longformer::replace_global_rows(out, q_g, k_g, v_g, &spec, &self.scores)
             }
             None => out,
         })
+    }
+
+    /// The kind's attention, Longformer's global rows aside, for queries `q: [batch, H, N, d_h]`
+    /// and keys and values `[batch, H_kv, M + N, d_v]` (before RoPE) placed by `placement`: the
+    /// queries are the last N key rows → `[batch, H, N, d_v]`.
+    pub(crate) fn attend_placed(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        placement: &Placement,
+    ) -> Result<Tensor<B, 4>, AttentionError> {
+        let (q, k) = match self.rope() {
+            Some(rope) => {
+                let queries = &placement.positions[placement.positions.len() - q.dims()[2]..];
+                (rope.forward_at(q, queries), rope.forward_at(k, &placement.positions))
+            }
+            None => (q, k),
+        };
+        if let AttentionKind::LongNet { segments, dilations } = &self.kind {
+            return longnet::longnet_attention(q, k, v, segments, dilations, &self.scores);
+        }
+        let spec = self.kind.spec(self.heads, self.kv_heads)?.with_query_offset(placement.memory);
+        let (q, table) = match &self.relative {
+            Some(relative) => {
+                let distances = distances_needed(&spec, q.dims()[2]).max(1);
+                let scale = self.scores.scale_for(self.head_dim);
+                let (q, table) = relative.queries_and_table(q, distances, scale);
+                (q, Some(table))
+            }
+            None => (q, None),
+        };
+        let (out, lse) = windowed_attention_relative(q, k, v, table, &spec, &self.scores)?;
+        Ok(self.sink(out, lse))
     }
 
     /// The layer's attention kind.
@@ -286,9 +361,10 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         self.sinks.is_some()
     }
 
-    /// The rotation of q and k, or `None` for a kind without RoPE ([`AttentionKind::rotates`]).
+    /// The rotation of q and k, or `None` for a kind without RoPE ([`AttentionKind::rotates`])
+    /// and with Transformer-XL's relative positions.
     pub(crate) fn rope(&self) -> Option<&Rope> {
-        self.kind.rotates().then_some(&self.rope)
+        (self.kind.rotates() && self.relative.is_none()).then_some(&self.rope)
     }
 
     /// The heads merged and projected back by `mixer`'s output projection:
@@ -320,9 +396,33 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             None => t,
         };
         let q = norm(split(linear(&p.query, x.clone()), self.heads), &self.query_norm);
-        let k = norm(split(linear(&p.key, x.clone()), self.kv_heads), &self.key_norm);
-        let v = split(linear(&p.value, x), self.kv_heads);
+        let (k, v) = self.project_keys(p, x);
         (q, k, v)
+    }
+
+    /// k, v `[batch, H_kv, N, d_h]` of `x: [batch, N, d_model]`, k normalised per head if the
+    /// layer says so, before RoPE.
+    pub(crate) fn project_keys(
+        &self,
+        p: &Projections<B>,
+        x: Tensor<B, 3>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let [batch, n, _] = x.dims();
+        let split =
+            |t: Tensor<B, 3>| t.reshape([batch, n, self.kv_heads, self.head_dim]).swap_dims(1, 2);
+        let k = split(linear(&p.key, x.clone()));
+        let k = match &self.key_norm {
+            Some(norm) => norm.forward(k),
+            None => k,
+        };
+        (k, split(linear(&p.value, x)))
+    }
+}
+
+impl<B: Backend> SelfAttention<B> {
+    /// Whether the layer scores positions with Transformer-XL's relative terms.
+    pub fn has_relative_positions(&self) -> bool {
+        self.relative.is_some()
     }
 }
 
@@ -342,6 +442,7 @@ impl<B: Backend> ModuleDisplay for SelfAttention<B> {
             .add("score", &format!("{:?}", self.scores.score_fn))
             .add("qk_norm", &self.query_norm.is_some())
             .add("sink_logits", &self.sinks.is_some())
+            .add("relative_positions", &self.relative.is_some())
             .optional()
     }
 }

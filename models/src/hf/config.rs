@@ -118,6 +118,7 @@ pub fn parse(text: &str) -> Result<(Family, DecoderConfig), HfProblem> {
             final_softcap: raw.final_logit_softcapping,
             qk_norm: family == Family::Gemma3,
             sink_logits: false,
+            relative_positions: false,
             rope_scaling: global.scaling,
             local_rope_base: local.filter(|l| *l != global).map(|l| l.base),
             global_layers,

@@ -8,6 +8,7 @@ mod display;
 mod layer_forward;
 mod layer_reference;
 mod layers;
+mod memory;
 mod presets;
 mod pretrained;
 mod records;

@@ -159,6 +159,7 @@ fn a_model_with_every_pretrained_option_decodes_as_it_runs_forward() {
         }),
         local_rope_base: Some(100.0),
         global_layers: vec![1, 3],
+        relative_positions: false,
     };
     let config = DecoderConfig::new(kinds)
         .with_vocab_size(32)

@@ -1,0 +1,181 @@
+//! Segment memory (Transformer-XL, Dai et al., 2019, §3.2; docs/semantics.md §10): a layer that
+//! reads a stream segment by segment keeps what its queries can still see of the earlier
+//! segments, so that windows reach across segment boundaries.
+//!
+//! A windowed layer keeps its own inputs (the hidden states after the block's norm) for the
+//! stream positions its widest window reaches back to, and the stream's sinks for good; the
+//! next segment computes their keys and values with the current weights, so gradients reach the
+//! projections but stop at the kept states. Linear attention keeps its sums. Kinds whose
+//! visibility depends on absolute positions say what they keep: sinks stay, LongNet keeps
+//! nothing but needs segments made of whole LongNet segments, Longformer's global tokens and
+//! encoders are refused.
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::index::index_tensor;
+use crate::layers::linear::LinearState;
+use crate::layers::mixer::Mixer;
+use crate::layers::self_attention::Placement;
+use crate::layers::{AttentionKind, SelfAttention};
+use crate::{AttentionError, WindowedAttentionBackend};
+
+/// Which earlier positions of a stream a windowed layer keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keep {
+    /// The first positions of the stream, kept for good (attention sinks).
+    pub sinks: usize,
+    /// The latest positions before the next segment: the widest window's reach less one.
+    pub recent: usize,
+}
+
+/// One layer's memory of the stream it is reading, made by [`SelfAttention::memory`]. A clone is
+/// an independent copy.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum LayerMemory<B: Backend> {
+    /// A windowed layer's kept inputs.
+    Hidden {
+        /// The kept inputs `[batch, M, d_model]`, detached, in stream order; `None` before the
+        /// first segment or when the layer keeps nothing.
+        rows: Option<Tensor<B, 3>>,
+        /// The stream position of each kept row.
+        positions: Vec<usize>,
+        /// What the layer keeps.
+        keep: Keep,
+        /// The stream position of the next segment's first token.
+        start: usize,
+    },
+    /// Linear attention's sums over every earlier position, detached.
+    Linear(LinearState<B>),
+}
+
+impl<B: Backend> LayerMemory<B> {
+    /// The stream position of the next segment's first token.
+    pub fn start(&self) -> usize {
+        match self {
+            Self::Hidden { start, .. } => *start,
+            Self::Linear(state) => state.position,
+        }
+    }
+
+    /// Bytes held: the kept rows, or linear attention's sums.
+    pub fn bytes(&self) -> usize {
+        let bytes = |elements: usize, t: burn::tensor::DType| elements * t.size();
+        match self {
+            Self::Hidden { rows, .. } => {
+                rows.as_ref().map_or(0, |r| bytes(r.shape().num_elements(), r.dtype()))
+            }
+            Self::Linear(state) => {
+                bytes(state.kv.shape().num_elements(), state.kv.dtype())
+                    + bytes(state.k_sum.shape().num_elements(), state.k_sum.dtype())
+            }
+        }
+    }
+
+    /// Adds a segment's inputs `x: [batch, N, d_model]` (detached here) and keeps what the layer
+    /// keeps.
+    fn remember(&mut self, x: Tensor<B, 3>) {
+        let Self::Hidden { rows, positions, keep, start } = self else {
+            unreachable!("linear attention keeps its sums, not its inputs")
+        };
+        let n = x.dims()[1];
+        let end = *start + n;
+        let all: Vec<usize> = positions.iter().copied().chain(*start..end).collect();
+        let kept: Vec<usize> = (0..all.len())
+            .filter(|&r| all[r] < keep.sinks || all[r] + keep.recent >= end)
+            .collect();
+        let joined = match rows.take() {
+            Some(old) => Tensor::cat(vec![old, x.detach()], 1),
+            None => x.detach(),
+        };
+        *rows = (!kept.is_empty()).then(|| {
+            joined.clone().select(1, index_tensor::<B>(kept.iter().copied(), &joined.device()))
+        });
+        *positions = kept.iter().map(|&r| all[r]).collect();
+        *start = end;
+    }
+}
+
+impl<B: Backend> SelfAttention<B> {
+    /// An empty memory for `batch` streams (docs/semantics.md §10). Windowed layers keep their
+    /// widest window's reach less one, and their sinks; full attention keeps `full_memory`
+    /// positions (Transformer-XL's memory length); LongNet keeps nothing; linear attention its
+    /// sums. Fails, naming the kind, for Longformer's global tokens, an encoder, and sinks with
+    /// Transformer-XL's relative positions (their distances would not be the stream's).
+    pub fn memory(
+        &self,
+        batch: usize,
+        full_memory: usize,
+        device: &B::Device,
+    ) -> Result<LayerMemory<B>, AttentionError> {
+        if let Mixer::Linear(linear) = &self.mixer {
+            return Ok(LayerMemory::Linear(linear.empty_state(batch, device)));
+        }
+        let unsupported = |kind| Err(AttentionError::MemoryUnsupported { kind });
+        let keep = match &self.kind {
+            AttentionKind::LongNet { .. } => Keep { sinks: 0, recent: 0 },
+            AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
+                return unsupported("Longformer with global tokens");
+            }
+            AttentionKind::Longformer { causal: false, .. } => {
+                return unsupported("bidirectional Longformer");
+            }
+            kind => {
+                let spec = kind.spec(self.heads, self.kv_heads)?;
+                let reach = spec.heads().iter().map(|w| w.reach()).max().flatten();
+                let recent = reach.map_or(full_memory, |r| r - 1);
+                Keep { sinks: spec.sinks(), recent }
+            }
+        };
+        if keep.sinks > 0 && self.has_relative_positions() {
+            return unsupported("sinks with Transformer-XL relative positions");
+        }
+        Ok(LayerMemory::Hidden { rows: None, positions: Vec::new(), keep, start: 0 })
+    }
+}
+
+impl<B: WindowedAttentionBackend> SelfAttention<B> {
+    /// The next segment of a stream, `x: [batch, N, d_model]` at stream positions
+    /// `memory.start() …` → `[batch, N, d_model]`, its queries seeing the kept rows of earlier
+    /// segments as well as their own (docs/semantics.md §10); then `memory` keeps what the next
+    /// segment can see. With a memory that holds every position a window reaches, the result
+    /// is the same as the rows of one forward over the whole stream. Fails for LongNet when a
+    /// branch's segment does not divide N (its segments would straddle two of ours).
+    pub fn forward_in_stream(
+        &self,
+        x: Tensor<B, 3>,
+        memory: &mut LayerMemory<B>,
+    ) -> Result<Tensor<B, 3>, AttentionError> {
+        let mixer = match (&mut *memory, &self.mixer) {
+            (LayerMemory::Linear(state), Mixer::Linear(linear)) => {
+                let (y, next) = linear.forward_from(x, state);
+                *state = next;
+                return Ok(y);
+            }
+            (LayerMemory::Hidden { .. }, Mixer::Windowed(mixer)) => mixer,
+            _ => unreachable!("a layer's memory is made by its own `memory`"),
+        };
+        let n = x.dims()[1];
+        if let AttentionKind::LongNet { segments, .. } = &self.kind
+            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || n % s != 0)
+        {
+            return Err(AttentionError::LongNetSegmentsInStream { segment: n, branch });
+        }
+        let LayerMemory::Hidden { rows, positions, start, .. } = &*memory else {
+            unreachable!("matched above")
+        };
+        let (q, k, v) = self.project(&mixer.local, x.clone());
+        let mut placement = Placement { positions: positions.clone(), memory: positions.len() };
+        placement.positions.extend(*start..*start + n);
+        let (k, v) = match rows {
+            Some(rows) => {
+                let (k_kept, v_kept) = self.project_keys(&mixer.local, rows.clone());
+                (Tensor::cat(vec![k_kept, k], 2), Tensor::cat(vec![v_kept, v], 2))
+            }
+            None => (k, v),
+        };
+        let out = self.attend_placed(q, k, v, &placement)?;
+        memory.remember(x);
+        Ok(self.merge(mixer, out))
+    }
+}

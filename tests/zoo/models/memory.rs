@@ -1,0 +1,207 @@
+//! Segment memory (Transformer-XL §3.2; docs/semantics.md §10): a stream read segment by segment
+//! with memory gives the logits of one forward over the whole stream, for every kind that keeps
+//! a memory; gradients stop at the kept states; kinds that cannot keep one are refused by name.
+
+use burn::module::{ModuleVisitor, Param};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_zoo::attention::AttentionError;
+use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
+use swa_zoo::models::{Architecture, DecoderConfig, ModelError};
+
+use crate::models::decode::{DECODE_TOLERANCE, config, token_ids, windowed_kinds};
+use crate::{Reference, max_abs, to_vec, values};
+
+type B = burn::backend::NdArray;
+
+/// `[batch, n]` token ids, each row its own stream.
+fn streams(batch: usize, n: usize) -> Tensor<B, 2, Int> {
+    let ids: Vec<i64> = (0..batch).flat_map(|b| token_ids(n + b).split_off(b)).collect();
+    Tensor::from_data(TensorData::new(ids, [batch, n]), &Default::default())
+}
+
+/// The kinds that keep a memory: every windowed kind but Longformer's global tokens, LongNet
+/// with segments that tile 8, full attention, the hybrid, and Transformer-XL's relative
+/// positions on sliding windows and MSWA.
+fn kinds_with_memory() -> Vec<(&'static str, DecoderConfig)> {
+    let mut kinds: Vec<(&str, DecoderConfig)> = windowed_kinds()
+        .into_iter()
+        .filter(|(name, _, _)| !["longformer", "longnet"].contains(name))
+        .map(|(name, kinds, _)| (name, config(kinds)))
+        .collect();
+    let longnet = AttentionKind::LongNet { segments: vec![4, 8], dilations: vec![1, 2] };
+    kinds.push(("longnet, segments tiling 8", config(vec![longnet])));
+    let longformer = AttentionKind::Longformer {
+        window: 2,
+        dilations: vec![1, 2, 1, 3],
+        globals: vec![],
+        causal: true,
+    };
+    kinds.push(("longformer decoder, no globals", config(vec![longformer])));
+    kinds.push(("full", config(vec![AttentionKind::Full])));
+    let relative = Some(Architecture { relative_positions: true, ..Architecture::default() });
+    for (name, kind) in [
+        ("relative sliding", AttentionKind::Sliding { window: 5 }),
+        ("relative MSWA", AttentionKind::MultiScale { windows: vec![1, 3, 5, 9] }),
+    ] {
+        kinds.push((name, config(vec![kind]).with_architecture(relative.clone())));
+    }
+    kinds
+}
+
+/// With parameters frozen, segments of 8 (and of 3, shorter than some windows) with memory
+/// give the logits of one forward over the 24 tokens, batch of 2.
+#[test]
+fn a_stream_in_segments_with_memory_matches_one_forward() {
+    let device = Default::default();
+    for (name, config) in kinds_with_memory() {
+        let model = config.init::<B>(&device).unwrap();
+        let whole = to_vec(model.forward(streams(2, 24)).unwrap());
+        let segments: &[usize] = if name.starts_with("longnet") { &[8] } else { &[8, 3] };
+        for &segment in segments {
+            let mut memory = model.memory(2, 24, &device).unwrap();
+            let mut logits = Vec::new();
+            for start in (0..24).step_by(segment) {
+                let tokens = streams(2, 24).narrow(1, start, segment.min(24 - start));
+                logits.push(model.forward_in_stream(tokens, &mut memory).unwrap());
+            }
+            assert_eq!(memory.start(), 24);
+            let streamed = to_vec(Tensor::cat(logits, 1));
+            let error = max_abs(&streamed, &whole);
+            eprintln!("{name}, segments of {segment}: max-abs {error:e}");
+            assert!(error < DECODE_TOLERANCE, "{name}, segments of {segment}: {error:e}");
+        }
+    }
+}
+
+/// A windowed layer's memory stops growing at its widest reach (less one, the query's own
+/// position) and its sinks; full attention keeps its memory length.
+#[test]
+fn memory_is_bounded_by_the_widest_window() {
+    let device = Default::default();
+    let bytes_per_row = 2 * 16 * 4;
+    for (kinds, full_memory, rows) in [
+        (vec![AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] }], 0, 6),
+        (vec![AttentionKind::Sinks { sinks: 2, window: 3 }], 0, 4),
+        (vec![AttentionKind::Full], 10, 10),
+    ] {
+        let model = config(kinds.clone()).with_layers(1).init::<B>(&device).unwrap();
+        let mut memory = model.memory(2, full_memory, &device).unwrap();
+        for _ in 0..4 {
+            model.forward_in_stream(streams(2, 5), &mut memory).unwrap();
+        }
+        assert_eq!(memory.layer_bytes(), [rows * bytes_per_row], "{kinds:?}");
+    }
+}
+
+#[test]
+fn kinds_without_a_bounded_memory_are_refused_by_name() {
+    let device = Default::default();
+    let globals = windowed_kinds().into_iter().find(|(name, _, _)| *name == "longformer").unwrap();
+    let model = config(globals.1).init::<B>(&device).unwrap();
+    match model.memory(1, 8, &device) {
+        Err(ModelError::Layer { layer: 0, source }) => assert_eq!(
+            source,
+            AttentionError::MemoryUnsupported { kind: "Longformer with global tokens" }
+        ),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    let longnet = AttentionKind::LongNet { segments: vec![3, 8], dilations: vec![1, 3] };
+    let model = config(vec![longnet]).init::<B>(&device).unwrap();
+    let mut memory = model.memory(1, 8, &device).unwrap();
+    let error = model.forward_in_stream(streams(1, 8), &mut memory).unwrap_err();
+    assert!(error.to_string().contains("LongNet segment 3 does not divide"), "{error}");
+    assert_eq!(memory.start(), 0, "a failed segment leaves the memory as it was");
+}
+
+/// Every parameter gradient of `module`, flattened, in visiting order.
+fn parameter_grads<M: burn::module::Module<Reference>>(
+    module: &M,
+    grads: &<Reference as AutodiffBackend>::Gradients,
+) -> Vec<f32> {
+    struct Collect<'a> {
+        grads: &'a <Reference as AutodiffBackend>::Gradients,
+        all: Vec<f32>,
+    }
+    impl ModuleVisitor<Reference> for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Reference, D>>) {
+            let grad = param.val().grad(self.grads).expect("every parameter gets a gradient");
+            self.all.extend(to_vec(grad));
+        }
+    }
+    let mut visitor = Collect { grads, all: Vec::new() };
+    module.visit(&mut visitor);
+    visitor.all
+}
+
+/// A layer's second segment with memory against one forward over both segments whose first
+/// segment's inputs are detached: the same outputs, and the same gradients of the second
+/// segment's inputs and of every parameter (the stop-gradient of Transformer-XL §3.2; for
+/// linear attention, whose memory is its sums, of the inputs).
+#[test]
+fn gradients_stop_at_the_kept_states() {
+    let device = Default::default();
+    let relative =
+        swa_zoo::attention::layers::LayerOptions { relative_positions: true, ..Default::default() };
+    let layers: Vec<(&str, SelfAttentionConfig)> = vec![
+        (
+            "MSWA",
+            SelfAttentionConfig::new(
+                16,
+                4,
+                2,
+                AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] },
+            ),
+        ),
+        ("sinks", SelfAttentionConfig::new(16, 4, 2, AttentionKind::Sinks { sinks: 2, window: 3 })),
+        ("linear", SelfAttentionConfig::new(16, 4, 4, AttentionKind::Linear { feature_dim: 4 })),
+        (
+            "relative MSWA",
+            SelfAttentionConfig::new(
+                16,
+                4,
+                2,
+                AttentionKind::MultiScale { windows: vec![1, 3, 5, 9] },
+            )
+            .with_options(Some(relative)),
+        ),
+    ];
+    for (name, config) in layers {
+        let layer: SelfAttention<Reference> = config.init(&device).unwrap();
+        let input = |seed, n: usize| {
+            let data = TensorData::new(values(seed, 2 * n * 16), [2, n, 16]);
+            Tensor::<Reference, 3>::from_data(data, &device).require_grad()
+        };
+        let (first, second) = (input(1, 10), input(2, 6));
+        let weights = Tensor::<Reference, 3>::from_data(
+            TensorData::new(values(3, 2 * 6 * 16), [2, 6, 16]),
+            &device,
+        );
+        let mut memory = layer.memory(2, 16, &device).unwrap();
+        layer.forward_in_stream(first.clone(), &mut memory).unwrap();
+        let streamed = layer.forward_in_stream(second.clone(), &mut memory).unwrap();
+        let grads = (streamed.clone() * weights.clone()).sum().backward();
+        let (streamed_x, streamed_params) =
+            (to_vec(second.grad(&grads).unwrap()), parameter_grads(&layer, &grads));
+        assert!(first.grad(&grads).is_none(), "{name}: the kept states are detached");
+
+        let joined = Tensor::cat(vec![first.clone().detach(), second.clone()], 1);
+        let reference = layer.forward(joined).unwrap().narrow(1, 10, 6);
+        let grads = (reference.clone() * weights).sum().backward();
+        let checks = [
+            ("outputs", to_vec(streamed), to_vec(reference)),
+            ("input gradients", streamed_x, to_vec(second.grad(&grads).unwrap())),
+            ("parameter gradients", streamed_params, parameter_grads(&layer, &grads)),
+        ];
+        for (what, got, want) in checks {
+            // Linear attention keeps its sums, not its inputs: the earlier segment's keys are
+            // not recomputed with the current weights, so its weights get no gradient through
+            // them (docs/semantics.md §10), unlike the reference's.
+            if name == "linear" && what == "parameter gradients" {
+                continue;
+            }
+            let error = max_abs(&got, &want);
+            assert!(error < 1e-5, "{name}: {what} differ by {error:e}");
+        }
+    }
+}
