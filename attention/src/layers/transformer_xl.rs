@@ -30,6 +30,21 @@ impl<B: Backend> RelativePositions<B> {
         let zeros = || Param::from_tensor(Tensor::zeros([heads, head_dim], device));
         Self { projection, content_bias: zeros(), position_bias: zeros() }
     }
+
+    /// The position terms from given weights: `W_R: [d_model, H·d_h]` (Burn's layout, input
+    /// first), `u, v: [H, d_h]`; as a checkpoint or a reference supplies them.
+    pub fn from_weights(projection: Tensor<B, 2>, u: Tensor<B, 2>, v: Tensor<B, 2>) -> Self {
+        Self {
+            projection: Linear { weight: Param::from_tensor(projection), bias: None },
+            content_bias: Param::from_tensor(u),
+            position_bias: Param::from_tensor(v),
+        }
+    }
+
+    /// The learned `[W_R, u, v]`, as parameters (for their gradients).
+    pub fn weights(&self) -> [&Param<Tensor<B, 2>>; 3] {
+        [&self.projection.weight, &self.content_bias, &self.position_bias]
+    }
 }
 
 impl<B: crate::WindowedAttentionBackend> RelativePositions<B> {

@@ -12,4 +12,5 @@ mod memory;
 mod presets;
 mod pretrained;
 mod records;
+mod transformer_xl;
 mod weights;
