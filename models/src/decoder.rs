@@ -6,11 +6,12 @@ use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
+use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layer_ops::{linear, product};
 use swa_attention::layers::{
-    AttentionKind, CachePositions, LayerCache, LayerMemory, LayerOptions, RmsNorm, RmsNormConfig,
-    SelfAttentionConfig,
+    AttentionKind, CachePositions, LayerCache, LayerMemory, LayerMemoryData, LayerOptions, RmsNorm,
+    RmsNormConfig, SelfAttentionConfig,
 };
 
 use crate::architecture::Architecture;
@@ -249,6 +250,17 @@ impl<B: Backend> DecoderCache<B> {
 #[derive(Clone, Debug)]
 pub struct DecoderMemory<B: Backend> {
     layers: Vec<LayerMemory<B>>,
+    /// Streams read side by side (batch rows).
+    rows: usize,
+}
+
+/// A [`DecoderMemory`] on the host, as a checkpoint saves it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecoderMemoryData {
+    /// Streams read side by side (batch rows).
+    pub rows: usize,
+    /// Each layer's memory.
+    pub layers: Vec<LayerMemoryData>,
 }
 
 impl<B: Backend> DecoderMemory<B> {
@@ -257,9 +269,21 @@ impl<B: Backend> DecoderMemory<B> {
         &self.layers
     }
 
-    /// The memories of `layers`, in order (as a checkpoint restores them).
-    pub fn from_layers(layers: Vec<LayerMemory<B>>) -> Self {
-        Self { layers }
+    /// Every layer's memory on the host, as a checkpoint saves it.
+    pub fn to_data(&self) -> DecoderMemoryData {
+        let layers = self.layers.iter().map(LayerMemory::to_data).collect();
+        DecoderMemoryData { rows: self.rows, layers }
+    }
+
+    /// The memory saved by [`DecoderMemory::to_data`], on `device`.
+    pub fn from_data(data: DecoderMemoryData, device: &B::Device) -> Self {
+        let layers = data.layers.into_iter().map(|l| LayerMemory::from_data(l, device)).collect();
+        Self { layers, rows: data.rows }
+    }
+
+    /// Streams read side by side (batch rows).
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
     /// The stream position of the next segment's first token.
@@ -290,7 +314,17 @@ impl<B: Backend> Decoder<B> {
             .enumerate()
             .map(|(l, b)| b.attention().memory(batch, full_memory, device).map_err(in_layer(l)))
             .collect::<Result<_, _>>()?;
-        Ok(DecoderMemory { layers })
+        Ok(DecoderMemory { layers, rows: batch })
+    }
+
+    /// Whether every layer can read a stream in segments of `segment` tokens with memory
+    /// (docs/semantics.md §10): fails, naming the layer, where [`Decoder::memory`] or
+    /// [`Decoder::forward_in_stream`] would.
+    pub fn check_stream(&self, segment: usize) -> Result<(), ModelError> {
+        for (l, block) in self.blocks.iter().enumerate() {
+            block.attention().check_stream(segment).map_err(in_layer(l))?;
+        }
+        Ok(())
     }
 
     /// The blocks, in order.

@@ -44,7 +44,7 @@ pub mod weights;
 
 pub use architecture::Architecture;
 pub use block::Block;
-pub use decoder::{Decoder, DecoderCache, DecoderConfig, DecoderMemory};
+pub use decoder::{Decoder, DecoderCache, DecoderConfig, DecoderMemory, DecoderMemoryData};
 pub use error::ModelError;
 pub use generate::GenerateConfig;
 pub use info::ModelInfo;

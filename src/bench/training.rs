@@ -9,6 +9,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::WindowedAttentionBackend;
 use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
+use swa_training::stream_memory::Stream;
 
 use super::memory::peak_during;
 use super::{BenchModel, Family, mib};
@@ -118,7 +119,8 @@ where
             (0..batch * len).map(|i| ((i + shift) as i64 * 7919) % vocab).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(data, [batch, len]), device)
     };
-    let out = model.loss(TokenBatch { inputs: ids(0), targets: ids(1), scored: None });
+    let batch = TokenBatch { inputs: ids(0), targets: ids(1), scored: None, stream_start: None };
+    let out = model.loss(batch, Stream::Train);
     let grads = out.loss.backward();
     drop(grads);
     Ok(B::sync(device)?)

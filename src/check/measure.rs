@@ -14,6 +14,7 @@ use swa_models::{Decoder, ModelError};
 use swa_training::TrainingBackend;
 use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
+use swa_training::stream_memory::Stream;
 
 use super::cases::CheckCase;
 use super::params::{Named, Weights, gradients, parameters, values};
@@ -70,7 +71,7 @@ where
     let batch = token_batch::<B>(&tokens, device);
     let model = LanguageModel::new(decoder);
     let logits = model.decoder.forward(batch.inputs.clone())?;
-    let loss = model.loss(batch).loss;
+    let loss = model.loss(batch, Stream::Train).loss;
     let loss_value = values(loss.clone())[0];
     let grads = loss.backward();
     let gradients = gradients(&model.decoder, &grads);
@@ -95,7 +96,8 @@ fn token_batch<B: Backend>(rows: &[Vec<usize>], device: &B::Device) -> TokenBatc
             rows.iter().flat_map(|row| row[range.clone()].iter().map(|&t| t as i64)).collect();
         Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows.len(), columns]), device)
     };
-    TokenBatch { inputs: tensor(0..columns), targets: tensor(1..columns + 1), scored: None }
+    let (inputs, targets) = (tensor(0..columns), tensor(1..columns + 1));
+    TokenBatch { inputs, targets, scored: None, stream_start: None }
 }
 
 /// Feeds `prompt` through the cache (StreamingLLM's position shift for sink layers, as

@@ -8,6 +8,7 @@ use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 use swa_training::language_model::LanguageModel;
 use swa_training::loader::{LoaderConfig, Sampling};
+use swa_training::stream_memory::Stream;
 
 use super::{DeviceArgs, ModelArgs};
 use crate::bench::suite::{self, Part, Suite};
@@ -91,7 +92,7 @@ pub fn bench(args: BenchArgs) -> Result<(), AppError> {
                 .init_text::<B>(corpus.train(), &device)?;
             let mut start = Instant::now();
             for step in 0..=args.steps {
-                let out = model.loss(loader.batch(0, step));
+                let out = model.loss(loader.batch(0, step), Stream::Train);
                 let _ = out.loss.backward();
                 let _ = B::sync(&device);
                 if step == 0 {

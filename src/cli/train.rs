@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use burn::train::ExecutionStrategy;
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
-use swa_models::Decoder;
+use swa_models::{Architecture, Decoder};
 use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::{Cluster, ClusterConfig};
-use swa_training::eval::mean_loss;
+use swa_training::eval::{mean_loss, stream_loss};
 use swa_training::train::{TrainConfig, train_in_cluster, train_with};
 
 use super::tasks::TaskArgs;
@@ -73,7 +73,28 @@ pub struct TrainArgs {
     #[arg(long)]
     seed: Option<u64>,
     #[command(flatten)]
+    transformer_xl: TransformerXlArgs,
+    #[command(flatten)]
     cluster: ClusterArgs,
+}
+
+/// Flags of Transformer-XL's training setup (MSWA §5.1.1 trains its Table 2 with it), for a
+/// new run.
+#[derive(Args, Debug)]
+struct TransformerXlArgs {
+    /// Segment memory (Transformer-XL §3.2; docs/semantics.md §10): each row of the batch reads
+    /// its own stream in consecutive segments of --seq-len tokens, and each layer keeps what
+    /// its windows reach of the earlier segments. Validation reads its streams the same way.
+    #[arg(long)]
+    segment_memory: bool,
+    /// With --segment-memory, the positions full-attention layers keep (Transformer-XL's memory
+    /// length; default: --seq-len).
+    #[arg(long)]
+    full_memory: Option<usize>,
+    /// Transformer-XL's relative positions (§3.3; docs/semantics.md §4) in every layer, in
+    /// place of RoPE.
+    #[arg(long)]
+    relative_positions: bool,
 }
 
 /// Flags of a multi-process run.
@@ -153,8 +174,14 @@ fn new_run(args: &TrainArgs) -> Result<(PathBuf, TrainConfig, Corpus), AppError>
     let (model, train_len, name) = args.model.config(corpus.vocab_size())?;
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(name));
     let mut config = TrainConfig::new(model, train_len)
-        .with_corpus(args.corpus.as_ref().map(|p| p.display().to_string()));
+        .with_corpus(args.corpus.as_ref().map(|p| p.display().to_string()))
+        .with_segment_memory(args.transformer_xl.segment_memory)
+        .with_full_memory(args.transformer_xl.full_memory);
     config.word_min_count = args.words;
+    if args.transformer_xl.relative_positions {
+        let architecture = Architecture { relative_positions: true, ..config.model.arch() };
+        config.model.architecture = Some(architecture);
+    }
     Ok((out, config, corpus))
 }
 
@@ -259,7 +286,11 @@ impl Run {
         let config = &self.config;
         let batch = config.batch_size * self.rank().1;
         let valid = self.corpus.valid();
-        Ok(mean_loss(model, valid, config.seq_len, batch, config.valid_batches, device)?)
+        let (len, batches) = (config.seq_len, config.valid_batches);
+        Ok(match config.segment_memory {
+            true => stream_loss(model, valid, (len, batch, batches), config.full_memory(), device)?,
+            false => mean_loss(model, valid, len, batch, batches, device)?,
+        })
     }
 
     /// Says where the run's files are (rank 0: the model and its loss curve, which it plots;

@@ -17,6 +17,9 @@ pub struct TokenBatch<B: Backend> {
     /// A synthetic task's answers: `[batch, N]`, 1 at the positions the loss covers and 0
     /// elsewhere, and how many there are. `None` is every position (language modelling).
     pub scored: Option<(Tensor<B, 2, Int>, usize)>,
+    /// With segment memory (docs/semantics.md §10), the stream position of the inputs' first
+    /// token: every row is the next segment of its own stream. `None`: independent windows.
+    pub stream_start: Option<usize>,
 }
 
 impl<B: Backend> TokenBatch<B> {
@@ -42,6 +45,7 @@ impl<B: Backend> TokenBatch<B> {
             inputs: tensor(ids),
             targets: tensor(targets),
             scored: Some((tensor(scored), count)),
+            stream_start: None,
         }
     }
 }

@@ -15,7 +15,8 @@ use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
-use crate::loader::LoaderConfig;
+use crate::loader::{LoaderConfig, Sampling, WindowLoader};
+use crate::stream_memory::{Stream, StreamMemory};
 
 /// The model's configuration with every local window set to `window` keys and, when `sinks`
 /// is not 0, `sinks` attention sinks (StreamingLLM). Full, sliding, sinks and SWAT layers have
@@ -70,14 +71,45 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
         .with_steps(batches)
         .init_text::<B>(tokens, device)
         .map_err(|e| e.in_loader(format!("evaluation at length {len}")))?;
-    let scorer = LanguageModel::new(model.clone());
+    Ok(loss_over(&loader, &LanguageModel::new(model.clone())))
+}
+
+/// Mean next-token loss (nats) with segment memory (docs/semantics.md §10): `tokens` cut into
+/// one stream per row of `batch`, each read from its start in up to `batches` consecutive
+/// segments of `len` tokens, every layer keeping what its windows reach (full layers
+/// `full_memory` positions), as a run with segment memory validates.
+pub fn stream_loss<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    tokens: Arc<Vec<u32>>,
+    (len, batch, batches): (usize, usize, usize),
+    full_memory: usize,
+    device: &B::Device,
+) -> Result<f64, TrainingError> {
+    model.check_stream(len)?;
+    let loader = LoaderConfig::new(len, batch)
+        .with_steps(batches)
+        .with_sampling(Sampling::Streams { continuing: false })
+        .init_text::<B>(tokens, device)
+        .map_err(|e| e.in_loader(format!("evaluation in streams of {len}-token segments")))?;
+    let scorer = LanguageModel {
+        memory: StreamMemory::new(full_memory),
+        ..LanguageModel::new(model.clone())
+    };
+    Ok(loss_over(&loader, &scorer))
+}
+
+/// The mean loss of `scorer` over every batch of `loader`, weighted by tokens.
+fn loss_over<B: WindowedAttentionBackend>(
+    loader: &WindowLoader<B>,
+    scorer: &LanguageModel<B>,
+) -> f64 {
     let (mut total, mut count) = (0.0, 0);
-    for batch in burn::data::dataloader::DataLoader::iter(&loader) {
-        let out = scorer.loss(batch);
+    for batch in burn::data::dataloader::DataLoader::iter(loader) {
+        let out = scorer.loss(batch, Stream::Valid);
         total += out.loss.into_scalar().elem::<f64>() * out.tokens as f64;
         count += out.tokens;
     }
-    Ok(total / count.max(1) as f64)
+    total / count.max(1) as f64
 }
 
 /// Mean next-token loss (nats) of `model` decoding, one token at a time through its KV cache

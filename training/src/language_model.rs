@@ -16,6 +16,7 @@ use swa_models::Decoder;
 use crate::batch::TokenBatch;
 use crate::metrics::StepStats;
 use crate::mixed_precision::LossScale;
+use crate::stream_memory::{Stream, StreamMemory};
 
 /// A decoder trained on next-token prediction.
 #[derive(Module, Debug)]
@@ -27,6 +28,10 @@ pub struct LanguageModel<B: Backend> {
     /// optimizer's record holds it).
     #[module(skip)]
     pub loss_scale: Option<LossScale>,
+    /// With segment memory (docs/semantics.md §10), what each layer keeps of the training and
+    /// validation streams, shared by every copy of the model; the training stream's is part of
+    /// the record (a checkpoint keeps it). Off: batches are independent windows.
+    pub memory: StreamMemory<B>,
 }
 
 /// The loss of a step, still on the device, and how many tokens it covers.
@@ -62,19 +67,24 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
 impl<B: Backend> LanguageModel<B> {
     /// `decoder` trained in f32, without loss scaling.
     pub fn new(decoder: Decoder<B>) -> Self {
-        Self { decoder, loss_scale: None }
+        Self { decoder, loss_scale: None, memory: StreamMemory::off() }
     }
 }
 
 impl<B: WindowedAttentionBackend> LanguageModel<B> {
     /// Mean next-token cross-entropy of `batch` (`[batch, N]` inputs and targets), over the
-    /// scored positions when the batch has a mask (with the count of right answers there).
+    /// scored positions when the batch has a mask (with the count of right answers there). A
+    /// batch of stream segments reads and updates `stream`'s memory when the model has one.
     ///
-    /// The configuration and sequence length are checked before training starts, so the
-    /// forward pass cannot fail here.
-    pub fn loss(&self, batch: TokenBatch<B>) -> LossOutput<B> {
+    /// The configuration, the sequence length and the memory are checked before training
+    /// starts, so the forward pass cannot fail here.
+    pub fn loss(&self, batch: TokenBatch<B>, stream: Stream) -> LossOutput<B> {
         let [rows, n] = batch.inputs.dims();
-        let logits = self.decoder.forward(batch.inputs).expect("checked before training");
+        let logits = match batch.stream_start {
+            Some(start) => self.memory.forward(stream, &self.decoder, batch.inputs, start),
+            None => self.decoder.forward(batch.inputs),
+        }
+        .expect("checked before training");
         let vocab = logits.dims()[2];
         let (logits, targets) =
             (logits.reshape([rows * n, vocab]), batch.targets.reshape([rows * n]));
@@ -98,7 +108,7 @@ where
     type Output = LossOutput<B>;
 
     fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LossOutput<B>> {
-        let output = self.loss(batch);
+        let output = self.loss(batch, Stream::Train);
         let grads = match &self.loss_scale {
             Some(scale) => output.loss.clone().mul_scalar(scale.factor()).backward(),
             None => output.loss.backward(),
@@ -112,6 +122,6 @@ impl<B: WindowedAttentionBackend> InferenceStep for LanguageModel<B> {
     type Output = LossOutput<B>;
 
     fn step(&self, batch: TokenBatch<B>) -> LossOutput<B> {
-        self.loss(batch)
+        self.loss(batch, Stream::Valid)
     }
 }

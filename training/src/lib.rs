@@ -56,6 +56,7 @@ pub mod renderer;
 mod resume_logs;
 pub mod run;
 pub mod schedule;
+pub mod stream_memory;
 pub mod synthetic;
 pub mod tasks;
 pub mod train;

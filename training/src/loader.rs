@@ -40,6 +40,16 @@ pub enum Sampling {
     },
     /// Consecutive non-overlapping windows from the start, the same every epoch (validation).
     Sequential,
+    /// Consecutive segments of one stream per row, for segment memory (docs/semantics.md §10):
+    /// the tokens are cut into one contiguous part per row of the run's batch, and step `g`
+    /// reads segment `g mod S` of every part (`S` segments fit in a part), so each stream
+    /// starts again after `S` steps. Each batch says where its segments start
+    /// ([`TokenBatch::stream_start`]).
+    Streams {
+        /// Whether the epochs continue the streams (training: step `g` counts every earlier
+        /// epoch's steps) or each epoch reads them from the start (validation).
+        continuing: bool,
+    },
 }
 
 /// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch, made by
@@ -55,6 +65,8 @@ pub struct WindowLoader<B: Backend> {
     first_step: usize,
     /// The row index of this loader's first row: a process's shard of the run's batch.
     first_row: usize,
+    /// With [`Sampling::Streams`], the tokens of each row's part and the segments in it.
+    parts: Option<(usize, usize)>,
     /// The rows of one step of the whole run: `batch`, or `P·batch` over `P` processes.
     run_rows: usize,
     sampling: Sampling,
@@ -127,13 +139,28 @@ impl LoaderConfig {
                 batch: self.batch,
             });
         }
+        let processes = self.shard.1;
+        let part = (tokens.len() - 1) / (self.batch * processes);
         let steps = match self.sampling {
             Sampling::Random { .. } => self.steps,
             Sampling::Sequential => {
                 self.steps.min(((tokens.len() - 1) / self.len / self.batch).max(1))
             }
+            Sampling::Streams { continuing: true } => self.steps,
+            Sampling::Streams { continuing: false } => self.steps.min(part / self.len),
         };
-        Ok(Self { steps, ..self }.init(Source::Text(tokens), device))
+        let mut loader = Self { steps, ..self }.init(Source::Text(tokens.clone()), device);
+        if let Sampling::Streams { .. } = self.sampling {
+            if part < self.len {
+                return Err(TrainingError::TooFewTokens {
+                    tokens: tokens.len(),
+                    window: self.len + 1,
+                    batch: self.batch * processes,
+                });
+            }
+            loader.parts = Some((part, part / self.len));
+        }
+        Ok(loader)
     }
 
     /// A loader of examples of `task` drawn under `seed`, `len` tokens each, on `device`. Fails
@@ -161,6 +188,7 @@ impl LoaderConfig {
             steps: self.steps,
             first_step: 0,
             first_row: rank * self.batch,
+            parts: None,
             run_rows: processes * self.batch,
             sampling: self.sampling,
             epoch: Arc::new(AtomicUsize::new(self.first_epoch)),
@@ -182,7 +210,22 @@ impl<B: Backend> WindowLoader<B> {
             Sampling::Sequential => {
                 ((step * self.run_rows + self.first_row + row) * self.len) as u64
             }
+            Sampling::Streams { .. } => {
+                let (part, _) = self.parts.expect("set by init_text");
+                ((self.first_row + row) * part + self.stream_start(epoch, step)) as u64
+            }
         }
+    }
+
+    /// With [`Sampling::Streams`], the stream position where step `step` of epoch `epoch`
+    /// reads: segment `g mod S` for the step's global index `g`.
+    fn stream_start(&self, epoch: usize, step: usize) -> usize {
+        let (_, segments) = self.parts.expect("set by init_text");
+        let global = match self.sampling {
+            Sampling::Streams { continuing: true } => epoch * self.steps + step,
+            _ => step,
+        };
+        global % segments * self.len
     }
 
     /// Batch `step` of epoch `epoch`.
@@ -213,6 +256,7 @@ impl<B: Backend> WindowLoader<B> {
             inputs: all.clone().narrow(1, 0, self.len),
             targets: all.narrow(1, 1, self.len),
             scored: None,
+            stream_start: self.parts.map(|_| self.stream_start(epoch, step)),
         }
     }
 }
@@ -243,8 +287,10 @@ impl<B: Backend> DataLoaderIterator<TokenBatch<B>> for Iter<'_, B> {
 impl<B: Backend> DataLoader<B, TokenBatch<B>> for WindowLoader<B> {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<TokenBatch<B>> + 'a> {
         let epoch = match self.sampling {
-            Sampling::Random { .. } => self.epoch.fetch_add(1, Ordering::SeqCst),
-            Sampling::Sequential => 0,
+            Sampling::Random { .. } | Sampling::Streams { continuing: true } => {
+                self.epoch.fetch_add(1, Ordering::SeqCst)
+            }
+            Sampling::Sequential | Sampling::Streams { continuing: false } => 0,
         };
         Box::new(Iter { loader: self, epoch, step: 0 })
     }

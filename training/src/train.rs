@@ -37,6 +37,7 @@ use crate::language_model::LanguageModel;
 use crate::loader::{LoaderConfig, Sampling, WindowLoader};
 use crate::resume_logs::{discard_logs, renumber_resumed_logs, set_logs_aside};
 use crate::schedule::WarmupCosine;
+use crate::stream_memory::StreamMemory;
 
 pub use crate::train_config::TrainConfig;
 
@@ -123,6 +124,9 @@ fn train_run<B: TrainingBackend>(
     let (train_loader, valid_loader) = loaders(config, corpus, start, (rank, processes), device)?;
     B::seed(device, config.seed);
     let mut decoder = config.model.init::<B>(device)?;
+    if config.segment_memory {
+        check_segment_memory(config, &decoder, &strategy)?;
+    }
     if let Some(cluster) = &cluster {
         decoder = rank_zero_weights(cluster, decoder);
     }
@@ -150,7 +154,11 @@ fn train_run<B: TrainingBackend>(
         0 => {}
         _ => set_logs_aside(&logs).map_err(io_error(&logs))?,
     }
-    let model = run.train(LanguageModel::new(decoder))?;
+    let memory = match config.segment_memory {
+        true => StreamMemory::new(config.full_memory()),
+        false => StreamMemory::off(),
+    };
+    let model = run.train(LanguageModel { memory, ..LanguageModel::new(decoder) })?;
     if start > 0 {
         renumber_resumed_logs(&logs, start).map_err(io_error(&logs))?;
     }
@@ -166,6 +174,23 @@ fn train_run<B: TrainingBackend>(
         swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
     }
     Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
+}
+
+/// Segment memory needs every layer to keep a bounded memory of segments of `seq_len` tokens,
+/// and one device (each device would read other rows of the streams).
+fn check_segment_memory<B: AutodiffBackend>(
+    config: &TrainConfig,
+    decoder: &Decoder<B>,
+    strategy: &ExecutionStrategy<B>,
+) -> Result<(), TrainingError> {
+    decoder.check_stream(config.seq_len)?;
+    match strategy {
+        ExecutionStrategy::SingleDevice(_) => Ok(()),
+        _ => Err(TrainingError::field(
+            "TrainConfig.segment_memory",
+            "trains on one device per process (use MPI for several)",
+        )),
+    }
 }
 
 /// The error of an I/O failure on `path`.
@@ -266,13 +291,18 @@ fn loaders<B: AutodiffBackend>(
     (rank, processes): (usize, usize),
     device: &B::Device,
 ) -> Result<(WindowLoader<B>, WindowLoader<B::InnerBackend>), TrainingError> {
+    let (train_sampling, valid_sampling) = match config.segment_memory {
+        true => (Sampling::Streams { continuing: true }, Sampling::Streams { continuing: false }),
+        false => (Sampling::Random { seed: config.seed }, Sampling::Sequential),
+    };
     let train = LoaderConfig::new(config.seq_len, config.batch_size)
         .with_steps(config.checkpoint_every)
-        .with_sampling(Sampling::Random { seed: config.seed })
+        .with_sampling(train_sampling)
         .with_first_epoch(start)
         .with_shard(rank, processes);
     let valid = LoaderConfig::new(config.seq_len, config.batch_size * processes)
-        .with_steps(config.valid_batches);
+        .with_steps(config.valid_batches)
+        .with_sampling(valid_sampling);
     let (train_loader, valid_loader) = match &config.task {
         None => (train.init_text(corpus.train(), device), valid.init_text(corpus.valid(), device)),
         Some(task) => (

@@ -64,6 +64,16 @@ pub struct TrainConfig {
     /// A synthetic task to train on instead of the corpus; `None` is language modelling.
     #[config(default = "None")]
     pub task: Option<SyntheticTask>,
+    /// Transformer-XL's segment memory (docs/semantics.md §10): each batch row reads a stream of
+    /// consecutive segments of `seq_len` tokens, training and validation alike, and each layer
+    /// keeps what its windows reach of the earlier segments. Off (the default): independent
+    /// random windows.
+    #[config(default = false)]
+    pub segment_memory: bool,
+    /// With segment memory, the positions full-attention layers keep (Transformer-XL's memory
+    /// length); `None` is `seq_len`.
+    #[config(default = "None")]
+    pub full_memory: Option<usize>,
 }
 
 impl TrainConfig {
@@ -89,6 +99,12 @@ impl TrainConfig {
         }
         if let Some(task) = &self.task {
             task.validate(self.seq_len)?;
+            if self.segment_memory {
+                return Err(TrainingError::field(
+                    "TrainConfig.segment_memory",
+                    "needs a text corpus: a synthetic task's examples are not one stream",
+                ));
+            }
         }
         for l in 0..self.model.layers {
             if let Some(w) = self.model.kind_of(l).windows().and_then(|w| w.iter().copied().min())
@@ -118,6 +134,11 @@ impl TrainConfig {
     /// The corpus this run trains on.
     pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
         Corpus::load(self.corpus.as_deref().map(Path::new), self.word_min_count)
+    }
+
+    /// The positions full-attention layers keep with segment memory.
+    pub fn full_memory(&self) -> usize {
+        self.full_memory.unwrap_or(self.seq_len)
     }
 
     /// Learner epochs: `steps / checkpoint_every`, rounded up.

@@ -10,7 +10,8 @@
 //! nothing but needs segments made of whole LongNet segments, Longformer's global tokens and
 //! encoders are refused.
 
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+use serde::{Deserialize, Serialize};
 
 use crate::index::index_tensor;
 use crate::layers::linear::LinearState;
@@ -96,6 +97,73 @@ impl<B: Backend> LayerMemory<B> {
     }
 }
 
+/// A [`LayerMemory`] on the host, in f32, to save with a checkpoint and restore exactly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum LayerMemoryData {
+    /// [`LayerMemory::Hidden`]: the kept rows `[batch, M, d_model]` row-major, if any.
+    Hidden {
+        rows: Option<(Vec<f32>, [usize; 3])>,
+        positions: Vec<usize>,
+        sinks: usize,
+        recent: usize,
+        start: usize,
+    },
+    /// [`LayerMemory::Linear`]: `Σ φ(k)ᵀv` `[batch, H, F, d_h]` and `Σ φ(k)` `[batch, H, F]`.
+    Linear { kv: (Vec<f32>, [usize; 4]), k_sum: (Vec<f32>, [usize; 3]), position: usize },
+}
+
+/// A tensor's values in f32 and its shape.
+fn host<B: Backend, const D: usize>(t: &Tensor<B, D>) -> (Vec<f32>, [usize; D]) {
+    let values = t.to_data().convert::<f32>().to_vec().expect("f32 values");
+    (values, t.dims())
+}
+
+/// The tensor of `(values, shape)` on `device`, in the device's float type.
+fn device_tensor<B: Backend, const D: usize>(
+    (values, shape): (Vec<f32>, [usize; D]),
+    device: &B::Device,
+) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+impl<B: Backend> LayerMemory<B> {
+    /// The memory on the host, as a checkpoint saves it.
+    pub fn to_data(&self) -> LayerMemoryData {
+        match self {
+            Self::Hidden { rows, positions, keep, start } => LayerMemoryData::Hidden {
+                rows: rows.as_ref().map(host),
+                positions: positions.clone(),
+                sinks: keep.sinks,
+                recent: keep.recent,
+                start: *start,
+            },
+            Self::Linear(state) => LayerMemoryData::Linear {
+                kv: host(&state.kv),
+                k_sum: host(&state.k_sum),
+                position: state.position,
+            },
+        }
+    }
+
+    /// The memory saved by [`LayerMemory::to_data`], on `device`.
+    pub fn from_data(data: LayerMemoryData, device: &B::Device) -> Self {
+        match data {
+            LayerMemoryData::Hidden { rows, positions, sinks, recent, start } => Self::Hidden {
+                rows: rows.map(|rows| device_tensor(rows, device)),
+                positions,
+                keep: Keep { sinks, recent },
+                start,
+            },
+            LayerMemoryData::Linear { kv, k_sum, position } => Self::Linear(LinearState {
+                kv: device_tensor(kv, device),
+                k_sum: device_tensor(k_sum, device),
+                position,
+            }),
+        }
+    }
+}
+
 impl<B: Backend> SelfAttention<B> {
     /// An empty memory for `batch` streams (docs/semantics.md §10). Windowed layers keep their
     /// widest window's reach less one, and their sinks; full attention keeps `full_memory`
@@ -108,8 +176,35 @@ impl<B: Backend> SelfAttention<B> {
         full_memory: usize,
         device: &B::Device,
     ) -> Result<LayerMemory<B>, AttentionError> {
-        if let Mixer::Linear(linear) = &self.mixer {
-            return Ok(LayerMemory::Linear(linear.empty_state(batch, device)));
+        Ok(match (self.keep(full_memory)?, &self.mixer) {
+            (None, Mixer::Linear(linear)) => LayerMemory::Linear(linear.empty_state(batch, device)),
+            (keep, _) => LayerMemory::Hidden {
+                rows: None,
+                positions: Vec::new(),
+                keep: keep.unwrap_or(Keep { sinks: 0, recent: 0 }),
+                start: 0,
+            },
+        })
+    }
+
+    /// Whether the layer can read a stream in segments of `segment` tokens with memory: the
+    /// errors [`SelfAttention::memory`] and [`SelfAttention::forward_in_stream`] would give,
+    /// before any work.
+    pub fn check_stream(&self, segment: usize) -> Result<(), AttentionError> {
+        self.keep(0)?;
+        if let AttentionKind::LongNet { segments, .. } = &self.kind
+            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || segment % s != 0)
+        {
+            return Err(AttentionError::LongNetSegmentsInStream { segment, branch });
+        }
+        Ok(())
+    }
+
+    /// What a windowed layer keeps, `None` for linear attention (its sums); fails for the kinds
+    /// that cannot keep a bounded memory.
+    fn keep(&self, full_memory: usize) -> Result<Option<Keep>, AttentionError> {
+        if let Mixer::Linear(_) = &self.mixer {
+            return Ok(None);
         }
         let unsupported = |kind| Err(AttentionError::MemoryUnsupported { kind });
         let keep = match &self.kind {
@@ -130,7 +225,7 @@ impl<B: Backend> SelfAttention<B> {
         if keep.sinks > 0 && self.has_relative_positions() {
             return unsupported("sinks with Transformer-XL relative positions");
         }
-        Ok(LayerMemory::Hidden { rows: None, positions: Vec::new(), keep, start: 0 })
+        Ok(Some(keep))
     }
 }
 
@@ -156,11 +251,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             _ => unreachable!("a layer's memory is made by its own `memory`"),
         };
         let n = x.dims()[1];
-        if let AttentionKind::LongNet { segments, .. } = &self.kind
-            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || n % s != 0)
-        {
-            return Err(AttentionError::LongNetSegmentsInStream { segment: n, branch });
-        }
+        self.check_stream(n)?;
         let LayerMemory::Hidden { rows, positions, start, .. } = &*memory else {
             unreachable!("matched above")
         };

@@ -36,7 +36,7 @@ pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
 pub use layer_options::LayerOptions;
 pub use longnet::{branch_specs, longnet_attention, mix_branches};
-pub use memory::{Keep, LayerMemory};
+pub use memory::{Keep, LayerMemory, LayerMemoryData};
 pub use mixer::{
     Mixer, MixerRecord, Projections, ProjectionsRecord, WindowedMixer, WindowedMixerRecord,
 };

@@ -16,6 +16,7 @@ use swa_zoo::models::weights::{load_record, save_record};
 use swa_zoo::models::{DecoderConfig, Preset};
 use swa_zoo::training::batch::TokenBatch;
 use swa_zoo::training::language_model::LanguageModel;
+use swa_zoo::training::stream_memory::Stream;
 
 use crate::{Reference, values};
 
@@ -35,6 +36,7 @@ fn batch<B: Backend>(len: usize, device: &B::Device) -> TokenBatch<B> {
         inputs: all.clone().narrow(1, 0, len),
         targets: all.narrow(1, 1, len),
         scored: None,
+        stream_start: None,
     }
 }
 
@@ -48,7 +50,7 @@ where
     let mut optim = AdamWConfig::new().init();
     let mut losses = Vec::new();
     for _ in 0..STEPS {
-        let loss = model.loss(batch(len, device)).loss;
+        let loss = model.loss(batch(len, device), Stream::Train).loss;
         losses
             .push(loss.clone().into_data().convert::<f64>().to_vec::<f64>().expect("f64 loss")[0]);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
