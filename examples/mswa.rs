@@ -51,13 +51,16 @@
 //!   the tiny models have not learnt to use long contexts, and a short window is an easier
 //!   inductive bias. The paper trains far longer, where context pays.
 
+use burn::tensor::{Int, Tensor};
 use clap::Parser;
+use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_models::{DecoderConfig, Preset};
+use swa_models::{Architecture, Decoder, DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_zoo::AppError;
 use swa_zoo::report::plot::line_plot;
+use swa_zoo::report::table::Table;
 use swa_zoo::runtime::{Job, run_on};
 use swa_zoo::study::{CostRow, Study, StudyArgs, cost_table};
 
@@ -71,6 +74,11 @@ pub struct Flags {
     /// window is w/16, so w ≥ 16.
     #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
     pub base_windows: Vec<usize>,
+    /// Transformer-XL's setup, as MSWA trains its Table 2 (§5.1.1): Table 2's rows again with
+    /// segment memory and relative positions, reported beside the standard setup with each
+    /// model's memory per layer. Tables 5 and 6 are skipped.
+    #[arg(long)]
+    pub transformer_xl: bool,
 }
 
 fn main() {
@@ -84,12 +92,14 @@ fn main() {
 pub fn run(flags: Flags) -> Result<(), AppError> {
     let study = Study::open("mswa", flags.study)?;
     let base_windows = study.pick(flags.base_windows, vec![16]);
-    run_on(&study.placement(), MswaStudy { study, base_windows })
+    let transformer_xl = flags.transformer_xl;
+    run_on(&study.placement(), MswaStudy { study, base_windows, transformer_xl })
 }
 
 struct MswaStudy {
     study: Study,
     base_windows: Vec<usize>,
+    transformer_xl: bool,
 }
 
 /// The Table 2 configuration of `variant` with its windows re-allocated from `base` under
@@ -120,6 +130,72 @@ impl MswaStudy {
         let bits = self.study.bits(&trained.model, len, 8, batches, device)?;
         Ok(CostRow { name, window_sum: config.window_sum(len), bits, seconds: trained.seconds })
     }
+
+    /// Table 2's rows (`rows`, trained in the standard setup from `configs`) trained again
+    /// under Transformer-XL's setup: segment memory (full attention keeping `len` positions,
+    /// Transformer-XL's memory length) and relative positions in place of RoPE, scored on
+    /// streams of the validation text. Reports both setups side by side with each model's
+    /// memory per layer.
+    fn transformer_xl<B: TrainingBackend>(
+        &self,
+        rows: &[CostRow],
+        configs: &[DecoderConfig],
+        (base, len): (usize, usize),
+        device: &B::Device,
+    ) -> Result<(), AppError> {
+        let mut table = Table::new(&[
+            "model",
+            "relative cost",
+            "memory/layer (positions)",
+            "bits/byte, standard",
+            "bits/byte, Transformer-XL",
+            "train s, Transformer-XL",
+        ]);
+        let reference = rows[3].window_sum;
+        for (row, config) in rows.iter().zip(configs) {
+            let mut model = config.clone();
+            model.architecture = Some(Architecture { relative_positions: true, ..model.arch() });
+            let steps = self.study.steps(400);
+            let run = self.study.config(&model, len, steps).with_segment_memory(true);
+            let name = format!("{} (Transformer-XL)", row.name);
+            let trained = self.study.train_config::<B>(&name, run, device)?;
+            let batches = self.study.pick(16, 1);
+            let bits = self.study.stream_bits(&trained.model, (len, 8, batches), len, device)?;
+            let positions = memory_per_layer(&trained.model, &model, len, device)?;
+            table.rows.push(vec![
+                row.name.clone(),
+                format!("{:.2}", row.window_sum as f64 / reference as f64),
+                format!("{positions:.0}"),
+                format!("{:.3}", row.bits),
+                format!("{bits:.3}"),
+                format!("{:.0}", trained.seconds),
+            ]);
+        }
+        self.study.report(
+            "table2_transformer_xl",
+            &format!("Table 2 in both setups: base window {base}, length {len}"),
+            &table,
+        )
+    }
+}
+
+/// The positions each layer of `model` (of `config`) keeps with segment memory, averaged over
+/// its layers: measured from the memory itself after two segments of `len` tokens, full layers
+/// keeping `len`.
+fn memory_per_layer<B: WindowedAttentionBackend>(
+    model: &Decoder<B>,
+    config: &DecoderConfig,
+    len: usize,
+    device: &B::Device,
+) -> Result<f64, AppError> {
+    let mut memory = model.memory(1, len, device)?;
+    for _ in 0..2 {
+        let tokens = Tensor::<B, 2, Int>::zeros([1, len], device);
+        model.forward_in_stream(tokens, &mut memory)?;
+    }
+    let bytes = memory.layer_bytes();
+    let per_position = (config.d_model * size_of::<f32>()) as f64;
+    Ok(bytes.iter().sum::<usize>() as f64 / per_position / bytes.len() as f64)
 }
 
 impl Job for MswaStudy {
@@ -141,7 +217,7 @@ impl Job for MswaStudy {
             }
         }
 
-        let mut table2_rows = Vec::new();
+        let (mut table2_rows, mut table2_configs) = (Vec::new(), Vec::new());
         for (label, variant) in [
             ("SWA", MswaVariant::Swa),
             ("MSWA-h", MswaVariant::Heads),
@@ -155,15 +231,21 @@ impl Job for MswaStudy {
                 len,
                 &device,
             )?);
+            table2_configs.push(config);
         }
         let full = Preset::mswa_full(1024, scale, 256);
         table2_rows.push(self.train::<B>("full attention".into(), &full.config, len, &device)?);
+        table2_configs.push(full.config);
         let reference = table2_rows[3].window_sum;
         self.study.report(
             "table2",
             &format!("Table 2: base window {base}, length {len}, cost relative to MSWA"),
             &cost_table(&table2_rows, reference),
         )?;
+        if self.transformer_xl {
+            let sizes = (base, len);
+            return self.transformer_xl::<B>(&table2_rows, &table2_configs, sizes, &device);
+        }
 
         let mut table5_rows = Vec::new();
         let mut series = vec![("SWA".to_string(), Vec::new()), ("MSWA".to_string(), Vec::new())];

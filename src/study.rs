@@ -231,6 +231,23 @@ impl Study {
         Ok(bits_per_unit(loss))
     }
 
+    /// Validation bits per byte of `model` reading `batch` streams of the validation text in
+    /// `batches` consecutive segments of `len` tokens with segment memory (docs/semantics.md
+    /// §10), full-attention layers keeping `full_memory` positions: how a run with segment
+    /// memory is scored.
+    pub fn stream_bits<B: WindowedAttentionBackend>(
+        &self,
+        model: &Decoder<B>,
+        (len, batch, batches): (usize, usize, usize),
+        full_memory: usize,
+        device: &B::Device,
+    ) -> Result<f64, AppError> {
+        let valid = self.corpus.valid();
+        let segments = (len, batch, batches);
+        let loss = swa_training::eval::stream_loss(model, valid, segments, full_memory, device)?;
+        Ok(bits_per_unit(loss))
+    }
+
     /// Prints `table` under `title` as Markdown and writes it to `out/<file>.csv`.
     pub fn report(&self, file: &str, title: &str, table: &Table) -> Result<(), AppError> {
         println!("\n### {title}\n\n{}", table.markdown());

@@ -58,6 +58,15 @@ fn mswa_example_runs_end_to_end() {
 }
 
 #[test]
+fn mswa_example_runs_under_transformer_xl_setup() {
+    let out = out_dir("mswa-transformer-xl");
+    let mut flags = smoke_flags("mswa", &out);
+    flags.push("--transformer-xl".into());
+    mswa::run(mswa::Flags::parse_from(flags)).unwrap();
+    assert_wrote(&out, &["table2.csv", "table2_transformer_xl.csv"]);
+}
+
+#[test]
 fn mswa_linear_example_runs_end_to_end() {
     let out = out_dir("mswa_linear");
     mswa_linear::run(mswa_linear::Flags::parse_from(smoke_flags("mswa_linear", &out))).unwrap();
