@@ -4,7 +4,8 @@
 //!
 //! The kernel's two outputs, `o` in the inputs' dtype and `lse` in f32, are two tracked tensors,
 //! while a Burn autodiff op has one output. So `o` is the output of [`KernelOp`] (parents q, k,
-//! v), and `lse` the output of [`LseOp`], whose only parent is `o`. The backward visits a child
+//! v, and the relative scores when the call has them), and `lse` the output of [`LseOp`], whose
+//! only parent is `o`. The backward visits a child
 //! before its parent: when the loss reaches `lse`, [`LseOp`]'s step runs first and hands `∂L/∂lse`
 //! to [`KernelOp`]'s step through a cell both share, and [`KernelOp`] runs the inner backend's
 //! backward kernels once, on `∂L/∂o` and `∂L/∂lse` together: exact gradients, no dense fallback
@@ -17,12 +18,13 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
+use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel, blocked_primitives,
-    chosen_kernel,
+    KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    blocked_primitives, chosen_kernel,
 };
 use crate::layer_ops::{MlpActivation, RmsOptions};
 use crate::rope::RotateKernel;
@@ -42,9 +44,13 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
         let kernel = chosen_kernel::<B>(spec, &q.shape(), &k.shape(), &v.shape());
-        match kernel.filter(|_| relative.is_none()) {
-            Some(kernel) => kernel_op::<B, C>(kernel, q, k, v, spec, opts),
-            None => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
+        let call = |kernel| Call { kernel, spec, opts };
+        match (kernel, relative) {
+            (Some(kernel), None) => kernel_op::<B, C, 3>(call(kernel), [q, k, v]),
+            (Some(kernel), Some(relative)) => {
+                kernel_op::<B, C, 4>(call(kernel), [q, k, v, relative])
+            }
+            (None, relative) => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
         }
     }
 
@@ -76,35 +82,48 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
     }
 }
 
-/// The inner backend's forward kernel as two tracked outputs whose backward is its backward
-/// kernel.
-fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+/// A kernel call: the kernels, and the call's spec and options.
+struct Call<'a, B: Backend> {
     kernel: WindowedKernel<B>,
-    q: FloatTensor<Autodiff<B, C>>,
-    k: FloatTensor<Autodiff<B, C>>,
-    v: FloatTensor<Autodiff<B, C>>,
-    spec: &WindowSpec,
-    opts: &ScoreOptions,
+    spec: &'a WindowSpec,
+    opts: &'a ScoreOptions,
+}
+
+impl<B: Backend> Call<'_, B> {
+    /// The forward kernel on `[q, k, v]` or `[q, k, v, relative]`.
+    fn forward<const N: usize>(&self, inputs: [FloatTensor<B>; N]) -> OutputPrimitives<B> {
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().expect("q, k and v");
+        let (q, k, v) = (next(), next(), next());
+        (self.kernel.forward)(q, k, v, inputs.next(), self.spec, self.opts)
+    }
+}
+
+/// The inner backend's forward kernel on `[q, k, v]` (`N = 3`) or `[q, k, v, relative]`
+/// (`N = 4`) as two tracked outputs whose backward is its backward kernel.
+fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy, const N: usize>(
+    call: Call<'_, B>,
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
 ) -> OutputPrimitives<Autodiff<B, C>> {
-    let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
+    let nodes = inputs.each_ref().map(|t| t.node.clone());
     let d_lse = LseGradient::<B>::default();
     let (o, lse) = match KernelOp.prepare::<C>(nodes).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
-            let inputs = [prep.checkpoint(&q), prep.checkpoint(&k), prep.checkpoint(&v)];
-            let (o, lse) = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
+            let checkpoints = inputs.each_ref().map(|t| prep.checkpoint(t));
+            let (o, lse) = call.forward(inputs.map(|t| t.primitive));
             let state = KernelState {
-                inputs,
+                inputs: checkpoints.to_vec(),
                 o: o.clone(),
                 lse: lse.clone(),
                 d_lse: d_lse.clone(),
-                kernel,
-                spec: spec.clone(),
-                opts: opts.clone(),
+                kernel: call.kernel,
+                spec: call.spec.clone(),
+                opts: call.opts.clone(),
             };
             (prep.finish(state, o), lse)
         }
         OpsKind::UnTracked(prep) => {
-            let (o, lse) = (kernel.forward)(q.primitive, k.primitive, v.primitive, spec, opts);
+            let (o, lse) = call.forward(inputs.map(|t| t.primitive));
             (prep.finish(o), lse)
         }
     };
@@ -126,11 +145,12 @@ type LseGradient<B> = Arc<Mutex<Option<FloatTensor<B>>>>;
 #[derive(Debug)]
 struct KernelOp;
 
-/// What the backward keeps from the forward: the inputs (checkpointed), the outputs, the cell
-/// [`LseOp`] fills, the kernels, and the call's spec and options.
+/// What the backward keeps from the forward: the inputs (checkpointed: q, k, v and the relative
+/// scores when given), the outputs, the cell [`LseOp`] fills, the kernels, and the call's spec
+/// and options.
 #[derive(Clone, Debug)]
 struct KernelState<B: WindowedAttentionBackend> {
-    inputs: [NodeId; 3],
+    inputs: Vec<NodeId>,
     o: FloatTensor<B>,
     lse: FloatTensor<B>,
     d_lse: LseGradient<B>,
@@ -139,28 +159,24 @@ struct KernelState<B: WindowedAttentionBackend> {
     opts: ScoreOptions,
 }
 
-impl<B: WindowedAttentionBackend> Backward<B, 3> for KernelOp {
+impl<B: WindowedAttentionBackend, const N: usize> Backward<B, N> for KernelOp {
     type State = KernelState<B>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 3>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         checkpointer: &mut Checkpointer,
     ) {
         let d_o = grads.consume::<B>(&ops.node);
-        let KernelState { inputs: [q, k, v], o, lse, d_lse, kernel, spec, opts } = ops.state;
+        let KernelState { inputs, o, lse, d_lse, kernel, spec, opts } = ops.state;
         let d_lse = d_lse.lock().expect("a backward step does not panic holding the cell").take();
-        let inputs = KernelBackward {
-            q: checkpointer.retrieve_node_output(q),
-            k: checkpointer.retrieve_node_output(k),
-            v: checkpointer.retrieve_node_output(v),
-            o,
-            lse,
-            d_o,
-            d_lse,
-        };
-        let gradients = (kernel.backward)(inputs, &spec, &opts);
+        let mut inputs = inputs.into_iter().map(|id| checkpointer.retrieve_node_output(id));
+        let mut next = || inputs.next().expect("q, k and v are checkpointed");
+        let (q, k, v) = (next(), next(), next());
+        let inputs = KernelBackward { q, k, v, relative: inputs.next(), o, lse, d_o, d_lse };
+        let KernelGradients { dq, dk, dv, d_relative } = (kernel.backward)(inputs, &spec, &opts);
+        let gradients = [dq, dk, dv].into_iter().chain(d_relative);
         for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, gradient);

@@ -30,8 +30,7 @@ pub trait WindowedAttentionBackend: Backend {
     /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and, with relative scores,
     /// `relative: [batch, H, N_q, L]` (docs/semantics.md §4) → (`o: [batch, H, N_q, d]` in the
     /// inputs' dtype, `lse: [batch, H, N_q]` in f32). The default runs the fused kernel where the
-    /// backend has one and it accepts the call, else the blocked O(N·w) path. The kernels do
-    /// not read relative scores yet: calls with them take the blocked path.
+    /// backend has one and it accepts the call, else the blocked O(N·w) path.
     fn windowed_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -40,9 +39,8 @@ pub trait WindowedAttentionBackend: Backend {
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        let kernel = chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape());
-        match kernel.filter(|_| relative.is_none()) {
-            Some(kernel) => (kernel.forward)(q, k, v, spec, opts),
+        match chosen_kernel::<Self>(spec, &q.shape(), &k.shape(), &v.shape()) {
+            Some(kernel) => (kernel.forward)(q, k, v, relative, spec, opts),
             None => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
         }
     }
@@ -157,7 +155,8 @@ pub(crate) fn blocked_forced() -> bool {
 ///
 /// Both methods may assume [`WindowedKernel::runs`] accepted the call.
 pub trait WindowedKernelBackend: Backend {
-    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → (`o: [batch, H, N_q, d]` in the
+    /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and, with relative scores,
+    /// `relative: [batch, H, N_q, L]` (docs/semantics.md §4) → (`o: [batch, H, N_q, d]` in the
     /// inputs' dtype, `lse: [batch, H, N_q]` in f32 whatever that dtype, as FlashAttention keeps
     /// it: the backward recomputes every weight as `exp(s − lse)`, which a half-precision `lse`
     /// would round by percents; docs/semantics.md §1).
@@ -165,22 +164,38 @@ pub trait WindowedKernelBackend: Backend {
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self>;
 
-    /// The exact gradients `[dq, dk, dv]` of `L` given `∂L/∂o` and, when the loss reaches it,
-    /// `∂L/∂lse` (LongNet's mixture and learned sinks differentiate through `lse`), where `o` and
-    /// `lse` are what [`WindowedKernelBackend::windowed_forward`] returned for `q, k, v`.
+    /// The exact gradients of `L` given `∂L/∂o` and, when the loss reaches it, `∂L/∂lse`
+    /// (LongNet's mixture and learned sinks differentiate through `lse`), where `o` and `lse`
+    /// are what [`WindowedKernelBackend::windowed_forward`] returned for the same inputs.
     fn windowed_backward(
         inputs: KernelBackward<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> [FloatTensor<Self>; 3];
+    ) -> KernelGradients<Self>;
 
     /// Whether the kernels take a call with this spec and the shapes of `q`, `k` and `v`
-    /// (already checked by [`crate::windowed_attention`]); otherwise the blocked path runs it.
+    /// (already checked by [`crate::windowed_attention`]), relative scores or not; otherwise
+    /// the blocked path runs it.
     fn windowed_runs(spec: &WindowSpec, q: &Shape, k: &Shape, v: &Shape) -> bool;
+}
+
+/// The gradients of a kernel call's inputs.
+#[derive(Clone, Debug)]
+pub struct KernelGradients<B: Backend> {
+    /// `dq`, shaped and typed as `q`.
+    pub dq: FloatTensor<B>,
+    /// `dk`, shaped and typed as `k`.
+    pub dk: FloatTensor<B>,
+    /// `dv`, shaped and typed as `v`.
+    pub dv: FloatTensor<B>,
+    /// The relative scores' gradient, shaped and typed as them, when the call had them: each
+    /// entry the gradient of the score it was added to, 0 where no visible key sits.
+    pub d_relative: Option<FloatTensor<B>>,
 }
 
 /// What the backward kernels read: the forward's inputs and outputs, and their gradients.
@@ -192,6 +207,8 @@ pub struct KernelBackward<B: Backend> {
     pub k: FloatTensor<B>,
     /// Values `[batch, H_kv, N_k, d]`.
     pub v: FloatTensor<B>,
+    /// The relative scores `[batch, H, N_q, L]`, when the call had them.
+    pub relative: Option<FloatTensor<B>>,
     /// The forward's output `o: [batch, H, N_q, d]`, in the inputs' dtype.
     pub o: FloatTensor<B>,
     /// The forward's `lse: [batch, H, N_q]`, f32.
@@ -209,7 +226,7 @@ pub struct WindowedKernel<B: Backend> {
     /// [`WindowedKernelBackend::windowed_forward`].
     pub forward: KernelForward<B>,
     /// [`WindowedKernelBackend::windowed_backward`].
-    pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> [FloatTensor<B>; 3],
+    pub backward: fn(KernelBackward<B>, &WindowSpec, &ScoreOptions) -> KernelGradients<B>,
     /// [`WindowedKernelBackend::windowed_runs`].
     pub runs: fn(&WindowSpec, &Shape, &Shape, &Shape) -> bool,
 }
@@ -219,6 +236,7 @@ pub type KernelForward<B> = fn(
     FloatTensor<B>,
     FloatTensor<B>,
     FloatTensor<B>,
+    Option<FloatTensor<B>>,
     &WindowSpec,
     &ScoreOptions,
 ) -> OutputPrimitives<B>;

@@ -61,8 +61,8 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    KernelForward, OutputPrimitives, PATH_VARIABLE, WindowedAttentionBackend, WindowedKernel,
-    WindowedKernelBackend,
+    KernelForward, KernelGradients, OutputPrimitives, PATH_VARIABLE, WindowedAttentionBackend,
+    WindowedKernel, WindowedKernelBackend,
 };
 pub use blocked::{
     blocked_attention, blocked_attention_chunked, blocked_attention_relative, scheduled_scores,

@@ -95,8 +95,8 @@ mod on_flex {
         check_kernel_cases::<Backend>(name, &cases, Path::Blocked, F32, &Default::default());
     }
 
-    /// Relative scores (docs/semantics.md §4) through the dispatch on flex, f32 and f16: the
-    /// blocked path runs them (the CPU kernel does not read a relative table yet).
+    /// Relative scores (docs/semantics.md §4) through the fused CPU kernel on flex, global
+    /// tokens included: outputs and the gradients of q, k, v and the table.
     #[test]
     fn relative_scores_on_flex_match_dense() {
         let cases: Vec<_> = [5, 65].iter().flat_map(|&n| relative_cases(n, 8)).collect();

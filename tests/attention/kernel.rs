@@ -112,9 +112,8 @@ mod on_wgpu {
         check_kernel_cases::<Autodiff<Wgpu>>(name, &cases, Path::Dispatch, F32, &device);
     }
 
-    /// Relative scores (docs/semantics.md §4) through the dispatch on wgpu (fusion), outputs and
-    /// gradients: the blocked path runs them (the CubeCL kernels do not read a relative table
-    /// yet).
+    /// Relative scores (docs/semantics.md §4) through the portable CubeCL kernels on wgpu
+    /// (fusion): outputs and the gradients of q, k, v and the table.
     #[test]
     fn relative_scores_on_fusion_wgpu_match_dense() {
         let Some([device, _]) = wgpu_devices() else {

@@ -19,12 +19,12 @@ use std::borrow::Cow;
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::Dims;
 use super::block::{Block, Scoring, live};
 use super::gather::{GroupInputs, add, query_lists, scatter, slab, span_rows};
 use super::math::{dot, exp, sigmoid};
 use super::matmul::{Mat, matmul};
 use super::schedule::{CHUNK, Group, Span, Tile, chunks, groups};
+use super::{Dims, Relative};
 use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// What the backward reads: the forward's inputs and outputs, and the gradients of the outputs,
@@ -45,6 +45,8 @@ pub struct BackwardInputs<'a> {
     pub d_o: &'a [f32],
     /// `∂L/∂lse: [batch, H, N_q]`, or `None` when the loss does not use `lse`.
     pub d_lse: Option<&'a [f32]>,
+    /// The relative scores `[batch, H, N_q, L]`, when the call has them.
+    pub relative: Option<Relative<'a>>,
 }
 
 /// The gradients of the inputs.
@@ -56,6 +58,9 @@ pub struct Gradients {
     pub dk: Vec<f32>,
     /// `dv: [batch, H_kv, N_k, d]`, 0 for padded keys.
     pub dv: Vec<f32>,
+    /// The relative scores' gradient `[batch, H, N_q, L]` when the call has them: each entry
+    /// `∂L/∂s` of the pair at its distance, 0 where no visible key sits.
+    pub d_relative: Option<Vec<f32>>,
 }
 
 /// The exact gradients of windowed attention on contiguous f32 buffers.
@@ -75,6 +80,8 @@ pub fn backward(
         ("dO elements", inputs.d_o, queries),
     ];
     buffers.extend(inputs.d_lse.map(|d_lse| ("dlse elements", d_lse, rows)));
+    let relative = inputs.relative;
+    buffers.extend(relative.map(|r| ("relative score elements", r.table, rows * r.len)));
     let kv_len = dims.check(spec, opts, &buffers)?;
     let coefficients = row_coefficients(inputs, dims.dim, opts.score_fn);
     let plan: Vec<(Group, Vec<Tile>, Vec<Tile>)> = groups(spec, dims.q_len, kv_len)
@@ -84,55 +91,66 @@ pub fn backward(
             (group, query_tiles, key_tiles)
         })
         .collect();
-    let mut grads = Gradients { dq: vec![0.0; queries], dk: vec![0.0; keys], dv: vec![0.0; keys] };
+    let (mut dq, mut dk, mut dv) = (vec![0.0; queries], vec![0.0; keys], vec![0.0; keys]);
+    // Without relative scores, one unused float per slab keeps the slabs zipped.
+    let len = relative.map_or(1, |r| r.len.max(1));
+    let mut d_relative = vec![0.0; dims.batch * dims.kv_heads * dims.group() * dims.q_len * len];
     let (q_slab, k_slab) = (dims.group() * dims.q_len * dims.dim, dims.keys * dims.dim);
-    if q_slab == 0 || k_slab == 0 {
-        return Ok(grads);
-    }
-    let slabs = grads.dq.par_chunks_mut(q_slab).zip(grads.dk.par_chunks_mut(k_slab));
-    let slabs = slabs.zip(grads.dv.par_chunks_mut(k_slab));
-    slabs.enumerate().for_each(|(index, ((dq, dk), dv))| {
-        let kv_head = index % dims.kv_heads;
-        for (group, query_tiles, key_tiles) in plan.iter().filter(|(g, ..)| g.kv_head == kv_head) {
-            let scoring = Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim };
-            let slabs = [
-                slab(inputs.q, index, q_slab),
-                slab(inputs.k, index, k_slab),
-                slab(inputs.v, index, k_slab),
-            ];
-            let base = GroupInputs::gather(group, slabs, dims);
-            let heads = &base.slab_heads;
-            let rows = |buffer, width| {
-                let len = dims.group() * dims.q_len * width;
-                query_lists(group, heads, slab(buffer, index, len), dims.q_len, width)
-            };
-            let group_inputs = Inputs {
-                grads: rows(inputs.d_o, dims.dim),
-                lse: rows(inputs.lse, 1),
-                coefficients: rows(&coefficients, 1),
-                base: &base,
-            };
-            let pass = |tile| Pass { scoring: &scoring, group, inputs: &group_inputs, tile };
-            let dq_rows: Vec<Vec<f32>> = query_tiles
-                .par_iter()
-                .map(|tile| pulp::Arch::new().dispatch(QueryGrads(pass(tile))))
-                .collect();
-            for (tile, rows) in query_tiles.iter().zip(dq_rows) {
-                let queries = &group.queries[tile.own.list].queries[tile.own.range.clone()];
-                scatter(dq, heads, dims.q_len, queries, dims.dim, &rows);
+    let r_slab = dims.group() * dims.q_len * len;
+    let slabs = dq.par_chunks_mut(q_slab.max(1)).zip(dk.par_chunks_mut(k_slab.max(1)));
+    let slabs = slabs.zip(dv.par_chunks_mut(k_slab.max(1)));
+    let slabs = slabs.zip(d_relative.par_chunks_mut(r_slab.max(1)));
+    slabs.enumerate().filter(|_| q_slab > 0 && k_slab > 0).for_each(
+        |(index, (((dq, dk), dv), d_rel))| {
+            let kv_head = index % dims.kv_heads;
+            for (group, query_tiles, key_tiles) in
+                plan.iter().filter(|(g, ..)| g.kv_head == kv_head)
+            {
+                let relative = relative.map(|r| r.slab(index, dims));
+                let scoring =
+                    Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim, relative };
+                let slabs = [
+                    slab(inputs.q, index, q_slab),
+                    slab(inputs.k, index, k_slab),
+                    slab(inputs.v, index, k_slab),
+                ];
+                let base = GroupInputs::gather(group, slabs, dims);
+                let heads = &base.slab_heads;
+                let rows = |buffer, width| {
+                    let len = dims.group() * dims.q_len * width;
+                    query_lists(group, heads, slab(buffer, index, len), dims.q_len, width)
+                };
+                let group_inputs = Inputs {
+                    grads: rows(inputs.d_o, dims.dim),
+                    lse: rows(inputs.lse, 1),
+                    coefficients: rows(&coefficients, 1),
+                    base: &base,
+                };
+                let pass = |tile| Pass { scoring: &scoring, group, inputs: &group_inputs, tile };
+                let dq_rows: Vec<(Vec<f32>, Vec<f32>)> = query_tiles
+                    .par_iter()
+                    .map(|tile| pulp::Arch::new().dispatch(QueryGrads(pass(tile))))
+                    .collect();
+                for (tile, (rows, relative_rows)) in query_tiles.iter().zip(dq_rows) {
+                    let queries = &group.queries[tile.own.list].queries[tile.own.range.clone()];
+                    scatter(dq, heads, dims.q_len, queries, dims.dim, &rows);
+                    if relative.is_some() {
+                        scatter(d_rel, heads, dims.q_len, queries, len, &relative_rows);
+                    }
+                }
+                let dkv_rows: Vec<(Vec<f32>, Vec<f32>)> = key_tiles
+                    .par_iter()
+                    .map(|tile| pulp::Arch::new().dispatch(KeyGrads(pass(tile))))
+                    .collect();
+                for (tile, (dk_rows, dv_rows)) in key_tiles.iter().zip(dkv_rows) {
+                    let keys = &group.keys[tile.own.list][tile.own.range.clone()];
+                    add(dk, keys, dims.dim, &dk_rows);
+                    add(dv, keys, dims.dim, &dv_rows);
+                }
             }
-            let dkv_rows: Vec<(Vec<f32>, Vec<f32>)> = key_tiles
-                .par_iter()
-                .map(|tile| pulp::Arch::new().dispatch(KeyGrads(pass(tile))))
-                .collect();
-            for (tile, (dk_rows, dv_rows)) in key_tiles.iter().zip(dkv_rows) {
-                let keys = &group.keys[tile.own.list][tile.own.range.clone()];
-                add(dk, keys, dims.dim, &dk_rows);
-                add(dv, keys, dims.dim, &dv_rows);
-            }
-        }
-    });
-    Ok(grads)
+        },
+    );
+    Ok(Gradients { dq, dk, dv, d_relative: relative.map(|_| d_relative) })
 }
 
 /// The row coefficient `c_i` of every query row, `[batch, H, N_q]` (see the module docs).
@@ -180,11 +198,23 @@ struct PairGrads {
     scores: Vec<f32>,
 }
 
+/// A tile's relative-score gradient rows, `[rows, G, L]`, which the dQ pass fills.
+struct RelativeRows<'a> {
+    rows: &'a mut [f32],
+    len: usize,
+}
+
 impl Pass<'_> {
     /// The weights and score gradients of the block pairing query run `queries` with key run
-    /// `keys`, recomputed from the inputs, on the rows' live ranges (0 elsewhere).
+    /// `keys`, recomputed from the inputs, on the rows' live ranges (0 elsewhere). With
+    /// `relative`, each visible pair's `∂L/∂s` is added to its row's entry at its distance.
     #[inline(always)]
-    fn pair_grads(&self, queries: &Span, keys: &Span) -> PairGrads {
+    fn pair_grads(
+        &self,
+        queries: &Span,
+        keys: &Span,
+        mut relative: Option<RelativeRows>,
+    ) -> PairGrads {
         let (g, d) = (self.group.heads.len(), self.scoring.dim);
         let block: Block = self.group.block(queries, keys);
         let (m, n) = (block.rows(g), keys.range.len());
@@ -215,13 +245,26 @@ impl Pass<'_> {
                 }
                 ScoreFn::Softmax => w.iter_mut().zip(ds.iter_mut()).for_each(|(w, ds)| {
                     *w = exp(*w - lse);
-                    *ds = *w * (*ds + c) * scale;
+                    *ds = *w * (*ds + c);
                 }),
                 ScoreFn::Sigmoid { beta } => w.iter_mut().zip(ds.iter_mut()).for_each(|(w, ds)| {
                     *w = if *w == f32::NEG_INFINITY { 0.0 } else { sigmoid(*w + beta) };
-                    *ds = *w * (1.0 - *w) * (*ds + c) * scale;
+                    *ds = *w * (1.0 - *w) * (*ds + c);
                 }),
             }
+            // `ds` is `∂L/∂s` here: the relative entry's gradient, before the scale and chain.
+            if let Some(relative) = relative.as_mut() {
+                let p = self.scoring.spec.query_offset() + block.queries[row / g];
+                let entries = &mut relative.rows[row * relative.len..(row + 1) * relative.len];
+                let (start, _) = ranges[row];
+                for (col, &d) in ds.iter().enumerate() {
+                    let j = block.keys[start + col];
+                    if let Some(entry) = p.checked_sub(j).and_then(|at| entries.get_mut(at)) {
+                        *entry += d;
+                    }
+                }
+            }
+            ds.iter_mut().for_each(|ds| *ds *= scale);
             if softcap {
                 let chain = &chain[row * n + ranges[row].0..row * n + ranges[row].1];
                 ds.iter_mut().zip(chain).for_each(|(ds, c)| *ds *= c);
@@ -232,24 +275,28 @@ impl Pass<'_> {
 }
 
 /// A tile of the dQ pass, run under pulp's dispatch so that its loops vectorise: returns its
-/// `dq` rows, `[rows, G, d]`.
+/// `dq` rows, `[rows, G, d]`, and with relative scores their gradient rows, `[rows, G, L]`.
 struct QueryGrads<'a>(Pass<'a>);
 
 impl WithSimd for QueryGrads<'_> {
-    type Output = Vec<f32>;
+    type Output = (Vec<f32>, Vec<f32>);
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) -> Vec<f32> {
+    fn with_simd<S: Simd>(self, _simd: S) -> (Vec<f32>, Vec<f32>) {
         let pass = &self.0;
         let (own, d) = (&pass.tile.own, pass.scoring.dim);
-        let mut dq = vec![0.0f32; own.range.len() * pass.group.heads.len() * d];
+        let rows = own.range.len() * pass.group.heads.len();
+        let mut dq = vec![0.0f32; rows * d];
+        let len = pass.scoring.relative.map_or(0, |r| r.len);
+        let mut d_relative = vec![0.0f32; rows * len];
         for span in chunks(&pass.tile.reads, CHUNK) {
-            let grads = pass.pair_grads(own, &span);
+            let relative = (len > 0).then(|| RelativeRows { rows: &mut d_relative, len });
+            let grads = pass.pair_grads(own, &span, relative);
             let keys = Mat::new(span_rows(&pass.inputs.base.keys, &span, d), span.range.len(), d);
             let scores = Mat::new(&grads.scores, dq.len() / d, span.range.len());
             matmul(&mut dq, scores, keys, 1.0, true);
         }
-        dq
+        (dq, d_relative)
     }
 }
 
@@ -267,7 +314,7 @@ impl WithSimd for KeyGrads<'_> {
         let n = own.range.len();
         let (mut dk, mut dv) = (vec![0.0f32; n * d], vec![0.0f32; n * d]);
         for span in chunks(&pass.tile.reads, (CHUNK / g).max(1)) {
-            let grads = pass.pair_grads(&span, own);
+            let grads = pass.pair_grads(&span, own, None);
             let m = span.range.len() * g;
             let q = span_rows(&pass.inputs.base.queries, &span, g * d);
             let d_o = span_rows(&pass.inputs.grads, &span, g * d);

@@ -1,5 +1,6 @@
 //! One block of scores (docs/semantics.md §1, §4): the same scores as `crate::scores::attend`,
-//! `s = c·tanh(scale·q·k / c) − m_h·(i − j)`, with −∞ where the pair is not visible.
+//! `s = c·tanh(scale·q·k / c) − m_h·(i − j) + T[i, i − j]`, with −∞ where the pair is not
+//! visible.
 //!
 //! A block pairs consecutive rows of one query list, each repeated for every head of the group
 //! (row `r·G + g` is query `r` of the group's head `g`), with consecutive keys of one key list.
@@ -53,6 +54,35 @@ pub(crate) struct Scoring<'a> {
     pub kv_len: usize,
     /// Head dimension.
     pub dim: usize,
+    /// The slab's relative scores, when the call has them.
+    pub relative: Option<RelativeSlab<'a>>,
+}
+
+/// One (batch, kv head) slab of a relative-score table (docs/semantics.md §4): `[G_kv, N_q, len]`
+/// for the query heads that share the kv head.
+#[derive(Clone, Copy)]
+pub(crate) struct RelativeSlab<'a> {
+    /// The slab's rows.
+    pub rows: &'a [f32],
+    /// Distances per row.
+    pub len: usize,
+    /// Query rows per head.
+    pub q_len: usize,
+    /// Query heads per kv head.
+    pub group: usize,
+}
+
+impl RelativeSlab<'_> {
+    /// The position of head `h`'s row for query `query` in the slab, in rows.
+    pub fn row(&self, h: usize, query: usize) -> usize {
+        (h % self.group) * self.q_len + query
+    }
+
+    /// The entries of head `h` and query `query`, one per distance.
+    pub fn entries(&self, h: usize, query: usize) -> &[f32] {
+        let at = self.row(h, query) * self.len;
+        &self.rows[at..at + self.len]
+    }
 }
 
 impl Scoring<'_> {
@@ -107,6 +137,16 @@ impl Scoring<'_> {
                 // Positions below 2²⁴ convert exactly, as the reference's do.
                 for (x, &j) in s.iter_mut().zip(keys) {
                     *x -= slope * (p - j as f32);
+                }
+            }
+            if let Some(relative) = &self.relative {
+                // Keys past the query or the table are never visible (the table covers every
+                // visible distance): their scores are masked, or outside the live range.
+                let entries = relative.entries(h, block.queries[r]);
+                for (x, &j) in s.iter_mut().zip(keys) {
+                    if let Some(&t) = p.checked_sub(j).and_then(|distance| entries.get(distance)) {
+                        *x += t;
+                    }
                 }
             }
             if block.intervals.is_none() {

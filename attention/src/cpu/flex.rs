@@ -18,9 +18,11 @@ use burn::backend::flex::FlexTensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 
-use super::{BackwardInputs, DecodeBuffer, Dims, backward, decode, forward, layout, write_slot};
+use super::{
+    BackwardInputs, DecodeBuffer, Dims, Relative, backward, decode, forward, layout, write_slot,
+};
 use crate::backend::{
-    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend, blocked_forced,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
@@ -35,11 +37,15 @@ impl WindowedKernelBackend for Flex {
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
         let dims = dims_of(&q.shape(), &k.shape());
-        let out = forward(&f32s(&q), &f32s(&k), &f32s(&v), dims, spec, opts).expect(CHECKED);
+        let table = relative.as_ref().map(f32s);
+        let relative = table.as_deref().zip(relative.as_ref()).map(relative_of);
+        let inputs = [&*f32s(&q), &*f32s(&k), &*f32s(&v)];
+        let out = forward(inputs, relative, dims, spec, opts).expect(CHECKED);
         let o = layout::write(out.o, q.shape().dims::<4>(), layout::order_of(&q), q.dtype());
         (o, tensor(out.lse, [dims.batch, dims.heads, dims.q_len], DType::F32))
     }
@@ -48,10 +54,11 @@ impl WindowedKernelBackend for Flex {
         inputs: KernelBackward<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> [FloatTensor<Self>; 3] {
-        let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
+    ) -> KernelGradients<Self> {
+        let KernelBackward { q, k, v, relative, o, lse, d_o, d_lse } = inputs;
         let dims = dims_of(&q.shape(), &k.shape());
         let d_lse = d_lse.as_ref().map(f32s);
+        let table = relative.as_ref().map(f32s);
         let buffers = BackwardInputs {
             q: &f32s(&q),
             k: &f32s(&k),
@@ -60,12 +67,18 @@ impl WindowedKernelBackend for Flex {
             lse: &f32s(&lse),
             d_o: &f32s(&d_o),
             d_lse: d_lse.as_deref(),
+            relative: table.as_deref().zip(relative.as_ref()).map(relative_of),
         };
         let grads = backward(&buffers, dims, spec, opts).expect(CHECKED);
         let like = |values, input: &FlexTensor| {
             layout::write(values, input.shape().dims::<4>(), layout::order_of(input), input.dtype())
         };
-        [like(grads.dq, &q), like(grads.dk, &k), like(grads.dv, &v)]
+        KernelGradients {
+            dq: like(grads.dq, &q),
+            dk: like(grads.dk, &k),
+            dv: like(grads.dv, &v),
+            d_relative: grads.d_relative.zip(relative.as_ref()).map(|(d, t)| like(d, t)),
+        }
     }
 
     /// Every call [`crate::windowed_attention`] accepts, global tokens included, provided `v`'s
@@ -167,6 +180,11 @@ fn decode_step(
         .collect();
     let o = decode(&f32s(&q), &slices, batch, dim, step);
     tensor(o, [batch, heads, 1, dim], q.dtype())
+}
+
+/// The relative scores `values` of `table`, with their length.
+fn relative_of<'a>((values, table): (&'a [f32], &FlexTensor)) -> Relative<'a> {
+    Relative { table: values, len: table.shape().dims::<4>()[3] }
 }
 
 /// The sizes of a call from the shapes of `q` and `k`.

@@ -9,12 +9,12 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::Dims;
 use super::block::{Scoring, live};
 use super::gather::{GroupInputs, scatter, slab, span_rows};
 use super::math::{exp, max, sigmoid, sum};
 use super::matmul::{Mat, matmul};
 use super::schedule::{CHUNK, Group, Tile, chunks, groups};
+use super::{Dims, Relative};
 use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// The forward's outputs.
@@ -27,24 +27,22 @@ pub struct Output {
     pub lse: Vec<f32>,
 }
 
-/// Windowed attention on contiguous f32 buffers laid out as the [module](super) says.
+/// Windowed attention on contiguous f32 buffers laid out as the [module](super) says, with
+/// relative scores when given.
 pub fn forward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    [q, k, v]: [&[f32]; 3],
+    relative: Option<Relative>,
     dims: Dims,
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> Result<Output, AttentionError> {
-    let kv_len = dims.check(
-        spec,
-        opts,
-        &[
-            ("q elements", q, dims.query_elements()),
-            ("k elements", k, dims.key_elements()),
-            ("v elements", v, dims.key_elements()),
-        ],
-    )?;
+    let mut buffers = vec![
+        ("q elements", q, dims.query_elements()),
+        ("k elements", k, dims.key_elements()),
+        ("v elements", v, dims.key_elements()),
+    ];
+    buffers.extend(relative.map(|r| ("relative score elements", r.table, dims.rows() * r.len)));
+    let kv_len = dims.check(spec, opts, &buffers)?;
     let plan: Vec<(Group, Vec<Tile>)> = groups(spec, dims.q_len, kv_len)
         .into_iter()
         .map(|group| {
@@ -62,7 +60,9 @@ pub fn forward(
     slabs.enumerate().for_each(|(index, (o, lse))| {
         let kv_head = index % dims.kv_heads;
         for (group, tiles) in plan.iter().filter(|(group, _)| group.kv_head == kv_head) {
-            let scoring = Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim };
+            let relative = relative.map(|r| r.slab(index, dims));
+            let scoring =
+                Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim, relative };
             let slabs = [slab(q, index, q_slab), slab(k, index, k_slab), slab(v, index, k_slab)];
             let inputs = GroupInputs::gather(group, slabs, dims);
             let outputs: Vec<(Vec<f32>, Vec<f32>)> = tiles

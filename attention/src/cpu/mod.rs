@@ -54,10 +54,30 @@ mod schedule;
 mod tests;
 
 pub use backward::{BackwardInputs, Gradients, backward};
+pub(crate) use block::RelativeSlab;
 pub use decode::{DecodeBuffer, decode, write_slot};
 pub use forward::{Output, forward};
 
 use crate::{AttentionError, ScoreOptions, WindowSpec};
+
+/// A relative-score table (docs/semantics.md §4): `[batch, H, N_q, len]` row-major, entry
+/// `(i, δ)` added to the score of the key at distance `δ` from query `i`.
+#[derive(Clone, Copy, Debug)]
+pub struct Relative<'a> {
+    /// The table's entries.
+    pub table: &'a [f32],
+    /// Distances per query row, `L`.
+    pub len: usize,
+}
+
+impl<'a> Relative<'a> {
+    /// The rows of slab `index` (one batch element and kv head: `[G_kv, N_q, len]`).
+    fn slab(&self, index: usize, dims: Dims) -> RelativeSlab<'a> {
+        let rows = dims.group() * dims.q_len * self.len;
+        let table = &self.table[index * rows..(index + 1) * rows];
+        RelativeSlab { rows: table, len: self.len, q_len: dims.q_len, group: dims.group() }
+    }
+}
 
 /// The sizes of one call: `q: [batch, heads, q_len, dim]`, `k, v: [batch, kv_heads, keys, dim]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

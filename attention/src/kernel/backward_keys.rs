@@ -13,13 +13,13 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::prologue::{load_row, offset, zero_row};
 use super::reach::{nth_tile, query_tiles};
-use super::score::{score, weight};
+use super::score::{relative_score, score, weight};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]`,
-/// `terms: [batch, H, N_q, 2]` → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks, H_kv,
-/// batch).
+/// `terms: [batch, H, N_q, 2]` and, when the variant has them, the relative scores
+/// `[batch, H, N_q, L]` → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks, H_kv, batch).
 #[cube(launch)]
 pub(crate) fn key_grads_kernel<F: Float>(
     q: &Tensor<F>,
@@ -27,6 +27,7 @@ pub(crate) fn key_grads_kernel<F: Float>(
     v: &Tensor<F>,
     d_o: &Tensor<F>,
     terms: &Tensor<f32>,
+    relative: &Tensor<F>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     windows: &Array<u32>,
@@ -101,7 +102,10 @@ pub(crate) fn key_grads_kernel<F: Float>(
                                 d_p += g_tile[r * dim + c] * v_row[c];
                             }
                             let s = score(dot, position, key as u32, slope, &call, variant);
-                            let w = weight(s.value, lse_tile[r], &call, variant);
+                            let r_base = offset(relative, batch, head, i);
+                            let value = s.value
+                                + relative_score(relative, r_base, position, key as u32, variant);
+                            let w = weight(value, lse_tile[r], &call, variant);
                             let d_raw = w.gate * (d_p + coefficient_tile[r]) * s.chain * call.scale;
                             for c in 0..dim {
                                 dv_acc[c] += w.value * g_tile[r * dim + c];

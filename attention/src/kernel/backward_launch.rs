@@ -14,33 +14,36 @@ use super::backward_keys_cmma::key_grads_cmma_kernel;
 use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_rows::row_terms_kernel;
-use super::config::{Layout, ROWS};
+use super::config::{Layout, ROWS, placeholder};
 use super::forward_launch::grid;
 use super::mma::{Mma, tensor_core_tile};
-use crate::backend::KernelBackward;
+use crate::backend::{KernelBackward, KernelGradients};
 use crate::{ScoreOptions, WindowSpec};
 
-/// Runs the backward kernels and returns `[dq, dk, dv]`, shaped as `q, k, v`. A missing
-/// `∂L/∂lse` is zeros (one f32 per query row).
+/// Runs the backward kernels and returns the gradients of `q, k, v` (and of the relative scores
+/// when the call has them), shaped as them. A missing `∂L/∂lse` is zeros (one f32 per query
+/// row).
 pub(crate) fn backward<R, B>(
     inputs: KernelBackward<B>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> [CubeTensor<R>; 3]
+) -> KernelGradients<B>
 where
     R: CubeRuntime,
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
-    let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
+    let KernelBackward { q, k, v, relative, o, lse, d_o, d_lse } = inputs;
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let keys = k.meta.shape().dims::<4>()[2];
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
-    let layout = Layout::new(&client, &device, spec, opts, dim, keys);
+    let mut layout = Layout::new(&client, &device, spec, opts, dim, keys);
+    layout.variant.relative = relative.is_some();
+    let zeros = |shape, dtype| zeros_client(client.clone(), device.clone(), shape, dtype);
+    let d_relative = relative.as_ref().map(|t| zeros(t.shape(), t.dtype));
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
     let terms = empty(Shape::new([batch, heads, q_len, 2]), DType::F32);
-    let d_lse = d_lse
-        .unwrap_or_else(|| zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32));
+    let d_lse = d_lse.unwrap_or_else(|| zeros(lse.shape(), DType::F32));
     let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
     row_terms_kernel::launch::<R>(
         &client,
@@ -54,12 +57,25 @@ where
         layout.variant,
         dtype.into(),
     );
-    let grads = Grads { q, k, v, d_o, terms, dq: dq.clone(), dk: dk.clone(), dv: dv.clone() };
-    match tensor_core_tile(&client, dtype, dim) {
+    let placeholder = || placeholder(&client, &device, dtype);
+    let grads = Grads {
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dq: dq.clone(),
+        dk: dk.clone(),
+        dv: dv.clone(),
+        relative: relative.unwrap_or_else(placeholder),
+        d_relative: d_relative.clone().unwrap_or_else(placeholder),
+    };
+    // The tensor-core kernels read no relative scores: such calls run the portable kernels.
+    match tensor_core_tile(&client, dtype, dim).filter(|_| !layout.variant.relative) {
         Some(mma) => launch_cmma(&client, grads, &layout, mma),
         None => launch_portable(&client, grads, &layout),
     }
-    [dq, dk, dv]
+    KernelGradients { dq, dk, dv, d_relative }
 }
 
 /// The tensors of the dQ and dK/dV kernels: inputs, `dO`, the row terms and the outputs.
@@ -72,6 +88,9 @@ struct Grads<R: CubeRuntime> {
     dq: CubeTensor<R>,
     dk: CubeTensor<R>,
     dv: CubeTensor<R>,
+    /// The relative scores and their gradient, or placeholders when the call has none.
+    relative: CubeTensor<R>,
+    d_relative: CubeTensor<R>,
 }
 
 /// dQ and dK/dV on the portable kernels: a cube of [`ROWS`] threads, one row each.
@@ -89,7 +108,9 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
         g.v.clone().into_tensor_arg(),
         g.d_o.clone().into_tensor_arg(),
         g.terms.clone().into_tensor_arg(),
+        g.relative.clone().into_tensor_arg(),
         g.dq.into_tensor_arg(),
+        g.d_relative.into_tensor_arg(),
         layout.windows.clone().into_array_arg(),
         layout.slopes.clone().into_array_arg(),
         layout.call(),
@@ -105,6 +126,7 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
         g.v.into_tensor_arg(),
         g.d_o.into_tensor_arg(),
         g.terms.into_tensor_arg(),
+        g.relative.into_tensor_arg(),
         g.dk.into_tensor_arg(),
         g.dv.into_tensor_arg(),
         layout.windows.clone().into_array_arg(),

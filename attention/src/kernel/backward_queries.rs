@@ -10,12 +10,15 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::prologue::{block_key_tiles, load_row, offset, query_block, zero_row};
 use super::reach::nth_tile;
-use super::score::{score, weight};
+use super::score::{relative_score, score, weight};
 use super::tile::load_tiles;
 use super::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]`,
-/// `terms: [batch, H, N_q, 2]` → `dq: [batch, H, N_q, d]`. Grid: (query blocks, H, batch).
+/// `terms: [batch, H, N_q, 2]` and, when the variant has them, the relative scores
+/// `[batch, H, N_q, L]` → `dq: [batch, H, N_q, d]` and the relative scores' gradient (each
+/// visible pair's `∂L/∂s` at its distance; the caller zeroes it first). Grid: (query blocks, H,
+/// batch).
 #[cube(launch)]
 pub(crate) fn query_grads_kernel<F: Float>(
     q: &Tensor<F>,
@@ -23,7 +26,9 @@ pub(crate) fn query_grads_kernel<F: Float>(
     v: &Tensor<F>,
     d_o: &Tensor<F>,
     terms: &Tensor<f32>,
+    relative: &Tensor<F>,
     dq: &mut Tensor<F>,
+    d_relative: &mut Tensor<F>,
     windows: &Array<u32>,
     slopes: &Array<f32>,
     call: Call,
@@ -52,6 +57,8 @@ pub(crate) fn query_grads_kernel<F: Float>(
         coefficient = terms[t_base + terms.stride(3)];
     }
 
+    let r_base = offset(relative, batch, head, row);
+    let d_base = offset(d_relative, batch, head, row);
     let tiles = block_key_tiles(&at, &call, ROWS, tile, variant.causal);
     let k_base = offset(k, batch, at.kv_head, 0);
     let v_base = offset(v, batch, at.kv_head, 0);
@@ -75,8 +82,15 @@ pub(crate) fn query_grads_kernel<F: Float>(
                         d_p += d_out[c] * v_tile[r * dim + c];
                     }
                     let s = score(dot, at.position, j, at.slope, &call, variant);
-                    let w = weight(s.value, lse, &call, variant);
-                    let d_raw = w.gate * (d_p + coefficient) * s.chain * call.scale;
+                    let value = s.value + relative_score(relative, r_base, at.position, j, variant);
+                    let w = weight(value, lse, &call, variant);
+                    let d_score = w.gate * (d_p + coefficient);
+                    if comptime![variant.relative] {
+                        // One thread owns the row: each of its distances is written once.
+                        let distance = (at.position - j) as usize * d_relative.stride(3);
+                        d_relative[d_base + distance] = F::cast_from(d_score);
+                    }
+                    let d_raw = d_score * s.chain * call.scale;
                     for c in 0..dim {
                         acc[c] += d_raw * k_tile[r * dim + c];
                     }

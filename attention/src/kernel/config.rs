@@ -4,6 +4,7 @@
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;
+use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
@@ -36,6 +37,9 @@ pub(crate) struct Variant {
     pub softcap: bool,
     /// ALiBi bias `−m_h·(i − j)` (docs/semantics.md §4).
     pub alibi: bool,
+    /// Relative scores `T[i, i − j]` from a table (docs/semantics.md §4). The tensor-core
+    /// kernels do not read them: their launches run the portable kernels for such calls.
+    pub relative: bool,
 }
 
 /// The runtime scalars of a call.
@@ -127,6 +131,7 @@ impl Variant {
             sigmoid: matches!(opts.score_fn, ScoreFn::Sigmoid { .. }),
             softcap: opts.softcap.is_some(),
             alibi: opts.alibi.is_some(),
+            relative: false,
         }
     }
 }
@@ -151,6 +156,16 @@ fn beta(opts: &ScoreOptions) -> f32 {
         ScoreFn::Softmax => 0.0,
         ScoreFn::Sigmoid { beta } => beta,
     }
+}
+
+/// A one-element `[1, 1, 1, 1]` tensor of `dtype`, passed where a kernel's variant reads no
+/// tensor of that argument (relative scores, when the call has none).
+pub(crate) fn placeholder<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    device: &R::Device,
+    dtype: DType,
+) -> CubeTensor<R> {
+    empty_device_dtype(client.clone(), device.clone(), Shape::new([1, 1, 1, 1]), dtype)
 }
 
 /// A 1-D tensor of `dtype` on `device` holding `bytes` (the kernels read it as an array).

@@ -11,7 +11,7 @@ use super::cache_write_launch::cache_write;
 use super::decode_launch::decode;
 use super::forward_launch::forward;
 use crate::backend::{
-    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, DecodeKernel};
@@ -35,17 +35,18 @@ where
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
-        forward(q, k, v, spec, opts)
+        forward(q, k, v, relative, spec, opts)
     }
 
     fn windowed_backward(
         inputs: KernelBackward<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> [FloatTensor<Self>; 3] {
+    ) -> KernelGradients<Self> {
         backward(inputs, spec, opts)
     }
 

@@ -12,18 +12,19 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::prologue::{block_key_tiles, load_row, offset, query_block, zero_row};
 use super::reach::nth_tile;
-use super::score::{row_end, score, sigmoid};
+use super::score::{relative_score, row_end, score, sigmoid};
 use super::tile::load_tiles;
 use super::visibility::visible;
 
-/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` → `o: [batch, H, N_q, d]`,
-/// `lse: [batch, H, N_q]` (f32 whatever `F` is). Grid: (query blocks, H, batch); [`ROWS`]
-/// threads per cube.
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and, when the variant has them, the
+/// relative scores `[batch, H, N_q, L]` → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32
+/// whatever `F` is). Grid: (query blocks, H, batch); [`ROWS`] threads per cube.
 #[cube(launch)]
 pub(crate) fn forward_kernel<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
+    relative: &Tensor<F>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     windows: &Array<u32>,
@@ -45,6 +46,7 @@ pub(crate) fn forward_kernel<F: Float>(
     load_row(q, offset(q, batch, head, row), live, &mut q_row, dim);
     zero_row(&mut acc, dim);
 
+    let r_base = offset(relative, batch, head, row);
     let tiles = block_key_tiles(&at, &call, ROWS, tile, variant.causal);
     let k_base = offset(k, batch, at.kv_head, 0);
     let v_base = offset(v, batch, at.kv_head, 0);
@@ -70,7 +72,8 @@ pub(crate) fn forward_kernel<F: Float>(
                     for c in 0..dim {
                         dot += q_row[c] * k_tile[r * dim + c];
                     }
-                    let s = score(dot, at.position, j, at.slope, &call, variant).value;
+                    let s = score(dot, at.position, j, at.slope, &call, variant).value
+                        + relative_score(relative, r_base, at.position, j, variant);
                     scores[r] = s;
                     tile_max = max(tile_max, s);
                     seen |= 1u32 << r as u32;

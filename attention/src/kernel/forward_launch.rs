@@ -8,32 +8,35 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::config::{Layout, ROWS};
+use super::config::{Layout, ROWS, placeholder};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
 use super::mma::tensor_core_tile;
 use crate::{ScoreOptions, WindowSpec};
 
-/// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` →
-/// (`o: [batch, H, N_q, d]` in the inputs' dtype, `lse: [batch, H, N_q]` f32). Inputs may have
-/// any strides.
+/// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and the
+/// relative scores `[batch, H, N_q, L]` when given → (`o: [batch, H, N_q, d]` in the inputs'
+/// dtype, `lse: [batch, H, N_q]` f32). Inputs may have any strides. The tensor-core kernel
+/// reads no relative scores: calls with them run the portable kernel.
 pub(crate) fn forward<R: CubeRuntime>(
     q: CubeTensor<R>,
     k: CubeTensor<R>,
     v: CubeTensor<R>,
+    relative: Option<CubeTensor<R>>,
     spec: &WindowSpec,
     opts: &ScoreOptions,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let keys = k.meta.shape().dims::<4>()[2];
     let client = q.client.clone();
-    let layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
+    let mut layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
+    layout.variant.relative = relative.is_some();
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
     let o = empty(q.meta.shape().clone(), q.dtype);
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
-    if let Some(mma) = tensor_core_tile(&client, dtype, dim) {
+    if let Some(mma) = tensor_core_tile(&client, dtype, dim).filter(|_| relative.is_none()) {
         forward_cmma_kernel::launch::<R>(
             &client,
             CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32),
@@ -52,6 +55,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         );
         return (o, lse);
     }
+    let relative = relative.unwrap_or_else(|| placeholder(&client, &q.device, dtype));
     forward_kernel::launch::<R>(
         &client,
         grid(q_len, heads, batch),
@@ -59,6 +63,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         q.into_tensor_arg(),
         k.into_tensor_arg(),
         v.into_tensor_arg(),
+        relative.into_tensor_arg(),
         o.clone().into_tensor_arg(),
         lse.clone().into_tensor_arg(),
         layout.windows.clone().into_array_arg(),

@@ -12,7 +12,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use crate::backend::{
-    KernelBackward, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
+    KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
@@ -23,6 +23,7 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        relative: Option<FloatTensor<Self>>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
@@ -31,13 +32,16 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         let o = TensorIr::uninit(client.create_empty_handle(), q.shape.clone(), q.dtype);
         let lse_shape = Shape::new([batch, heads, q_len]);
         let lse = TensorIr::uninit(client.create_empty_handle(), lse_shape, DType::F32);
-        let streams = OperationStreams::with_inputs([&q, &k, &v]);
-        let inputs = [q.into_ir(), k.into_ir(), v.into_ir()];
+        let has_relative = relative.is_some();
+        let given: Vec<_> = [q, k, v].into_iter().chain(relative).collect();
+        let streams = OperationStreams::with_inputs(&given);
+        let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
         let desc = CustomOpIr::new("swa_windowed_forward", &inputs, &[o, lse]);
         let op = KernelOp::<B> {
             desc: desc.clone(),
             spec: spec.clone(),
             opts: opts.clone(),
+            given: Given { d_lse: false, relative: has_relative },
             backend: PhantomData,
         };
         let [o, lse] = client.register(streams, OperationIr::Custom(desc), ForwardOp(op)).outputs();
@@ -48,22 +52,32 @@ impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<
         inputs: KernelBackward<Self>,
         spec: &WindowSpec,
         opts: &ScoreOptions,
-    ) -> [FloatTensor<Self>; 3] {
-        let KernelBackward { q, k, v, o, lse, d_o, d_lse } = inputs;
+    ) -> KernelGradients<Self> {
+        let KernelBackward { q, k, v, relative, o, lse, d_o, d_lse } = inputs;
         let client = q.client.clone();
-        let outputs = [&q, &k, &v]
-            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype));
-        let given: Vec<_> = [q, k, v, o, lse, d_o].into_iter().chain(d_lse).collect();
-        let streams = OperationStreams::with_inputs(&given);
-        let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
+        let outputs: Vec<_> = [&q, &k, &v]
+            .into_iter()
+            .chain(relative.as_ref())
+            .map(|t| TensorIr::uninit(client.create_empty_handle(), t.shape.clone(), t.dtype))
+            .collect();
+        let given = Given { d_lse: d_lse.is_some(), relative: relative.is_some() };
+        let given_tensors: Vec<_> =
+            [q, k, v, o, lse, d_o].into_iter().chain(d_lse).chain(relative).collect();
+        let streams = OperationStreams::with_inputs(&given_tensors);
+        let inputs: Vec<_> = given_tensors.into_iter().map(|t| t.into_ir()).collect();
         let desc = CustomOpIr::new("swa_windowed_backward", &inputs, &outputs);
         let op = KernelOp::<B> {
             desc: desc.clone(),
             spec: spec.clone(),
             opts: opts.clone(),
+            given,
             backend: PhantomData,
         };
-        client.register(streams, OperationIr::Custom(desc), BackwardOp(op)).outputs()
+        let mut gradients =
+            client.register(streams, OperationIr::Custom(desc), BackwardOp(op)).into_iter();
+        let mut next = || gradients.next().expect("registered with dq, dk and dv");
+        let (dq, dk, dv) = (next(), next(), next());
+        KernelGradients { dq, dk, dv, d_relative: gradients.next() }
     }
 
     /// The inner backend's choice: the same kernels run inside the stream.
@@ -215,21 +229,34 @@ where
     }
 }
 
-/// A registered kernel call: its tensors and its spec and options.
+/// A registered kernel call: its tensors, its spec and options, and which optional tensors it
+/// was given.
 #[derive(Clone, Debug)]
 struct KernelOp<B> {
     desc: CustomOpIr,
     spec: WindowSpec,
     opts: ScoreOptions,
+    given: Given,
     backend: PhantomData<B>,
 }
 
-/// The forward kernel as a fusion operation: `[q, k, v]` → `[o, lse]`.
+/// The optional inputs of a registered call, which follow the others in this order.
+#[derive(Clone, Copy, Debug)]
+struct Given {
+    /// `∂L/∂lse` (backward only).
+    d_lse: bool,
+    /// The relative scores.
+    relative: bool,
+}
+
+/// The forward kernel as a fusion operation: `[q, k, v]` and the relative scores when given →
+/// `[o, lse]`.
 #[derive(Clone, Debug)]
 struct ForwardOp<B>(KernelOp<B>);
 
-/// The backward kernels as a fusion operation: `[q, k, v, o, lse, ∂o]` and `∂lse` when the loss
-/// reaches `lse` → `[dq, dk, dv]`.
+/// The backward kernels as a fusion operation: `[q, k, v, o, lse, ∂o]`, then `∂lse` when the
+/// loss reaches `lse` and the relative scores when given → `[dq, dk, dv]` and the relative
+/// scores' gradient.
 #[derive(Clone, Debug)]
 struct BackwardOp<B>(KernelOp<B>);
 
@@ -239,29 +266,26 @@ type Handles<B> =
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for ForwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
         let KernelOp { desc, spec, opts, .. } = &self.0;
-        let ([q, k, v], [o, lse]) = desc.as_fixed();
-        let [q, k, v] = [q, k, v].map(|t| handles.get_float_tensor::<B>(t));
-        let (o_value, lse_value) = B::windowed_forward(q, k, v, spec, opts);
-        handles.register_float_tensor::<B>(&o.id, o_value);
-        handles.register_float_tensor::<B>(&lse.id, lse_value);
+        let mut given = desc.inputs.iter().map(|t| handles.get_float_tensor::<B>(t));
+        let mut next = || given.next().expect("registered with q, k and v");
+        let (q, k, v) = (next(), next(), next());
+        let (o_value, lse_value) = B::windowed_forward(q, k, v, given.next(), spec, opts);
+        handles.register_float_tensor::<B>(&desc.outputs[0].id, o_value);
+        handles.register_float_tensor::<B>(&desc.outputs[1].id, lse_value);
     }
 }
 
 impl<B: FusionBackend + WindowedKernelBackend> Operation<B::FusionRuntime> for BackwardOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let KernelOp { desc, spec, opts, .. } = &self.0;
+        let KernelOp { desc, spec, opts, given: flags, .. } = &self.0;
         let mut given = desc.inputs.iter().map(|t| handles.get_float_tensor::<B>(t));
-        let mut next = || given.next().expect("registered with q, k, v, o, lse and ∂o");
-        let inputs = KernelBackward {
-            q: next(),
-            k: next(),
-            v: next(),
-            o: next(),
-            lse: next(),
-            d_o: next(),
-            d_lse: given.next(),
-        };
-        let gradients = B::windowed_backward(inputs, spec, opts);
+        let mut next = || given.next().expect("registered with every input it says");
+        let (q, k, v, o, lse, d_o) = (next(), next(), next(), next(), next(), next());
+        let d_lse = flags.d_lse.then(&mut next);
+        let relative = flags.relative.then(&mut next);
+        let inputs = KernelBackward { q, k, v, relative, o, lse, d_o, d_lse };
+        let KernelGradients { dq, dk, dv, d_relative } = B::windowed_backward(inputs, spec, opts);
+        let gradients = [dq, dk, dv].into_iter().chain(d_relative);
         for (output, gradient) in desc.outputs.iter().zip(gradients) {
             handles.register_float_tensor::<B>(&output.id, gradient);
         }

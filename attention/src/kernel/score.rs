@@ -37,6 +37,25 @@ pub(crate) fn score(
     score
 }
 
+/// The relative score (docs/semantics.md §4) of the query row whose table row starts at `base`
+/// (`offset(relative, batch, head, row)`), at position `i`, and a visible key at `j ≤ i`: the
+/// entry at distance `i − j`, in f32; 0 when the variant has no relative scores (the table is
+/// then a placeholder, never read).
+#[cube]
+pub(crate) fn relative_score<F: Float>(
+    relative: &Tensor<F>,
+    base: usize,
+    i: u32,
+    j: u32,
+    #[comptime] variant: Variant,
+) -> f32 {
+    let mut value = 0.0f32;
+    if comptime![variant.relative] {
+        value = f32::cast_from(relative[base + (i - j) as usize * relative.stride(3)]);
+    }
+    value
+}
+
 /// `σ(x) = 1 / (1 + e^−x)`.
 #[cube]
 pub(crate) fn sigmoid(x: f32) -> f32 {
