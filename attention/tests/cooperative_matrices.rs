@@ -23,7 +23,7 @@ use cubecl::prelude::*;
 use swa_attention::kernel::tensor_core_tile_of;
 use swa_attention::{
     HeadWindow, ScoreOptions, WindowSpec, WindowedAttentionBackend, dense_attention,
-    windowed_attention,
+    dense_attention_relative, windowed_attention, windowed_attention_relative,
 };
 
 /// The input types the tests cover, with their tolerances. `lse` is f32 whatever the inputs'
@@ -411,6 +411,59 @@ where
     });
 }
 
+/// Relative scores (docs/semantics.md §4) on a device with tensor-core tiles: the tensor-core
+/// kernels do not read them, so the launches run the portable kernels; outputs and the gradients
+/// of q, k, v and the table on `half` inputs against the dense reference in f32.
+fn relative_suite<R, B>(name: &str, device: &R::Device)
+where
+    R: burn_cubecl::CubeRuntime,
+    B: WindowedAttentionBackend<Device = R::Device>,
+{
+    type A<B> = Autodiff<B>;
+    let Some(client) = client_of::<R>(name, device) else {
+        return;
+    };
+    let spec = WindowSpec::per_head(&[3, 9], 2).unwrap().with_query_offset(6);
+    let opts = ScoreOptions::softmax();
+    let ([batch, heads, q_len, keys, dim], len) = ([2, 2, 19, 25, 16], 9);
+    for half in halves(&client) {
+        let data = |seed: u64, dims: [usize; 4]| {
+            TensorData::new(values(seed, dims.iter().product(), half), dims)
+        };
+        let inputs = [
+            data(21, [batch, heads, q_len, dim]),
+            data(22, [batch, heads, keys, dim]),
+            data(23, [batch, heads, keys, dim]),
+            data(24, [batch, heads, q_len, len]),
+        ];
+        let g = data(25, [batch, heads, q_len, dim]);
+        let run = |kernel: bool| {
+            let dtype = if kernel { half.dtype } else { DType::F32 };
+            let [q, k, v, table] = inputs
+                .clone()
+                .map(|d| Tensor::<A<B>, 4>::from_data(d, device).cast(dtype).require_grad());
+            let (q_, k_, v_, t_) = (q.clone(), k.clone(), v.clone(), Some(table.clone()));
+            let (o, _) = match kernel {
+                true => windowed_attention_relative(q_, k_, v_, t_, &spec, &opts).unwrap(),
+                false => dense_attention_relative(q_, k_, v_, t_, &spec, &opts).unwrap(),
+            };
+            let weights = Tensor::<A<B>, 4>::from_data(g.clone(), device);
+            let grads = (o.clone().cast(DType::F32) * weights).sum().backward();
+            let grad =
+                |t: Tensor<A<B>, 4>| read(t.grad(&grads).unwrap().cast(DType::F32).into_data());
+            [read(o.cast(DType::F32).into_data()), grad(q), grad(k), grad(v), grad(table)]
+        };
+        let (got, want) = (run(true), run(false));
+        let names = ["o", "∂q", "∂k", "∂v", "∂table"];
+        for (name, (got, want)) in names.iter().zip(got.into_iter().zip(want)) {
+            let error = max_error(got, want);
+            let tolerance = if *name == "o" { half.out } else { half.grad };
+            eprintln!("{:?} relative scores: {name} {error:.1e}", half.dtype);
+            assert!(error <= tolerance, "relative scores: {name} max error {error} > {tolerance}");
+        }
+    }
+}
+
 /// On Vulkan, through Burn's SPIR-V compiler (lavapipe 26 in CI).
 #[cfg(feature = "vulkan")]
 mod vulkan {
@@ -430,6 +483,11 @@ mod vulkan {
     #[test]
     fn the_tensor_core_backward_matches_the_dense_reference() {
         super::backward_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
+    }
+
+    #[test]
+    fn relative_scores_run_on_the_portable_kernels() {
+        super::relative_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
     }
 }
 
@@ -453,5 +511,10 @@ mod cuda {
     #[test]
     fn the_tensor_core_backward_matches_the_dense_reference() {
         super::backward_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
+    }
+
+    #[test]
+    fn relative_scores_run_on_the_portable_kernels() {
+        super::relative_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
     }
 }

@@ -193,7 +193,7 @@ impl<B: Backend> SelfAttention<B> {
     pub fn check_stream(&self, segment: usize) -> Result<(), AttentionError> {
         self.keep(0)?;
         if let AttentionKind::LongNet { segments, .. } = &self.kind
-            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || segment % s != 0)
+            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s))
         {
             return Err(AttentionError::LongNetSegmentsInStream { segment, branch });
         }

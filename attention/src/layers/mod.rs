@@ -7,6 +7,9 @@
 //! - [`longnet`]: LongNet's branches and their mixture;
 //! - [`longformer`]: Longformer's global rows;
 //! - [`linear`]: Taylor linear attention;
+//! - [`memory`]: segment memory, what a layer keeps of a stream read segment by segment
+//!   (Transformer-XL; docs/semantics.md §10);
+//! - [`transformer_xl`]: Transformer-XL's relative positions, over the core's relative scores;
 //! - [`cache`]: the bounded KV cache for decoding, one ring buffer (`ring`) per group of kv heads
 //!   that share a reach;
 //! - [`norm`]: RMSNorm, of the decoder's blocks and of q and k per head;
