@@ -6,12 +6,11 @@ use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use serde::{Deserialize, Serialize};
 use swa_attention::WindowedAttentionBackend;
 use swa_attention::layer_ops::{linear, product};
 use swa_attention::layers::{
-    AttentionKind, CachePositions, LayerCache, LayerMemory, LayerMemoryData, LayerOptions, RmsNorm,
-    RmsNormConfig, SelfAttentionConfig,
+    AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
+    SelfAttentionConfig,
 };
 
 use crate::architecture::Architecture;
@@ -245,88 +244,7 @@ impl<B: Backend> DecoderCache<B> {
     }
 }
 
-/// What every layer keeps of a stream read segment by segment (Transformer-XL's memory,
-/// docs/semantics.md §10), made by [`Decoder::memory`]. A clone is an independent copy.
-#[derive(Clone, Debug)]
-pub struct DecoderMemory<B: Backend> {
-    layers: Vec<LayerMemory<B>>,
-    /// Streams read side by side (batch rows).
-    rows: usize,
-}
-
-/// A [`DecoderMemory`] on the host, as a checkpoint saves it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DecoderMemoryData {
-    /// Streams read side by side (batch rows).
-    pub rows: usize,
-    /// Each layer's memory.
-    pub layers: Vec<LayerMemoryData>,
-}
-
-impl<B: Backend> DecoderMemory<B> {
-    /// The memory of each layer, in order.
-    pub fn layers(&self) -> &[LayerMemory<B>] {
-        &self.layers
-    }
-
-    /// Every layer's memory on the host, as a checkpoint saves it.
-    pub fn to_data(&self) -> DecoderMemoryData {
-        let layers = self.layers.iter().map(LayerMemory::to_data).collect();
-        DecoderMemoryData { rows: self.rows, layers }
-    }
-
-    /// The memory saved by [`DecoderMemory::to_data`], on `device`.
-    pub fn from_data(data: DecoderMemoryData, device: &B::Device) -> Self {
-        let layers = data.layers.into_iter().map(|l| LayerMemory::from_data(l, device)).collect();
-        Self { layers, rows: data.rows }
-    }
-
-    /// Streams read side by side (batch rows).
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// The stream position of the next segment's first token.
-    pub fn start(&self) -> usize {
-        self.layers.first().map_or(0, LayerMemory::start)
-    }
-
-    /// Bytes held by every layer's memory, layer by layer: what the memory costs.
-    pub fn layer_bytes(&self) -> Vec<usize> {
-        self.layers.iter().map(LayerMemory::bytes).collect()
-    }
-}
-
 impl<B: Backend> Decoder<B> {
-    /// An empty memory for `batch` streams read segment by segment (docs/semantics.md §10):
-    /// windowed layers keep their widest window's reach, full layers `full_memory` positions
-    /// (Transformer-XL's memory length). Fails, naming the layer, for a kind that cannot keep a
-    /// bounded memory (Longformer's global tokens, an encoder).
-    pub fn memory(
-        &self,
-        batch: usize,
-        full_memory: usize,
-        device: &B::Device,
-    ) -> Result<DecoderMemory<B>, ModelError> {
-        let layers = self
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(l, b)| b.attention().memory(batch, full_memory, device).map_err(in_layer(l)))
-            .collect::<Result<_, _>>()?;
-        Ok(DecoderMemory { layers, rows: batch })
-    }
-
-    /// Whether every layer can read a stream in segments of `segment` tokens with memory
-    /// (docs/semantics.md §10): fails, naming the layer, where [`Decoder::memory`] or
-    /// [`Decoder::forward_in_stream`] would.
-    pub fn check_stream(&self, segment: usize) -> Result<(), ModelError> {
-        for (l, block) in self.blocks.iter().enumerate() {
-            block.attention().check_stream(segment).map_err(in_layer(l))?;
-        }
-        Ok(())
-    }
-
     /// The blocks, in order.
     pub fn blocks(&self) -> &[Block<B>] {
         &self.blocks
@@ -371,7 +289,7 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]`, scaled if the model says so.
-    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    pub(crate) fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let x = self.embedding.forward(tokens);
         match self.embedding_scale {
             Some(scale) => x.mul_scalar(scale),
@@ -381,7 +299,7 @@ impl<B: Backend> Decoder<B> {
 
     /// The final norm and LM head: `x: [batch, N, d]` → `[batch, N, vocab]`, softcapped if the
     /// model says so.
-    fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3>
+    pub(crate) fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3>
     where
         B: WindowedAttentionBackend,
     {
@@ -404,25 +322,6 @@ impl<B: WindowedAttentionBackend> Decoder<B> {
         for (l, block) in self.blocks.iter().enumerate() {
             x = block.forward(x).map_err(in_layer(l))?;
         }
-        Ok(self.logits(x))
-    }
-
-    /// The next segment of `batch` streams, `tokens: [batch, N]` at stream positions
-    /// `memory.start() …` → logits `[batch, N, vocab]`, every layer seeing what `memory` kept
-    /// of the earlier segments (docs/semantics.md §10); then `memory` keeps this segment's
-    /// part. With memories that hold every window's reach, the logits are those of one
-    /// [`Decoder::forward`] over the whole stream. On an error `memory` is left as it was.
-    pub fn forward_in_stream(
-        &self,
-        tokens: Tensor<B, 2, Int>,
-        memory: &mut DecoderMemory<B>,
-    ) -> Result<Tensor<B, 3>, ModelError> {
-        let mut next = memory.clone();
-        let mut x = self.embed(tokens);
-        for (l, (block, layer)) in self.blocks.iter().zip(&mut next.layers).enumerate() {
-            x = block.forward_in_stream(x, layer).map_err(in_layer(l))?;
-        }
-        *memory = next;
         Ok(self.logits(x))
     }
 

@@ -10,7 +10,7 @@ use swa_attention::WindowedAttentionBackend;
 use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
-use swa_training::eval::{mean_loss, rebuild, with_eval_window};
+use swa_training::eval::{mean_loss, rebuild, stream_loss, with_eval_window};
 
 use super::DeviceArgs;
 use crate::error::AppError;
@@ -48,7 +48,8 @@ pub struct EvalArgs {
     /// Attention sinks kept with each evaluation window (StreamingLLM).
     #[arg(long, default_value_t = 0)]
     sinks: usize,
-    /// Sequences per length.
+    /// Sequences per length; for a run trained with segment memory, also the segments of the
+    /// one stream it is scored on with its memory.
     #[arg(long, default_value_t = 4)]
     sequences: usize,
     /// Runs trained on passkey retrieval: the distances to test. Default: W/2, W, 2W and the
@@ -92,7 +93,20 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 false => args.lengths.clone(),
             };
             let grid = Grid { args: &args, lengths, unit: corpus.unit_name(), to: out.clone() };
-            grid.run(&config.model, &model, corpus.test(), &device)
+            grid.run(&config.model, &model, corpus.test(), &device)?;
+            if config.segment_memory {
+                // A run trained with segment memory is also scored as it validated: one stream
+                // of --sequences segments, every layer keeping what its windows reach.
+                let (len, full) = (config.seq_len, config.full_memory());
+                let segments = (len, 1, args.sequences);
+                let loss = stream_loss(&model, corpus.test(), segments, full, &device)?;
+                println!(
+                    "segment memory: {} segments of {len} in one stream: loss {loss:.4}  bits {:.4}",
+                    args.sequences,
+                    bits_per_unit(loss)
+                );
+            }
+            Ok(())
         }
     }
     run_on(&args.device.placement(), Run(args))

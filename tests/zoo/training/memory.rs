@@ -16,7 +16,7 @@ use swa_zoo::training::language_model::LanguageModelRecord;
 use swa_zoo::training::loader::{LoaderConfig, Sampling};
 use swa_zoo::training::train::{TrainConfig, train};
 
-use super::{logits, run_dir, tiny};
+use super::{killed_after, logits, run_dir, tiny};
 use crate::{max_abs, to_vec};
 
 type B = Autodiff<NdArray>;
@@ -102,15 +102,7 @@ fn a_run_resumed_mid_stream_ends_where_the_straight_run_ends() {
         assert_eq!((*start, *shape), (64, [2, 11, 16]));
     }
 
-    let interrupted = run_dir("memory-interrupted");
-    std::fs::create_dir_all(interrupted.join("checkpoint")).unwrap();
-    std::fs::copy(straight.join("train.json"), interrupted.join("train.json")).unwrap();
-    for part in ["model", "optim", "scheduler"] {
-        for file in [format!("{part}-2.mpk"), format!("{part}-2.mpk.check")] {
-            let from = straight.join("checkpoint").join(&file);
-            std::fs::copy(from, interrupted.join("checkpoint").join(&file)).unwrap();
-        }
-    }
+    let interrupted = killed_after(&straight, "memory-interrupted", 2);
     let resumed = train::<B>(&with_memory(6), &corpus, &interrupted, true, &device).unwrap();
     let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
     assert!(error < 1e-6, "the resumed run differs from the straight run by {error}");

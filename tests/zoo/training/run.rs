@@ -15,7 +15,7 @@ use swa_zoo::training::loader::{LoaderConfig, Sampling, WindowLoader};
 use swa_zoo::training::schedule::WarmupCosine;
 use swa_zoo::training::train::{TrainConfig, train};
 
-use super::{logits, run_dir, tiny};
+use super::{killed_after, logits, run_dir, tiny};
 use crate::{max_abs, to_vec};
 
 type B = Autodiff<NdArray>;
@@ -36,18 +36,7 @@ fn a_resumed_run_ends_where_the_uninterrupted_run_ends() {
     assert_eq!(kept.count(), 2, "only the last two checkpoints are kept");
 
     // Kill the run after its second checkpoint: a copy of the folder without the third.
-    let interrupted = run_dir("interrupted");
-    std::fs::create_dir_all(interrupted.join("checkpoint")).unwrap();
-    std::fs::copy(straight.join("train.json"), interrupted.join("train.json")).unwrap();
-    let files = ["model", "optim", "scheduler"].map(|part| format!("{part}-2.mpk"));
-    // Each record with its sidecar (size and checksum), which makes the checkpoint complete.
-    for file in files.iter().flat_map(|file| [file.clone(), format!("{file}.check")]) {
-        std::fs::copy(
-            straight.join("checkpoint").join(&file),
-            interrupted.join("checkpoint").join(&file),
-        )
-        .unwrap();
-    }
+    let interrupted = killed_after(&straight, "interrupted", 2);
     assert_eq!(last_checkpoint(&interrupted), Some(2));
     let resumed = train::<B>(&tiny(6), &corpus, &interrupted, true, &device).unwrap();
     let epochs: Vec<_> = std::fs::read_dir(interrupted.join("train"))
