@@ -59,6 +59,10 @@ pub enum AttentionError {
     /// With segment memory, a LongNet branch's segments must tile the stream's segments of
     /// length `segment`: the branch's `branch` must divide it (docs/semantics.md §10).
     LongNetSegmentsInStream { segment: usize, branch: usize },
+    /// With segment memory, Longformer's global positions must lie in the stream's first
+    /// segment, of `segment` tokens: a global query sees every earlier position, which only the
+    /// first segment holds without memory (docs/semantics.md §10).
+    GlobalPastFirstSegment { position: usize, segment: usize },
 }
 
 impl fmt::Display for AttentionError {
@@ -120,6 +124,11 @@ impl fmt::Display for AttentionError {
                 f,
                 "LongNet segment {branch} does not divide the stream's segment length {segment}: \
                  with segment memory, use segments that are multiples of every LongNet segment"
+            ),
+            GlobalPastFirstSegment { position, segment } => write!(
+                f,
+                "Longformer global position {position} is past the stream's first segment of \
+                 {segment} tokens: with segment memory, global tokens must lie in it"
             ),
             RelativeScoresNotCausal => {
                 write!(f, "relative scores need a causal window spec (distances i - j >= 0)")

@@ -237,6 +237,13 @@ impl WindowSpec {
         self
     }
 
+    /// Replaces the global positions with `globals` (a layer reading a stream with memory keeps
+    /// its global tokens' rows elsewhere than at their stream positions; docs/semantics.md §10).
+    pub fn with_globals_replaced(mut self, globals: impl IntoIterator<Item = usize>) -> Self {
+        self.globals.clear();
+        self.with_globals(globals)
+    }
+
     /// Causal (`j ≤ i`, decoders) or bidirectional (encoders).
     pub fn with_causal(mut self, causal: bool) -> Self {
         self.causal = causal;

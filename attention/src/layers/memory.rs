@@ -6,9 +6,10 @@
 //! stream positions its widest window reaches back to, and the stream's sinks for good; the
 //! next segment computes their keys and values with the current weights, so gradients reach the
 //! projections but stop at the kept states. Linear attention keeps its sums. Kinds whose
-//! visibility depends on absolute positions say what they keep: sinks stay, LongNet keeps
-//! nothing but needs segments made of whole LongNet segments, Longformer's global tokens and
-//! encoders are refused.
+//! visibility depends on absolute positions say what they keep: sinks and Longformer's global
+//! tokens stay for good (global tokens must lie in the first segment, since a global query sees
+//! every earlier position), LongNet keeps nothing but needs segments made of whole LongNet
+//! segments, and encoders are refused.
 
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
@@ -21,12 +22,26 @@ use crate::layers::{AttentionKind, SelfAttention};
 use crate::{AttentionError, WindowedAttentionBackend};
 
 /// Which earlier positions of a stream a windowed layer keeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keep {
     /// The first positions of the stream, kept for good (attention sinks).
     pub sinks: usize,
     /// The latest positions before the next segment: the widest window's reach less one.
     pub recent: usize,
+    /// Longformer's global positions, kept for good once read, sorted.
+    pub globals: Vec<usize>,
+}
+
+impl Keep {
+    /// Nothing.
+    fn nothing() -> Self {
+        Self { sinks: 0, recent: 0, globals: Vec::new() }
+    }
+
+    /// Whether the row at stream position `p` is kept once the stream has reached `end`.
+    fn keeps(&self, p: usize, end: usize) -> bool {
+        p < self.sinks || p + self.recent >= end || self.globals.binary_search(&p).is_ok()
+    }
 }
 
 /// One layer's memory of the stream it is reading, made by [`SelfAttention::memory`]. A clone is
@@ -82,9 +97,7 @@ impl<B: Backend> LayerMemory<B> {
         let n = x.dims()[1];
         let end = *start + n;
         let all: Vec<usize> = positions.iter().copied().chain(*start..end).collect();
-        let kept: Vec<usize> = (0..all.len())
-            .filter(|&r| all[r] < keep.sinks || all[r] + keep.recent >= end)
-            .collect();
+        let kept: Vec<usize> = (0..all.len()).filter(|&r| keep.keeps(all[r], end)).collect();
         let joined = match rows.take() {
             Some(old) => Tensor::cat(vec![old, x.detach()], 1),
             None => x.detach(),
@@ -107,6 +120,7 @@ pub enum LayerMemoryData {
         positions: Vec<usize>,
         sinks: usize,
         recent: usize,
+        globals: Vec<usize>,
         start: usize,
     },
     /// [`LayerMemory::Linear`]: `Σ φ(k)ᵀv` `[batch, H, F, d_h]` and `Σ φ(k)` `[batch, H, F]`.
@@ -136,6 +150,7 @@ impl<B: Backend> LayerMemory<B> {
                 positions: positions.clone(),
                 sinks: keep.sinks,
                 recent: keep.recent,
+                globals: keep.globals.clone(),
                 start: *start,
             },
             Self::Linear(state) => LayerMemoryData::Linear {
@@ -149,12 +164,14 @@ impl<B: Backend> LayerMemory<B> {
     /// The memory saved by [`LayerMemory::to_data`], on `device`.
     pub fn from_data(data: LayerMemoryData, device: &B::Device) -> Self {
         match data {
-            LayerMemoryData::Hidden { rows, positions, sinks, recent, start } => Self::Hidden {
-                rows: rows.map(|rows| device_tensor(rows, device)),
-                positions,
-                keep: Keep { sinks, recent },
-                start,
-            },
+            LayerMemoryData::Hidden { rows, positions, sinks, recent, globals, start } => {
+                Self::Hidden {
+                    rows: rows.map(|rows| device_tensor(rows, device)),
+                    positions,
+                    keep: Keep { sinks, recent, globals },
+                    start,
+                }
+            }
             LayerMemoryData::Linear { kv, k_sum, position } => Self::Linear(LinearState {
                 kv: device_tensor(kv, device),
                 k_sum: device_tensor(k_sum, device),
@@ -166,9 +183,9 @@ impl<B: Backend> LayerMemory<B> {
 
 impl<B: Backend> SelfAttention<B> {
     /// An empty memory for `batch` streams (docs/semantics.md §10). Windowed layers keep their
-    /// widest window's reach less one, and their sinks; full attention keeps `full_memory`
-    /// positions (Transformer-XL's memory length); LongNet keeps nothing; linear attention its
-    /// sums. Fails, naming the kind, for Longformer's global tokens, an encoder, and sinks with
+    /// widest window's reach less one, and their sinks and global tokens; full attention keeps
+    /// `full_memory` positions (Transformer-XL's memory length); LongNet keeps nothing; linear
+    /// attention its sums. Fails, naming the kind, for an encoder, and for sinks with
     /// Transformer-XL's relative positions (their distances would not be the stream's).
     pub fn memory(
         &self,
@@ -181,7 +198,7 @@ impl<B: Backend> SelfAttention<B> {
             (keep, _) => LayerMemory::Hidden {
                 rows: None,
                 positions: Vec::new(),
-                keep: keep.unwrap_or(Keep { sinks: 0, recent: 0 }),
+                keep: keep.unwrap_or_else(Keep::nothing),
                 start: 0,
             },
         })
@@ -192,12 +209,29 @@ impl<B: Backend> SelfAttention<B> {
     /// before any work.
     pub fn check_stream(&self, segment: usize) -> Result<(), AttentionError> {
         self.keep(0)?;
-        if let AttentionKind::LongNet { segments, .. } = &self.kind
-            && let Some(&branch) = segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s))
-        {
-            return Err(AttentionError::LongNetSegmentsInStream { segment, branch });
+        self.check_segment(segment, 0)
+    }
+
+    /// Whether a segment of `segment` tokens at stream position `start` can be read: LongNet's
+    /// segments must tile it, and the stream's first segment must hold every global position.
+    fn check_segment(&self, segment: usize, start: usize) -> Result<(), AttentionError> {
+        match &self.kind {
+            AttentionKind::LongNet { segments, .. } => {
+                match segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s)) {
+                    Some(&branch) => {
+                        Err(AttentionError::LongNetSegmentsInStream { segment, branch })
+                    }
+                    None => Ok(()),
+                }
+            }
+            AttentionKind::Longformer { globals, .. } if start == 0 => match globals.iter().max() {
+                Some(&position) if position >= segment => {
+                    Err(AttentionError::GlobalPastFirstSegment { position, segment })
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// What a windowed layer keeps, `None` for linear attention (its sums); fails for the kinds
@@ -208,18 +242,17 @@ impl<B: Backend> SelfAttention<B> {
         }
         let unsupported = |kind| Err(AttentionError::MemoryUnsupported { kind });
         let keep = match &self.kind {
-            AttentionKind::LongNet { .. } => Keep { sinks: 0, recent: 0 },
-            AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
-                return unsupported("Longformer with global tokens");
-            }
+            AttentionKind::LongNet { .. } => Keep::nothing(),
             AttentionKind::Longformer { causal: false, .. } => {
                 return unsupported("bidirectional Longformer");
             }
             kind => {
                 let spec = kind.spec(self.heads, self.kv_heads)?;
-                let reach = spec.heads().iter().map(|w| w.reach()).max().flatten();
-                let recent = reach.map_or(full_memory, |r| r - 1);
-                Keep { sinks: spec.sinks(), recent }
+                // Unbounded if any head is.
+                let reaches: Option<Vec<usize>> = spec.heads().iter().map(|w| w.reach()).collect();
+                let recent =
+                    reaches.and_then(|r| r.into_iter().max()).map_or(full_memory, |r| r - 1);
+                Keep { sinks: spec.sinks(), recent, globals: spec.globals().to_vec() }
             }
         };
         if keep.sinks > 0 && self.has_relative_positions() {
@@ -251,12 +284,27 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
             _ => unreachable!("a layer's memory is made by its own `memory`"),
         };
         let n = x.dims()[1];
-        self.check_stream(n)?;
-        let LayerMemory::Hidden { rows, positions, start, .. } = &*memory else {
+        let LayerMemory::Hidden { rows, positions, start, keep } = &*memory else {
             unreachable!("matched above")
         };
+        self.check_segment(n, *start)?;
         let (q, k, v) = self.project(&mixer.local, x.clone());
-        let mut placement = Placement { positions: positions.clone(), memory: positions.len() };
+        if *start == 0 {
+            // The stream's first segment: the layer's own forward, Longformer's global rows
+            // included (they lie in it).
+            let globals = mixer.global.as_ref().map(|global| self.project(global, x.clone()));
+            let out = self.attend(q, k, v, globals)?;
+            memory.remember(x);
+            return Ok(self.merge(mixer, out));
+        }
+        // Kept global positions, where they sit among the key rows of this call.
+        let kept = positions.iter().enumerate();
+        let globals = kept.filter(|(_, p)| keep.globals.binary_search(p).is_ok()).map(|(r, _)| r);
+        let mut placement = Placement {
+            positions: positions.clone(),
+            memory: positions.len(),
+            globals: Some(globals.collect()),
+        };
         placement.positions.extend(*start..*start + n);
         let (k, v) = match rows {
             Some(rows) => {

@@ -30,12 +30,15 @@ pub(crate) struct Placement {
     pub positions: Vec<usize>,
     /// Key rows before the first query.
     pub memory: usize,
+    /// The key rows of the kind's global positions, when they are not where the kind says
+    /// (kept rows of earlier segments); `None`: the kind's own.
+    pub globals: Option<Vec<usize>>,
 }
 
 impl Placement {
     /// N rows at positions `0 … N−1`, no memory.
     pub fn alone(n: usize) -> Self {
-        Self { positions: (0..n).collect(), memory: 0 }
+        Self { positions: (0..n).collect(), memory: 0, globals: None }
     }
 }
 
@@ -326,7 +329,11 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         if let AttentionKind::LongNet { segments, dilations } = &self.kind {
             return longnet::longnet_attention(q, k, v, segments, dilations, &self.scores);
         }
-        let spec = self.kind.spec(self.heads, self.kv_heads)?.with_query_offset(placement.memory);
+        let mut spec =
+            self.kind.spec(self.heads, self.kv_heads)?.with_query_offset(placement.memory);
+        if let Some(globals) = &placement.globals {
+            spec = spec.with_globals_replaced(globals.iter().copied());
+        }
         let (q, table) = match &self.relative {
             Some(relative) => {
                 let distances = distances_needed(&spec, q.dims()[2]).max(1);

@@ -20,13 +20,13 @@ fn streams(batch: usize, n: usize) -> Tensor<B, 2, Int> {
     Tensor::from_data(TensorData::new(ids, [batch, n]), &Default::default())
 }
 
-/// The kinds that keep a memory: every windowed kind but Longformer's global tokens, LongNet
-/// with segments that tile 8, full attention, the hybrid, and Transformer-XL's relative
-/// positions on sliding windows and MSWA.
+/// The kinds that keep a memory: every windowed kind (Longformer's global tokens at 0 and 6, in
+/// the first segment), LongNet with segments that tile 8, full attention, the hybrid, and
+/// Transformer-XL's relative positions on sliding windows and MSWA.
 fn kinds_with_memory() -> Vec<(&'static str, DecoderConfig)> {
     let mut kinds: Vec<(&str, DecoderConfig)> = windowed_kinds()
         .into_iter()
-        .filter(|(name, _, _)| !["longformer", "longnet"].contains(name))
+        .filter(|(name, _, _)| *name != "longnet")
         .map(|(name, kinds, _)| (name, config(kinds)))
         .collect();
     let longnet = AttentionKind::LongNet { segments: vec![4, 8], dilations: vec![1, 2] };
@@ -57,7 +57,9 @@ fn a_stream_in_segments_with_memory_matches_one_forward() {
     for (name, config) in kinds_with_memory() {
         let model = config.init::<B>(&device).unwrap();
         let whole = to_vec(model.forward(streams(2, 24)).unwrap());
-        let segments: &[usize] = if name.starts_with("longnet") { &[8] } else { &[8, 3] };
+        // LongNet's segments tile 8; Longformer's global position 6 lies in a first segment of 8.
+        let whole_first = name.starts_with("longnet") || name == "longformer";
+        let segments: &[usize] = if whole_first { &[8] } else { &[8, 3] };
         for &segment in segments {
             let mut memory = model.memory(2, 24, &device).unwrap();
             let mut logits = Vec::new();
@@ -97,15 +99,27 @@ fn memory_is_bounded_by_the_widest_window() {
 #[test]
 fn kinds_without_a_bounded_memory_are_refused_by_name() {
     let device = Default::default();
-    let globals = windowed_kinds().into_iter().find(|(name, _, _)| *name == "longformer").unwrap();
-    let model = config(globals.1).init::<B>(&device).unwrap();
+    let encoder = AttentionKind::Longformer {
+        window: 2,
+        dilations: vec![1; 4],
+        globals: vec![],
+        causal: false,
+    };
+    let model = config(vec![encoder]).init::<B>(&device).unwrap();
     match model.memory(1, 8, &device) {
         Err(ModelError::Layer { layer: 0, source }) => assert_eq!(
             source,
-            AttentionError::MemoryUnsupported { kind: "Longformer with global tokens" }
+            AttentionError::MemoryUnsupported { kind: "bidirectional Longformer" }
         ),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
+    // A global query sees every earlier position: the global tokens (0 and 6) must lie in the
+    // first segment.
+    let globals = windowed_kinds().into_iter().find(|(name, _, _)| *name == "longformer").unwrap();
+    let model = config(globals.1).init::<B>(&device).unwrap();
+    let mut memory = model.memory(1, 8, &device).unwrap();
+    let error = model.forward_in_stream(streams(1, 4), &mut memory).unwrap_err();
+    assert!(error.to_string().contains("global position 6 is past"), "{error}");
     let longnet = AttentionKind::LongNet { segments: vec![3, 8], dilations: vec![1, 3] };
     let model = config(vec![longnet]).init::<B>(&device).unwrap();
     let mut memory = model.memory(1, 8, &device).unwrap();
