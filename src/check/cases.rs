@@ -3,7 +3,7 @@
 //! preset.
 
 use swa_attention::layers::AttentionKind;
-use swa_models::{DecoderConfig, Preset, SplitMix64};
+use swa_models::{Architecture, DecoderConfig, Preset, SplitMix64};
 
 /// Vocabulary of the built-in cases.
 const VOCAB: usize = 64;
@@ -63,7 +63,8 @@ impl CheckCase {
 }
 
 /// One tiny case per attention kind, in the README's order: full, SWA, MSWA, SWAT, LongNet,
-/// Longformer decoder and encoder, sinks, linear, and the linear + local hybrid.
+/// Longformer decoder and encoder, sinks, linear, and the linear + local hybrid; then MSWA with
+/// Transformer-XL's relative positions (docs/semantics.md §4), which does not decode.
 pub fn attention_kinds() -> Vec<CheckCase> {
     let mswa = |base: usize| AttentionKind::MultiScale {
         windows: vec![base, 2 * base, 4 * base, 8 * base],
@@ -89,16 +90,19 @@ pub fn attention_kinds() -> Vec<CheckCase> {
         ("sinks", vec![AttentionKind::Sinks { sinks: 2, window: 8 }]),
         ("linear", vec![linear.clone()]),
         ("hybrid", vec![linear, mswa(2), mswa(4)]),
+        ("mswa-relative", vec![mswa(2), mswa(4)]),
     ];
     kinds
         .into_iter()
         .map(|(name, attention)| {
             let layers = attention.len().max(2);
+            let relative = Architecture { relative_positions: true, ..Architecture::default() };
             let config = DecoderConfig::new(attention)
                 .with_vocab_size(VOCAB)
                 .with_d_model(D_MODEL)
                 .with_layers(layers)
-                .with_kv_heads(Some(2));
+                .with_kv_heads(Some(2))
+                .with_architecture((name == "mswa-relative").then_some(relative));
             CheckCase::new(name, config, 48)
         })
         .collect()
