@@ -161,7 +161,7 @@ impl MswaStudy {
             let trained = self.study.train_config::<B>(&name, run, device)?;
             let batches = self.study.pick(16, 1);
             let bits = self.study.stream_bits(&trained.model, (len, 8, batches), len, device)?;
-            let positions = memory_per_layer(&trained.model, &model, len, device)?;
+            let positions = memory_per_layer(&trained.model, len, device)?;
             table.rows.push(vec![
                 row.name.clone(),
                 format!("{:.2}", row.window_sum as f64 / reference as f64),
@@ -179,12 +179,10 @@ impl MswaStudy {
     }
 }
 
-/// The positions each layer of `model` (of `config`) keeps with segment memory, averaged over
-/// its layers: measured from the memory itself after two segments of `len` tokens, full layers
-/// keeping `len`.
+/// The positions each layer of `model` keeps with segment memory, averaged over its layers:
+/// read from the memory itself after two segments of `len` tokens, full layers keeping `len`.
 fn memory_per_layer<B: WindowedAttentionBackend>(
     model: &Decoder<B>,
-    config: &DecoderConfig,
     len: usize,
     device: &B::Device,
 ) -> Result<f64, AppError> {
@@ -193,9 +191,8 @@ fn memory_per_layer<B: WindowedAttentionBackend>(
         let tokens = Tensor::<B, 2, Int>::zeros([1, len], device);
         model.forward_in_stream(tokens, &mut memory)?;
     }
-    let bytes = memory.layer_bytes();
-    let per_position = (config.d_model * size_of::<f32>()) as f64;
-    Ok(bytes.iter().sum::<usize>() as f64 / per_position / bytes.len() as f64)
+    let kept: Vec<usize> = memory.kept_positions().into_iter().flatten().collect();
+    Ok(kept.iter().sum::<usize>() as f64 / kept.len().max(1) as f64)
 }
 
 impl Job for MswaStudy {

@@ -56,6 +56,18 @@ impl<B: Backend> DecoderMemory<B> {
         self.layers.first().map_or(0, LayerMemory::start)
     }
 
+    /// The memory of streams whose next segment starts at `start`, of which nothing earlier is
+    /// kept ([`LayerMemory::starting_at`]).
+    pub fn starting_at(self, start: usize) -> Self {
+        let layers = self.layers.into_iter().map(|l| l.starting_at(start)).collect();
+        Self { layers, ..self }
+    }
+
+    /// The positions each windowed layer keeps now (`None` for linear attention).
+    pub fn kept_positions(&self) -> Vec<Option<usize>> {
+        self.layers.iter().map(LayerMemory::kept_positions).collect()
+    }
+
     /// Bytes held by every layer's memory, layer by layer: what the memory costs.
     pub fn layer_bytes(&self) -> Vec<usize> {
         self.layers.iter().map(LayerMemory::bytes).collect()

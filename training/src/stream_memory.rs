@@ -90,8 +90,9 @@ impl<B: Backend> StreamMemory<B> {
     }
 
     /// The logits of the segment `tokens: [batch, N]` of `stream` at stream position `start`,
-    /// reading and then updating the stream's memory: a fresh one at `start = 0` (or when the
-    /// kept one is not at `start`, or has other rows). Without memory, one forward pass.
+    /// reading and then updating the stream's memory: a fresh one at `start = 0`, and one that
+    /// knows nothing earlier but places the segment at `start` when the kept one is not at
+    /// `start` or has other rows. Without memory, one forward pass.
     pub fn forward(
         &self,
         stream: Stream,
@@ -116,7 +117,7 @@ impl<B: Backend> StreamMemory<B> {
         let fits = |m: &DecoderMemory<B>| start > 0 && m.start() == start && m.rows() == rows;
         let mut memory = match kept.filter(fits) {
             Some(memory) => memory,
-            None => decoder.memory(rows, full_memory, &device)?,
+            None => decoder.memory(rows, full_memory, &device)?.starting_at(start),
         };
         let logits = decoder.forward_in_stream(tokens, &mut memory)?;
         slots.insert(stream, Slot::Device(Box::new(memory)));

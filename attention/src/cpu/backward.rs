@@ -97,59 +97,58 @@ pub fn backward(
     let mut d_relative = vec![0.0; dims.batch * dims.kv_heads * dims.group() * dims.q_len * len];
     let (q_slab, k_slab) = (dims.group() * dims.q_len * dims.dim, dims.keys * dims.dim);
     let r_slab = dims.group() * dims.q_len * len;
-    let slabs = dq.par_chunks_mut(q_slab.max(1)).zip(dk.par_chunks_mut(k_slab.max(1)));
-    let slabs = slabs.zip(dv.par_chunks_mut(k_slab.max(1)));
-    let slabs = slabs.zip(d_relative.par_chunks_mut(r_slab.max(1)));
-    slabs.enumerate().filter(|_| q_slab > 0 && k_slab > 0).for_each(
-        |(index, (((dq, dk), dv), d_rel))| {
-            let kv_head = index % dims.kv_heads;
-            for (group, query_tiles, key_tiles) in
-                plan.iter().filter(|(g, ..)| g.kv_head == kv_head)
-            {
-                let relative = relative.map(|r| r.slab(index, dims));
-                let scoring =
-                    Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim, relative };
-                let slabs = [
-                    slab(inputs.q, index, q_slab),
-                    slab(inputs.k, index, k_slab),
-                    slab(inputs.v, index, k_slab),
-                ];
-                let base = GroupInputs::gather(group, slabs, dims);
-                let heads = &base.slab_heads;
-                let rows = |buffer, width| {
-                    let len = dims.group() * dims.q_len * width;
-                    query_lists(group, heads, slab(buffer, index, len), dims.q_len, width)
-                };
-                let group_inputs = Inputs {
-                    grads: rows(inputs.d_o, dims.dim),
-                    lse: rows(inputs.lse, 1),
-                    coefficients: rows(&coefficients, 1),
-                    base: &base,
-                };
-                let pass = |tile| Pass { scoring: &scoring, group, inputs: &group_inputs, tile };
-                let dq_rows: Vec<(Vec<f32>, Vec<f32>)> = query_tiles
-                    .par_iter()
-                    .map(|tile| pulp::Arch::new().dispatch(QueryGrads(pass(tile))))
-                    .collect();
-                for (tile, (rows, relative_rows)) in query_tiles.iter().zip(dq_rows) {
-                    let queries = &group.queries[tile.own.list].queries[tile.own.range.clone()];
-                    scatter(dq, heads, dims.q_len, queries, dims.dim, &rows);
-                    if relative.is_some() {
-                        scatter(d_rel, heads, dims.q_len, queries, len, &relative_rows);
-                    }
-                }
-                let dkv_rows: Vec<(Vec<f32>, Vec<f32>)> = key_tiles
-                    .par_iter()
-                    .map(|tile| pulp::Arch::new().dispatch(KeyGrads(pass(tile))))
-                    .collect();
-                for (tile, (dk_rows, dv_rows)) in key_tiles.iter().zip(dkv_rows) {
-                    let keys = &group.keys[tile.own.list][tile.own.range.clone()];
-                    add(dk, keys, dims.dim, &dk_rows);
-                    add(dv, keys, dims.dim, &dv_rows);
+    if q_slab == 0 || k_slab == 0 {
+        return Ok(Gradients { dq, dk, dv, d_relative: relative.map(|_| d_relative) });
+    }
+    let slabs = dq.par_chunks_mut(q_slab).zip(dk.par_chunks_mut(k_slab));
+    let slabs = slabs.zip(dv.par_chunks_mut(k_slab));
+    let slabs = slabs.zip(d_relative.par_chunks_mut(r_slab));
+    slabs.enumerate().for_each(|(index, (((dq, dk), dv), d_rel))| {
+        let kv_head = index % dims.kv_heads;
+        for (group, query_tiles, key_tiles) in plan.iter().filter(|(g, ..)| g.kv_head == kv_head) {
+            let relative = relative.map(|r| r.slab(index, dims));
+            let scoring =
+                Scoring { spec, opts, heads: &group.heads, kv_len, dim: dims.dim, relative };
+            let slabs = [
+                slab(inputs.q, index, q_slab),
+                slab(inputs.k, index, k_slab),
+                slab(inputs.v, index, k_slab),
+            ];
+            let base = GroupInputs::gather(group, slabs, dims);
+            let heads = &base.slab_heads;
+            let rows = |buffer, width| {
+                let len = dims.group() * dims.q_len * width;
+                query_lists(group, heads, slab(buffer, index, len), dims.q_len, width)
+            };
+            let group_inputs = Inputs {
+                grads: rows(inputs.d_o, dims.dim),
+                lse: rows(inputs.lse, 1),
+                coefficients: rows(&coefficients, 1),
+                base: &base,
+            };
+            let pass = |tile| Pass { scoring: &scoring, group, inputs: &group_inputs, tile };
+            let dq_rows: Vec<(Vec<f32>, Vec<f32>)> = query_tiles
+                .par_iter()
+                .map(|tile| pulp::Arch::new().dispatch(QueryGrads(pass(tile))))
+                .collect();
+            for (tile, (rows, relative_rows)) in query_tiles.iter().zip(dq_rows) {
+                let queries = &group.queries[tile.own.list].queries[tile.own.range.clone()];
+                scatter(dq, heads, dims.q_len, queries, dims.dim, &rows);
+                if relative.is_some() {
+                    scatter(d_rel, heads, dims.q_len, queries, len, &relative_rows);
                 }
             }
-        },
-    );
+            let dkv_rows: Vec<(Vec<f32>, Vec<f32>)> = key_tiles
+                .par_iter()
+                .map(|tile| pulp::Arch::new().dispatch(KeyGrads(pass(tile))))
+                .collect();
+            for (tile, (dk_rows, dv_rows)) in key_tiles.iter().zip(dkv_rows) {
+                let keys = &group.keys[tile.own.list][tile.own.range.clone()];
+                add(dk, keys, dims.dim, &dk_rows);
+                add(dv, keys, dims.dim, &dv_rows);
+            }
+        }
+    });
     Ok(Gradients { dq, dk, dv, d_relative: relative.map(|_| d_relative) })
 }
 
@@ -264,10 +263,12 @@ impl Pass<'_> {
                     }
                 }
             }
-            ds.iter_mut().for_each(|ds| *ds *= scale);
-            if softcap {
-                let chain = &chain[row * n + ranges[row].0..row * n + ranges[row].1];
-                ds.iter_mut().zip(chain).for_each(|(ds, c)| *ds *= c);
+            match softcap {
+                true => {
+                    let chain = &chain[row * n + ranges[row].0..row * n + ranges[row].1];
+                    ds.iter_mut().zip(chain).for_each(|(ds, c)| *ds *= scale * c);
+                }
+                false => ds.iter_mut().for_each(|ds| *ds *= scale),
             }
         }
         PairGrads { weights, scores }

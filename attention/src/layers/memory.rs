@@ -74,6 +74,26 @@ impl<B: Backend> LayerMemory<B> {
         }
     }
 
+    /// The memory of a stream whose next segment starts at `start` but of which nothing was
+    /// kept: the kept rows and sums stay as they are (empty for a fresh memory), and the
+    /// segment's rows sit at their stream positions.
+    pub fn starting_at(mut self, at: usize) -> Self {
+        match &mut self {
+            Self::Hidden { start, .. } => *start = at,
+            Self::Linear(state) => state.position = at,
+        }
+        self
+    }
+
+    /// How many earlier positions a windowed layer keeps now; `None` for linear attention,
+    /// which keeps sums.
+    pub fn kept_positions(&self) -> Option<usize> {
+        match self {
+            Self::Hidden { positions, .. } => Some(positions.len()),
+            Self::Linear(_) => None,
+        }
+    }
+
     /// Bytes held: the kept rows, or linear attention's sums.
     pub fn bytes(&self) -> usize {
         let bytes = |elements: usize, t: burn::tensor::DType| elements * t.size();
