@@ -63,6 +63,16 @@ struct Flags {
     /// CSV written by `benches/anchors/gpu_attention.py` on the same GPU, for the ratio columns.
     #[arg(long)]
     anchors: Option<PathBuf>,
+    /// Also write the grid as CSV here (`benches/results/cuda/gpu_attention.csv`), one row per
+    /// point, with `--card` and `--date` in every row.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// The card's name for the CSV (`nvidia-smi --query-gpu=name`).
+    #[arg(long, default_value = "unknown")]
+    card: String,
+    /// The run's date for the CSV (`date -u +%F`).
+    #[arg(long, default_value = "unknown")]
+    date: String,
 }
 
 /// The GPU backends this binary was built with.
@@ -191,6 +201,49 @@ fn timed(runs: usize, mut call: impl FnMut()) -> (f64, f64) {
     (first, median_ms(runs, call))
 }
 
+/// The CSV's header: one row per grid point; TFLOP/s over the visible pairs; FlexAttention's
+/// columns empty where the anchors have no row.
+const CSV_HEADER: &str = "kind,n,w,d,dtype,fwd_ms,fwd_bwd_ms,flex_fwd_ms,flex_fwd_bwd_ms,\
+                          fwd_tflops,fwd_bwd_tflops,flex_fwd_tflops,flex_fwd_bwd_tflops,card,date";
+
+/// One CSV row of `row`: our times, FlexAttention's where known, TFLOP/s of each.
+fn csv_row(flags: &Flags, row: &Row, ours: &Times, flex: Option<&Anchor>) -> String {
+    let tflops = |ms: f64, factor: f64| row.forward_tflop() * factor / (ms / 1e3);
+    let field = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
+    let flex_fwd = flex.map(|a| a.forward_ms);
+    let flex_both = flex.and_then(|a| a.both_ms);
+    [
+        row.kind.name().to_string(),
+        row.n.to_string(),
+        row.w.to_string(),
+        row.dim.to_string(),
+        row.precision.name().to_string(),
+        field(Some(ours.forward_ms)),
+        field(Some(ours.both_ms)),
+        field(flex_fwd),
+        field(flex_both),
+        field(Some(tflops(ours.forward_ms, 1.0))),
+        field(Some(tflops(ours.both_ms, 3.5))),
+        field(flex_fwd.map(|ms| tflops(ms, 1.0))),
+        field(flex_both.map(|ms| tflops(ms, 3.5))),
+        flags.card.replace(',', " "),
+        flags.date.clone(),
+    ]
+    .join(",")
+}
+
+/// Writes the CSV rows to `path` at once (atomically: a reader never sees half a file).
+fn write_csv(path: &Path, rows: &[String]) {
+    let text = format!("{CSV_HEADER}\n{}\n", rows.join("\n"));
+    let written = swa_zoo::models::files::write_atomically(path, |temp| {
+        std::fs::write(temp, &text).map_err(|e| e.to_string())
+    });
+    match written {
+        Ok(()) => eprintln!("wrote {}", path.display()),
+        Err(e) => eprintln!("error: cannot write {}: {e}", path.display()),
+    }
+}
+
 /// The forward and forward+backward times of `path` on `row`. Each call waits for the device
 /// while it still holds its outputs, so that no queued work is skipped or left running.
 fn measure<B: WindowedAttentionBackend>(
@@ -271,6 +324,7 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
          Flex fwd+bwd ms | Flex / swa-zoo fwd+bwd |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut csv = Vec::new();
     for &precision in &flags.dtypes {
         if !B::supports_dtype(&device, precision.dtype()) {
             println!("\n({} skipped: this device has no {0} tensors)\n", precision.name());
@@ -287,6 +341,7 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
                             .blocked
                             .then(|| measure::<B>(CorePath::Blocked, &row, &device, flags.runs));
                         let flex = flex_anchor(&anchors, &row);
+                        csv.push(csv_row(flags, &row, &ours, flex));
                         let tflops =
                             |ms: f64, factor: f64| row.forward_tflop() * factor / (ms / 1e3);
                         println!(
@@ -310,6 +365,9 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
                 }
             }
         }
+    }
+    if let Some(path) = &flags.csv {
+        write_csv(path, &csv);
     }
     let others: Vec<_> = anchors.iter().filter(|a| !a.name.contains("flex_attention")).collect();
     if !others.is_empty() {

@@ -7,7 +7,8 @@
 //! default device and a second one of their own.
 
 use std::panic::catch_unwind;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Once, OnceLock};
 
 use burn::backend::Wgpu;
 use burn::backend::wgpu::graphics::AutoGraphicsApi;
@@ -15,8 +16,8 @@ use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, init_device, init_setup};
 use burn::tensor::{Tensor, backend::Backend};
 
 /// `[the default device, a second device]`, or `None` when no wgpu adapter answers: then the
-/// calling test says why it skips, or fails under `SWA_REQUIRE_WGPU` (CI, which installs
-/// lavapipe).
+/// calling test skips (counted, and summed up in one line when the test binary exits), or
+/// fails under `SWA_REQUIRE_WGPU` (CI, which installs lavapipe).
 ///
 /// The second device is a Vulkan device of its own on the CPU adapter when the machine has no
 /// GPU adapter (lavapipe is then the default adapter too); with a GPU it is the default device.
@@ -48,7 +49,35 @@ pub fn wgpu_devices() -> Option<[WgpuDevice; 2]> {
             std::env::var_os("SWA_REQUIRE_WGPU").is_none(),
             "SWA_REQUIRE_WGPU is set but no wgpu adapter answers (install mesa-vulkan-drivers)"
         );
-        eprintln!("skipped: no wgpu adapter answers on this machine");
+        count_skip();
     }
     devices.clone()
+}
+
+/// Tests of this binary that skipped for want of a wgpu adapter.
+static SKIPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one skipped test; the first registers [`summary`] to run when the process exits,
+/// after the harness's own result line (Rust's std has no exit hook: C's `atexit` is the one
+/// every platform's C runtime has).
+pub fn count_skip() {
+    static REGISTER: Once = Once::new();
+    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    unsafe extern "C" {
+        fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+    }
+    // SAFETY: `summary` is a plain function that lives as long as the process.
+    REGISTER.call_once(|| unsafe {
+        atexit(summary);
+    });
+}
+
+/// The one line that says how many wgpu tests this binary skipped, and why.
+extern "C" fn summary() {
+    eprintln!(
+        "note: {} wgpu kernel tests of this binary skipped: no wgpu adapter answers on this \
+         machine (install mesa-vulkan-drivers for lavapipe to run them; SWA_REQUIRE_WGPU=1 makes \
+         a missing adapter fail)",
+        SKIPPED.load(Ordering::Relaxed)
+    );
 }

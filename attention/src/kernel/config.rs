@@ -207,7 +207,7 @@ pub(crate) fn narrow(x: usize) -> u32 {
 
 /// Rows per shared tile for head dimension `d`: two `[tile, d]` f32 tiles and two `[tile]` f32
 /// vectors must fit the budget; a power of two up to [`MAX_TILE`], at least 1.
-fn tile_rows(head_dim: usize, max_shared: usize) -> usize {
+pub(crate) fn tile_rows(head_dim: usize, max_shared: usize) -> usize {
     let fit = SHARED_BUDGET.min(max_shared) / (8 * head_dim + 8);
     let tile = fit.clamp(1, MAX_TILE);
     1 << tile.ilog2()

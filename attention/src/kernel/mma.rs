@@ -11,7 +11,7 @@
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
-use cubecl::ir::{ElemType, FloatKind};
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind};
 use cubecl::prelude::*;
 
 use super::config::SHARED_BUDGET;
@@ -39,12 +39,17 @@ pub(crate) fn tensor_core_tile<R: CubeRuntime>(
     dtype: DType,
     dim: usize,
 ) -> Option<Mma> {
+    tile_for(client.properties(), dtype, dim)
+}
+
+/// [`tensor_core_tile`] for a device described by its `properties` (the offline CUDA check
+/// describes a device it does not have).
+pub(crate) fn tile_for(properties: &DeviceProperties, dtype: DType, dim: usize) -> Option<Mma> {
     let input = match dtype {
         DType::F16 => ElemType::Float(FloatKind::F16),
         DType::BF16 => ElemType::Float(FloatKind::BF16),
         _ => return None,
     };
-    let properties = client.properties();
     let plane = properties.hardware.plane_size_max as usize;
     let shared = SHARED_BUDGET.min(properties.hardware.max_shared_memory_size);
     let accumulator: StorageType = ElemType::Float(FloatKind::F32).into();

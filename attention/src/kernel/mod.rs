@@ -20,6 +20,8 @@
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
 //! - `decode` and `decode_launch`: the fused decode step of the bounded caches;
 //!   `cache_write` and `cache_write_launch`: their fused append.
+//! - `cuda_source` and `cuda_definitions` (feature `cuda-check`): the kernels' CUDA C++, made
+//!   without a device, for the offline CUDA check (`.ci/cuda-check`).
 //! - `cube`: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
 //!   differentiable op of `Autodiff<B>`); `fusion`: as custom ops of `Fusion<B>`.
 
@@ -33,6 +35,10 @@ mod cache_write;
 mod cache_write_launch;
 mod config;
 mod cube;
+#[cfg(feature = "cuda-check")]
+mod cuda_definitions;
+#[cfg(feature = "cuda-check")]
+mod cuda_source;
 mod decode;
 mod decode_launch;
 mod forward;
@@ -48,5 +54,7 @@ mod tile;
 mod visibility;
 
 pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
+#[cfg(feature = "cuda-check")]
+pub use cuda_source::{KernelSource, cuda_sources, write_cuda_sources};
 pub use mma::tensor_core_tile_of;
 pub use probe::probe_visibility;

@@ -1,0 +1,331 @@
+//! The core's kernels expanded into kernel definitions without a device, for
+//! `super::cuda_source`: what a `#[cube(launch)]` kernel's `define` does with a compute client,
+//! done by hand. Each function registers the kernel's float type, expands its runtime arguments
+//! in the signature's order (outputs with `expand_output`, so that the definition's bindings are
+//! the launch's) and calls the kernel's `expand` with its compile-time arguments.
+
+use cubecl::KernelSettings;
+use cubecl::ir::{
+    ContiguousElements, DeviceProperties, MatrixLayout, MmaProperties, TargetProperties,
+};
+use cubecl::prelude::*;
+use cubecl_cpp::cuda::mma::contiguous_elements_cuda;
+
+use super::backward_keys::key_grads_kernel;
+use super::backward_keys_cmma::key_grads_cmma_kernel;
+use super::backward_queries::query_grads_kernel;
+use super::backward_queries_cmma::query_grads_cmma_kernel;
+use super::backward_rows::row_terms_kernel;
+use super::cache_write::THREADS as WRITE_THREADS;
+use super::cache_write::cache_write_kernel;
+use super::config::ROWS;
+use super::config::{Call, CallCompilationArg, Variant};
+use super::decode::THREADS as DECODE_THREADS;
+use super::decode::{Sections, SectionsCompilationArg, decode_kernel};
+use super::forward::forward_kernel;
+use super::forward_cmma::forward_cmma_kernel;
+use super::mma::Mma;
+
+/// A kernel's definition.
+type Def = KernelDefinition;
+
+/// The portable forward (`super::forward`): one thread per query row.
+pub(super) fn forward(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
+    use forward_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v, relative) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    let (o, lse) = (output::<F>(&mut b), output::<f32>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    forward_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        relative,
+        o,
+        lse,
+        windows,
+        slopes,
+        call,
+        variant,
+        dtype,
+    );
+    b.build(settings("forward_kernel", ROWS))
+}
+
+/// The tensor-core forward (`super::forward_cmma`): one plane per `m` query rows.
+pub(super) fn forward_cmma(
+    device: &DeviceProperties,
+    variant: Variant,
+    mma: Mma,
+    dtype: StorageType,
+) -> Def {
+    use forward_cmma_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v) = (input::<F>(&mut b), input(&mut b), input(&mut b));
+    let (o, lse) = (output::<F>(&mut b), output::<f32>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    forward_cmma_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        windows,
+        slopes,
+        call,
+        variant,
+        mma,
+        dtype,
+    );
+    b.build(settings("forward_cmma_kernel", mma.plane))
+}
+
+/// The backward's row terms (`super::backward_rows`).
+pub(super) fn row_terms(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
+    use row_terms_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (o, d_o) = (input::<F>(&mut b), input::<F>(&mut b));
+    let (lse, d_lse) = (input::<f32>(&mut b), input::<f32>(&mut b));
+    let terms = output::<f32>(&mut b);
+    row_terms_kernel::expand::<F>(&mut b.scope, o, d_o, lse, d_lse, terms, variant, dtype);
+    b.build(settings("row_terms_kernel", ROWS))
+}
+
+/// The portable dQ (`super::backward_queries`).
+pub(super) fn query_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
+    use query_grads_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    let (terms, relative) = (input::<f32>(&mut b), input::<F>(&mut b));
+    let (dq, d_relative) = (output::<F>(&mut b), output::<F>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    query_grads_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        relative,
+        dq,
+        d_relative,
+        windows,
+        slopes,
+        call,
+        variant,
+        dtype,
+    );
+    b.build(settings("query_grads_kernel", ROWS))
+}
+
+/// The tensor-core dQ (`super::backward_queries_cmma`).
+pub(super) fn query_grads_cmma(
+    device: &DeviceProperties,
+    variant: Variant,
+    mma: Mma,
+    dtype: StorageType,
+) -> Def {
+    use query_grads_cmma_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    let (terms, dq) = (input::<f32>(&mut b), output::<F>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    query_grads_cmma_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dq,
+        windows,
+        slopes,
+        call,
+        variant,
+        mma,
+        dtype,
+    );
+    b.build(settings("query_grads_cmma_kernel", mma.plane))
+}
+
+/// The portable dK/dV (`super::backward_keys`).
+pub(super) fn key_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
+    use key_grads_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    let (terms, relative) = (input::<f32>(&mut b), input::<F>(&mut b));
+    let (dk, dv) = (output::<F>(&mut b), output::<F>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    key_grads_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        relative,
+        dk,
+        dv,
+        windows,
+        slopes,
+        call,
+        variant,
+        dtype,
+    );
+    b.build(settings("key_grads_kernel", ROWS))
+}
+
+/// The tensor-core dK/dV (`super::backward_keys_cmma`).
+pub(super) fn key_grads_cmma(
+    device: &DeviceProperties,
+    variant: Variant,
+    mma: Mma,
+    dtype: StorageType,
+) -> Def {
+    use key_grads_cmma_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    let (terms, dk, dv) = (input::<f32>(&mut b), output::<F>(&mut b), output::<F>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    key_grads_cmma_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dk,
+        dv,
+        windows,
+        slopes,
+        call,
+        variant,
+        mma,
+        dtype,
+    );
+    b.build(settings("key_grads_cmma_kernel", mma.plane))
+}
+
+/// The decode step (`super::decode`) over one ring buffer, with `branches` branches and the
+/// windows decided on the device (no host mask).
+pub(super) fn decode(
+    device: &DeviceProperties,
+    variant: Variant,
+    branches: usize,
+    dtype: StorageType,
+) -> (Def, usize) {
+    use decode_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let q = input::<F>(&mut b);
+    let buffers = sequence();
+    let keys = <Sequence<Tensor<F>> as LaunchArg>::expand(&buffers, &mut b);
+    let values = <Sequence<Tensor<F>> as LaunchArg>::expand(&buffers, &mut b);
+    let (out, table) = (output::<F>(&mut b), array::<u32>(&mut b));
+    let sections = SectionsCompilationArg { heads: (), slopes: (), rows: (), positions: () };
+    let sections = <Sections as LaunchArg>::expand(&sections, &mut b);
+    let call = call(&mut b);
+    decode_kernel::expand::<F>(
+        &mut b.scope,
+        q,
+        keys,
+        values,
+        out,
+        table,
+        sections,
+        call,
+        variant,
+        branches,
+        false,
+        dtype,
+    );
+    (b.build(settings("decode_kernel", DECODE_THREADS)), DECODE_THREADS)
+}
+
+/// The cache append (`super::cache_write`) into one ring buffer.
+pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
+    use cache_write_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (new_keys, new_values) = (input::<F>(&mut b), input::<F>(&mut b));
+    let buffers = sequence();
+    let keys = <Sequence<Tensor<F>> as LaunchArg>::expand_output(&buffers, &mut b);
+    let values = <Sequence<Tensor<F>> as LaunchArg>::expand_output(&buffers, &mut b);
+    let table = array::<u32>(&mut b);
+    cache_write_kernel::expand::<F>(&mut b.scope, new_keys, new_values, keys, values, table, dtype);
+    (b.build(settings("cache_write_kernel", WRITE_THREADS)), WRITE_THREADS)
+}
+
+/// One ring buffer's tensors, as a sequence's compilation argument.
+fn sequence<T: CubePrimitive>() -> SequenceCompilationArg<Tensor<T>> {
+    std::iter::once(TensorCompilationArg { inplace: None }).collect()
+}
+
+/// CUDA's target properties (cubecl-cuda's `target_properties`).
+fn cuda_target() -> TargetProperties {
+    TargetProperties {
+        mma: MmaProperties {
+            register_size_bits: 32,
+            const_plane_size: 32,
+            register_layout_a: MatrixLayout::RowMajor,
+            register_layout_b: MatrixLayout::ColMajor,
+            register_layout_acc: MatrixLayout::RowMajor,
+            register_duplication_a: 1,
+            register_duplication_b: 1,
+            register_duplication_acc: 1,
+            contiguous_elements: ContiguousElements::new(contiguous_elements_cuda),
+        },
+    }
+}
+
+/// A builder for a definition on `device`, with the address type every launch uses (u32).
+pub(super) fn builder(device: &DeviceProperties) -> KernelBuilder {
+    let mut builder = KernelBuilder::default();
+    builder.runtime_properties(cuda_target());
+    builder.device_properties(device);
+    AddressType::U32.register(&mut builder.scope);
+    builder
+}
+
+/// The settings of a definition: its entry name and cube.
+fn settings(name: &str, threads: usize) -> KernelSettings {
+    KernelSettings::default()
+        .kernel_name(name)
+        .cube_dim(CubeDim::new_1d(threads as u32))
+        .address_type(AddressType::U32)
+}
+
+/// A tensor input, an output, an array and the call's scalars, expanded into `b`.
+fn input<T: CubePrimitive>(b: &mut KernelBuilder) -> <Tensor<T> as CubeType>::ExpandType {
+    <Tensor<T> as LaunchArg>::expand(&TensorCompilationArg { inplace: None }, b)
+}
+
+fn output<T: CubePrimitive>(b: &mut KernelBuilder) -> <Tensor<T> as CubeType>::ExpandType {
+    <Tensor<T> as LaunchArg>::expand_output(&TensorCompilationArg { inplace: None }, b)
+}
+
+fn array<T: CubePrimitive>(b: &mut KernelBuilder) -> <Array<T> as CubeType>::ExpandType {
+    <Array<T> as LaunchArg>::expand(&ArrayCompilationArg { inplace: None }, b)
+}
+
+fn call(b: &mut KernelBuilder) -> <Call as CubeType>::ExpandType {
+    let arg = CallCompilationArg {
+        kv_len: (),
+        query_offset: (),
+        sinks: (),
+        scale: (),
+        cap: (),
+        beta: (),
+        neg_inf: (),
+    };
+    <Call as LaunchArg>::expand(&arg, b)
+}

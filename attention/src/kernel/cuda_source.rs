@@ -1,0 +1,327 @@
+//! The CUDA C++ of the core's kernels, made on a machine without a GPU (feature `cuda-check`),
+//! for the offline CUDA check (`.ci/cuda-check`, docs/testing.md): a fixed list of kernel
+//! variants, each expanded into a kernel definition and compiled by CubeCL's C++ compiler with
+//! CUDA's dialect, as cubecl-cuda compiles it on an sm_90 device. The check then compiles the
+//! C++ to PTX and SASS and reads registers, spills, shared memory and the main loop's
+//! instructions.
+//!
+//! A `#[cube(launch)]` kernel's own definition wants a compute client (a device), so each
+//! kernel is expanded here by hand, as the macro's `define` does: a [`KernelBuilder`] with
+//! CUDA's target properties and those of an H100 ([`hopper`]), each runtime argument expanded
+//! in the signature's order (`expand_output` for outputs), then the kernel's `expand` with its
+//! compile-time arguments. The tiles and variants come from the launches' own functions
+//! ([`tile_for`], [`tile_rows`], [`Variant`]), so the list checks what a launch would run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use burn::tensor::DType;
+use cubecl::ir::features::Plane;
+use cubecl::ir::{DeviceProperties, HardwareProperties, MemoryDeviceProperties, VectorSize};
+use cubecl::prelude::*;
+use cubecl::{Compiler, ExecutionMode};
+use cubecl_cpp::cuda::CudaDialect;
+use cubecl_cpp::cuda::arch::CudaArchitecture;
+use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
+use cubecl_cpp::shared::{
+    CompilationOptions, CppCompiler, CppSupportedFeatures, register_mma_features,
+    register_wmma_features,
+};
+use cubecl_cpp::{DialectWmmaCompiler, register_supported_types};
+
+use super::config::{ROWS, Variant, tile_rows};
+use super::cuda_definitions as definitions;
+use super::mma::tile_for;
+
+/// The compiler cubecl-cuda uses (`CudaCompiler`, without the `ptx-wmma` feature).
+type Cuda = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
+
+/// The architecture whose properties the kernels are expanded for: sm_90 (H100, H200).
+const ARCH: u32 = 90;
+
+/// One kernel variant as CUDA C++, with what the check needs to judge it.
+pub struct KernelSource {
+    /// The kernel (`forward_cmma`, `key_grads`, …).
+    pub kernel: &'static str,
+    /// Its compile-time variant in words (`bf16 d64 softmax causal`).
+    pub variant: String,
+    /// The `__global__` function's name.
+    pub entry: String,
+    /// The CUDA C++ source.
+    pub source: String,
+    /// Threads per cube.
+    pub threads: u32,
+    /// Shared memory per cube, in bytes (CubeCL declares it dynamic: ptxas does not see it).
+    pub shared_bytes: usize,
+    /// The kernel runs its products on tensor cores: its main loop must hold their instructions.
+    pub tensor_core: bool,
+    /// A kernel of the training or decoding hot path: no spills, no stack frame.
+    pub hot: bool,
+    /// The fewest cubes per multiprocessor the kernel needs to hide its latencies (the floor
+    /// of the check's occupancy: registers and shared memory must allow at least this many).
+    pub min_cubes_per_sm: u32,
+}
+
+/// The kernels of the list, with the floors they state.
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    Forward,
+    ForwardCmma,
+    RowTerms,
+    QueryGrads,
+    QueryGradsCmma,
+    KeyGrads,
+    KeyGradsCmma,
+    Decode,
+    CacheWrite,
+}
+
+impl Kernel {
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::Forward => "forward",
+            Kernel::ForwardCmma => "forward_cmma",
+            Kernel::RowTerms => "row_terms",
+            Kernel::QueryGrads => "query_grads",
+            Kernel::QueryGradsCmma => "query_grads_cmma",
+            Kernel::KeyGrads => "key_grads",
+            Kernel::KeyGradsCmma => "key_grads_cmma",
+            Kernel::Decode => "decode",
+            Kernel::CacheWrite => "cache_write",
+        }
+    }
+
+    fn tensor_core(self) -> bool {
+        matches!(self, Kernel::ForwardCmma | Kernel::QueryGradsCmma | Kernel::KeyGradsCmma)
+    }
+
+    /// Cubes per multiprocessor the kernel needs: a one-warp tensor-core cube needs 8 (8 warps,
+    /// two per scheduler), a 32-thread portable cube as many; the row terms and the append are
+    /// memory-bound passes that need 16.
+    fn floor(self) -> u32 {
+        match self {
+            Kernel::RowTerms | Kernel::CacheWrite => 16,
+            _ => 8,
+        }
+    }
+
+    fn hot(self) -> bool {
+        !matches!(self, Kernel::RowTerms | Kernel::CacheWrite)
+    }
+}
+
+/// The list: every kernel at bf16, d = 64 and 128, softmax, causal; the tensor-core kernels also
+/// in f16 and with each scoring option (sigmoid with ALiBi, softcap, bidirectional); the
+/// decode step with one and two branches (LongNet). Sinks and windows are run-time values: every
+/// variant takes them.
+pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
+    let device = hopper();
+    let mut out = Vec::new();
+    let base = Options::default();
+    for (dtype, dim) in [(DType::BF16, 64), (DType::BF16, 128)] {
+        for kernel in [
+            Kernel::Forward,
+            Kernel::ForwardCmma,
+            Kernel::RowTerms,
+            Kernel::QueryGrads,
+            Kernel::QueryGradsCmma,
+            Kernel::KeyGrads,
+            Kernel::KeyGradsCmma,
+            Kernel::Decode,
+        ] {
+            out.push(expand(&device, kernel, dtype, dim, base)?);
+        }
+    }
+    let options = [
+        Options { sigmoid: true, alibi: true, ..base },
+        Options { softcap: true, ..base },
+        Options { causal: false, ..base },
+    ];
+    for kernel in [Kernel::ForwardCmma, Kernel::KeyGradsCmma] {
+        out.push(expand(&device, kernel, DType::F16, 64, base)?);
+        for options in options {
+            out.push(expand(&device, kernel, DType::BF16, 64, options)?);
+        }
+    }
+    out.push(expand(&device, Kernel::Decode, DType::BF16, 64, Options { branches: 2, ..base })?);
+    out.push(expand(&device, Kernel::CacheWrite, DType::BF16, 64, base)?);
+    Ok(out)
+}
+
+/// Writes [`cuda_sources`] into `dir`: one `.cu` file per variant and `manifest.json` (what
+/// `.ci/cuda-check/analyse.py` reads). Returns how many it wrote.
+pub fn write_cuda_sources(dir: &Path) -> Result<usize, String> {
+    let sources = cuda_sources()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut manifest = String::from("[\n");
+    for (index, s) in sources.iter().enumerate() {
+        let file = format!("{index:02}_{}.cu", s.kernel);
+        let path = dir.join(&file);
+        std::fs::write(&path, &s.source).map_err(|e| format!("{}: {e}", path.display()))?;
+        let comma = if index + 1 < sources.len() { "," } else { "" };
+        let _ = writeln!(
+            manifest,
+            "  {{\"kernel\": \"{}\", \"variant\": \"{}\", \"file\": \"{file}\", \"entry\": \"{}\", \
+             \"threads\": {}, \"shared_bytes\": {}, \"tensor_core\": {}, \"hot\": {}, \
+             \"min_cubes_per_sm\": {}}}{comma}",
+            s.kernel,
+            s.variant,
+            s.entry,
+            s.threads,
+            s.shared_bytes,
+            s.tensor_core,
+            s.hot,
+            s.min_cubes_per_sm
+        );
+    }
+    manifest.push_str("]\n");
+    let path = dir.join("manifest.json");
+    std::fs::write(&path, manifest).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(sources.len())
+}
+
+/// The compile-time options of a variant besides its type and head dim.
+#[derive(Clone, Copy, Debug)]
+struct Options {
+    causal: bool,
+    sigmoid: bool,
+    alibi: bool,
+    softcap: bool,
+    /// Branches of a decode step (LongNet's dilations).
+    branches: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { causal: true, sigmoid: false, alibi: false, softcap: false, branches: 1 }
+    }
+}
+
+impl Options {
+    fn words(self, dtype: DType, dim: usize) -> String {
+        let mut words = vec![format!("{dtype:?}").to_lowercase(), format!("d{dim}")];
+        words.push(if self.sigmoid { "sigmoid" } else { "softmax" }.into());
+        words.push(if self.causal { "causal" } else { "bidirectional" }.into());
+        if self.alibi {
+            words.push("alibi".into());
+        }
+        if self.softcap {
+            words.push("softcap".into());
+        }
+        if self.branches > 1 {
+            words.push(format!("{} branches", self.branches));
+        }
+        words.join(" ")
+    }
+}
+
+/// One kernel variant expanded and compiled to CUDA C++.
+fn expand(
+    device: &DeviceProperties,
+    kernel: Kernel,
+    dtype: DType,
+    dim: usize,
+    options: Options,
+) -> Result<KernelSource, String> {
+    let tile = tile_rows(dim, device.hardware.max_shared_memory_size);
+    let variant = Variant {
+        head_dim: dim,
+        tile,
+        causal: options.causal,
+        sigmoid: options.sigmoid,
+        softcap: options.softcap,
+        alibi: options.alibi,
+        relative: false,
+    };
+    let words = options.words(dtype, dim);
+    let mma = || tile_for(device, dtype, dim).ok_or(format!("{} {words}: no tile", kernel.name()));
+    let storage: StorageType = dtype.into();
+    let (definition, threads) = match kernel {
+        Kernel::Forward => (definitions::forward(device, variant, storage), ROWS),
+        Kernel::ForwardCmma => {
+            let mma = mma()?;
+            (definitions::forward_cmma(device, variant, mma, storage), mma.plane)
+        }
+        Kernel::RowTerms => (definitions::row_terms(device, variant, storage), ROWS),
+        Kernel::QueryGrads => (definitions::query_grads(device, variant, storage), ROWS),
+        Kernel::QueryGradsCmma => {
+            let mma = mma()?;
+            (definitions::query_grads_cmma(device, variant, mma, storage), mma.plane)
+        }
+        Kernel::KeyGrads => (definitions::key_grads(device, variant, storage), ROWS),
+        Kernel::KeyGradsCmma => {
+            let mma = mma()?;
+            (definitions::key_grads_cmma(device, variant, mma, storage), mma.plane)
+        }
+        Kernel::Decode => {
+            let variant = Variant { tile: 1, ..variant };
+            definitions::decode(device, variant, options.branches, storage)
+        }
+        Kernel::CacheWrite => definitions::cache_write(device, storage),
+    };
+    let (entry, source, shared_bytes) = compile(kernel.name(), definition)?;
+    Ok(KernelSource {
+        kernel: kernel.name(),
+        variant: words,
+        entry,
+        source,
+        threads: threads as u32,
+        shared_bytes,
+        tensor_core: kernel.tensor_core(),
+        hot: kernel.hot(),
+        min_cubes_per_sm: kernel.floor(),
+    })
+}
+
+/// Compiles a definition to CUDA C++ with cubecl-cuda's options on sm_90 (fast math, grid
+/// constants, clusters), in the mode the launches use (checked: `launch`, not
+/// `launch_unchecked`) → (entry name, source, shared bytes).
+fn compile(name: &str, definition: KernelDefinition) -> Result<(String, String, usize), String> {
+    let options = CompilationOptions {
+        warp_size: 32,
+        supports_features: CppSupportedFeatures {
+            grid_constants: true,
+            clusters: true,
+            fast_math: true,
+            fast_tanh: true,
+            elect_sync: true,
+        },
+    };
+    let entry = definition.options.kernel_name.clone();
+    let kernel = Cuda::default()
+        .compile(definition, &options, ExecutionMode::Checked, AddressType::U32.unsigned_type())
+        .map_err(|e| format!("{name}: {e:?}"))?;
+    Ok((entry, kernel.to_string(), kernel.shared_memory_size()))
+}
+
+/// The properties cubecl-cuda reads off an H100 (sm_90, 227 KB of shared memory per cube at
+/// most, 132 multiprocessors), as far as kernel expansion reads them.
+pub(crate) fn hopper() -> DeviceProperties {
+    let hardware = HardwareProperties {
+        load_width: 128,
+        plane_size_min: 32,
+        plane_size_max: 32,
+        max_bindings: 1024,
+        max_shared_memory_size: 227 * 1024,
+        max_cube_count: (i32::MAX as u32, 65535, 65535),
+        max_units_per_cube: 1024,
+        max_cube_dim: (1024, 1024, 64),
+        num_streaming_multiprocessors: Some(132),
+        num_cpu_cores: None,
+        num_tensor_cores: Some(4),
+        min_tensor_cores_dim: Some(8),
+        max_vector_size: VectorSize::MAX,
+    };
+    let memory = MemoryDeviceProperties { max_page_size: 20 << 30, alignment: 512 };
+    let timing = cubecl::profile::TimingMethod::System;
+    let mut properties = DeviceProperties::new(Default::default(), memory, hardware, timing);
+    register_supported_types(&mut properties);
+    let arch = CudaArchitecture { version: ARCH };
+    register_wmma_features(CudaWmmaCompiler::supported_wmma_combinations(&arch), &mut properties);
+    register_mma_features(CudaWmmaCompiler::supported_mma_combinations(&arch), &mut properties);
+    properties.features.plane.insert(Plane::Ops);
+    properties.features.plane.insert(Plane::Sync);
+    properties.features.plane.insert(Plane::NonUniformControlFlow);
+    properties.features.copy_async = true;
+    properties
+}
