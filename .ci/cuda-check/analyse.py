@@ -22,6 +22,11 @@ shared = static (ptxas) + dynamic (manifest) + 1 KiB driver reserve, in 128 B un
 Only the stdlib is used; NVRTC, ptxas and cuobjdump come from NVIDIA's PyPI wheels
 (see requirements.txt / setup.sh), found in the site-packages of --venv or sys.path.
 
+Known violations: --known FILE lists the rules the kernels still break (keys: kernel,
+variant, arch, rule); those are reported but do not fail, while a new violation or a listed
+one that no longer occurs does (so the list shrinks with every fix). --write-known FILE
+writes the current keys.
+
 Exit status: 0 ok, 1 a rule was broken (unless --no-fail), 2 a tool/compile error.
 """
 import argparse
@@ -286,20 +291,57 @@ def analyse(job, tk, nvrtc, extra_opts, keep):
 
 
 def violations(r):
-    """Reasons this result breaks the manifest's promises (empty list when it is fine)."""
+    """The rules this result breaks, as (key, message) pairs (empty when it is fine).
+
+    The key names the kernel, variant, arch and rule without the figures, so that a list of
+    known violations (--known) still matches after a change moves the numbers.
+    """
     e, who, out = r["entry"], f"{r['entry']['kernel']} [{r['entry']['variant']}] {r['arch']}", []
     if e.get("hot") and (r["spill_st"] or r["spill_ld"] or r["stack"]):
-        out.append(f"{who}: hot kernel spills {r['spill_st']}/{r['spill_ld']} B, "
-                   f"stack {r['stack']} B")
+        out.append((f"{who}: spills", f"{who}: hot kernel spills {r['spill_st']}/"
+                    f"{r['spill_ld']} B, stack {r['stack']} B"))
     if e.get("tensor_core") and not any(r["counts"].get(op) for op in TC_OPS):
-        out.append(f"{who}: tensor_core kernel has no HMMA/HGMMA/IMMA in its main loop")
+        out.append((f"{who}: no tensor-core instructions",
+                    f"{who}: tensor_core kernel has no HMMA/HGMMA/IMMA in its main loop"))
     if r["scalar"]:
-        out.append(f"{who}: scalar 1/2-byte global loads in main loop: {', '.join(r['scalar'])}")
+        out.append((f"{who}: scalar loads", f"{who}: scalar 1/2-byte global loads in main "
+                    f"loop: {', '.join(r['scalar'])}"))
     cubes = min(r["by_regs"], r["by_smem"])
     if cubes < e.get("min_cubes_per_sm", 0):
-        out.append(f"{who}: {cubes} cubes/SM (regs {r['by_regs']}, shared {r['by_smem']}) "
-                   f"< min_cubes_per_sm {e['min_cubes_per_sm']}")
+        out.append((f"{who}: occupancy", f"{who}: {cubes} cubes/SM (regs {r['by_regs']}, "
+                    f"shared {r['by_smem']}) < min_cubes_per_sm {e['min_cubes_per_sm']}"))
     return out
+
+
+def read_known(path):
+    """The keys of a known-violations file: one per line, '#' starts a comment."""
+    if not path:
+        return set()
+    with open(path) as f:
+        return {line.split("#")[0].strip() for line in f} - {""}
+
+
+def judge(results, known):
+    """Print the violations against the known list; return how many count as failures.
+
+    A violation not in the list fails (a regression); so does a listed one that no longer
+    occurs (the list must shrink with each fix, so it always says what is still owed).
+    """
+    found = [v for r in results for v in violations(r)]
+    new = [message for key, message in found if key not in known]
+    stale = sorted(known - {key for key, _ in found})
+    owed = len(found) - len(new)
+    if owed:
+        print(f"\n{owed} known violation(s), listed in the known file (still owed)")
+    if new:
+        print(f"\n{len(new)} violation(s):")
+        print("\n".join(f"- {v}" for v in new))
+    if stale:
+        print(f"\n{len(stale)} known violation(s) no longer occur: remove them from the list")
+        print("\n".join(f"- {k}" for k in stale))
+    if not new and not stale:
+        print("no new violations")
+    return len(new) + len(stale)
 
 
 def table(results):
@@ -333,6 +375,8 @@ def parse_args(argv):
     p.add_argument("--markdown", help="also write the table to this file")
     p.add_argument("--keep", help="keep .ptx/.cubin/.sass files in this folder")
     p.add_argument("--no-fail", action="store_true", help="report violations, exit 0")
+    p.add_argument("--known", help="file of known violations (keys), which do not fail")
+    p.add_argument("--write-known", help="write the current violations' keys here, exit 0")
     p.add_argument("--venv", default=os.environ.get("CUDA_CHECK_VENV"),
                    help="venv holding the NVIDIA wheels (default: $CUDA_CHECK_VENV, sys.path)")
     p.add_argument("--arch", action="append", choices=ARCHES, help="only these arches")
@@ -365,15 +409,16 @@ def main(argv=None):
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(md)
-    reasons = [v for r in results for v in violations(r)]
     print(f"{len(results)} kernel/arch pairs analysed in {time.time() - started:.1f} s "
           f"(NVRTC {os.path.basename(tk['nvrtc'])}, includes {' '.join(tk['includes'])})")
-    if reasons:
-        print(f"\n{len(reasons)} violation(s):")
-        print("\n".join(f"- {v}" for v in reasons))
-        return 0 if args.no_fail else 1
-    print("no violations")
-    return 0
+    if args.write_known:
+        keys = sorted({key for r in results for key, _ in violations(r)})
+        with open(args.write_known, "w") as f:
+            f.write("".join(f"{key}\n" for key in keys))
+        print(f"wrote {len(keys)} known violations to {args.write_known}")
+        return 0
+    failures = judge(results, read_known(args.known))
+    return 1 if failures and not args.no_fail else 0
 
 
 if __name__ == "__main__":

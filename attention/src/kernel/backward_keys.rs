@@ -122,9 +122,10 @@ pub(crate) fn key_grads_kernel<F: Float>(
     if key < k.shape(2) {
         let dk_base = offset(dk, batch, kv_head, key);
         let dv_base = offset(dv, batch, kv_head, key);
+        let (dk_columns, dv_columns) = (dk.stride(3), dv.stride(3));
         for c in 0..dim {
-            dk[dk_base + c * dk.stride(3)] = F::cast_from(dk_acc[c]);
-            dv[dv_base + c * dv.stride(3)] = F::cast_from(dv_acc[c]);
+            dk[dk_base + c * dk_columns] = F::cast_from(dk_acc[c]);
+            dv[dv_base + c * dv_columns] = F::cast_from(dv_acc[c]);
         }
     }
 }

@@ -102,8 +102,9 @@ pub(crate) fn query_grads_kernel<F: Float>(
 
     if live {
         let out_base = offset(dq, batch, head, row);
+        let dq_columns = dq.stride(3);
         for c in 0..dim {
-            dq[out_base + c * dq.stride(3)] = F::cast_from(acc[c]);
+            dq[out_base + c * dq_columns] = F::cast_from(acc[c]);
         }
     }
 }

@@ -101,8 +101,9 @@ pub(crate) fn query_grads_cmma_kernel<F: Float>(
 
     if at.live {
         let out_base = offset(dq, at.batch, at.head, at.row);
+        let dq_columns = dq.stride(3);
         for c in 0..dim {
-            dq[out_base + c * dq.stride(3)] = F::cast_from(dq_s[lane * dim + c]);
+            dq[out_base + c * dq_columns] = F::cast_from(dq_s[lane * dim + c]);
         }
     }
 }

@@ -35,10 +35,11 @@ pub(crate) fn row_terms_kernel<F: Float>(
     let batch = CUBE_POS_Z as usize;
     let base = offset(o, batch, head, row);
     let grad_base = offset(d_o, batch, head, row);
+    let (o_columns, d_o_columns) = (o.stride(3), d_o.stride(3));
     let mut delta = 0.0f32;
     for c in 0..dim {
-        let value = f32::cast_from(o[base + c * o.stride(3)]);
-        delta += value * f32::cast_from(d_o[grad_base + c * d_o.stride(3)]);
+        let value = f32::cast_from(o[base + c * o_columns]);
+        delta += value * f32::cast_from(d_o[grad_base + c * d_o_columns]);
     }
     let row_lse = lse[offset(lse, batch, head, row)];
     let row_d_lse = d_lse[offset(d_lse, batch, head, row)];

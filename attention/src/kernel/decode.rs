@@ -175,8 +175,9 @@ fn attend<F: Float>(
         }
         if seen {
             let mut dot = 0.0f32;
+            let (row_stride, column_stride) = (keys.stride(2), keys.stride(3));
             for c in 0..dim {
-                let key = keys[k_base + slot * keys.stride(2) + c * keys.stride(3)];
+                let key = keys[k_base + slot * row_stride + c * column_stride];
                 dot += query[c] * f32::cast_from(key);
             }
             value = score(dot, call.query_offset, position, row.slope, call, variant).value;
@@ -217,19 +218,23 @@ fn attend<F: Float>(
         weights[unit] = weight;
         sync_cube();
 
-        total *= rescale;
-        for k in 0..columns {
-            acc[k] *= rescale;
+        // The accumulator moves only when the maximum did (never under sigmoid).
+        if rescale != 1.0 {
+            total *= rescale;
+            for k in 0..columns {
+                acc[k] *= rescale;
+            }
         }
         for r in 0..THREADS {
             let w = weights[r];
             if w > 0.0 {
                 total += w;
                 let v_row = v_base + (chunk * THREADS + r) * values.stride(2);
+                let column_stride = values.stride(3);
                 for k in 0..columns {
                     let c = unit + k * THREADS;
                     if c < dim {
-                        acc[k] += w * f32::cast_from(values[v_row + c * values.stride(3)]);
+                        acc[k] += w * f32::cast_from(values[v_row + c * column_stride]);
                     }
                 }
             }

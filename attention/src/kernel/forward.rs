@@ -83,10 +83,13 @@ pub(crate) fn forward_kernel<F: Float>(
                 let mut shift = 0.0f32;
                 if comptime![!variant.sigmoid] {
                     let new_max = max(running_max, tile_max);
-                    let rescale = (running_max - new_max).exp();
-                    total *= rescale;
-                    for c in 0..dim {
-                        acc[c] *= rescale;
+                    // The accumulator moves only when the row's maximum did.
+                    if new_max > running_max {
+                        let rescale = (running_max - new_max).exp();
+                        total *= rescale;
+                        for c in 0..dim {
+                            acc[c] *= rescale;
+                        }
                     }
                     running_max = new_max;
                     shift = new_max;
@@ -112,12 +115,13 @@ pub(crate) fn forward_kernel<F: Float>(
     if live {
         let out_base = offset(o, batch, head, row);
         let end = row_end(total, running_max, &call, variant);
+        let o_columns = o.stride(3);
         for c in 0..dim {
             let mut value = 0.0f32;
             if end.norm > 0.0 {
                 value = acc[c] / end.norm;
             }
-            o[out_base + c * o.stride(3)] = F::cast_from(value);
+            o[out_base + c * o_columns] = F::cast_from(value);
         }
         lse[offset(lse, batch, head, row)] = end.lse;
     }

@@ -90,12 +90,13 @@ pub(crate) fn forward_cmma_kernel<F: Float>(
     if at.live {
         let out_base = offset(o, at.batch, at.head, at.row);
         let end = row_end(total, running_max, &call, variant);
+        let column_stride = o.stride(3);
         for c in 0..dim {
             let mut value = 0.0f32;
             if end.norm > 0.0 {
                 value = o_s[lane * dim + c] / end.norm;
             }
-            o[out_base + c * o.stride(3)] = F::cast_from(value);
+            o[out_base + c * column_stride] = F::cast_from(value);
         }
         lse[offset(lse, at.batch, at.head, at.row)] = end.lse;
     }
@@ -125,7 +126,7 @@ struct RowAt {
 
 /// One row's share of a key tile: the raw products `s_s[lane, ·]` become the row's weights
 /// `p_s[lane, ·]` (0 for keys it does not see), its state moves on, and its row of `o_s` is
-/// rescaled to the new maximum.
+/// rescaled to the new maximum (left alone when the maximum did not move).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn fold_row<F: Float>(
@@ -177,8 +178,11 @@ fn fold_row<F: Float>(
         total += w;
         p_s[lane * n + r] = F::cast_from(w);
     }
-    for c in 0..dim {
-        o_s[lane * dim + c] *= rescale;
+    // The row's output moves only when its maximum did (never under sigmoid).
+    if rescale != 1.0 {
+        for c in 0..dim {
+            o_s[lane * dim + c] *= rescale;
+        }
     }
     RowState { running_max, total }
 }

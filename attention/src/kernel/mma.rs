@@ -101,12 +101,13 @@ pub(crate) fn load_rows<F: Float>(
     #[comptime] dim: usize,
     #[comptime] plane: usize,
 ) {
+    let (row_stride, column_stride) = (t.stride(2), t.stride(3));
     let mut e = UNIT_POS_X as usize;
     while e < rows * dim {
         let row = first + e / dim;
         let mut value = F::cast_from(0.0f32);
         if row < valid {
-            value = t[base + row * t.stride(2) + (e % dim) * t.stride(3)];
+            value = t[base + row * row_stride + (e % dim) * column_stride];
         }
         out[e] = value;
         e += plane;

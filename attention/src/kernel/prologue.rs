@@ -103,10 +103,11 @@ pub(crate) fn load_row<F: Float>(
     into: &mut Array<f32>,
     #[comptime] dim: usize,
 ) {
+    let column_stride = tensor.stride(3);
     for c in 0..dim {
         into[c] = 0.0;
         if live {
-            into[c] = f32::cast_from(tensor[base + c * tensor.stride(3)]);
+            into[c] = f32::cast_from(tensor[base + c * column_stride]);
         }
     }
 }

@@ -23,6 +23,8 @@ pub(crate) fn load_tiles<F: Float>(
     #[comptime] tile: usize,
     #[comptime] dim: usize,
 ) {
+    let (a_rows, a_columns) = (a.stride(2), a.stride(3));
+    let (b_rows, b_columns) = (b.stride(2), b.stride(3));
     let mut e = UNIT_POS_X as usize;
     while e < tile * dim {
         let row = first + e / dim;
@@ -30,8 +32,8 @@ pub(crate) fn load_tiles<F: Float>(
         a_tile[e] = 0.0;
         b_tile[e] = 0.0;
         if row < valid {
-            a_tile[e] = f32::cast_from(a[a_base + row * a.stride(2) + c * a.stride(3)]);
-            b_tile[e] = f32::cast_from(b[b_base + row * b.stride(2) + c * b.stride(3)]);
+            a_tile[e] = f32::cast_from(a[a_base + row * a_rows + c * a_columns]);
+            b_tile[e] = f32::cast_from(b[b_base + row * b_rows + c * b_columns]);
         }
         e += ROWS;
     }
