@@ -232,15 +232,14 @@ fn csv_row(flags: &Flags, row: &Row, ours: &Times, flex: Option<&Anchor>) -> Str
     .join(",")
 }
 
-/// Writes the CSV rows to `path` at once (atomically: a reader never sees half a file).
+/// Writes the CSV rows to `path` (atomically: a reader never sees half a file).
 fn write_csv(path: &Path, rows: &[String]) {
     let text = format!("{CSV_HEADER}\n{}\n", rows.join("\n"));
     let written = swa_zoo::models::files::write_atomically(path, |temp| {
         std::fs::write(temp, &text).map_err(|e| e.to_string())
     });
-    match written {
-        Ok(()) => eprintln!("wrote {}", path.display()),
-        Err(e) => eprintln!("error: cannot write {}: {e}", path.display()),
+    if let Err(e) = written {
+        eprintln!("error: cannot write {}: {e}", path.display());
     }
 }
 
@@ -342,6 +341,10 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
                             .then(|| measure::<B>(CorePath::Blocked, &row, &device, flags.runs));
                         let flex = flex_anchor(&anchors, &row);
                         csv.push(csv_row(flags, &row, &ours, flex));
+                        // After every row: a run stopped by a time limit keeps what it measured.
+                        if let Some(path) = &flags.csv {
+                            write_csv(path, &csv);
+                        }
                         let tflops =
                             |ms: f64, factor: f64| row.forward_tflop() * factor / (ms / 1e3);
                         println!(
@@ -365,9 +368,6 @@ fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str)
                 }
             }
         }
-    }
-    if let Some(path) = &flags.csv {
-        write_csv(path, &csv);
     }
     let others: Vec<_> = anchors.iter().filter(|a| !a.name.contains("flex_attention")).collect();
     if !others.is_empty() {

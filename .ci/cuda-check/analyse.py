@@ -13,7 +13,8 @@ closes a loop spanning target..branch; branches back to the same target are merg
 The main loop is the loop whose address range holds the most "work" (global loads plus
 tensor-core/LDSM instructions), ties broken by instruction count; an outer loop always
 wins over the loops nested in it, since their instructions lie inside its range.
-A function without any backward branch is inspected whole and marked "no loop".
+A function without any backward branch (or an entry with "whole": true) is inspected whole
+and marked "whole".
 
 Occupancy follows cuda_occupancy.h: registers per warp rounded up to 256, warps placed
 per sub-partition (4 x 16384 registers), capped at 32 blocks / 2048 threads per SM;
@@ -283,7 +284,9 @@ def analyse(job, tk, nvrtc, extra_opts, keep):
             os.remove(stem + ext)
         os.rmdir(work)
     instrs = parse_sass(sass, name)
-    loop = inspect_loop(instrs, main_loop(instrs))
+    # A manifest entry with "whole": true (a probe: straight-line code around its copies) is
+    # judged over its whole function, as one without a loop is.
+    loop = inspect_loop(instrs, None if entry.get("whole") else main_loop(instrs))
     shared = stats["smem"] + entry.get("shared_bytes", 0)
     by_regs, by_smem = occupancy(stats["regs"], entry["threads"], shared, arch)
     return dict(entry=entry, arch=arch, name=name, shared=shared,
@@ -352,7 +355,7 @@ def table(results):
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         tc = " ".join(f"{op}×{n}" for op, n in sorted(r["counts"].items())) or "none"
-        where = "no loop" if r["loop"] is None else f"{r['instrs']} instr"
+        where = f"whole, {r['instrs']} instr" if r["loop"] is None else f"{r['instrs']} instr"
         if r["widest"]:
             wide = f"{r['widest'][0]} B ({r['widest'][1]})"
             if r["scalar"]:

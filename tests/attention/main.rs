@@ -12,6 +12,7 @@ mod blocked;
 #[cfg(feature = "wgpu")]
 mod decode;
 mod flex;
+mod fragments;
 mod gpu;
 mod kernel;
 mod layer_ops;

@@ -24,6 +24,8 @@ use super::decode::THREADS as DECODE_THREADS;
 use super::decode::{Sections, SectionsCompilationArg, decode_kernel};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
+use super::fragment::{FragmentPath, LANES};
+use super::fragment_probe::fragment_probe_kernel;
 use super::mma::Mma;
 
 /// A kernel's definition.
@@ -263,6 +265,23 @@ pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def
     let table = array::<u32>(&mut b);
     cache_write_kernel::expand::<F>(&mut b.scope, new_keys, new_values, keys, values, table, dtype);
     (b.build(settings("cache_write_kernel", WRITE_THREADS)), WRITE_THREADS)
+}
+
+/// The fragment seam's probe (`super::fragment_probe`) of two warps on `path`: every operation
+/// of the seam, as the FlashAttention-2 kernels will use it.
+pub(super) fn fragment_probe(
+    device: &DeviceProperties,
+    path: FragmentPath,
+    dtype: StorageType,
+) -> (Def, usize) {
+    use fragment_probe_kernel::F;
+    let warps = 2;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (a, rhs) = (input::<F>(&mut b), input::<F>(&mut b));
+    let (c, stats, layout) = (output::<f32>(&mut b), output::<f32>(&mut b), output::<u32>(&mut b));
+    fragment_probe_kernel::expand::<F>(&mut b.scope, a, rhs, c, stats, layout, path, warps, dtype);
+    (b.build(settings("fragment_probe_kernel", warps * LANES)), warps * LANES)
 }
 
 /// One ring buffer's tensors, as a sequence's compilation argument.

@@ -31,6 +31,7 @@ use cubecl_cpp::{DialectWmmaCompiler, register_supported_types};
 
 use super::config::{ROWS, Variant, tile_rows};
 use super::cuda_definitions as definitions;
+use super::fragment::FragmentPath;
 use super::mma::tile_for;
 
 /// The compiler cubecl-cuda uses (`CudaCompiler`, without the `ptx-wmma` feature).
@@ -57,6 +58,9 @@ pub struct KernelSource {
     pub tensor_core: bool,
     /// A kernel of the training or decoding hot path: no spills, no stack frame.
     pub hot: bool,
+    /// Judge the whole function, not its main loop: a probe is straight-line code around its
+    /// copies (its two product steps unrolled), whose only loops are the copies.
+    pub whole: bool,
     /// The fewest cubes per multiprocessor the kernel needs to hide its latencies (the floor
     /// of the check's occupancy: registers and shared memory must allow at least this many).
     pub min_cubes_per_sm: u32,
@@ -74,6 +78,8 @@ enum Kernel {
     KeyGradsCmma,
     Decode,
     CacheWrite,
+    /// The fragment seam's probe on the native path (`super::fragment_probe`).
+    FragmentProbe,
 }
 
 impl Kernel {
@@ -88,32 +94,41 @@ impl Kernel {
             Kernel::KeyGradsCmma => "key_grads_cmma",
             Kernel::Decode => "decode",
             Kernel::CacheWrite => "cache_write",
+            Kernel::FragmentProbe => "fragment_probe",
         }
     }
 
     fn tensor_core(self) -> bool {
-        matches!(self, Kernel::ForwardCmma | Kernel::QueryGradsCmma | Kernel::KeyGradsCmma)
+        matches!(
+            self,
+            Kernel::ForwardCmma
+                | Kernel::QueryGradsCmma
+                | Kernel::KeyGradsCmma
+                | Kernel::FragmentProbe
+        )
     }
 
     /// Cubes per multiprocessor the kernel needs: a one-warp tensor-core cube needs 8 (8 warps,
     /// two per scheduler), a 32-thread portable cube as many; the row terms and the append are
-    /// memory-bound passes that need 16.
+    /// memory-bound passes that need 16; the probe (one cube, a test) states none.
     fn floor(self) -> u32 {
         match self {
             Kernel::RowTerms | Kernel::CacheWrite => 16,
+            Kernel::FragmentProbe => 0,
             _ => 8,
         }
     }
 
     fn hot(self) -> bool {
-        !matches!(self, Kernel::RowTerms | Kernel::CacheWrite)
+        !matches!(self, Kernel::RowTerms | Kernel::CacheWrite | Kernel::FragmentProbe)
     }
 }
 
 /// The list: every kernel at bf16, d = 64 and 128, softmax, causal; the tensor-core kernels also
 /// in f16 and with each scoring option (sigmoid with ALiBi, softcap, bidirectional); the
-/// decode step with one and two branches (LongNet). Sinks and windows are run-time values: every
-/// variant takes them.
+/// decode step with one and two branches (LongNet); the fragment seam's probe, native, in bf16
+/// and f16 (the path an sm_90 device gets). Sinks and windows are run-time values: every variant
+/// takes them.
 pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
     let device = hopper();
     let mut out = Vec::new();
@@ -145,6 +160,9 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
     }
     out.push(expand(&device, Kernel::Decode, DType::BF16, 64, Options { branches: 2, ..base })?);
     out.push(expand(&device, Kernel::CacheWrite, DType::BF16, 64, base)?);
+    for dtype in [DType::BF16, DType::F16] {
+        out.push(expand(&device, Kernel::FragmentProbe, dtype, 16, base)?);
+    }
     Ok(out)
 }
 
@@ -163,7 +181,7 @@ pub fn write_cuda_sources(dir: &Path) -> Result<usize, String> {
             manifest,
             "  {{\"kernel\": \"{}\", \"variant\": \"{}\", \"file\": \"{file}\", \"entry\": \"{}\", \
              \"threads\": {}, \"shared_bytes\": {}, \"tensor_core\": {}, \"hot\": {}, \
-             \"min_cubes_per_sm\": {}}}{comma}",
+             \"whole\": {}, \"min_cubes_per_sm\": {}}}{comma}",
             s.kernel,
             s.variant,
             s.entry,
@@ -171,6 +189,7 @@ pub fn write_cuda_sources(dir: &Path) -> Result<usize, String> {
             s.shared_bytes,
             s.tensor_core,
             s.hot,
+            s.whole,
             s.min_cubes_per_sm
         );
     }
@@ -233,7 +252,10 @@ fn expand(
         alibi: options.alibi,
         relative: false,
     };
-    let words = options.words(dtype, dim);
+    let words = match kernel {
+        Kernel::FragmentProbe => format!("{dtype:?} native, 2 warps").to_lowercase(),
+        _ => options.words(dtype, dim),
+    };
     let mma = || tile_for(device, dtype, dim).ok_or(format!("{} {words}: no tile", kernel.name()));
     let storage: StorageType = dtype.into();
     let (definition, threads) = match kernel {
@@ -258,6 +280,12 @@ fn expand(
             definitions::decode(device, variant, options.branches, storage)
         }
         Kernel::CacheWrite => definitions::cache_write(device, storage),
+        Kernel::FragmentProbe => match FragmentPath::for_device("cuda", device, dtype) {
+            FragmentPath::Native => {
+                definitions::fragment_probe(device, FragmentPath::Native, storage)
+            }
+            FragmentPath::Emulated => return Err(format!("fragment_probe {words}: not native")),
+        },
     };
     let (entry, source, shared_bytes) = compile(kernel.name(), definition)?;
     Ok(KernelSource {
@@ -269,6 +297,7 @@ fn expand(
         shared_bytes,
         tensor_core: kernel.tensor_core(),
         hot: kernel.hot(),
+        whole: matches!(kernel, Kernel::FragmentProbe),
         min_cubes_per_sm: kernel.floor(),
     })
 }

@@ -18,6 +18,9 @@
 //! - `mma`: the tensor-core tile (cooperative matrices, `cmma`) and its products;
 //!   `forward_cmma`, `backward_queries_cmma` and `backward_keys_cmma`: the forward, dQ and
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
+//! - `fragment` (with `fragment_emulated`): the fragment seam, warp-level `m16n8k16` products
+//!   on CUDA's MMA instructions or emulated with the same layout on any device;
+//!   `fragment_probe`: every operation of it on a device, for the tests.
 //! - `decode` and `decode_launch`: the fused decode step of the bounded caches;
 //!   `cache_write` and `cache_write_launch`: their fused append.
 //! - `cuda_source` and `cuda_definitions` (feature `cuda-check`): the kernels' CUDA C++, made
@@ -44,6 +47,9 @@ mod decode_launch;
 mod forward;
 mod forward_cmma;
 mod forward_launch;
+mod fragment;
+mod fragment_emulated;
+mod fragment_probe;
 mod fusion;
 mod mma;
 mod probe;
@@ -54,7 +60,13 @@ mod tile;
 mod visibility;
 
 pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
+/// CubeCL's CUDA runtime, the `R` of the probes on CUDA for tests outside the crate (Burn does
+/// not re-export it).
+#[cfg(feature = "cuda")]
+pub use cubecl::cuda::CudaRuntime;
 #[cfg(feature = "cuda-check")]
 pub use cuda_source::{KernelSource, cuda_sources, write_cuda_sources};
+pub use fragment::FragmentPath;
+pub use fragment_probe::{FragmentProbe, probe_fragments};
 pub use mma::tensor_core_tile_of;
 pub use probe::probe_visibility;

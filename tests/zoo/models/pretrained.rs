@@ -17,7 +17,14 @@ use crate::{Reference, max_abs, tensor, to_vec, values};
 type B = NdArray;
 
 /// f32 on ndarray, the windowed core against a dense softmax over one more column.
-const SINK_TOLERANCE: f32 = 1e-5;
+/// Tolerances of the learned-sink test, output and gradients: the core's f32 tolerances
+/// (docs/testing.md, "Tolerances": `o` 2e-5, gradients 1e-4 for inputs in [−1, 1)), relative to
+/// the reference's largest magnitude where that exceeds 1. The two sides are two f32
+/// formulations of one function (one softmax with an extra column, against `o·σ(lse − s)`),
+/// whose rounding differs with the order of their sums and with the CPU's kernels: dq differed
+/// by 4.4e-5 on a Zen 3 (AVX2) machine and by less than 1e-5 on a Zen 5 (AVX-512).
+const SINK_OUT_TOLERANCE: f32 = 2e-5;
+const SINK_GRAD_TOLERANCE: f32 = 1e-4;
 
 /// Learned sinks as gpt-oss computes them: the scores of the visible keys and one more column
 /// of score `s_h` in one softmax, that column then dropped.
@@ -79,15 +86,16 @@ fn learned_sink_logits_match_a_softmax_with_one_more_column_and_its_gradients() 
         (to_vec(o), grad(&q), grad(&k), grad(&v), to_vec(s.grad(&grads).unwrap()))
     };
     let (got, want) = (run(false), run(true));
-    for (name, g, w) in [
-        ("o", &got.0, &want.0),
-        ("dq", &got.1, &want.1),
-        ("dk", &got.2, &want.2),
-        ("dv", &got.3, &want.3),
-        ("ds", &got.4, &want.4),
+    for (name, g, w, tolerance) in [
+        ("o", &got.0, &want.0, SINK_OUT_TOLERANCE),
+        ("dq", &got.1, &want.1, SINK_GRAD_TOLERANCE),
+        ("dk", &got.2, &want.2, SINK_GRAD_TOLERANCE),
+        ("dv", &got.3, &want.3, SINK_GRAD_TOLERANCE),
+        ("ds", &got.4, &want.4, SINK_GRAD_TOLERANCE),
     ] {
+        let magnitude = w.iter().fold(1.0f32, |m, x| m.max(x.abs()));
         let error = max_abs(g, w);
-        assert!(error <= SINK_TOLERANCE, "{name} differs by {error}");
+        assert!(error <= tolerance * magnitude, "{name} differs by {error} (magnitude {magnitude})");
     }
 }
 
