@@ -95,7 +95,10 @@ fn learned_sink_logits_match_a_softmax_with_one_more_column_and_its_gradients() 
     ] {
         let magnitude = w.iter().fold(1.0f32, |m, x| m.max(x.abs()));
         let error = max_abs(g, w);
-        assert!(error <= tolerance * magnitude, "{name} differs by {error} (magnitude {magnitude})");
+        assert!(
+            error <= tolerance * magnitude,
+            "{name} differs by {error} (magnitude {magnitude})"
+        );
     }
 }
 
