@@ -6,9 +6,9 @@
 //! the default adapter is a CPU one, the tests therefore run on two Vulkan devices of it: the
 //! default device and a second one of their own.
 
+use std::collections::HashSet;
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 
 use burn::backend::Wgpu;
 use burn::backend::wgpu::graphics::AutoGraphicsApi;
@@ -54,15 +54,22 @@ pub fn wgpu_devices() -> Option<[WgpuDevice; 2]> {
     devices.clone()
 }
 
-/// Tests of this binary that skipped for want of a wgpu adapter.
-static SKIPPED: AtomicUsize = AtomicUsize::new(0);
+/// The tests of this binary that skipped for want of a wgpu adapter, by name (the harness runs
+/// each test on a thread named after it; a test that asks twice counts once).
+static SKIPPED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// Counts one skipped test; the first registers [`summary`] to run when the process exits,
-/// after the harness's own result line (Rust's std has no exit hook: C's `atexit` is the one
-/// every platform's C runtime has).
+/// Counts the calling test as skipped; the first registers [`summary`] to run when the process
+/// exits, after the harness's own result line (Rust's std has no exit hook: C's `atexit` is the
+/// one every platform's C runtime has).
 pub fn count_skip() {
     static REGISTER: Once = Once::new();
-    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("unnamed").to_string();
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let names = skipped.get_or_insert_with(HashSet::new);
+    let index = names.len();
+    // One thread for every test (`--test-threads 1`): count each call.
+    names.insert(if name == "main" { format!("main {index}") } else { name });
     unsafe extern "C" {
         fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
     }
@@ -74,10 +81,10 @@ pub fn count_skip() {
 
 /// The one line that says how many wgpu tests this binary skipped, and why.
 extern "C" fn summary() {
+    let skipped = SKIPPED.lock().map_or(0, |names| names.as_ref().map_or(0, HashSet::len));
     eprintln!(
-        "note: {} wgpu kernel tests of this binary skipped: no wgpu adapter answers on this \
-         machine (install mesa-vulkan-drivers for lavapipe to run them; SWA_REQUIRE_WGPU=1 makes \
-         a missing adapter fail)",
-        SKIPPED.load(Ordering::Relaxed)
+        "note: {skipped} wgpu kernel tests of this binary skipped: no wgpu adapter answers on \
+         this machine (install mesa-vulkan-drivers for lavapipe to run them; SWA_REQUIRE_WGPU=1 \
+         makes a missing adapter fail)"
     );
 }
