@@ -28,11 +28,11 @@ use super::visibility::{Window, load_window, visible};
 /// N_k, d]`. Grid: (key blocks of `m`, H_kv, batch); one plane per cube.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn key_grads_cmma_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_o: &Tensor<F>,
+pub(crate) fn key_grads_cmma_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_o: &Tensor<Vector<F, N>>,
     terms: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,

@@ -16,7 +16,7 @@ use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::config::{Layout, ROWS, placeholder};
 use super::forward_launch::grid;
-use super::mma::{Mma, tensor_core_tile};
+use super::mma::{Mma, load_vector, tensor_core_tile};
 use crate::backend::{KernelBackward, KernelGradients};
 use crate::{ScoreOptions, WindowSpec};
 
@@ -148,6 +148,7 @@ fn launch_cmma<R: CubeRuntime>(
     let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
     let dtype = g.q.dtype;
     let cube_dim = CubeDim::new_1d(mma.plane as u32);
+    let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
     let blocks = |rows: usize, heads: usize| {
         CubeCount::Static(rows.div_ceil(mma.m) as u32, heads as u32, batch as u32)
     };
@@ -155,6 +156,7 @@ fn launch_cmma<R: CubeRuntime>(
         client,
         blocks(q_len, heads),
         cube_dim,
+        vector,
         g.q.clone().into_tensor_arg(),
         g.k.clone().into_tensor_arg(),
         g.v.clone().into_tensor_arg(),
@@ -172,6 +174,7 @@ fn launch_cmma<R: CubeRuntime>(
         client,
         blocks(keys, kv_heads),
         cube_dim,
+        vector,
         g.q.into_tensor_arg(),
         g.k.into_tensor_arg(),
         g.v.into_tensor_arg(),

@@ -25,11 +25,11 @@ use super::visibility::visible;
 /// Grid: (query blocks of `m`, H, batch); one plane per cube.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn query_grads_cmma_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_o: &Tensor<F>,
+pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_o: &Tensor<Vector<F, N>>,
     terms: &Tensor<f32>,
     dq: &mut Tensor<F>,
     windows: &Array<u32>,

@@ -63,14 +63,16 @@ pub(super) fn forward_cmma(
     mma: Mma,
     dtype: StorageType,
 ) -> Def {
-    use forward_cmma_kernel::F;
+    use forward_cmma_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v) = (input::<F>(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v) = (vectors(&mut b), vectors(&mut b), vectors(&mut b));
     let (o, lse) = (output::<F>(&mut b), output::<f32>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    forward_cmma_kernel::expand::<F>(
+    forward_cmma_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,
@@ -133,14 +135,16 @@ pub(super) fn query_grads_cmma(
     mma: Mma,
     dtype: StorageType,
 ) -> Def {
-    use query_grads_cmma_kernel::F;
+    use query_grads_cmma_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
     let (terms, dq) = (input::<f32>(&mut b), output::<F>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    query_grads_cmma_kernel::expand::<F>(
+    query_grads_cmma_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,
@@ -192,14 +196,16 @@ pub(super) fn key_grads_cmma(
     mma: Mma,
     dtype: StorageType,
 ) -> Def {
-    use key_grads_cmma_kernel::F;
+    use key_grads_cmma_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
     let (terms, dk, dv) = (input::<f32>(&mut b), output::<F>(&mut b), output::<F>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    key_grads_cmma_kernel::expand::<F>(
+    key_grads_cmma_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,
@@ -282,6 +288,17 @@ pub(super) fn fragment_probe(
     let (c, stats, layout) = (output::<f32>(&mut b), output::<f32>(&mut b), output::<u32>(&mut b));
     fragment_probe_kernel::expand::<F>(&mut b.scope, a, rhs, c, stats, layout, path, warps, dtype);
     (b.build(settings("fragment_probe_kernel", warps * LANES)), warps * LANES)
+}
+
+/// Elements per vector of the tensor-core kernels' tile copies on an H100: 8 halves, 16 bytes
+/// (`super::mma::load_vector` for contiguous inputs whose `d` is a multiple of 8).
+const VECTOR: usize = 8;
+
+/// A tensor input read as vectors of the size registered for `N`.
+fn vectors<F: Float, N: Size>(
+    b: &mut KernelBuilder,
+) -> <Tensor<Vector<F, N>> as CubeType>::ExpandType {
+    input::<Vector<F, N>>(b)
 }
 
 /// One ring buffer's tensors, as a sequence's compilation argument.

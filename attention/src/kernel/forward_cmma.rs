@@ -26,10 +26,10 @@ use super::visibility::{Window, visible};
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16) → `o: [batch, H, N_q,
 /// d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of `m`, H, batch); one plane per cube.
 #[cube(launch)]
-pub(crate) fn forward_cmma_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
+pub(crate) fn forward_cmma_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     windows: &Array<u32>,

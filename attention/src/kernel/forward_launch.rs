@@ -11,7 +11,7 @@ use cubecl::prelude::*;
 use super::config::{Layout, ROWS, placeholder};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
-use super::mma::tensor_core_tile;
+use super::mma::{load_vector, tensor_core_tile};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and the
@@ -41,6 +41,7 @@ pub(crate) fn forward<R: CubeRuntime>(
             &client,
             CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32),
             CubeDim::new_1d(mma.plane as u32),
+            load_vector(&[&q, &k, &v]),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),

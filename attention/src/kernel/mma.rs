@@ -11,8 +11,10 @@
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
+use burn_cubecl::tensor::CubeTensor;
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind};
 use cubecl::prelude::*;
+use cubecl::tensor_vector_size_parallel;
 
 use super::config::SHARED_BUDGET;
 
@@ -86,13 +88,16 @@ pub fn tensor_core_tile_of<R: CubeRuntime>(
     tensor_core_tile(&R::client(device), dtype, dim).map(|t| [t.m, t.n, t.n])
 }
 
-/// Copies rows `first … first + rows − 1` of `t` (`[batch, heads, len, d]`, any strides; `base`
-/// addresses the batch and head) into `out` (`rows × d`, row-major), zeros for rows at or past
-/// `valid`. The plane's lanes share the copy: call `sync_cube` before reading `out`.
+/// Copies rows `first … first + rows − 1` of `t` (`[batch, heads, len, d]` read as vectors of
+/// `N` elements along `d`, which the launch chose so that `d`'s stride is 1 and every other
+/// stride a multiple of `N`: [`load_vector`]; `base` addresses the batch and head) into `out`
+/// (`rows × d`, row-major), zeros for rows at or past `valid`. The plane's lanes share the copy,
+/// one vector each in turn (16 bytes for 8 halves on CUDA), unrolled: call `sync_cube` before
+/// reading `out`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_rows<F: Float>(
-    t: &Tensor<F>,
+pub(crate) fn load_rows<F: Float, N: Size>(
+    t: &Tensor<Vector<F, N>>,
     base: usize,
     first: usize,
     valid: usize,
@@ -101,17 +106,39 @@ pub(crate) fn load_rows<F: Float>(
     #[comptime] dim: usize,
     #[comptime] plane: usize,
 ) {
-    let (row_stride, column_stride) = (t.stride(2), t.stride(3));
-    let mut e = UNIT_POS_X as usize;
-    while e < rows * dim {
-        let row = first + e / dim;
-        let mut value = F::cast_from(0.0f32);
-        if row < valid {
-            value = t[base + row * row_stride + (e % dim) * column_stride];
+    let width = t.vector_size();
+    let row_stride = t.stride(2);
+    // Unrolled, so that a lane's loads are all in flight before its first store.
+    let steps = comptime![(rows * dim).div_ceil(plane * width)];
+    #[unroll]
+    for step in 0..steps {
+        let e = (step * plane + UNIT_POS_X as usize) * width;
+        if e < rows * dim {
+            let row = first + e / dim;
+            let mut value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
+            if row < valid {
+                value = t[(base + row * row_stride + e % dim) / width];
+            }
+            #[unroll]
+            for i in 0..width {
+                out[e + i] = value[i];
+            }
         }
-        out[e] = value;
-        e += plane;
     }
+}
+
+/// The widest vector the tile copies ([`load_rows`]) can read `tensors` with: the device's
+/// widest load for their element size where `d` is contiguous and the other strides allow it,
+/// else 1 (element loads).
+pub(crate) fn load_vector<R: CubeRuntime>(tensors: &[&CubeTensor<R>]) -> VectorSize {
+    tensors
+        .iter()
+        .map(|t| {
+            let sizes = t.client.io_optimized_vector_sizes(t.dtype.size());
+            tensor_vector_size_parallel(sizes, t.meta.shape(), t.meta.strides(), 3)
+        })
+        .min()
+        .unwrap_or(1)
 }
 
 /// Sets the first `len` values of `out` to 0, shared among the plane's lanes.

@@ -40,9 +40,9 @@ pub(crate) struct QueryBlock {
 /// The block of the cube at grid position (block, head, batch) of `q: [batch, H, N_q, d]`,
 /// `k: [batch, H_kv, N_k, d]`, with `rows` rows per block.
 #[cube]
-pub(crate) fn query_block<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
+pub(crate) fn query_block<T: CubePrimitive>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
     windows: &Array<u32>,
     slopes: &Array<f32>,
     call: &Call,
