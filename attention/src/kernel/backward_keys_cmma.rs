@@ -26,7 +26,7 @@ use super::visibility::{Window, load_window, visible};
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16), `terms: [batch, H, N_q, 2]` (f32, `super::backward_rows`) → `dk, dv: [batch, H_kv,
 /// N_k, d]`. Grid: (key blocks of `m`, H_kv, batch); one plane per cube.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn key_grads_cmma_kernel<F: Float, N: Size>(
     q: &Tensor<Vector<F, N>>,

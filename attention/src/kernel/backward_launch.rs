@@ -152,41 +152,50 @@ fn launch_cmma<R: CubeRuntime>(
     let blocks = |rows: usize, heads: usize| {
         CubeCount::Static(rows.div_ceil(mma.m) as u32, heads as u32, batch as u32)
     };
-    query_grads_cmma_kernel::launch::<R>(
-        client,
-        blocks(q_len, heads),
-        cube_dim,
-        vector,
-        g.q.clone().into_tensor_arg(),
-        g.k.clone().into_tensor_arg(),
-        g.v.clone().into_tensor_arg(),
-        g.d_o.clone().into_tensor_arg(),
-        g.terms.clone().into_tensor_arg(),
-        g.dq.into_tensor_arg(),
-        layout.windows.clone().into_array_arg(),
-        layout.slopes.clone().into_array_arg(),
-        layout.call(),
-        layout.variant,
-        mma,
-        dtype.into(),
-    );
-    key_grads_cmma_kernel::launch::<R>(
-        client,
-        blocks(keys, kv_heads),
-        cube_dim,
-        vector,
-        g.q.into_tensor_arg(),
-        g.k.into_tensor_arg(),
-        g.v.into_tensor_arg(),
-        g.d_o.into_tensor_arg(),
-        g.terms.into_tensor_arg(),
-        g.dk.into_tensor_arg(),
-        g.dv.into_tensor_arg(),
-        layout.windows.clone().into_array_arg(),
-        layout.slopes.clone().into_array_arg(),
-        layout.call(),
-        layout.variant,
-        mma,
-        dtype.into(),
-    );
+    // SAFETY: unchecked (no bounds check on each access): every global read and write of the
+    // kernel is guarded by the call's lengths (rows at or past `N_q`, keys at or past the valid
+    // keys), the windows and slopes hold a word for every head of the grid, and
+    // `windowed_runs` checked the shapes before any launch.
+    unsafe {
+        query_grads_cmma_kernel::launch_unchecked::<R>(
+            client,
+            blocks(q_len, heads),
+            cube_dim,
+            vector,
+            g.q.clone().into_tensor_arg(),
+            g.k.clone().into_tensor_arg(),
+            g.v.clone().into_tensor_arg(),
+            g.d_o.clone().into_tensor_arg(),
+            g.terms.clone().into_tensor_arg(),
+            g.dq.into_tensor_arg(),
+            layout.windows.clone().into_array_arg(),
+            layout.slopes.clone().into_array_arg(),
+            layout.call(),
+            layout.variant,
+            mma,
+            dtype.into(),
+        );
+    }
+    // SAFETY: as for the dQ kernel above.
+    unsafe {
+        key_grads_cmma_kernel::launch_unchecked::<R>(
+            client,
+            blocks(keys, kv_heads),
+            cube_dim,
+            vector,
+            g.q.into_tensor_arg(),
+            g.k.into_tensor_arg(),
+            g.v.into_tensor_arg(),
+            g.d_o.into_tensor_arg(),
+            g.terms.into_tensor_arg(),
+            g.dk.into_tensor_arg(),
+            g.dv.into_tensor_arg(),
+            layout.windows.clone().into_array_arg(),
+            layout.slopes.clone().into_array_arg(),
+            layout.call(),
+            layout.variant,
+            mma,
+            dtype.into(),
+        );
+    }
 }

@@ -23,7 +23,7 @@ use super::visibility::visible;
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16), `terms: [batch, H, N_q, 2]` (f32, `super::backward_rows`) → `dq: [batch, H, N_q, d]`.
 /// Grid: (query blocks of `m`, H, batch); one plane per cube.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(
     q: &Tensor<Vector<F, N>>,

@@ -119,6 +119,15 @@ impl Kernel {
         }
     }
 
+    /// How the launches launch it: the tensor-core kernels unchecked (`launch_unchecked`: no
+    /// bounds check on each access), the others checked.
+    fn mode(self) -> ExecutionMode {
+        match self.tensor_core() && !matches!(self, Kernel::FragmentProbe) {
+            true => ExecutionMode::Unchecked,
+            false => ExecutionMode::Checked,
+        }
+    }
+
     fn hot(self) -> bool {
         !matches!(self, Kernel::RowTerms | Kernel::CacheWrite | Kernel::FragmentProbe)
     }
@@ -287,7 +296,7 @@ fn expand(
             FragmentPath::Emulated => return Err(format!("fragment_probe {words}: not native")),
         },
     };
-    let (entry, source, shared_bytes) = compile(kernel.name(), definition)?;
+    let (entry, source, shared_bytes) = compile(kernel.name(), definition, kernel.mode())?;
     Ok(KernelSource {
         kernel: kernel.name(),
         variant: words,
@@ -303,9 +312,12 @@ fn expand(
 }
 
 /// Compiles a definition to CUDA C++ with cubecl-cuda's options on sm_90 (fast math, grid
-/// constants, clusters), in the mode the launches use (checked: `launch`, not
-/// `launch_unchecked`) → (entry name, source, shared bytes).
-fn compile(name: &str, definition: KernelDefinition) -> Result<(String, String, usize), String> {
+/// constants, clusters), in the mode its launch uses → (entry name, source, shared bytes).
+fn compile(
+    name: &str,
+    definition: KernelDefinition,
+    mode: ExecutionMode,
+) -> Result<(String, String, usize), String> {
     let options = CompilationOptions {
         warp_size: 32,
         supports_features: CppSupportedFeatures {
@@ -318,7 +330,7 @@ fn compile(name: &str, definition: KernelDefinition) -> Result<(String, String, 
     };
     let entry = definition.options.kernel_name.clone();
     let kernel = Cuda::default()
-        .compile(definition, &options, ExecutionMode::Checked, AddressType::U32.unsigned_type())
+        .compile(definition, &options, mode, AddressType::U32.unsigned_type())
         .map_err(|e| format!("{name}: {e:?}"))?;
     Ok((entry, kernel.to_string(), kernel.shared_memory_size()))
 }

@@ -37,23 +37,29 @@ pub(crate) fn forward<R: CubeRuntime>(
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
     if let Some(mma) = tensor_core_tile(&client, dtype, dim).filter(|_| relative.is_none()) {
-        forward_cmma_kernel::launch::<R>(
-            &client,
-            CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32),
-            CubeDim::new_1d(mma.plane as u32),
-            load_vector(&[&q, &k, &v]),
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            o.clone().into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            layout.windows.clone().into_array_arg(),
-            layout.slopes.clone().into_array_arg(),
-            layout.call(),
-            layout.variant,
-            mma,
-            dtype.into(),
-        );
+        // SAFETY: unchecked (no bounds check on each access): every global read and write of the
+        // kernel is guarded by the call's lengths (rows at or past `N_q`, keys at or past the valid
+        // keys), the windows and slopes hold a word for every head of the grid, and
+        // `windowed_runs` checked the shapes before any launch.
+        unsafe {
+            forward_cmma_kernel::launch_unchecked::<R>(
+                &client,
+                CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32),
+                CubeDim::new_1d(mma.plane as u32),
+                load_vector(&[&q, &k, &v]),
+                q.into_tensor_arg(),
+                k.into_tensor_arg(),
+                v.into_tensor_arg(),
+                o.clone().into_tensor_arg(),
+                lse.clone().into_tensor_arg(),
+                layout.windows.clone().into_array_arg(),
+                layout.slopes.clone().into_array_arg(),
+                layout.call(),
+                layout.variant,
+                mma,
+                dtype.into(),
+            );
+        }
         return (o, lse);
     }
     let relative = relative.unwrap_or_else(|| placeholder(&client, &q.device, dtype));
