@@ -21,11 +21,11 @@ use super::visibility::{load_window, visible};
 /// `terms: [batch, H, N_q, 2]` and, when the variant has them, the relative scores
 /// `[batch, H, N_q, L]` → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks, H_kv, batch).
 #[cube(launch)]
-pub(crate) fn key_grads_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_o: &Tensor<F>,
+pub(crate) fn key_grads_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_o: &Tensor<Vector<F, N>>,
     terms: &Tensor<f32>,
     relative: &Tensor<F>,
     dk: &mut Tensor<F>,

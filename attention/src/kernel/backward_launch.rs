@@ -99,10 +99,12 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
     let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
     let dtype = g.q.dtype;
     let cube_dim = CubeDim::new_1d(ROWS as u32);
+    let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
     query_grads_kernel::launch::<R>(
         client,
         grid(q_len, heads, batch),
         cube_dim,
+        vector,
         g.q.clone().into_tensor_arg(),
         g.k.clone().into_tensor_arg(),
         g.v.clone().into_tensor_arg(),
@@ -121,6 +123,7 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
         client,
         grid(keys, kv_heads, batch),
         cube_dim,
+        vector,
         g.q.into_tensor_arg(),
         g.k.into_tensor_arg(),
         g.v.into_tensor_arg(),

@@ -20,11 +20,11 @@ use super::visibility::visible;
 /// visible pair's `∂L/∂s` at its distance; the caller zeroes it first). Grid: (query blocks, H,
 /// batch).
 #[cube(launch)]
-pub(crate) fn query_grads_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_o: &Tensor<F>,
+pub(crate) fn query_grads_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_o: &Tensor<Vector<F, N>>,
     terms: &Tensor<f32>,
     relative: &Tensor<F>,
     dq: &mut Tensor<F>,

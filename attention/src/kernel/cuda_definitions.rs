@@ -33,14 +33,17 @@ type Def = KernelDefinition;
 
 /// The portable forward (`super::forward`): one thread per query row.
 pub(super) fn forward(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
-    use forward_kernel::F;
+    use forward_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v, relative) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v) = (vectors(&mut b), vectors(&mut b), vectors(&mut b));
+    let relative = input::<F>(&mut b);
     let (o, lse) = (output::<F>(&mut b), output::<f32>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    forward_kernel::expand::<F>(
+    forward_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,
@@ -102,15 +105,17 @@ pub(super) fn row_terms(device: &DeviceProperties, variant: Variant, dtype: Stor
 
 /// The portable dQ (`super::backward_queries`).
 pub(super) fn query_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
-    use query_grads_kernel::F;
+    use query_grads_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
     let (terms, relative) = (input::<f32>(&mut b), input::<F>(&mut b));
     let (dq, d_relative) = (output::<F>(&mut b), output::<F>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    query_grads_kernel::expand::<F>(
+    query_grads_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,
@@ -163,15 +168,17 @@ pub(super) fn query_grads_cmma(
 
 /// The portable dK/dV (`super::backward_keys`).
 pub(super) fn key_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
-    use key_grads_kernel::F;
+    use key_grads_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (q, k, v, d_o) = (input::<F>(&mut b), input(&mut b), input(&mut b), input(&mut b));
+    b.scope.register_size::<N>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
     let (terms, relative) = (input::<f32>(&mut b), input::<F>(&mut b));
     let (dk, dv) = (output::<F>(&mut b), output::<F>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
-    key_grads_kernel::expand::<F>(
+    key_grads_kernel::expand::<F, N>(
         &mut b.scope,
+        VECTOR,
         q,
         k,
         v,

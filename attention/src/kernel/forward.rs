@@ -20,10 +20,10 @@ use super::visibility::visible;
 /// relative scores `[batch, H, N_q, L]` → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32
 /// whatever `F` is). Grid: (query blocks, H, batch); [`ROWS`] threads per cube.
 #[cube(launch)]
-pub(crate) fn forward_kernel<F: Float>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
+pub(crate) fn forward_kernel<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
     relative: &Tensor<F>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,

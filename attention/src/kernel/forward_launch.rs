@@ -67,6 +67,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         &client,
         grid(q_len, heads, batch),
         CubeDim::new_1d(ROWS as u32),
+        load_vector(&[&q, &k, &v]),
         q.into_tensor_arg(),
         k.into_tensor_arg(),
         v.into_tensor_arg(),

@@ -93,21 +93,25 @@ pub(crate) fn offset<T: CubePrimitive>(
     batch * tensor.stride(0) + head * tensor.stride(1) + row * tensor.stride(2)
 }
 
-/// Row `dim` values of `tensor` from `base` (along its last axis) into `into` as f32; zeros
-/// where the row is not `live`.
+/// Row `dim` values of `tensor` from `base` (along its last axis, read as vectors of `N`
+/// elements: `super::mma::load_vector`) into `into` as f32; zeros where the row is not `live`.
 #[cube]
-pub(crate) fn load_row<F: Float>(
-    tensor: &Tensor<F>,
+pub(crate) fn load_row<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
     base: usize,
     live: bool,
     into: &mut Array<f32>,
     #[comptime] dim: usize,
 ) {
-    let column_stride = tensor.stride(3);
-    for c in 0..dim {
-        into[c] = 0.0;
+    let width = tensor.vector_size();
+    for step in 0..comptime![dim / width] {
+        let mut value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
         if live {
-            into[c] = f32::cast_from(tensor[base + c * column_stride]);
+            value = tensor[base / width + step];
+        }
+        #[unroll]
+        for i in 0..width {
+            into[step * width + i] = f32::cast_from(value[i]);
         }
     }
 }

@@ -5,16 +5,17 @@ use cubecl::prelude::*;
 
 use super::config::ROWS;
 
-/// Copies rows `first … first + tile − 1` of `a` and `b` (`[batch, heads, rows, d]`, any
-/// strides; `a_base`/`b_base` address the batch and head) into `a_tile` and `b_tile`
-/// (`tile × d`, row-major), with zeros for rows at or past `valid`. The cube's [`ROWS`] threads
-/// share the copy: call `sync_cube` before reading the tiles.
+/// Copies rows `first … first + tile − 1` of `a` and `b` (`[batch, heads, rows, d]`, read as
+/// vectors of `N` elements along `d`: `super::mma::load_vector`; `a_base`/`b_base` address the
+/// batch and head) into `a_tile` and `b_tile` (`tile × d`, row-major), with zeros for rows at
+/// or past `valid`. The cube's [`ROWS`] threads share the copy, a vector each in turn: call
+/// `sync_cube` before reading the tiles.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_tiles<F: Float>(
-    a: &Tensor<F>,
+pub(crate) fn load_tiles<F: Float, N: Size>(
+    a: &Tensor<Vector<F, N>>,
     a_base: usize,
-    b: &Tensor<F>,
+    b: &Tensor<Vector<F, N>>,
     b_base: usize,
     first: usize,
     valid: usize,
@@ -23,18 +24,23 @@ pub(crate) fn load_tiles<F: Float>(
     #[comptime] tile: usize,
     #[comptime] dim: usize,
 ) {
-    let (a_rows, a_columns) = (a.stride(2), a.stride(3));
-    let (b_rows, b_columns) = (b.stride(2), b.stride(3));
-    let mut e = UNIT_POS_X as usize;
+    let width = a.vector_size();
+    let (a_rows, b_rows) = (a.stride(2), b.stride(2));
+    let mut e = UNIT_POS_X as usize * width;
     while e < tile * dim {
         let row = first + e / dim;
         let c = e % dim;
-        a_tile[e] = 0.0;
-        b_tile[e] = 0.0;
+        let mut a_value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
+        let mut b_value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
         if row < valid {
-            a_tile[e] = f32::cast_from(a[a_base + row * a_rows + c * a_columns]);
-            b_tile[e] = f32::cast_from(b[b_base + row * b_rows + c * b_columns]);
+            a_value = a[(a_base + row * a_rows + c) / width];
+            b_value = b[(b_base + row * b_rows + c) / width];
         }
-        e += ROWS;
+        #[unroll]
+        for i in 0..width {
+            a_tile[e + i] = f32::cast_from(a_value[i]);
+            b_tile[e + i] = f32::cast_from(b_value[i]);
+        }
+        e += ROWS * width;
     }
 }
