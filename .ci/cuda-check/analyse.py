@@ -4,9 +4,8 @@
 Input: a folder with manifest.json and the .cu files it names (written elsewhere by
 cubecl-cpp's CUDA dialect).  Every manifest entry is compiled for each target arch with
 NVRTC (through ctypes, like cubecl-cuda does at run time), assembled with ptxas -v, and
-disassembled with cuobjdump -sass.  An entry may list "arches" (a subset of sm_90a,
-sm_80) when its source only builds for some, e.g. wgmma/TMA code that sm_80 rejects.  From that we report registers, spills, stack,
-shared memory, theoretical occupancy, and what the *main loop* of the kernel executes.
+disassembled with cuobjdump -sass.  From that we report registers, spills, stack, shared
+memory, theoretical occupancy, and what the *main loop* of the kernel executes.
 
 Main loop: every backward branch (BRA whose target address is below its own address)
 closes a loop spanning target..branch; branches back to the same target are merged.
@@ -400,7 +399,7 @@ def main(argv=None):
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
         jobs = [(i, e, args.folder, a) for i, e in enumerate(manifest)
-                for a in (args.arch or ARCHES) if a in e.get("arches", ARCHES)]
+                for a in (args.arch or ARCHES)]
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             results = list(pool.map(
                 lambda j: analyse(j, tk, nvrtc, args.nvrtc_opt, args.keep), jobs))

@@ -155,10 +155,7 @@ fn launch_cmma<R: CubeRuntime>(
     let blocks = |rows: usize, heads: usize| {
         CubeCount::Static(rows.div_ceil(mma.m) as u32, heads as u32, batch as u32)
     };
-    // SAFETY: unchecked (no bounds check on each access): every global read and write of the
-    // kernel is guarded by the call's lengths (rows at or past `N_q`, keys at or past the valid
-    // keys), the windows and slopes hold a word for every head of the grid, and
-    // `windowed_runs` checked the shapes before any launch.
+    // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
     unsafe {
         query_grads_cmma_kernel::launch_unchecked::<R>(
             client,
@@ -179,7 +176,7 @@ fn launch_cmma<R: CubeRuntime>(
             dtype.into(),
         );
     }
-    // SAFETY: as for the dQ kernel above.
+    // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
     unsafe {
         key_grads_cmma_kernel::launch_unchecked::<R>(
             client,

@@ -5,11 +5,9 @@
 //! the launch's) and calls the kernel's `expand` with its compile-time arguments.
 
 use cubecl::KernelSettings;
-use cubecl::ir::{
-    ContiguousElements, DeviceProperties, MatrixLayout, MmaProperties, TargetProperties,
-};
+use cubecl::cuda::CudaRuntime;
+use cubecl::ir::DeviceProperties;
 use cubecl::prelude::*;
-use cubecl_cpp::cuda::mma::contiguous_elements_cuda;
 
 use super::backward_keys::key_grads_kernel;
 use super::backward_keys_cmma::key_grads_cmma_kernel;
@@ -313,27 +311,10 @@ fn sequence<T: CubePrimitive>() -> SequenceCompilationArg<Tensor<T>> {
     std::iter::once(TensorCompilationArg { inplace: None }).collect()
 }
 
-/// CUDA's target properties (cubecl-cuda's `target_properties`).
-fn cuda_target() -> TargetProperties {
-    TargetProperties {
-        mma: MmaProperties {
-            register_size_bits: 32,
-            const_plane_size: 32,
-            register_layout_a: MatrixLayout::RowMajor,
-            register_layout_b: MatrixLayout::ColMajor,
-            register_layout_acc: MatrixLayout::RowMajor,
-            register_duplication_a: 1,
-            register_duplication_b: 1,
-            register_duplication_acc: 1,
-            contiguous_elements: ContiguousElements::new(contiguous_elements_cuda),
-        },
-    }
-}
-
 /// A builder for a definition on `device`, with the address type every launch uses (u32).
 pub(super) fn builder(device: &DeviceProperties) -> KernelBuilder {
     let mut builder = KernelBuilder::default();
-    builder.runtime_properties(cuda_target());
+    builder.runtime_properties(CudaRuntime::target_properties());
     builder.device_properties(device);
     AddressType::U32.register(&mut builder.scope);
     builder

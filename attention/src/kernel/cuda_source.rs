@@ -337,7 +337,7 @@ fn compile(
 
 /// The properties cubecl-cuda reads off an H100 (sm_90, 227 KB of shared memory per cube at
 /// most, 132 multiprocessors), as far as kernel expansion reads them.
-pub(crate) fn hopper() -> DeviceProperties {
+fn hopper() -> DeviceProperties {
     let hardware = HardwareProperties {
         load_width: 128,
         plane_size_min: 32,

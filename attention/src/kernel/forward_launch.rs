@@ -37,10 +37,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
     if let Some(mma) = tensor_core_tile(&client, dtype, dim).filter(|_| relative.is_none()) {
-        // SAFETY: unchecked (no bounds check on each access): every global read and write of the
-        // kernel is guarded by the call's lengths (rows at or past `N_q`, keys at or past the valid
-        // keys), the windows and slopes hold a word for every head of the grid, and
-        // `windowed_runs` checked the shapes before any launch.
+        // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
         unsafe {
             forward_cmma_kernel::launch_unchecked::<R>(
                 &client,

@@ -8,6 +8,12 @@
 //! rows of the other side. The `n` rows of a tile are the `k` of the accumulating product, so
 //! the tile shape must be square (`n = k`: all of lavapipe's and NVIDIA's are) and `d` a
 //! multiple of `n`.
+//!
+//! Unchecked: the launches run these kernels with `launch_unchecked` (no bounds check on each
+//! access), since every global read and write is guarded by the call's lengths (rows at or past
+//! `N_q`, keys at or past the valid keys: [`load_rows`] zero-fills them, the outputs skip them),
+//! the windows and slopes hold a word for every head of the grid, and `windowed_runs` checked
+//! the shapes before any launch.
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
