@@ -62,6 +62,19 @@ pub fn matrix(n: usize) -> Vec<(&'static str, WindowSpec, ScoreOptions)> {
     ]
 }
 
+/// The specs of [`matrix`] and [`extra_cases`] that the kernels take (no global tokens), at
+/// length `n` and head dim `dim`.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+pub fn kernel_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+    let mut cases: Vec<(String, Case)> = matrix(n)
+        .into_iter()
+        .filter(|(_, spec, _)| spec.globals().is_empty())
+        .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
+        .collect();
+    cases.extend(extra_cases(n, dim));
+    cases
+}
+
 /// Cases the matrix lacks, at length `n` and head dim `dim`: everything but globals at once,
 /// decoding offsets with padded keys, bidirectional sigmoid, and a bidirectional band with more
 /// sinks than one block of keys, in a batch of two (sinks past a query block's band).

@@ -12,23 +12,12 @@ mod on_wgpu {
     use swa_zoo::attention::WindowSpec;
     use swa_zoo::attention::kernel::probe_visibility;
 
-    use crate::cases::{LENGTHS, extra_cases, matrix, random_case, relative_cases};
+    use crate::cases::{LENGTHS, kernel_cases, matrix, random_case, relative_cases};
     use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
     use crate::wgpu_devices::wgpu_devices;
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
-
-    /// The specs of [`matrix`] and [`extra_cases`] that the kernels take (no global tokens).
-    pub fn kernel_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
-        let mut cases: Vec<(String, Case)> = matrix(n)
-            .into_iter()
-            .filter(|(_, spec, _)| spec.globals().is_empty())
-            .map(|(label, spec, opts)| (label.to_string(), Case::new(n, dim, spec, opts)))
-            .collect();
-        cases.extend(extra_cases(n, dim));
-        cases
-    }
 
     #[test]
     fn kernel_visibility_is_window_spec_visible() {

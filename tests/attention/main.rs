@@ -11,6 +11,7 @@ mod wgpu_devices;
 mod blocked;
 #[cfg(feature = "wgpu")]
 mod decode;
+mod flash;
 mod flex;
 mod fragments;
 mod gpu;

@@ -20,8 +20,10 @@ use super::config::ROWS;
 use super::config::{Call, CallCompilationArg, Variant};
 use super::decode::THREADS as DECODE_THREADS;
 use super::decode::{Sections, SectionsCompilationArg, decode_kernel};
+use super::flash::UNITS;
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
+use super::forward_flash::forward_flash_kernel;
 use super::fragment::{FragmentPath, LANES};
 use super::fragment_probe::fragment_probe_kernel;
 use super::mma::Mma;
@@ -87,6 +89,42 @@ pub(super) fn forward_cmma(
         dtype,
     );
     b.build(settings("forward_cmma_kernel", mma.plane))
+}
+
+/// The forward of FlashAttention-2's design (`super::forward_flash`) on `path`: four warps per
+/// 64 query rows.
+pub(super) fn forward_flash(
+    device: &DeviceProperties,
+    variant: Variant,
+    path: FragmentPath,
+    dtype: StorageType,
+) -> (Def, usize) {
+    use forward_flash_kernel::{F, NV};
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    b.scope.register_size::<NV>(VECTOR);
+    let (q, k, v) = (vectors(&mut b), vectors(&mut b), vectors(&mut b));
+    let o = output::<Vector<F, NV>>(&mut b);
+    let lse = output::<f32>(&mut b);
+    let (windows, slopes, order) = (array::<u32>(&mut b), array::<f32>(&mut b), array(&mut b));
+    let call = call(&mut b);
+    forward_flash_kernel::expand::<F, NV>(
+        &mut b.scope,
+        VECTOR,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        windows,
+        slopes,
+        order,
+        call,
+        variant,
+        path,
+        dtype,
+    );
+    (b.build(settings("forward_flash_kernel", UNITS)), UNITS)
 }
 
 /// The backward's row terms (`super::backward_rows`).

@@ -71,6 +71,8 @@ pub struct KernelSource {
 enum Kernel {
     Forward,
     ForwardCmma,
+    /// FlashAttention-2's forward on the native fragment path (`super::forward_flash`).
+    ForwardFlash,
     RowTerms,
     QueryGrads,
     QueryGradsCmma,
@@ -87,6 +89,7 @@ impl Kernel {
         match self {
             Kernel::Forward => "forward",
             Kernel::ForwardCmma => "forward_cmma",
+            Kernel::ForwardFlash => "forward_flash",
             Kernel::RowTerms => "row_terms",
             Kernel::QueryGrads => "query_grads",
             Kernel::QueryGradsCmma => "query_grads_cmma",
@@ -102,6 +105,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::ForwardCmma
+                | Kernel::ForwardFlash
                 | Kernel::QueryGradsCmma
                 | Kernel::KeyGradsCmma
                 | Kernel::FragmentProbe
@@ -109,10 +113,12 @@ impl Kernel {
     }
 
     /// Cubes per multiprocessor the kernel needs: a one-warp tensor-core cube needs 8 (8 warps,
-    /// two per scheduler), a 32-thread portable cube as many; the row terms and the append are
+    /// two per scheduler), a 32-thread portable cube as many; FlashAttention-2's four-warp cube
+    /// needs 2 (8 warps, as FlashAttention-2 runs at d = 128); the row terms and the append are
     /// memory-bound passes that need 16; the probe (one cube, a test) states none.
     fn floor(self) -> u32 {
         match self {
+            Kernel::ForwardFlash => 2,
             Kernel::RowTerms | Kernel::CacheWrite => 16,
             Kernel::FragmentProbe => 0,
             _ => 8,
@@ -146,6 +152,7 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
         for kernel in [
             Kernel::Forward,
             Kernel::ForwardCmma,
+            Kernel::ForwardFlash,
             Kernel::RowTerms,
             Kernel::QueryGrads,
             Kernel::QueryGradsCmma,
@@ -161,7 +168,7 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
         Options { softcap: true, ..base },
         Options { causal: false, ..base },
     ];
-    for kernel in [Kernel::ForwardCmma, Kernel::KeyGradsCmma] {
+    for kernel in [Kernel::ForwardCmma, Kernel::ForwardFlash, Kernel::KeyGradsCmma] {
         out.push(expand(&device, kernel, DType::F16, 64, base)?);
         for options in options {
             out.push(expand(&device, kernel, DType::BF16, 64, options)?);
@@ -273,6 +280,10 @@ fn expand(
             let mma = mma()?;
             (definitions::forward_cmma(device, variant, mma, storage), mma.plane)
         }
+        Kernel::ForwardFlash => match flash_path_for(device, dtype) {
+            Some(path) => definitions::forward_flash(device, variant, path, storage),
+            None => return Err(format!("forward_flash {words}: not native")),
+        },
         Kernel::RowTerms => (definitions::row_terms(device, variant, storage), ROWS),
         Kernel::QueryGrads => (definitions::query_grads(device, variant, storage), ROWS),
         Kernel::QueryGradsCmma => {
@@ -289,11 +300,9 @@ fn expand(
             definitions::decode(device, variant, options.branches, storage)
         }
         Kernel::CacheWrite => definitions::cache_write(device, storage),
-        Kernel::FragmentProbe => match FragmentPath::for_device("cuda", device, dtype) {
-            FragmentPath::Native => {
-                definitions::fragment_probe(device, FragmentPath::Native, storage)
-            }
-            FragmentPath::Emulated => return Err(format!("fragment_probe {words}: not native")),
+        Kernel::FragmentProbe => match flash_path_for(device, dtype) {
+            Some(path) => definitions::fragment_probe(device, path, storage),
+            None => return Err(format!("fragment_probe {words}: not native")),
         },
     };
     let (entry, source, shared_bytes) = compile(kernel.name(), definition, kernel.mode())?;
@@ -309,6 +318,12 @@ fn expand(
         whole: matches!(kernel, Kernel::FragmentProbe),
         min_cubes_per_sm: kernel.floor(),
     })
+}
+
+/// The native fragment path, where a CUDA device with `device`'s properties has it for `dtype`.
+fn flash_path_for(device: &DeviceProperties, dtype: DType) -> Option<FragmentPath> {
+    let path = FragmentPath::for_device("cuda", device, dtype);
+    (path == FragmentPath::Native).then_some(path)
 }
 
 /// Compiles a definition to CUDA C++ with cubecl-cuda's options on sm_90 (fast math, grid

@@ -1,17 +1,23 @@
-//! Host side of the forward kernels: output allocation, the choice between the tensor-core
-//! kernel (`super::forward_cmma`, where the device has a cooperative tile for the inputs' type)
-//! and the portable one, grid and launch.
+//! Host side of the forward kernels: output allocation, the choice between FlashAttention-2's
+//! design (`super::forward_flash`, on CUDA's MMA instructions: `super::flash::flash_path`), the
+//! cooperative-matrix kernel (`super::forward_cmma`, where the device has a cooperative tile for
+//! the inputs' type) and the portable one, grid and launch.
 
-use burn::tensor::{DType, Shape};
-use burn_cubecl::CubeRuntime;
+use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
+use burn_cubecl::element::BoolElement;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::config::{Layout, ROWS, placeholder};
+use super::config::{Layout, ROWS, placeholder, upload};
+use super::flash::{self, UNITS, flash_path, head_order};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
+use super::forward_flash::forward_flash_kernel;
+use super::fragment::FragmentPath;
 use super::mma::{load_vector, tensor_core_tile};
+use crate::backend::WindowedKernelBackend;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and the
@@ -36,6 +42,10 @@ pub(crate) fn forward<R: CubeRuntime>(
     let o = empty(q.meta.shape().clone(), q.dtype);
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
+    if let Some(path) = flash_path(&client, dtype, dim, relative.is_some()) {
+        launch_flash([q, k, v], [&o, &lse], &layout, spec, path);
+        return (o, lse);
+    }
     if let Some(mma) = tensor_core_tile(&client, dtype, dim).filter(|_| relative.is_none()) {
         // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
         unsafe {
@@ -84,3 +94,97 @@ pub(crate) fn forward<R: CubeRuntime>(
 pub(crate) fn grid(rows: usize, heads: usize, batch: usize) -> CubeCount {
     CubeCount::Static(rows.div_ceil(ROWS) as u32, heads as u32, batch as u32)
 }
+
+/// Launches `super::forward_flash` on `path` for `q, k, v` into `o` and `lse` (allocated as
+/// [`forward`] allocates them), its grid's heads in [`head_order`].
+fn launch_flash<R: CubeRuntime>(
+    [q, k, v]: [CubeTensor<R>; 3],
+    [o, lse]: [&CubeTensor<R>; 2],
+    layout: &Layout<R>,
+    spec: &WindowSpec,
+    path: FragmentPath,
+) {
+    let client = q.client.clone();
+    let [batch, heads, q_len, _] = q.meta.shape().dims();
+    let order = head_order(spec);
+    let order = upload(&client, &q.device, u32::as_bytes(&order), DType::U32);
+    let dtype = q.dtype;
+    let cubes = CubeCount::Static(q_len.div_ceil(flash::ROWS) as u32, heads as u32, batch as u32);
+    // SAFETY: the kernel guards every access to its tensors by the call's lengths, as the
+    // tensor-core kernels do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
+    unsafe {
+        forward_flash_kernel::launch_unchecked::<R>(
+            &client,
+            cubes,
+            CubeDim::new_1d(UNITS as u32),
+            load_vector(&[&q, &k, &v, o]),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            o.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            layout.windows.clone().into_array_arg(),
+            layout.slopes.clone().into_array_arg(),
+            order.into_array_arg(),
+            layout.call(),
+            layout.variant,
+            path,
+            dtype.into(),
+        );
+    }
+}
+
+/// The forward of FlashAttention-2's design (`super::forward_flash`) on the emulated fragment
+/// path, on any device: the tests run it on devices without MMA instructions (lavapipe), so
+/// that the kernel CUDA's launches pick is checked on every commit. `q: [batch, H, N_q, d]`,
+/// `k, v: [batch, H_kv, N_k, d]` in f16 or bf16 with `d` one of 64 and 128 → (`o: [batch, H,
+/// N_q, d]`, `lse: [batch, H, N_q]` f32). Errors on a call the kernel does not take.
+pub fn forward_emulated<R, F, I, BT>(
+    q: Tensor<CubeBackend<R, F, I, BT>, 4>,
+    k: Tensor<CubeBackend<R, F, I, BT>, 4>,
+    v: Tensor<CubeBackend<R, F, I, BT>, 4>,
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> Result<EmulatedOutputs<R, F, I, BT>, String>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+    let (q_shape, k_shape, v_shape) = (q.shape(), k.shape(), v.shape());
+    let dim = q_shape.dims::<4>()[3];
+    if !B::<R, F, I, BT>::windowed_runs(spec, &q_shape, &k_shape, &v_shape) {
+        return Err(format!("the kernels do not take this call: q {q_shape:?}, k {k_shape:?}"));
+    }
+    if !flash::HEAD_DIMS.contains(&dim) || !matches!(q.dtype(), DType::F16 | DType::BF16) {
+        return Err(format!(
+            "d = {dim} in {:?}: the kernel takes f16 or bf16 at d = 64, 128",
+            q.dtype()
+        ));
+    }
+    let [q, k, v] = [q, k, v].map(|t| t.into_primitive().tensor());
+    let client = q.client.clone();
+    let (needs, has) =
+        (flash::shared_bytes(dim, FragmentPath::Emulated), flash::max_shared(&client));
+    if needs > has {
+        return Err(format!(
+            "d = {dim} needs {needs} bytes of shared memory; the device has {has}"
+        ));
+    }
+    let keys = k.meta.shape().dims::<4>()[2];
+    let [batch, heads, q_len, _] = q.meta.shape().dims();
+    let layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
+    let empty =
+        |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
+    let o = empty(q.meta.shape().clone(), q.dtype);
+    let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
+    launch_flash([q, k, v], [&o, &lse], &layout, spec, FragmentPath::Emulated);
+    let wrap = |t| TensorPrimitive::Float(t);
+    Ok((Tensor::from_primitive(wrap(o)), Tensor::from_primitive(wrap(lse))))
+}
+
+/// What [`forward_emulated`] returns: `o` and `lse`.
+pub type EmulatedOutputs<R, F, I, BT> =
+    (Tensor<CubeBackend<R, F, I, BT>, 4>, Tensor<CubeBackend<R, F, I, BT>, 3>);

@@ -92,12 +92,13 @@ impl FragmentPath {
     }
 
     /// f32 words of the exchange buffer a cube of `warps` warps allocates for its fragment calls
-    /// (`SharedMemory::<f32>::new(comptime![path.exchange_len(warps)])`): a 16 × 16 A and a
+    /// (`SharedMemory::<f32>::new(comptime![path.exchange_len(warps, products)])`), whose
+    /// [`mma_each`] calls take at most `products` B fragments: a 16 × 16 A and `products`
     /// 16 × 8 B per warp when emulated; one unused word natively.
-    pub(crate) fn exchange_len(self, warps: usize) -> usize {
+    pub(crate) fn exchange_len(self, warps: usize, products: usize) -> usize {
         match self {
             FragmentPath::Native => 1,
-            FragmentPath::Emulated => warps * emulated::EXCHANGE_WORDS,
+            FragmentPath::Emulated => warps * emulated::exchange_words(products),
         }
     }
 }
@@ -143,13 +144,15 @@ pub(crate) fn position<F: Float>(
 }
 
 /// Loads this lane's fragment of `ident` (`MatrixIdent::A`: 16 × 16, or `MatrixIdent::B`:
-/// 16 × 8) of a row-major tile of `tile`: element `(r, c)` at `offset + r * stride + c`.
+/// 16 × 8) of a tile of `tile`: element `(r, c)` at `offset + r * stride + c`, or at
+/// `offset + c * stride + r` when `transposed` (a `B = Kᵀ` read from the rows of `K`).
 #[cube]
 pub(crate) fn load<F: Float>(
     tile: &SharedMemory<F>,
     offset: usize,
     stride: usize,
     #[comptime] ident: MatrixIdent,
+    #[comptime] transposed: bool,
     #[comptime] path: FragmentPath,
 ) -> Array<Pair<F>> {
     let lane = lane(path);
@@ -161,7 +164,8 @@ pub(crate) fn load<F: Float>(
         #[unroll]
         for e in 0..2usize {
             let (row, col) = position::<F>(lane, 2 * p + e, ident, path);
-            pair[e] = tile[offset + row * stride + col];
+            let at = if comptime![transposed] { col * stride + row } else { row * stride + col };
+            pair[e] = tile[offset + at];
         }
         fragment[p] = pair;
     }
@@ -197,16 +201,44 @@ pub(crate) fn mma<F: Float>(
     }
 }
 
-/// `value` of the lane `lane ^ mask` of this warp.
+/// `c[first + i] += a · b[i]` for every `i`: products sharing their A fragment (a warp's rows
+/// of `Q` against the key blocks of a tile, its weights against the column blocks of `V`).
+/// Natively one instruction each; emulated, one exchange of `a` and every `b` between two
+/// `sync_cube`s, so the exchange buffer must hold `b.len()` B fragments
+/// ([`FragmentPath::exchange_len`]).
 #[cube]
-pub(crate) fn shuffle_xor(
-    value: f32,
+pub(crate) fn mma_each<F: Float>(
+    a: &Array<Pair<F>>,
+    b: &Sequence<Array<Pair<F>>>,
+    c: &mut Sequence<Array<Pair<f32>>>,
+    #[comptime] first: usize,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) {
+    if comptime![path == FragmentPath::Native] {
+        let definition = cmma::MmaDefinition::<F, F, f32>::new(M, N, K);
+        #[unroll]
+        for i in 0..b.len() {
+            definition.execute_inplace(a, b.index(i), c.index_mut(first + i));
+        }
+    } else {
+        emulated::mma_each(a, b, c, first, exchange);
+    }
+}
+
+/// `value` of the lane `lane ^ mask` of this warp, both components.
+#[cube]
+fn shuffle_xor(
+    value: Pair<f32>,
     mask: u32,
     exchange: &mut SharedMemory<f32>,
     #[comptime] path: FragmentPath,
-) -> f32 {
+) -> Pair<f32> {
     if comptime![path == FragmentPath::Native] {
-        plane_shuffle_xor(value, mask)
+        let mut other = Pair::<f32>::empty();
+        other[0] = plane_shuffle_xor(value[0], mask);
+        other[1] = plane_shuffle_xor(value[1], mask);
+        other
     } else {
         emulated::shuffle_xor(value, mask, exchange)
     }
@@ -221,16 +253,53 @@ pub(crate) fn reduce_rows(
     exchange: &mut SharedMemory<f32>,
     #[comptime] path: FragmentPath,
 ) -> Pair<f32> {
-    let mut out = Pair::<f32>::empty();
+    let mut own = Pair::<f32>::empty();
     #[unroll]
     for p in 0..2usize {
         let pair = c[p];
-        let mut x = combine(pair[0], pair[1], reduction);
-        x = combine(x, shuffle_xor(x, 1, exchange, path), reduction);
-        x = combine(x, shuffle_xor(x, 2, exchange, path), reduction);
-        out[p] = x;
+        own[p] = combine(pair[0], pair[1], reduction);
     }
-    out
+    reduce_quad(own, reduction, exchange, path)
+}
+
+/// Each component of `x` combined by `reduction` across the 4 lanes of this lane's quad
+/// (shuffles by 1 and 2): a lane's two rows of the accumulators, once each lane has combined
+/// its own columns of them.
+#[cube]
+pub(crate) fn reduce_quad(
+    x: Pair<f32>,
+    #[comptime] reduction: RowReduction,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) -> Pair<f32> {
+    let mut x = x;
+    #[unroll]
+    for mask in 1..3u32 {
+        let other = shuffle_xor(x, mask, exchange, path);
+        #[unroll]
+        for p in 0..2usize {
+            x[p] = combine(x[p], other[p], reduction);
+        }
+    }
+    x
+}
+
+/// The A fragment (16 × 16, in `F`) whose columns 0–7 are the accumulator `left` and 8–15 the
+/// accumulator `right`: each lane already holds the elements (pairs 0, 1 of A are `left`'s,
+/// pairs 2, 3 are `right`'s, by the layouts above), so FlashAttention-2's weights `P` become the
+/// left operand of `P·V` without leaving the registers.
+#[cube]
+pub(crate) fn accumulators_as_a<F: Float>(
+    left: &Array<Pair<f32>>,
+    right: &Array<Pair<f32>>,
+) -> Array<Pair<F>> {
+    let mut a = Array::<Pair<F>>::new(comptime![pairs(MatrixIdent::A)]);
+    #[unroll]
+    for p in 0..2usize {
+        a[p] = Pair::<F>::cast_from(left[p]);
+        a[p + 2] = Pair::<F>::cast_from(right[p]);
+    }
+    a
 }
 
 /// `a` and `b` combined by `reduction`.

@@ -45,7 +45,7 @@ pub(crate) fn fragment_probe_kernel<F: Float>(
     let mut a_s = SharedMemory::<F>::new(rows * K);
     let mut b_s = SharedMemory::<F>::new(K * N);
     let mut c_s = SharedMemory::<f32>::new(rows * N);
-    let mut exchange = SharedMemory::<f32>::new(comptime![path.exchange_len(warps)]);
+    let mut exchange = SharedMemory::<f32>::new(comptime![path.exchange_len(warps, 1)]);
     let warp = UNIT_POS as usize / LANES;
 
     let mut acc = zeros();
@@ -53,8 +53,8 @@ pub(crate) fn fragment_probe_kernel<F: Float>(
         copy_tile(a, step * K, STEPS * K, &mut a_s, 0, K, rows, K);
         copy_tile(b, step * K * N, N, &mut b_s, 0, N, K, N);
         sync_cube();
-        let a_fragment = load(&a_s, warp * M * K, K, MatrixIdent::A, path);
-        let b_fragment = load(&b_s, 0, N, MatrixIdent::B, path);
+        let a_fragment = load(&a_s, warp * M * K, K, MatrixIdent::A, false, path);
+        let b_fragment = load(&b_s, 0, N, MatrixIdent::B, false, path);
         mma(&a_fragment, &b_fragment, &mut acc, &mut exchange, path);
         sync_cube();
     }

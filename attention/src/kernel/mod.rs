@@ -12,12 +12,15 @@
 //!   a cube visits; `score`: scores and weights of a pair; `tile`: the shared-memory copies.
 //! - `prologue`: what every kernel starts with (its rows' place in the grid, the head's window
 //!   and ALiBi slope, rows into registers).
-//! - `forward` and `forward_launch`: the forward kernel and its launch.
+//! - `forward` and `forward_launch`: the forward kernel and its launch (of all three forward
+//!   kernels).
 //! - `backward_rows`, `backward_queries` (dQ), `backward_keys` (dK, dV) and
 //!   `backward_launch`: the backward kernels (FlashAttention-2) and their launch.
 //! - `mma`: the tensor-core tile (cooperative matrices, `cmma`) and its products;
 //!   `forward_cmma`, `backward_queries_cmma` and `backward_keys_cmma`: the forward, dQ and
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
+//! - `flash` and `forward_flash`: the forward of FlashAttention-2's design on the fragment
+//!   seam, which CUDA's launches pick at d = 64 and 128 (sm_80 and later).
 //! - `fragment` (with `fragment_emulated`): the fragment seam, warp-level `m16n8k16` products
 //!   on CUDA's MMA instructions or emulated with the same layout on any device;
 //!   `fragment_probe`: every operation of it on a device, for the tests.
@@ -44,8 +47,10 @@ mod cuda_definitions;
 mod cuda_source;
 mod decode;
 mod decode_launch;
+mod flash;
 mod forward;
 mod forward_cmma;
+mod forward_flash;
 mod forward_launch;
 mod fragment;
 mod fragment_emulated;
@@ -66,6 +71,8 @@ pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
 pub use cubecl::cuda::CudaRuntime;
 #[cfg(feature = "cuda-check")]
 pub use cuda_source::{KernelSource, cuda_sources, write_cuda_sources};
+pub use flash::flash_kernel_runs;
+pub use forward_launch::{EmulatedOutputs, forward_emulated};
 pub use fragment::FragmentPath;
 pub use fragment_probe::{FragmentProbe, probe_fragments};
 pub use mma::tensor_core_tile_of;

@@ -48,8 +48,22 @@ pub(crate) fn query_block<T: CubePrimitive>(
     call: &Call,
     #[comptime] rows: usize,
 ) -> QueryBlock {
+    query_block_of_head(q, k, windows, slopes, call, CUBE_POS_Y as usize, rows)
+}
+
+/// [`query_block`] for a grid whose second axis is not the head itself: the cube works on
+/// `head` (a launch that orders its heads, longest window first).
+#[cube]
+pub(crate) fn query_block_of_head<T: CubePrimitive>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    call: &Call,
+    head: usize,
+    #[comptime] rows: usize,
+) -> QueryBlock {
     let unit = UNIT_POS_X as usize;
-    let head = CUBE_POS_Y as usize;
     let q_len = q.shape(2);
     let block = CUBE_POS_X as usize * rows;
     let row = block + unit;

@@ -79,3 +79,30 @@ pub(crate) fn visible(
     }
     seen
 }
+
+/// Does the query at every position of `first ..= last` see every key of `j0 ..= j_last`?
+/// Implied by [`visible`], never more: the keys are valid, before or at the first query under
+/// `causal`, and either sinks or inside an undilated, unsegmented window of every query (a
+/// dilated or segmented window skips keys, so no block of it is whole). The tensor-core
+/// kernels skip the per-pair rule on such blocks.
+#[cube]
+pub(crate) fn sees_whole_block(
+    window: &Window,
+    first: u32,
+    last: u32,
+    j0: u32,
+    j_last: u32,
+    call: &Call,
+    #[comptime] causal: bool,
+) -> bool {
+    let mut whole = j_last < call.kv_len;
+    if causal {
+        whole = whole && j_last <= first;
+    }
+    let plain = window.dilation == 1 && window.segment == 0;
+    // The farthest pair back (`last`, `j0`) and forward (`first`, `j_last`), 0 for none.
+    let back = max(last, j0) - j0;
+    let forward = max(j_last, first) - first;
+    let windowed = plain && back <= window.left && forward <= window.right;
+    whole && (j_last < call.sinks || windowed)
+}

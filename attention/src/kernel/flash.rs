@@ -1,0 +1,184 @@
+//! What the kernels of FlashAttention-2's design (`super::forward_flash`) share: their block
+//! shape, where the launches pick them, the order they run the heads in, and the staged copy of
+//! a tile (global loads issued before a tile's products, stored to shared memory after them).
+//!
+//! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 query rows ([`ROWS`] per cube) and
+//! keeps its fragments in registers through the fragment seam (`super::fragment`), natively on
+//! CUDA's MMA instructions, emulated on every other device (what the tests run on lavapipe).
+//! Tiles of the other side are [`KEYS`] rows, in shared memory rows of `d + PAD` elements so
+//! that the 8 rows a fragment load touches at once start in different banks.
+
+use burn::tensor::DType;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+
+use super::fragment::{FragmentPath, LANES, M, N};
+use crate::WindowSpec;
+
+/// Warps per cube.
+pub(crate) const WARPS: usize = 4;
+/// Query rows per cube: 16 per warp.
+pub(crate) const ROWS: usize = WARPS * M;
+/// Keys per tile.
+pub(crate) const KEYS: usize = 64;
+/// Units per cube.
+pub(crate) const UNITS: usize = WARPS * LANES;
+/// B fragments per product call (`super::fragment::mma_each`) on `path`: a tile's 8 key
+/// blocks, or 8 column blocks of `V`, at once natively; 4 when emulated, whose exchange buffer
+/// holds them all in shared memory (lavapipe offers 32 KB).
+pub(crate) fn products(path: FragmentPath) -> usize {
+    match path {
+        FragmentPath::Native => KEYS / N,
+        FragmentPath::Emulated => KEYS / N / 2,
+    }
+}
+
+/// Shared memory of a cube at head dim `dim` on `path`: the `K` and `V` tiles (2-byte
+/// elements, padded rows), `Q`'s at d = 128 (`super::forward_flash`), and the exchange buffer
+/// of the fragment seam.
+pub(crate) fn shared_bytes(dim: usize, path: FragmentPath) -> usize {
+    let tiles = if dim > STAGED_DIM { 3 } else { 2 };
+    tiles * KEYS * (dim + PAD) * 2 + path.exchange_len(WARPS, products(path)) * 4
+}
+/// Padding of each shared row, in elements: 16 bytes of 2-byte elements.
+pub(crate) const PAD: usize = 8;
+
+/// The widest head dim whose warps keep `Q` in registers and the next `K` tile in flight during
+/// `P·V`: at d = 128 a warp's `O`, scores and staged `V` leave no room for them without
+/// spilling (the offline check), so `Q` stays in shared memory (its fragments loaded per step,
+/// as FlashAttention-2 does by default) and `K` is loaded after the products.
+pub(crate) const STAGED_DIM: usize = 64;
+
+/// The head dims the kernels are compiled for: a warp's `Q`, scores and `O` fit its
+/// registers at these widths; others run `super::forward_cmma` or the portable kernels.
+pub(crate) const HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// The fragment path of the FlashAttention-2 kernels for a call of `dtype` at head dim `dim` on
+/// `client`'s device, or `None` where they do not run: only natively (CUDA, sm_80 and later:
+/// the emulated path is for the tests, far slower than the cooperative-matrix kernels), in f16
+/// or bf16, at the [`HEAD_DIMS`], and without relative scores (which these kernels do not read).
+pub(crate) fn flash_path<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    dtype: DType,
+    dim: usize,
+    relative: bool,
+) -> Option<FragmentPath> {
+    let native = FragmentPath::of(client, dtype) == FragmentPath::Native;
+    let fits = |dim| shared_bytes(dim, FragmentPath::Native) <= max_shared(client);
+    (native && HEAD_DIMS.contains(&dim) && fits(dim) && !relative).then_some(FragmentPath::Native)
+}
+
+/// Whether `device`'s windowed core runs its forward on the FlashAttention-2 kernel for inputs
+/// of `dtype` at head dim `dim` (what the CUDA tests check before comparing).
+pub fn flash_kernel_runs<R: CubeRuntime>(device: &R::Device, dtype: DType, dim: usize) -> bool {
+    flash_path(&R::client(device), dtype, dim, false).is_some()
+}
+
+/// The shared memory a cube may use on `client`'s device.
+pub(crate) fn max_shared<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
+    client.properties().hardware.max_shared_memory_size
+}
+
+/// The heads in the order the grid runs them: the farthest-reaching window first, so that
+/// under per-head windows (MSWA) the longest cubes start first and the short ones fill the
+/// tail. Ties keep head order.
+pub(crate) fn head_order(spec: &WindowSpec) -> Vec<u32> {
+    let reach = |h: usize| {
+        let w = &spec.heads()[h];
+        let span = w.left.saturating_add(w.right).saturating_mul(w.dilation);
+        w.segment.map_or(span, |segment| span.min(segment))
+    };
+    let mut order: Vec<usize> = (0..spec.num_heads()).collect();
+    order.sort_by_key(|&h| std::cmp::Reverse(reach(h)));
+    order.into_iter().map(|h| h as u32).collect()
+}
+
+/// Issues the global loads of this unit's share of rows `first … first + rows − 1` of `t`
+/// (`[batch, heads, len, d]` read as vectors of `N` along `d`, `base` addressing the batch and
+/// head), zeros for rows at or past `valid`, and returns them in registers for [`stash`]: the
+/// loads stay in flight while the unit computes.
+#[cube]
+pub(crate) fn fetch<F: Float, N: Size>(
+    t: &Tensor<Vector<F, N>>,
+    base: usize,
+    first: usize,
+    valid: usize,
+    #[comptime] rows: usize,
+    #[comptime] dim: usize,
+) -> Array<Vector<F, N>> {
+    let width = t.vector_size();
+    let row_stride = t.stride(2);
+    let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
+    let mut staged = Array::<Vector<F, N>>::new(steps);
+    #[unroll]
+    for step in 0..steps {
+        let e = (step * UNITS + UNIT_POS as usize) * width;
+        let row = first + e / dim;
+        let mut value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
+        if e < rows * dim && row < valid {
+            value = t[(base + row * row_stride + e % dim) / width];
+        }
+        staged[step] = value;
+    }
+    staged
+}
+
+/// Stores what [`fetch`] returned into `out` (`rows × d`, rows `stride` apart); call
+/// `sync_cube` before reading it.
+#[cube]
+pub(crate) fn stash<F: Float, N: Size>(
+    staged: &Array<Vector<F, N>>,
+    out: &mut SharedMemory<F>,
+    #[comptime] rows: usize,
+    #[comptime] dim: usize,
+    #[comptime] stride: usize,
+) {
+    let width = N::value().comptime();
+    let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
+    #[unroll]
+    for step in 0..steps {
+        let e = (step * UNITS + UNIT_POS as usize) * width;
+        if e < rows * dim {
+            let value = staged[step];
+            let at = e / dim * stride + e % dim;
+            #[unroll]
+            for i in 0..width {
+                out[at + i] = value[i];
+            }
+        }
+    }
+}
+
+/// Writes rows `0 … rows − 1` of `tile` (`rows × d`, rows `stride` apart) to rows `first …` of
+/// `t` (as [`fetch`] reads them), skipping rows at or past `valid`: one vector per unit in
+/// turn, 16 bytes on CUDA. Call `sync_cube` after writing `tile`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_rows<F: Float, N: Size>(
+    tile: &SharedMemory<F>,
+    t: &mut Tensor<Vector<F, N>>,
+    base: usize,
+    first: usize,
+    valid: usize,
+    #[comptime] rows: usize,
+    #[comptime] dim: usize,
+    #[comptime] stride: usize,
+) {
+    let width = t.vector_size();
+    let row_stride = t.stride(2);
+    let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
+    #[unroll]
+    for step in 0..steps {
+        let e = (step * UNITS + UNIT_POS as usize) * width;
+        let row = first + e / dim;
+        if e < rows * dim && row < valid {
+            let at = e / dim * stride + e % dim;
+            let mut value = Vector::<F, N>::empty();
+            #[unroll]
+            for i in 0..width {
+                value[i] = tile[at + i];
+            }
+            t[(base + row * row_stride + e % dim) / width] = value;
+        }
+    }
+}

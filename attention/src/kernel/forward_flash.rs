@@ -1,0 +1,394 @@
+//! The forward kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md
+//! §1–§2; reference: `crate::reference::dense_attention`; the block shape, launch choice and
+//! staged copies are `super::flash`'s).
+//!
+//! A cube owns 64 query rows of one head, 16 per warp. Each warp keeps its rows of `Q` as A
+//! fragments (at d = 64; in shared memory at d = 128: [`STAGED_DIM`]), and its running maxima,
+//! sums and `O` as accumulators, in registers for the whole block, and visits the key tiles of 64 that [`block_key_tiles`] gives (the window's reach and
+//! sinks; tiles outside it are never read):
+//! - `S = Q·Kᵀ` in registers (`d / 16 × 8` products per warp);
+//! - the scores of a tile whose every pair is visible ([`sees_whole_block`]) skip the per-pair
+//!   rule; the other tiles ask [`visible`] per pair and mask what it refuses;
+//! - the online softmax in registers: each lane holds two rows' columns, the row maxima and
+//!   sums are combined across a quad ([`reduce_quad`]), and `O` is rescaled only when a row's
+//!   maximum moved (plain sums of `σ(s + β)` under sigmoid);
+//! - the weights, rounded to the input type, become A fragments where they lie
+//!   ([`accumulators_as_a`]) and `O += P·V` accumulates in registers.
+//!
+//! Copies are staged: `V` of a tile is loaded into registers before its scores are computed and
+//! stored to shared memory after them, the next tile's `K` likewise around `P·V` (at d = 64:
+//! [`STAGED_DIM`]), so global latency hides behind the products (one buffer per operand, two
+//! `sync_cube`s per tile).
+//! `O` leaves through shared memory in 16-byte stores; `lse` is f32. Rows that see no key write
+//! `o = 0` and `lse = −∞`.
+
+use cubecl::cmma::MatrixIdent;
+use cubecl::prelude::*;
+
+use super::config::{Call, Variant};
+use super::flash::{KEYS, PAD, ROWS, STAGED_DIM, WARPS, fetch, products, stash, write_rows};
+use super::fragment::{
+    FragmentPath, K, LANES, M, N, Pair, RowReduction, accumulators_as_a, lane, load, mma_each,
+    reduce_quad, store, zeros,
+};
+use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
+use super::reach::nth_tile;
+use super::score::{row_end, score, sigmoid};
+use super::visibility::{sees_whole_block, visible};
+
+/// The score a masked pair holds: the lowest f32, below every real score, and what marks it as
+/// masked (a finite value: WGSL has no infinite literals, and `exp` of it minus any score is 0).
+#[cube]
+fn masked() -> f32 {
+    f32::min_value()
+}
+
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16, read as vectors of `N`)
+/// → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of 64, H,
+/// batch), head `order[y]` at grid row `y`; `super::flash::UNITS` units per cube.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
+    q: &Tensor<Vector<F, NV>>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    o: &mut Tensor<Vector<F, NV>>,
+    lse: &mut Tensor<f32>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    order: &Array<u32>,
+    call: Call,
+    #[comptime] variant: Variant,
+    #[comptime] path: FragmentPath,
+    #[define(F)] _dtype: StorageType,
+) {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let head = order[CUBE_POS_Y as usize] as usize;
+    let at = query_block_of_head(q, k, windows, slopes, &call, head, ROWS);
+    let warp = UNIT_POS as usize / LANES;
+    let kv_len = call.kv_len as usize;
+    let mut k_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut v_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut exchange =
+        SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
+
+    let tiles = block_key_tiles(&at, &call, ROWS, KEYS, variant.causal);
+    let count = tiles.before + tiles.count;
+    let (k_base, v_base) = (offset(k, at.batch, at.kv_head, 0), offset(v, at.batch, at.kv_head, 0));
+
+    // At d = 64 `Q` passes through `V`'s buffer (ROWS = KEYS) into registers; at d = 128 it
+    // stays in a buffer of its own. The first tile's `K` goes to its buffer.
+    let mut q_s =
+        SharedMemory::<F>::new(comptime![if dim > STAGED_DIM { ROWS * stride } else { 1 }]);
+    let q_rows = fetch(q, offset(q, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
+    if comptime![dim > STAGED_DIM] {
+        stash(&q_rows, &mut q_s, ROWS, dim, stride);
+    } else {
+        stash(&q_rows, &mut v_s, ROWS, dim, stride);
+    }
+    let first = nth_tile(&tiles, 0) as usize * KEYS;
+    let k_rows = fetch(k, k_base, first, select(count > 0, kv_len, 0), KEYS, dim);
+    stash(&k_rows, &mut k_s, KEYS, dim, stride);
+    sync_cube();
+    let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
+    if comptime![dim <= STAGED_DIM] {
+        #[unroll]
+        for c in 0..dim / K {
+            let at = warp * M * stride + c * K;
+            q_fragments.push(load(&v_s, at, stride, MatrixIdent::A, false, path));
+        }
+    }
+    sync_cube();
+
+    let mut out = Sequence::<Array<Pair<f32>>>::new();
+    #[unroll]
+    for _ in 0..dim / N {
+        out.push(zeros());
+    }
+    let mut state = RowState { max: Pair::<f32>::new(masked()), total: Pair::<f32>::new(0.0) };
+    let first_query = call.query_offset + at.block as u32;
+    let last_query = call.query_offset + (min(at.block + ROWS, at.q_len) - 1) as u32;
+
+    for t in 0..count {
+        let j0 = nth_tile(&tiles, t) as usize * KEYS;
+        let v_rows = fetch(v, v_base, j0, kv_len, KEYS, dim);
+        let mut s = scores(&q_fragments, &q_s, &k_s, &mut exchange, dim, stride, path);
+        let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
+        let whole = sees_whole_block(
+            &at.window,
+            first_query,
+            last_query,
+            first_key,
+            last_key,
+            &call,
+            variant.causal,
+        );
+        if whole {
+            score_tile(&mut s, &at, j0, &call, variant, false, path);
+        } else {
+            score_tile(&mut s, &at, j0, &call, variant, true, path);
+        }
+        let rescale = fold_tile(&mut s, &mut state, &call, variant, &mut exchange, path);
+        if comptime![!variant.sigmoid] {
+            rescale_rows(&mut out, rescale, dim);
+        }
+        stash(&v_rows, &mut v_s, KEYS, dim, stride);
+        sync_cube();
+
+        let next = nth_tile(&tiles, t + 1) as usize * KEYS;
+        let next_valid = select(t + 1 < count, kv_len, 0);
+        if comptime![dim <= STAGED_DIM] {
+            let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
+            accumulate(&s, &v_s, &mut out, &mut exchange, dim, stride, path);
+            stash(&k_rows, &mut k_s, KEYS, dim, stride);
+        } else {
+            accumulate(&s, &v_s, &mut out, &mut exchange, dim, stride, path);
+            let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
+            stash(&k_rows, &mut k_s, KEYS, dim, stride);
+        }
+        sync_cube();
+    }
+
+    finish(&mut out, &state, &mut k_s, lse, &at, &call, variant, &mut exchange, path);
+    sync_cube();
+    write_rows(&k_s, o, offset(o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// A lane's two rows (`g` in component 0, `g + 8` in component 1): running maxima (unused under
+/// sigmoid) and sums of the lane's own columns.
+#[derive(CubeType, Clone, Copy)]
+struct RowState {
+    max: Pair<f32>,
+    total: Pair<f32>,
+}
+
+/// This lane's row `p` (0: `g`, 1: `g + 8`) of the block, from the block's first row.
+#[cube]
+fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
+    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
+}
+
+/// `S = Q·Kᵀ` of the warp's 16 rows and the 64 keys in `k_s`: 8 accumulators of 8 keys, in
+/// groups of [`products`] blocks; `Q` from `q_fragments`, or at d = 128 from `q_s`.
+#[cube]
+fn scores<F: Float>(
+    q_fragments: &Sequence<Array<Pair<F>>>,
+    q_s: &SharedMemory<F>,
+    k_s: &SharedMemory<F>,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] dim: usize,
+    #[comptime] stride: usize,
+    #[comptime] path: FragmentPath,
+) -> Sequence<Array<Pair<f32>>> {
+    let mut s = Sequence::<Array<Pair<f32>>>::new();
+    #[unroll]
+    for _ in 0..KEYS / N {
+        s.push(zeros());
+    }
+    let group = comptime![products(path)];
+    #[unroll]
+    for c in 0..dim / K {
+        #[unroll]
+        for first in 0..KEYS / N / group {
+            let mut b = Sequence::<Array<Pair<F>>>::new();
+            #[unroll]
+            for i in 0..group {
+                let at = (first * group + i) * N * stride + c * K;
+                b.push(load(k_s, at, stride, MatrixIdent::B, true, path));
+            }
+            if comptime![dim <= STAGED_DIM] {
+                mma_each(q_fragments.index(c), &b, &mut s, first * group, exchange, path);
+            } else {
+                let warp_rows = UNIT_POS as usize / LANES * M * stride;
+                let a = load(q_s, warp_rows + c * K, stride, MatrixIdent::A, false, path);
+                mma_each(&a, &b, &mut s, first * group, exchange, path);
+            }
+        }
+    }
+    s
+}
+
+/// Turns the products in `s` into scores ([`score`]: scale, softcap, ALiBi) and, `per_pair`,
+/// sets the pairs [`visible`] refuses (and rows past `N_q`) to [`masked`].
+#[cube]
+fn score_tile(
+    s: &mut Sequence<Array<Pair<f32>>>,
+    at: &QueryBlock,
+    j0: usize,
+    call: &Call,
+    #[comptime] variant: Variant,
+    #[comptime] per_pair: bool,
+    #[comptime] path: FragmentPath,
+) {
+    let column = 2 * (lane(path) as usize % 4);
+    #[unroll]
+    for p in 0..2usize {
+        let row = at.block + block_row(p, path);
+        let i = call.query_offset + row as u32;
+        let live = row < at.q_len;
+        #[unroll]
+        for block in 0..KEYS / N {
+            let fragment = s.index_mut(block);
+            let mut pair = fragment[p];
+            #[unroll]
+            for e in 0..2usize {
+                let j = (j0 + block * N + column + e) as u32;
+                let value = score(pair[e], i, j, at.slope, call, variant).value;
+                pair[e] = value;
+                if comptime![per_pair] {
+                    let seen = live && visible(&at.window, i, j, call, variant.causal);
+                    pair[e] = select(seen, value, masked());
+                }
+            }
+            fragment[p] = pair;
+        }
+    }
+}
+
+/// One tile of the online softmax: each row's maximum over the tile (across its quad), the
+/// weights `exp(s − m)` (or `σ(s + β)`) in place of the scores, 0 where masked, and the sums
+/// moved on. Returns each row's rescale factor `exp(m_old − m_new)` (1 under sigmoid).
+#[cube]
+fn fold_tile(
+    s: &mut Sequence<Array<Pair<f32>>>,
+    state: &mut RowState,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) -> Pair<f32> {
+    let mut rescale = Pair::<f32>::new(1.0);
+    let mut shift = Pair::<f32>::new(0.0);
+    if comptime![!variant.sigmoid] {
+        let mut tile_max = Pair::<f32>::new(masked());
+        #[unroll]
+        for block in 0..KEYS / N {
+            let fragment = s.index(block);
+            #[unroll]
+            for p in 0..2usize {
+                let pair = fragment[p];
+                tile_max[p] = max(tile_max[p], max(pair[0], pair[1]));
+            }
+        }
+        tile_max = reduce_quad(tile_max, RowReduction::Max, exchange, path);
+        #[unroll]
+        for p in 0..2usize {
+            let old = state.max[p];
+            let new = max(old, tile_max[p]);
+            rescale[p] = (old - new).exp();
+            shift[p] = new;
+        }
+        state.max = shift;
+    }
+    #[unroll]
+    for p in 0..2usize {
+        let mut sum = 0.0f32;
+        #[unroll]
+        for block in 0..KEYS / N {
+            let fragment = s.index_mut(block);
+            let mut pair = fragment[p];
+            #[unroll]
+            for e in 0..2usize {
+                let x = pair[e];
+                let w = if comptime![variant.sigmoid] {
+                    sigmoid(x + call.beta)
+                } else {
+                    (x - shift[p]).exp()
+                };
+                pair[e] = select(x == masked(), 0.0, w);
+                sum += pair[e];
+            }
+            fragment[p] = pair;
+        }
+        state.total[p] = state.total[p] * rescale[p] + sum;
+    }
+    rescale
+}
+
+/// Multiplies each row `p` of the accumulators `out` by `rescale[p]`, skipping a row whose
+/// maximum did not move (factor 1).
+#[cube]
+fn rescale_rows(out: &mut Sequence<Array<Pair<f32>>>, rescale: Pair<f32>, #[comptime] dim: usize) {
+    #[unroll]
+    for p in 0..2usize {
+        let factor = rescale[p];
+        if factor != 1.0 {
+            #[unroll]
+            for block in 0..dim / N {
+                let fragment = out.index_mut(block);
+                let mut pair = fragment[p];
+                pair[0] *= factor;
+                pair[1] *= factor;
+                fragment[p] = pair;
+            }
+        }
+    }
+}
+
+/// `out += P·V` for the weights `p` of the warp's rows (8 accumulators of 8 keys, two to an A
+/// fragment) and the 64 rows of `v_s`, in groups of [`products`] column blocks (`d / 8` is a
+/// multiple of it at the kernel's head dims).
+#[cube]
+fn accumulate<F: Float>(
+    p: &Sequence<Array<Pair<f32>>>,
+    v_s: &SharedMemory<F>,
+    out: &mut Sequence<Array<Pair<f32>>>,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] dim: usize,
+    #[comptime] stride: usize,
+    #[comptime] path: FragmentPath,
+) {
+    let group = comptime![products(path)];
+    #[unroll]
+    for step in 0..KEYS / K {
+        let a = accumulators_as_a::<F>(p.index(2 * step), p.index(2 * step + 1));
+        #[unroll]
+        for first in 0..dim / N / group {
+            let mut b = Sequence::<Array<Pair<F>>>::new();
+            #[unroll]
+            for i in 0..group {
+                let at = step * K * stride + (first * group + i) * N;
+                b.push(load(v_s, at, stride, MatrixIdent::B, false, path));
+            }
+            mma_each(&a, &b, out, first * group, exchange, path);
+        }
+    }
+}
+
+/// The end of the block: each row's sum across its quad, `lse` written by the quad's first
+/// lane, and `O` divided by its norm ([`row_end`]) into `tile` (the block's rows, `d + PAD`
+/// apart) as `F`, for the cube to write out after a `sync_cube`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn finish<F: Float>(
+    out: &mut Sequence<Array<Pair<f32>>>,
+    state: &RowState,
+    tile: &mut SharedMemory<F>,
+    lse: &mut Tensor<f32>,
+    at: &QueryBlock,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let total = reduce_quad(state.total, RowReduction::Sum, exchange, path);
+    let mut inverse = Pair::<f32>::new(0.0);
+    #[unroll]
+    for p in 0..2usize {
+        let end = row_end(total[p], state.max[p], call, variant);
+        inverse[p] = select(end.norm > 0.0, 1.0 / end.norm, 0.0);
+        let row = at.block + block_row(p, path);
+        if lane(path) & 3 == 0 && row < at.q_len {
+            lse[offset(lse, at.batch, at.head, row)] = end.lse;
+        }
+    }
+    rescale_rows(out, inverse, dim);
+    let warp_rows = UNIT_POS as usize / LANES * M * stride;
+    #[unroll]
+    for block in 0..dim / N {
+        store(out.index(block), tile, warp_rows + block * N, stride, path);
+    }
+}

@@ -1,0 +1,249 @@
+//! The forward of FlashAttention-2's design (`swa_attention::kernel`'s `forward_flash`, which
+//! CUDA's launches pick at d = 64 and 128) against the dense reference on ndarray on the same
+//! rounded inputs: every spec the kernels take, at lengths around its 64-row blocks and tiles,
+//! `o` and `lse`. Through the emulated fragment seam on wgpu (lavapipe in CI) in f16
+//! (`forward_emulated`), and natively on CUDA in f16 and bf16 through `windowed_attention`
+//! (the GPU session's `flash` step). Each test skips, saying why, where its feature or device is
+//! missing.
+
+/// The host side: inputs, the reference, the comparison and the cases.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod host {
+    use burn::backend::NdArray;
+    use burn::tensor::{DType, Tensor, TensorData, bf16, f16};
+    use swa_zoo::attention::{HeadWindow, ScoreOptions, WindowSpec, dense_attention};
+
+    use crate::cases::kernel_cases;
+    use crate::common::{Case, Rng, values};
+
+    /// A kernel under test: a case's `q`, `k`, `v` → its `o` and `lse` as f32 values.
+    pub type Kernel<'a> = dyn Fn(&Case, [TensorData; 3]) -> Result<[Vec<f32>; 2], String> + 'a;
+
+    /// Tolerances of `o` and `lse` against the reference, relative to `max(1, |reference|)`:
+    /// for `o`, the rounding of each weight to the inputs' type before `P·V` summed over the
+    /// window (161 sigmoid weights measure 1.9e-3 in f16) and of `o` to it; f32 sums for `lse`.
+    pub fn tolerances(dtype: DType) -> [f32; 2] {
+        match dtype {
+            DType::BF16 => [3e-2, 2e-4],
+            _ => [4e-3, 2e-5],
+        }
+    }
+
+    /// `q`, `k`, `v` of `case` drawn from its seed and rounded to `dtype`.
+    pub fn inputs(case: &Case, dtype: DType) -> [TensorData; 3] {
+        let mut rng = Rng::new(case.seed);
+        let (heads, kv_heads) = (case.spec.num_heads(), case.spec.kv_heads());
+        let round = |x: f32| match dtype {
+            DType::BF16 => bf16::from_f32(x).to_f32(),
+            _ => f16::from_f32(x).to_f32(),
+        };
+        let mut draw = |shape: [usize; 4]| {
+            let values: Vec<f32> = rng.values(shape.iter().product());
+            TensorData::new(values.into_iter().map(round).collect::<Vec<_>>(), shape)
+        };
+        [
+            draw([case.batch, heads, case.q_len, case.dim]),
+            draw([case.batch, kv_heads, case.keys, case.dim]),
+            draw([case.batch, kv_heads, case.keys, case.dim]),
+        ]
+    }
+
+    /// Runs `case` in `dtype` through `kernel` (inputs → `o`, `lse` as f32 values) and through
+    /// the dense reference in f32; asserts both within [`tolerances`] and returns the largest
+    /// scaled errors.
+    pub fn check(label: &str, case: &Case, dtype: DType, kernel: &Kernel<'_>) -> [f32; 2] {
+        let [q, k, v] = inputs(case, dtype);
+        let [o, lse] = kernel(case, [q.clone(), k.clone(), v.clone()])
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let full = |d: TensorData| Tensor::<NdArray<f32>, 4>::from_data(d, &Default::default());
+        let (spec, opts) = (&case.spec, &case.opts);
+        let (want_o, want_lse) = dense_attention(full(q), full(k), full(v), spec, opts).unwrap();
+        let [out, log] = tolerances(dtype);
+        [
+            within(&format!("{label}: o"), &o, &values(want_o), out),
+            within(&format!("{label}: lse"), &lse, &values(want_lse), log),
+        ]
+    }
+
+    /// Asserts `|got − want| ≤ tolerance · max(1, |want|)` for every element (outputs of sigmoid
+    /// rows over wide windows reach ~10, where f16's two ulps are ~1e-2); returns the largest
+    /// such scaled error. Equal values (infinities too) count as no error, a NaN fails.
+    fn within(what: &str, got: &[f32], want: &[f32], tolerance: f32) -> f32 {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let mut worst = 0f32;
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            let error = if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1.0) };
+            assert!(error <= tolerance, "{what}: element {i} is {a}, the reference {b}");
+            worst = worst.max(error);
+        }
+        worst
+    }
+
+    /// Cases whose windows cover whole 64 × 64 blocks (the kernel skips the per-pair rule on
+    /// them) beside cut ones: a wide band with GQA, MSWA at widths across a tile, sinks past a
+    /// tile with a wide band, and a bidirectional band in a batch of two (in the options of the
+    /// bidirectional case of [`kernel_cases`], so that it compiles no other variant).
+    pub fn block_cases(n: usize, dim: usize) -> Vec<(String, Case)> {
+        let sliding = WindowSpec::sliding(2, 1, 100).unwrap();
+        let mswa = WindowSpec::per_head(&[16, 64, 65, 130], 2).unwrap();
+        let sinks = WindowSpec::sliding(2, 2, 70).unwrap().with_sinks(66);
+        let band = WindowSpec::new(vec![HeadWindow::longformer(80, 1); 2], 2).unwrap();
+        let soft = ScoreOptions::softmax();
+        let sigmoid = ScoreOptions::sigmoid(-1.0).with_alibi(vec![0.5, -0.25]).with_softcap(3.0);
+        vec![
+            ("sliding W=100, GQA".into(), Case::new(n, dim, sliding, soft.clone())),
+            ("MSWA 16/64/65/130".into(), Case::new(n, dim, mswa, soft.clone())),
+            ("sinks 66, W=70".into(), Case::new(n, dim, sinks, soft)),
+            (
+                "bidirectional W=80 sigmoid + ALiBi + softcap, batch 2".into(),
+                Case { batch: 2, ..Case::new(n, dim, band.with_causal(false), sigmoid) },
+            ),
+        ]
+    }
+
+    /// Every spec the kernels take at 65 rows (one past a block) and the block cases at 191
+    /// rows (three blocks, the last cut), at head dim `dim`.
+    pub fn all_cases(dim: usize) -> Vec<(String, Case)> {
+        let mut cases = kernel_cases(65, dim);
+        cases.extend(block_cases(191, dim));
+        cases
+    }
+
+    /// Runs `cases` in `dtype` through `kernel`; prints the largest errors under `name`.
+    pub fn run_cases(name: &str, cases: &[(String, Case)], dtype: DType, kernel: &Kernel<'_>) {
+        let start = std::time::Instant::now();
+        let mut worst = [0f32; 2];
+        for (label, case) in cases {
+            let label = format!("{label} (N = {}, d = {}, {dtype:?})", case.q_len, case.dim);
+            let errors = check(&label, case, dtype, kernel);
+            worst = [worst[0].max(errors[0]), worst[1].max(errors[1])];
+        }
+        eprintln!(
+            "{name}: {} cases, largest scaled errors o {:.1e}, lse {:.1e} ({:.1}s)",
+            cases.len(),
+            worst[0],
+            worst[1],
+            start.elapsed().as_secs_f32()
+        );
+    }
+}
+
+/// Through the emulated seam on wgpu, in f16 (wgpu has no bf16).
+#[cfg(feature = "wgpu")]
+mod on_wgpu {
+    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{DType, Tensor, TensorData};
+    use swa_zoo::attention::ScoreOptions;
+    use swa_zoo::attention::kernel::forward_emulated;
+
+    use super::host::{all_cases, run_cases};
+    use crate::common::{Case, values};
+    use crate::wgpu_devices::wgpu_devices;
+
+    /// Burn's wgpu backend without the fusion wrapper.
+    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+
+    /// The device, or `None` (after saying why) without an adapter or f16 shaders.
+    fn device() -> Option<WgpuDevice> {
+        let [device, _] = wgpu_devices()?;
+        if !Cube::supports_dtype(&device, DType::F16) {
+            eprintln!("skipped: this wgpu adapter has no f16 shaders");
+            return None;
+        }
+        Some(device)
+    }
+
+    /// `forward_emulated` on `device` in f16.
+    fn emulated(
+        device: &WgpuDevice,
+        case: &Case,
+        [q, k, v]: [TensorData; 3],
+    ) -> Result<[Vec<f32>; 2], String> {
+        let half = |d: TensorData| Tensor::<Cube, 4>::from_data(d, (device, DType::F16));
+        let (o, lse) = forward_emulated(half(q), half(k), half(v), &case.spec, &case.opts)?;
+        Ok([values(o), values(lse)])
+    }
+
+    /// Is `case` in one of the three compiled variants CI runs: causal softmax without softcap
+    /// or ALiBi (every window kind: they are run-time values), softmax with softcap and ALiBi
+    /// ("everything but globals"), and bidirectional sigmoid with ALiBi and softcap? lavapipe
+    /// compiles each variant in about a minute (the emulated products are unrolled code with
+    /// dozens of barriers).
+    fn in_ci_variants(label: &str, case: &Case) -> bool {
+        let plain = case.opts == ScoreOptions::softmax() && case.spec.is_causal();
+        plain || label.starts_with("everything") || label.contains("sigmoid + ALiBi + softcap")
+    }
+
+    /// The cases of [`in_ci_variants`] at d = 64. d = 128 needs 52 KB of shared memory for its
+    /// `Q`, `K` and `V` tiles, more than lavapipe's 32 KB: it runs natively on CUDA.
+    #[test]
+    fn flash_forward_emulated_matches_dense() {
+        let Some(device) = device() else {
+            return;
+        };
+        let mut cases = all_cases(64);
+        cases.retain(|(label, case)| in_ci_variants(label, case));
+        let kernel = |case: &Case, inputs| emulated(&device, case, inputs);
+        run_cases("FlashAttention-2 forward, emulated, d = 64", &cases, DType::F16, &kernel);
+    }
+
+    /// The other variants (`cargo test --features flex,wgpu --test attention -- --ignored
+    /// flash`).
+    #[test]
+    #[ignore = "about ten minutes on lavapipe: a minute per compiled variant"]
+    fn flash_forward_emulated_matches_dense_in_every_variant() {
+        let Some(device) = device() else {
+            return;
+        };
+        let mut cases = all_cases(64);
+        cases.retain(|(label, case)| !in_ci_variants(label, case));
+        let kernel = |case: &Case, inputs| emulated(&device, case, inputs);
+        run_cases(
+            "FlashAttention-2 forward, emulated, other variants",
+            &cases,
+            DType::F16,
+            &kernel,
+        );
+    }
+}
+
+/// Natively on CUDA (sm_80 and later) in f16 and bf16 at d = 64 and 128, through the core's
+/// dispatch.
+#[test]
+fn flash_forward_on_cuda_matches_dense() {
+    #[cfg(feature = "cuda")]
+    {
+        use burn::backend::Cuda;
+        use burn::backend::cuda::CudaDevice;
+        use burn::tensor::{DType, Tensor, TensorData};
+        use swa_zoo::attention::kernel::{CudaRuntime, flash_kernel_runs};
+        use swa_zoo::attention::windowed_attention;
+
+        use crate::common::{Case, values};
+        use host::{all_cases, run_cases};
+        if !crate::common::device_answers::<Cuda>("cuda") {
+            return;
+        }
+        let device = CudaDevice::default();
+        for dtype in [DType::F16, DType::BF16] {
+            for dim in [64, 128] {
+                assert!(
+                    flash_kernel_runs::<CudaRuntime>(&device, dtype, dim),
+                    "the FlashAttention-2 forward should run {dtype:?} at d = {dim} here"
+                );
+                let kernel = |case: &Case, [q, k, v]: [TensorData; 3]| {
+                    let typed = |d: TensorData| Tensor::<Cuda, 4>::from_data(d, (&device, dtype));
+                    let (spec, opts) = (&case.spec, &case.opts);
+                    let (o, lse) = windowed_attention(typed(q), typed(k), typed(v), spec, opts)
+                        .map_err(|e| e.to_string())?;
+                    Ok([values(o.cast(DType::F32)), values(lse)])
+                };
+                let name = format!("FlashAttention-2 forward on CUDA, d = {dim}");
+                run_cases(&name, &all_cases(dim), dtype, &kernel);
+            }
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    eprintln!("skipped: built without the `cuda` feature");
+}
