@@ -1,21 +1,29 @@
 //! Host side of the backward kernels: the row terms, then dQ (over query blocks) and dK/dV
 //! (over key blocks), each writing its own outputs, so no atomics are needed. dQ and dK/dV run
-//! on tensor cores (`super::mma`) where the forward does, on the portable kernels otherwise.
+//! on tensor cores (`super::mma`) where the device has a cooperative tile, on the portable
+//! kernels otherwise; dK/dV runs on FlashAttention-2's design (`super::backward_keys_flash`)
+//! where `super::flash::flash_backward_path` says so (CUDA, d = 64).
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Shape, TensorMetadata};
-use burn_cubecl::CubeRuntime;
+use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn_cubecl::element::BoolElement;
 use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::backward_keys::key_grads_kernel;
 use super::backward_keys_cmma::key_grads_cmma_kernel;
+use super::backward_keys_flash::key_grads_flash_kernel;
 use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::config::{Layout, ROWS, placeholder};
-use super::forward_launch::grid;
+use super::flash::{
+    KEYS, STAGED_DIM, UNITS, backward_shared_bytes, flash_backward_path, max_shared,
+};
+use super::forward_launch::{forward_emulated, grid};
+use super::fragment::FragmentPath;
 use super::mma::{Mma, load_vector, tensor_core_tile};
 use crate::backend::{KernelBackward, KernelGradients};
 use crate::{ScoreOptions, WindowSpec};
@@ -33,7 +41,7 @@ where
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
     let KernelBackward { q, k, v, relative, o, lse, d_o, d_lse } = inputs;
-    let [batch, heads, q_len, dim] = q.meta.shape().dims();
+    let dim = q.meta.shape().dims::<4>()[3];
     let keys = k.meta.shape().dims::<4>()[2];
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
     let mut layout = Layout::new(&client, &device, spec, opts, dim, keys);
@@ -42,21 +50,9 @@ where
     let d_relative = relative.as_ref().map(|t| zeros(t.shape(), t.dtype));
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
-    let terms = empty(Shape::new([batch, heads, q_len, 2]), DType::F32);
     let d_lse = d_lse.unwrap_or_else(|| zeros(lse.shape(), DType::F32));
     let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
-    row_terms_kernel::launch::<R>(
-        &client,
-        grid(q_len, heads, batch),
-        CubeDim::new_1d(ROWS as u32),
-        o.into_tensor_arg(),
-        d_o.clone().into_tensor_arg(),
-        lse.into_tensor_arg(),
-        d_lse.into_tensor_arg(),
-        terms.clone().into_tensor_arg(),
-        layout.variant,
-        dtype.into(),
-    );
+    let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
     let placeholder = || placeholder(&client, &device, dtype);
     let grads = Grads {
         q,
@@ -71,11 +67,43 @@ where
         d_relative: d_relative.clone().unwrap_or_else(placeholder),
     };
     // The tensor-core kernels read no relative scores: such calls run the portable kernels.
-    match tensor_core_tile(&client, dtype, dim).filter(|_| !layout.variant.relative) {
-        Some(mma) => launch_cmma(&client, grads, &layout, mma),
+    let relative = layout.variant.relative;
+    match tensor_core_tile(&client, dtype, dim).filter(|_| !relative) {
+        Some(mma) => {
+            launch_query_grads_cmma(&client, &grads, &layout, mma);
+            match flash_backward_path(&client, dtype, dim, relative) {
+                Some(path) => launch_key_grads_flash(&client, grads, &layout, path),
+                None => launch_key_grads_cmma(&client, grads, &layout, mma),
+            }
+        }
         None => launch_portable(&client, grads, &layout),
     }
     KernelGradients { dq, dk, dv, d_relative }
+}
+
+/// The row terms of `o`, `dO`, `lse` and `∂L/∂lse` (`super::backward_rows`): `[batch, H, N_q,
+/// 2]` f32.
+fn row_terms<R: CubeRuntime>(
+    [o, d_o, lse, d_lse]: [CubeTensor<R>; 4],
+    layout: &Layout<R>,
+) -> CubeTensor<R> {
+    let [batch, heads, q_len, _] = o.meta.shape().dims();
+    let (client, device, dtype) = (o.client.clone(), o.device.clone(), o.dtype);
+    let shape = Shape::new([batch, heads, q_len, 2]);
+    let terms = empty_device_dtype(client.clone(), device, shape, DType::F32);
+    row_terms_kernel::launch::<R>(
+        &client,
+        grid(q_len, heads, batch),
+        CubeDim::new_1d(ROWS as u32),
+        o.into_tensor_arg(),
+        d_o.into_tensor_arg(),
+        lse.into_tensor_arg(),
+        d_lse.into_tensor_arg(),
+        terms.clone().into_tensor_arg(),
+        layout.variant,
+        dtype.into(),
+    );
+    terms
 }
 
 /// The tensors of the dQ and dK/dV kernels: inputs, `dO`, the row terms and the outputs.
@@ -140,48 +168,56 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
     );
 }
 
-/// dQ and dK/dV on the tensor-core kernels: a cube of one plane per `m` rows.
-fn launch_cmma<R: CubeRuntime>(
+/// dQ on the tensor-core kernel: a cube of one plane per `m` query rows.
+fn launch_query_grads_cmma<R: CubeRuntime>(
     client: &ComputeClient<R>,
-    g: Grads<R>,
+    g: &Grads<R>,
     layout: &Layout<R>,
     mma: Mma,
 ) {
     let [batch, heads, q_len, _] = g.q.meta.shape().dims();
-    let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
-    let dtype = g.q.dtype;
-    let cube_dim = CubeDim::new_1d(mma.plane as u32);
     let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
-    let blocks = |rows: usize, heads: usize| {
-        CubeCount::Static(rows.div_ceil(mma.m) as u32, heads as u32, batch as u32)
-    };
+    let cubes = CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32);
     // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
     unsafe {
         query_grads_cmma_kernel::launch_unchecked::<R>(
             client,
-            blocks(q_len, heads),
-            cube_dim,
+            cubes,
+            CubeDim::new_1d(mma.plane as u32),
             vector,
             g.q.clone().into_tensor_arg(),
             g.k.clone().into_tensor_arg(),
             g.v.clone().into_tensor_arg(),
             g.d_o.clone().into_tensor_arg(),
             g.terms.clone().into_tensor_arg(),
-            g.dq.into_tensor_arg(),
+            g.dq.clone().into_tensor_arg(),
             layout.windows.clone().into_array_arg(),
             layout.slopes.clone().into_array_arg(),
             layout.call(),
             layout.variant,
             mma,
-            dtype.into(),
+            g.q.dtype.into(),
         );
     }
+}
+
+/// dK/dV on the tensor-core kernel: a cube of one plane per `m` key rows.
+fn launch_key_grads_cmma<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    g: Grads<R>,
+    layout: &Layout<R>,
+    mma: Mma,
+) {
+    let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
+    let dtype = g.q.dtype;
+    let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
+    let cubes = CubeCount::Static(keys.div_ceil(mma.m) as u32, kv_heads as u32, batch as u32);
     // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
     unsafe {
         key_grads_cmma_kernel::launch_unchecked::<R>(
             client,
-            blocks(keys, kv_heads),
-            cube_dim,
+            cubes,
+            CubeDim::new_1d(mma.plane as u32),
             vector,
             g.q.into_tensor_arg(),
             g.k.into_tensor_arg(),
@@ -199,3 +235,97 @@ fn launch_cmma<R: CubeRuntime>(
         );
     }
 }
+
+/// dK/dV on the FlashAttention-2 kernel (`super::backward_keys_flash`) on `path`: four warps
+/// per 64 key rows.
+fn launch_key_grads_flash<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    g: Grads<R>,
+    layout: &Layout<R>,
+    path: FragmentPath,
+) {
+    let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
+    let dtype = g.q.dtype;
+    let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o, &g.dk, &g.dv]);
+    let cubes = CubeCount::Static(keys.div_ceil(KEYS) as u32, kv_heads as u32, batch as u32);
+    // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
+    // do (`super::mma`, "Unchecked").
+    unsafe {
+        key_grads_flash_kernel::launch_unchecked::<R>(
+            client,
+            cubes,
+            CubeDim::new_1d(UNITS as u32),
+            vector,
+            g.q.into_tensor_arg(),
+            g.k.into_tensor_arg(),
+            g.v.into_tensor_arg(),
+            g.d_o.into_tensor_arg(),
+            g.terms.into_tensor_arg(),
+            g.dk.into_tensor_arg(),
+            g.dv.into_tensor_arg(),
+            layout.windows.clone().into_array_arg(),
+            layout.slopes.clone().into_array_arg(),
+            layout.call(),
+            layout.variant,
+            path,
+            dtype.into(),
+        );
+    }
+}
+
+/// The gradients of `k` and `v` from the FlashAttention-2 dK/dV kernel on the emulated
+/// fragment path, on any device (the tests run it on lavapipe): the forward
+/// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then the kernel.
+/// `q, d_o: [batch, H, N_q, 64]`, `k, v: [batch, H_kv, N_k, 64]` in f16 or bf16 → (`dk`, `dv`)
+/// shaped as `k` and `v`, for the loss `Σ o·dO`. Errors on a call the kernel does not take.
+pub fn key_grads_emulated<R, F, I, BT>(
+    [q, k, v, d_o]: [Tensor<CubeBackend<R, F, I, BT>, 4>; 4],
+    spec: &WindowSpec,
+    opts: &ScoreOptions,
+) -> Result<EmulatedKeyGrads<R, F, I, BT>, String>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let dim = q.shape().dims::<4>()[3];
+    if dim > STAGED_DIM {
+        return Err(format!("d = {dim}: the dK/dV kernel takes d = {STAGED_DIM}"));
+    }
+    let client = q.clone().into_primitive().tensor().client;
+    let (needs, has) = (backward_shared_bytes(dim, FragmentPath::Emulated), max_shared(&client));
+    if needs > has {
+        return Err(format!(
+            "the dK/dV kernel needs {needs} bytes of shared memory; the device has {has}"
+        ));
+    }
+    let (o, lse) = forward_emulated(q.clone(), k.clone(), v.clone(), spec, opts)?;
+    let [q, k, v, d_o, o] = [q, k, v, d_o, o].map(|t| t.into_primitive().tensor());
+    let lse = lse.into_primitive().tensor();
+    let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
+    let keys = k.meta.shape().dims::<4>()[2];
+    let layout = Layout::new(&client, &device, spec, opts, dim, keys);
+    let d_lse = zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32);
+    let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
+    let empty = |shape: Shape| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
+    let (dk, dv) = (empty(k.shape()), empty(v.shape()));
+    let placeholder = || placeholder(&client, &device, dtype);
+    let grads = Grads {
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dq: placeholder(),
+        dk: dk.clone(),
+        dv: dv.clone(),
+        relative: placeholder(),
+        d_relative: placeholder(),
+    };
+    launch_key_grads_flash(&client, grads, &layout, FragmentPath::Emulated);
+    Ok([dk, dv].map(|t| Tensor::from_primitive(TensorPrimitive::Float(t))))
+}
+
+/// What [`key_grads_emulated`] returns: `dk` and `dv`.
+pub type EmulatedKeyGrads<R, F, I, BT> = [Tensor<CubeBackend<R, F, I, BT>, 4>; 2];

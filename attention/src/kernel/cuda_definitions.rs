@@ -11,6 +11,7 @@ use cubecl::prelude::*;
 
 use super::backward_keys::key_grads_kernel;
 use super::backward_keys_cmma::key_grads_cmma_kernel;
+use super::backward_keys_flash::key_grads_flash_kernel;
 use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_rows::row_terms_kernel;
@@ -390,4 +391,40 @@ fn call(b: &mut KernelBuilder) -> <Call as CubeType>::ExpandType {
         neg_inf: (),
     };
     <Call as LaunchArg>::expand(&arg, b)
+}
+
+/// The dK/dV of FlashAttention-2's design (`super::backward_keys_flash`) on `path`: four warps
+/// per 64 key rows.
+pub(super) fn key_grads_flash(
+    device: &DeviceProperties,
+    variant: Variant,
+    path: FragmentPath,
+    dtype: StorageType,
+) -> (Def, usize) {
+    use key_grads_flash_kernel::{F, NV};
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    b.scope.register_size::<NV>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
+    let terms = input::<f32>(&mut b);
+    let (dk, dv) = (output::<Vector<F, NV>>(&mut b), output::<Vector<F, NV>>(&mut b));
+    let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    key_grads_flash_kernel::expand::<F, NV>(
+        &mut b.scope,
+        VECTOR,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dk,
+        dv,
+        windows,
+        slopes,
+        call,
+        variant,
+        path,
+        dtype,
+    );
+    (b.build(settings("key_grads_flash_kernel", UNITS)), UNITS)
 }

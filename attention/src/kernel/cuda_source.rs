@@ -78,6 +78,8 @@ enum Kernel {
     QueryGradsCmma,
     KeyGrads,
     KeyGradsCmma,
+    /// FlashAttention-2's dK/dV on the native fragment path (`super::backward_keys_flash`).
+    KeyGradsFlash,
     Decode,
     CacheWrite,
     /// The fragment seam's probe on the native path (`super::fragment_probe`).
@@ -95,6 +97,7 @@ impl Kernel {
             Kernel::QueryGradsCmma => "query_grads_cmma",
             Kernel::KeyGrads => "key_grads",
             Kernel::KeyGradsCmma => "key_grads_cmma",
+            Kernel::KeyGradsFlash => "key_grads_flash",
             Kernel::Decode => "decode",
             Kernel::CacheWrite => "cache_write",
             Kernel::FragmentProbe => "fragment_probe",
@@ -108,17 +111,18 @@ impl Kernel {
                 | Kernel::ForwardFlash
                 | Kernel::QueryGradsCmma
                 | Kernel::KeyGradsCmma
+                | Kernel::KeyGradsFlash
                 | Kernel::FragmentProbe
         )
     }
 
     /// Cubes per multiprocessor the kernel needs: a one-warp tensor-core cube needs 8 (8 warps,
-    /// two per scheduler), a 32-thread portable cube as many; FlashAttention-2's four-warp cube
-    /// needs 2 (8 warps, as FlashAttention-2 runs at d = 128); the row terms and the append are
+    /// two per scheduler), a 32-thread portable cube as many; FlashAttention-2's four-warp cubes
+    /// need 2 (8 warps, as FlashAttention-2 runs at d = 128); the row terms and the append are
     /// memory-bound passes that need 16; the probe (one cube, a test) states none.
     fn floor(self) -> u32 {
         match self {
-            Kernel::ForwardFlash => 2,
+            Kernel::ForwardFlash | Kernel::KeyGradsFlash => 2,
             Kernel::RowTerms | Kernel::CacheWrite => 16,
             Kernel::FragmentProbe => 0,
             _ => 8,
@@ -163,12 +167,16 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
             out.push(expand(&device, kernel, dtype, dim, base)?);
         }
     }
+    // The FlashAttention-2 dK/dV runs at d = 64 only (`super::flash::flash_backward_path`).
+    out.push(expand(&device, Kernel::KeyGradsFlash, DType::BF16, 64, base)?);
     let options = [
         Options { sigmoid: true, alibi: true, ..base },
         Options { softcap: true, ..base },
         Options { causal: false, ..base },
     ];
-    for kernel in [Kernel::ForwardCmma, Kernel::ForwardFlash, Kernel::KeyGradsCmma] {
+    for kernel in
+        [Kernel::ForwardCmma, Kernel::ForwardFlash, Kernel::KeyGradsCmma, Kernel::KeyGradsFlash]
+    {
         out.push(expand(&device, kernel, DType::F16, 64, base)?);
         for options in options {
             out.push(expand(&device, kernel, DType::BF16, 64, options)?);
@@ -283,6 +291,10 @@ fn expand(
         Kernel::ForwardFlash => match flash_path_for(device, dtype) {
             Some(path) => definitions::forward_flash(device, variant, path, storage),
             None => return Err(format!("forward_flash {words}: not native")),
+        },
+        Kernel::KeyGradsFlash => match flash_path_for(device, dtype) {
+            Some(path) => definitions::key_grads_flash(device, variant, path, storage),
+            None => return Err(format!("key_grads_flash {words}: not native")),
         },
         Kernel::RowTerms => (definitions::row_terms(device, variant, storage), ROWS),
         Kernel::QueryGrads => (definitions::query_grads(device, variant, storage), ROWS),

@@ -68,6 +68,26 @@ pub(crate) fn flash_path<R: CubeRuntime>(
     (native && HEAD_DIMS.contains(&dim) && fits(dim) && !relative).then_some(FragmentPath::Native)
 }
 
+/// The fragment path of the FlashAttention-2 dK/dV kernel (`super::backward_keys_flash`), or
+/// `None` where the launches run the cooperative-matrix one: where the forward runs
+/// ([`flash_path`]) at d = 64 only ([`STAGED_DIM`]: at d = 128 a warp's `dK`, `dV`, `K` and
+/// `V` do not fit its registers with the products).
+pub(crate) fn flash_backward_path<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    dtype: DType,
+    dim: usize,
+    relative: bool,
+) -> Option<FragmentPath> {
+    let fits = backward_shared_bytes(dim, FragmentPath::Native) <= max_shared(client);
+    flash_path(client, dtype, dim, relative).filter(|_| dim <= STAGED_DIM && fits)
+}
+
+/// Shared memory of the dK/dV kernel on `path` at head dim `dim`: the `Q` and `dO` tiles, the
+/// tile's row terms and the exchange buffer.
+pub(crate) fn backward_shared_bytes(dim: usize, path: FragmentPath) -> usize {
+    2 * ROWS * (dim + PAD) * 2 + 2 * ROWS * 4 + path.exchange_len(WARPS, products(path)) * 4
+}
+
 /// Whether `device`'s windowed core runs its forward on the FlashAttention-2 kernel for inputs
 /// of `dtype` at head dim `dim` (what the CUDA tests check before comparing).
 pub fn flash_kernel_runs<R: CubeRuntime>(device: &R::Device, dtype: DType, dim: usize) -> bool {

@@ -27,9 +27,9 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{KEYS, PAD, ROWS, STAGED_DIM, WARPS, fetch, products, stash, write_rows};
+use super::flash_products::{accumulate, row_products};
 use super::fragment::{
-    FragmentPath, K, LANES, M, N, Pair, RowReduction, accumulators_as_a, lane, load, mma_each,
-    reduce_quad, store, zeros,
+    FragmentPath, K, LANES, M, N, Pair, RowReduction, lane, load, reduce_quad, store, zeros,
 };
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
 use super::reach::nth_tile;
@@ -113,7 +113,7 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
     for t in 0..count {
         let j0 = nth_tile(&tiles, t) as usize * KEYS;
         let v_rows = fetch(v, v_base, j0, kv_len, KEYS, dim);
-        let mut s = scores(&q_fragments, &q_s, &k_s, &mut exchange, dim, stride, path);
+        let mut s = row_products(&q_fragments, &q_s, &k_s, &mut exchange, dim, path);
         let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
         let whole = sees_whole_block(
             &at.window,
@@ -140,10 +140,10 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         let next_valid = select(t + 1 < count, kv_len, 0);
         if comptime![dim <= STAGED_DIM] {
             let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
-            accumulate(&s, &v_s, &mut out, &mut exchange, dim, stride, path);
+            accumulate(&s, &v_s, &mut out, &mut exchange, dim, path);
             stash(&k_rows, &mut k_s, KEYS, dim, stride);
         } else {
-            accumulate(&s, &v_s, &mut out, &mut exchange, dim, stride, path);
+            accumulate(&s, &v_s, &mut out, &mut exchange, dim, path);
             let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
             stash(&k_rows, &mut k_s, KEYS, dim, stride);
         }
@@ -167,46 +167,6 @@ struct RowState {
 #[cube]
 fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
     UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
-}
-
-/// `S = Q·Kᵀ` of the warp's 16 rows and the 64 keys in `k_s`: 8 accumulators of 8 keys, in
-/// groups of [`products`] blocks; `Q` from `q_fragments`, or at d = 128 from `q_s`.
-#[cube]
-fn scores<F: Float>(
-    q_fragments: &Sequence<Array<Pair<F>>>,
-    q_s: &SharedMemory<F>,
-    k_s: &SharedMemory<F>,
-    exchange: &mut SharedMemory<f32>,
-    #[comptime] dim: usize,
-    #[comptime] stride: usize,
-    #[comptime] path: FragmentPath,
-) -> Sequence<Array<Pair<f32>>> {
-    let mut s = Sequence::<Array<Pair<f32>>>::new();
-    #[unroll]
-    for _ in 0..KEYS / N {
-        s.push(zeros());
-    }
-    let group = comptime![products(path)];
-    #[unroll]
-    for c in 0..dim / K {
-        #[unroll]
-        for first in 0..KEYS / N / group {
-            let mut b = Sequence::<Array<Pair<F>>>::new();
-            #[unroll]
-            for i in 0..group {
-                let at = (first * group + i) * N * stride + c * K;
-                b.push(load(k_s, at, stride, MatrixIdent::B, true, path));
-            }
-            if comptime![dim <= STAGED_DIM] {
-                mma_each(q_fragments.index(c), &b, &mut s, first * group, exchange, path);
-            } else {
-                let warp_rows = UNIT_POS as usize / LANES * M * stride;
-                let a = load(q_s, warp_rows + c * K, stride, MatrixIdent::A, false, path);
-                mma_each(&a, &b, &mut s, first * group, exchange, path);
-            }
-        }
-    }
-    s
 }
 
 /// Turns the products in `s` into scores ([`score`]: scale, softcap, ALiBi) and, `per_pair`,
@@ -322,36 +282,6 @@ fn rescale_rows(out: &mut Sequence<Array<Pair<f32>>>, rescale: Pair<f32>, #[comp
                 pair[1] *= factor;
                 fragment[p] = pair;
             }
-        }
-    }
-}
-
-/// `out += P·V` for the weights `p` of the warp's rows (8 accumulators of 8 keys, two to an A
-/// fragment) and the 64 rows of `v_s`, in groups of [`products`] column blocks (`d / 8` is a
-/// multiple of it at the kernel's head dims).
-#[cube]
-fn accumulate<F: Float>(
-    p: &Sequence<Array<Pair<f32>>>,
-    v_s: &SharedMemory<F>,
-    out: &mut Sequence<Array<Pair<f32>>>,
-    exchange: &mut SharedMemory<f32>,
-    #[comptime] dim: usize,
-    #[comptime] stride: usize,
-    #[comptime] path: FragmentPath,
-) {
-    let group = comptime![products(path)];
-    #[unroll]
-    for step in 0..KEYS / K {
-        let a = accumulators_as_a::<F>(p.index(2 * step), p.index(2 * step + 1));
-        #[unroll]
-        for first in 0..dim / N / group {
-            let mut b = Sequence::<Array<Pair<F>>>::new();
-            #[unroll]
-            for i in 0..group {
-                let at = step * K * stride + (first * group + i) * N;
-                b.push(load(v_s, at, stride, MatrixIdent::B, false, path));
-            }
-            mma_each(&a, &b, out, first * group, exchange, path);
         }
     }
 }
