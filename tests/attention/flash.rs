@@ -50,31 +50,28 @@ mod host {
         ]
     }
 
-    /// A kernel's dK/dV under test: a case's `q`, `k`, `v`, `dO` → the gradients of `k` and `v`
+    /// A backward under test: a case's `q`, `k`, `v`, `dO` → the gradients of `q`, `k` and `v`
     /// for the loss `Σ o·dO`, as f32 values.
-    pub type KeyGrads<'a> = dyn Fn(&Case, [TensorData; 4]) -> Result<[Vec<f32>; 2], String> + 'a;
+    pub type Grads<'a> = dyn Fn(&Case, [TensorData; 4]) -> Result<[Vec<f32>; 3], String> + 'a;
 
     /// Runs `case` in `dtype` through `kernel` and through the dense reference differentiated
-    /// in f32; asserts `dk` and `dv` within the output tolerance of [`tolerances`] (the
+    /// in f32; asserts `dq`, `dk` and `dv` within the output tolerance of [`tolerances`] (the
     /// gradients are sums of the same rounded weights) and returns the largest scaled errors.
-    pub fn check_key_grads(
-        label: &str,
-        case: &Case,
-        dtype: DType,
-        kernel: &KeyGrads<'_>,
-    ) -> [f32; 2] {
+    pub fn check_grads(label: &str, case: &Case, dtype: DType, kernel: &Grads<'_>) -> [f32; 3] {
         type A = Autodiff<NdArray<f32>>;
         let inputs = inputs(case, dtype);
-        let [dk, dv] = kernel(case, inputs.clone()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let [dq, dk, dv] = kernel(case, inputs.clone()).unwrap_or_else(|e| panic!("{label}: {e}"));
         let [q, k, v, g] =
             inputs.map(|d| Tensor::<A, 4>::from_data(d, &Default::default()).require_grad());
-        let (o, _) = dense_attention(q, k.clone(), v.clone(), &case.spec, &case.opts).unwrap();
+        let (spec, opts) = (&case.spec, &case.opts);
+        let (o, _) = dense_attention(q.clone(), k.clone(), v.clone(), spec, opts).unwrap();
         let grads = (o * g).sum().backward();
         let grad = |t: &Tensor<A, 4>| {
             t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
         };
         let [tolerance, _] = tolerances(dtype);
         [
+            within(&format!("{label}: dq"), &dq, &grad(&q), tolerance),
             within(&format!("{label}: dk"), &dk, &grad(&k), tolerance),
             within(&format!("{label}: dv"), &dv, &grad(&v), tolerance),
         ]
@@ -167,9 +164,9 @@ mod on_wgpu {
     use burn::tensor::backend::Backend;
     use burn::tensor::{DType, Tensor, TensorData};
     use swa_zoo::attention::ScoreOptions;
-    use swa_zoo::attention::kernel::{forward_emulated, key_grads_emulated};
+    use swa_zoo::attention::kernel::{forward_emulated, grads_emulated};
 
-    use super::host::{KeyGrads, all_cases, check_key_grads, run_cases};
+    use super::host::{Grads, all_cases, check_grads, run_cases};
     use crate::common::{Case, values};
     use crate::wgpu_devices::wgpu_devices;
 
@@ -220,61 +217,63 @@ mod on_wgpu {
         run_cases("FlashAttention-2 forward, emulated, d = 64", &cases, DType::F16, &kernel);
     }
 
-    /// The FlashAttention-2 dK/dV (`key_grads_emulated`) on the causal softmax cases at d = 64
-    /// (one compiled variant). Ignored: lavapipe compiles the emulated kernel (four unrolled
-    /// products per tile, with their barriers) in about ten minutes, more than CI's budget; the
-    /// kernel runs natively in the GPU session and compiles to SASS in the offline CUDA check.
+    /// The FlashAttention-2 backward (`grads_emulated`: dQ and dK/dV) on the causal softmax
+    /// cases at d = 64 (one compiled variant). Ignored: lavapipe compiles the emulated dK/dV
+    /// (four unrolled products per tile, with their barriers) in about ten minutes, more than
+    /// CI's budget; the kernels run natively in the GPU session and compile to SASS in the
+    /// offline CUDA check.
     #[test]
-    #[ignore = "about ten minutes on lavapipe: `-- --ignored flash_key_grads`"]
-    fn flash_key_grads_emulated_match_dense() {
+    #[ignore = "about fifteen minutes on lavapipe: `-- --ignored flash_grads`"]
+    fn flash_grads_emulated_match_dense() {
         let Some(device) = device() else {
             return;
         };
         let mut cases = all_cases(64);
         cases.retain(|(_, case)| case.opts == ScoreOptions::softmax() && case.spec.is_causal());
-        let kernel = |case: &Case, inputs| emulated_key_grads(&device, case, inputs);
-        run_key_grads("FlashAttention-2 dK/dV, emulated, d = 64", &cases, &kernel);
+        let kernel = |case: &Case, inputs| emulated_grads(&device, case, inputs);
+        run_grads("FlashAttention-2 backward, emulated, d = 64", &cases, &kernel);
     }
 
-    /// The dK/dV in every other variant (`-- --ignored flash_key_grads`).
+    /// The backward in every other variant (`-- --ignored flash_grads`).
     #[test]
-    #[ignore = "about ten minutes per compiled variant on lavapipe"]
-    fn flash_key_grads_emulated_match_dense_in_every_variant() {
+    #[ignore = "about fifteen minutes per compiled variant on lavapipe"]
+    fn flash_grads_emulated_match_dense_in_every_variant() {
         let Some(device) = device() else {
             return;
         };
         let mut cases = all_cases(64);
         cases.retain(|(_, case)| case.opts != ScoreOptions::softmax() || !case.spec.is_causal());
-        let kernel = |case: &Case, inputs| emulated_key_grads(&device, case, inputs);
-        run_key_grads("FlashAttention-2 dK/dV, emulated, other variants", &cases, &kernel);
+        let kernel = |case: &Case, inputs| emulated_grads(&device, case, inputs);
+        run_grads("FlashAttention-2 backward, emulated, other variants", &cases, &kernel);
     }
 
-    /// `key_grads_emulated` on `device` in f16.
-    fn emulated_key_grads(
+    /// `grads_emulated` on `device` in f16.
+    fn emulated_grads(
         device: &WgpuDevice,
         case: &Case,
         inputs: [TensorData; 4],
-    ) -> Result<[Vec<f32>; 2], String> {
+    ) -> Result<[Vec<f32>; 3], String> {
         let half = |d: TensorData| Tensor::<Cube, 4>::from_data(d, (device, DType::F16));
-        let [dk, dv] = key_grads_emulated(inputs.map(half), &case.spec, &case.opts)?;
-        Ok([values(dk), values(dv)])
+        let grads = grads_emulated(inputs.map(half), &case.spec, &case.opts)?;
+        Ok(grads.map(values))
     }
 
-    /// Runs `cases` through the emulated dK/dV in f16; prints the largest errors under `name`.
-    fn run_key_grads(name: &str, cases: &[(String, Case)], kernel: &KeyGrads<'_>) {
+    /// Runs `cases` through the emulated backward in f16; prints the largest errors under
+    /// `name`.
+    fn run_grads(name: &str, cases: &[(String, Case)], kernel: &Grads<'_>) {
         let start = std::time::Instant::now();
-        let mut worst = [0f32; 2];
+        let mut worst = [0f32; 3];
         for (label, case) in cases {
             let label = format!("{label} (N = {}, d = {})", case.q_len, case.dim);
-            let errors = check_key_grads(&label, case, DType::F16, kernel);
-            worst = [worst[0].max(errors[0]), worst[1].max(errors[1])];
+            let errors = check_grads(&label, case, DType::F16, kernel);
+            worst = std::array::from_fn(|i| worst[i].max(errors[i]));
         }
+        let [dq, dk, dv] = worst;
+        let seconds = start.elapsed().as_secs_f32();
         eprintln!(
-            "{name}: {} cases, largest scaled errors dk {:.1e}, dv {:.1e} ({:.1}s)",
-            cases.len(),
-            worst[0],
-            worst[1],
-            start.elapsed().as_secs_f32()
+            "{name}: {} cases, largest scaled errors dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e} \
+             ({seconds:.1}s)",
+            cases.len()
         );
     }
 
@@ -299,8 +298,8 @@ mod on_wgpu {
 }
 
 /// Natively on CUDA (sm_80 and later) in f16 and bf16, through the core's dispatch: the
-/// forward at d = 64 and 128, and the gradients of `k` and `v` (the FlashAttention-2 dK/dV) at
-/// d = 64.
+/// forward at d = 64 and 128, and the gradients of `q`, `k` and `v` (the FlashAttention-2 dQ
+/// and dK/dV) at d = 64.
 #[test]
 fn flash_kernels_on_cuda_match_dense() {
     #[cfg(feature = "cuda")]
@@ -312,7 +311,7 @@ fn flash_kernels_on_cuda_match_dense() {
         use swa_zoo::attention::windowed_attention;
 
         use crate::common::{Case, values};
-        use host::{all_cases, check_key_grads, run_cases};
+        use host::{all_cases, check_grads, run_cases};
         if !crate::common::device_answers::<Cuda>("cuda") {
             return;
         }
@@ -333,26 +332,27 @@ fn flash_kernels_on_cuda_match_dense() {
                 let name = format!("FlashAttention-2 forward on CUDA, d = {dim}");
                 run_cases(&name, &all_cases(dim), dtype, &kernel);
             }
-            let key_grads = |case: &Case, [q, k, v, g]: [TensorData; 4]| {
+            let backward = |case: &Case, [q, k, v, g]: [TensorData; 4]| {
                 type A = Autodiff<Cuda>;
                 let typed = |d: TensorData| {
                     Tensor::<A, 4>::from_data(d, (&device, DType::F32)).cast(dtype).require_grad()
                 };
                 let (q, k, v) = (typed(q), typed(k), typed(v));
-                let (o, _) = windowed_attention(q, k.clone(), v.clone(), &case.spec, &case.opts)
+                let (spec, opts) = (&case.spec, &case.opts);
+                let (o, _) = windowed_attention(q.clone(), k.clone(), v.clone(), spec, opts)
                     .map_err(|e| e.to_string())?;
                 let g = Tensor::<A, 4>::from_data(g, (&device, DType::F32));
                 let grads = (o.cast(DType::F32) * g).sum().backward();
                 let grad = |t: &Tensor<A, 4>| {
                     t.grad(&grads).map_or_else(|| vec![0.0; t.shape().num_elements()], values)
                 };
-                Ok([grad(&k), grad(&v)])
+                Ok([grad(&q), grad(&k), grad(&v)])
             };
             for (label, case) in all_cases(64) {
-                check_key_grads(&format!("{label} ({dtype:?})"), &case, dtype, &key_grads);
+                check_grads(&format!("{label} ({dtype:?})"), &case, dtype, &backward);
             }
             eprintln!(
-                "FlashAttention-2 dK/dV on CUDA, {dtype:?}, d = 64: every case within tolerance"
+                "FlashAttention-2 backward on CUDA, {dtype:?}, d = 64: every case within tolerance"
             );
         }
     }

@@ -1,8 +1,9 @@
 //! Host side of the backward kernels: the row terms, then dQ (over query blocks) and dK/dV
 //! (over key blocks), each writing its own outputs, so no atomics are needed. dQ and dK/dV run
 //! on tensor cores (`super::mma`) where the device has a cooperative tile, on the portable
-//! kernels otherwise; dK/dV runs on FlashAttention-2's design (`super::backward_keys_flash`)
-//! where `super::flash::flash_backward_path` says so (CUDA, d = 64).
+//! kernels otherwise; dQ and dK/dV run on FlashAttention-2's design
+//! (`super::backward_queries_flash`, `super::backward_keys_flash`) where
+//! `super::flash::flash_backward_path` says so (CUDA, d = 64).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
@@ -17,10 +18,12 @@ use super::backward_keys_cmma::key_grads_cmma_kernel;
 use super::backward_keys_flash::key_grads_flash_kernel;
 use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
+use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
-use super::config::{Layout, ROWS, placeholder};
+use super::config::{Layout, ROWS, placeholder, upload};
 use super::flash::{
-    KEYS, STAGED_DIM, UNITS, backward_shared_bytes, flash_backward_path, max_shared,
+    KEYS, ROWS as ROWS_FLASH, STAGED_DIM, UNITS, backward_shared_bytes, flash_backward_path,
+    head_order, max_shared,
 };
 use super::forward_launch::{forward_emulated, grid};
 use super::fragment::FragmentPath;
@@ -69,13 +72,16 @@ where
     // The tensor-core kernels read no relative scores: such calls run the portable kernels.
     let relative = layout.variant.relative;
     match tensor_core_tile(&client, dtype, dim).filter(|_| !relative) {
-        Some(mma) => {
-            launch_query_grads_cmma(&client, &grads, &layout, mma);
-            match flash_backward_path(&client, dtype, dim, relative) {
-                Some(path) => launch_key_grads_flash(&client, grads, &layout, path),
-                None => launch_key_grads_cmma(&client, grads, &layout, mma),
+        Some(mma) => match flash_backward_path(&client, dtype, dim, relative) {
+            Some(path) => {
+                launch_query_grads_flash(&client, &grads, &layout, spec, path);
+                launch_key_grads_flash(&client, grads, &layout, path);
             }
-        }
+            None => {
+                launch_query_grads_cmma(&client, &grads, &layout, mma);
+                launch_key_grads_cmma(&client, grads, &layout, mma);
+            }
+        },
         None => launch_portable(&client, grads, &layout),
     }
     KernelGradients { dq, dk, dv, d_relative }
@@ -236,6 +242,44 @@ fn launch_key_grads_cmma<R: CubeRuntime>(
     }
 }
 
+/// dQ on the FlashAttention-2 kernel (`super::backward_queries_flash`) on `path`: four warps
+/// per 64 query rows, heads in [`head_order`] as the forward runs them.
+fn launch_query_grads_flash<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    g: &Grads<R>,
+    layout: &Layout<R>,
+    spec: &WindowSpec,
+    path: FragmentPath,
+) {
+    let [batch, heads, q_len, _] = g.q.meta.shape().dims();
+    let order = upload(client, &g.q.device, u32::as_bytes(&head_order(spec)), DType::U32);
+    let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o, &g.dq]);
+    let cubes = CubeCount::Static(q_len.div_ceil(ROWS_FLASH) as u32, heads as u32, batch as u32);
+    // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
+    // do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
+    unsafe {
+        query_grads_flash_kernel::launch_unchecked::<R>(
+            client,
+            cubes,
+            CubeDim::new_1d(UNITS as u32),
+            vector,
+            g.q.clone().into_tensor_arg(),
+            g.k.clone().into_tensor_arg(),
+            g.v.clone().into_tensor_arg(),
+            g.d_o.clone().into_tensor_arg(),
+            g.terms.clone().into_tensor_arg(),
+            g.dq.clone().into_tensor_arg(),
+            layout.windows.clone().into_array_arg(),
+            layout.slopes.clone().into_array_arg(),
+            order.into_array_arg(),
+            layout.call(),
+            layout.variant,
+            path,
+            g.q.dtype.into(),
+        );
+    }
+}
+
 /// dK/dV on the FlashAttention-2 kernel (`super::backward_keys_flash`) on `path`: four warps
 /// per 64 key rows.
 fn launch_key_grads_flash<R: CubeRuntime>(
@@ -273,16 +317,17 @@ fn launch_key_grads_flash<R: CubeRuntime>(
     }
 }
 
-/// The gradients of `k` and `v` from the FlashAttention-2 dK/dV kernel on the emulated
-/// fragment path, on any device (the tests run it on lavapipe): the forward
-/// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then the kernel.
-/// `q, d_o: [batch, H, N_q, 64]`, `k, v: [batch, H_kv, N_k, 64]` in f16 or bf16 → (`dk`, `dv`)
-/// shaped as `k` and `v`, for the loss `Σ o·dO`. Errors on a call the kernel does not take.
-pub fn key_grads_emulated<R, F, I, BT>(
+/// The gradients of `q`, `k` and `v` from the FlashAttention-2 backward kernels on the emulated
+/// fragment path, on any device (the tests run them on lavapipe): the forward
+/// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then dQ and dK/dV.
+/// `q, d_o: [batch, H, N_q, 64]`, `k, v: [batch, H_kv, N_k, 64]` in f16 or bf16 → (`dq`, `dk`,
+/// `dv`) shaped as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the kernels do
+/// not take.
+pub fn grads_emulated<R, F, I, BT>(
     [q, k, v, d_o]: [Tensor<CubeBackend<R, F, I, BT>, 4>; 4],
     spec: &WindowSpec,
     opts: &ScoreOptions,
-) -> Result<EmulatedKeyGrads<R, F, I, BT>, String>
+) -> Result<EmulatedGrads<R, F, I, BT>, String>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -291,13 +336,13 @@ where
 {
     let dim = q.shape().dims::<4>()[3];
     if dim > STAGED_DIM {
-        return Err(format!("d = {dim}: the dK/dV kernel takes d = {STAGED_DIM}"));
+        return Err(format!("d = {dim}: the backward kernels take d = {STAGED_DIM}"));
     }
     let client = q.clone().into_primitive().tensor().client;
     let (needs, has) = (backward_shared_bytes(dim, FragmentPath::Emulated), max_shared(&client));
     if needs > has {
         return Err(format!(
-            "the dK/dV kernel needs {needs} bytes of shared memory; the device has {has}"
+            "the backward kernels need {needs} bytes of shared memory; the device has {has}"
         ));
     }
     let (o, lse) = forward_emulated(q.clone(), k.clone(), v.clone(), spec, opts)?;
@@ -309,7 +354,7 @@ where
     let d_lse = zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32);
     let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
     let empty = |shape: Shape| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
-    let (dk, dv) = (empty(k.shape()), empty(v.shape()));
+    let (dq, dk, dv) = (empty(q.shape()), empty(k.shape()), empty(v.shape()));
     let placeholder = || placeholder(&client, &device, dtype);
     let grads = Grads {
         q,
@@ -317,15 +362,16 @@ where
         v,
         d_o,
         terms,
-        dq: placeholder(),
+        dq: dq.clone(),
         dk: dk.clone(),
         dv: dv.clone(),
         relative: placeholder(),
         d_relative: placeholder(),
     };
+    launch_query_grads_flash(&client, &grads, &layout, spec, FragmentPath::Emulated);
     launch_key_grads_flash(&client, grads, &layout, FragmentPath::Emulated);
-    Ok([dk, dv].map(|t| Tensor::from_primitive(TensorPrimitive::Float(t))))
+    Ok([dq, dk, dv].map(|t| Tensor::from_primitive(TensorPrimitive::Float(t))))
 }
 
-/// What [`key_grads_emulated`] returns: `dk` and `dv`.
-pub type EmulatedKeyGrads<R, F, I, BT> = [Tensor<CubeBackend<R, F, I, BT>, 4>; 2];
+/// What [`grads_emulated`] returns: `dq`, `dk` and `dv`.
+pub type EmulatedGrads<R, F, I, BT> = [Tensor<CubeBackend<R, F, I, BT>, 4>; 3];

@@ -14,6 +14,7 @@ use super::backward_keys_cmma::key_grads_cmma_kernel;
 use super::backward_keys_flash::key_grads_flash_kernel;
 use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
+use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::cache_write::THREADS as WRITE_THREADS;
 use super::cache_write::cache_write_kernel;
@@ -427,4 +428,40 @@ pub(super) fn key_grads_flash(
         dtype,
     );
     (b.build(settings("key_grads_flash_kernel", UNITS)), UNITS)
+}
+
+/// The dQ of FlashAttention-2's design (`super::backward_queries_flash`) on `path`: four warps
+/// per 64 query rows.
+pub(super) fn query_grads_flash(
+    device: &DeviceProperties,
+    variant: Variant,
+    path: FragmentPath,
+    dtype: StorageType,
+) -> (Def, usize) {
+    use query_grads_flash_kernel::{F, NV};
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    b.scope.register_size::<NV>(VECTOR);
+    let (q, k, v, d_o) = (vectors(&mut b), vectors(&mut b), vectors(&mut b), vectors(&mut b));
+    let (terms, dq) = (input::<f32>(&mut b), output::<Vector<F, NV>>(&mut b));
+    let (windows, slopes, order) = (array::<u32>(&mut b), array::<f32>(&mut b), array(&mut b));
+    let call = call(&mut b);
+    query_grads_flash_kernel::expand::<F, NV>(
+        &mut b.scope,
+        VECTOR,
+        q,
+        k,
+        v,
+        d_o,
+        terms,
+        dq,
+        windows,
+        slopes,
+        order,
+        call,
+        variant,
+        path,
+        dtype,
+    );
+    (b.build(settings("query_grads_flash_kernel", UNITS)), UNITS)
 }

@@ -76,6 +76,8 @@ enum Kernel {
     RowTerms,
     QueryGrads,
     QueryGradsCmma,
+    /// FlashAttention-2's dQ on the native fragment path (`super::backward_queries_flash`).
+    QueryGradsFlash,
     KeyGrads,
     KeyGradsCmma,
     /// FlashAttention-2's dK/dV on the native fragment path (`super::backward_keys_flash`).
@@ -95,6 +97,7 @@ impl Kernel {
             Kernel::RowTerms => "row_terms",
             Kernel::QueryGrads => "query_grads",
             Kernel::QueryGradsCmma => "query_grads_cmma",
+            Kernel::QueryGradsFlash => "query_grads_flash",
             Kernel::KeyGrads => "key_grads",
             Kernel::KeyGradsCmma => "key_grads_cmma",
             Kernel::KeyGradsFlash => "key_grads_flash",
@@ -110,6 +113,7 @@ impl Kernel {
             Kernel::ForwardCmma
                 | Kernel::ForwardFlash
                 | Kernel::QueryGradsCmma
+                | Kernel::QueryGradsFlash
                 | Kernel::KeyGradsCmma
                 | Kernel::KeyGradsFlash
                 | Kernel::FragmentProbe
@@ -122,7 +126,7 @@ impl Kernel {
     /// memory-bound passes that need 16; the probe (one cube, a test) states none.
     fn floor(self) -> u32 {
         match self {
-            Kernel::ForwardFlash | Kernel::KeyGradsFlash => 2,
+            Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash => 2,
             Kernel::RowTerms | Kernel::CacheWrite => 16,
             Kernel::FragmentProbe => 0,
             _ => 8,
@@ -167,8 +171,10 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
             out.push(expand(&device, kernel, dtype, dim, base)?);
         }
     }
-    // The FlashAttention-2 dK/dV runs at d = 64 only (`super::flash::flash_backward_path`).
-    out.push(expand(&device, Kernel::KeyGradsFlash, DType::BF16, 64, base)?);
+    // The FlashAttention-2 backward runs at d = 64 only (`super::flash::flash_backward_path`).
+    for kernel in [Kernel::QueryGradsFlash, Kernel::KeyGradsFlash] {
+        out.push(expand(&device, kernel, DType::BF16, 64, base)?);
+    }
     let options = [
         Options { sigmoid: true, alibi: true, ..base },
         Options { softcap: true, ..base },
@@ -291,6 +297,10 @@ fn expand(
         Kernel::ForwardFlash => match flash_path_for(device, dtype) {
             Some(path) => definitions::forward_flash(device, variant, path, storage),
             None => return Err(format!("forward_flash {words}: not native")),
+        },
+        Kernel::QueryGradsFlash => match flash_path_for(device, dtype) {
+            Some(path) => definitions::query_grads_flash(device, variant, path, storage),
+            None => return Err(format!("query_grads_flash {words}: not native")),
         },
         Kernel::KeyGradsFlash => match flash_path_for(device, dtype) {
             Some(path) => definitions::key_grads_flash(device, variant, path, storage),

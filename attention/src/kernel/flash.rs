@@ -1,8 +1,11 @@
-//! What the kernels of FlashAttention-2's design (`super::forward_flash`) share: their block
-//! shape, where the launches pick them, the order they run the heads in, and the staged copy of
-//! a tile (global loads issued before a tile's products, stored to shared memory after them).
+//! What the kernels of FlashAttention-2's design (`super::forward_flash`,
+//! `super::backward_queries_flash`, `super::backward_keys_flash`; their products are
+//! `super::flash_products`) share: their block shape, where the launches pick them, the order
+//! they run the heads in, and the staged copy of a tile (global loads issued before a tile's
+//! products, stored to shared memory after them).
 //!
-//! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 query rows ([`ROWS`] per cube) and
+//! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 rows ([`ROWS`] per cube: query
+//! rows, or key rows in dK/dV) and
 //! keeps its fragments in registers through the fragment seam (`super::fragment`), natively on
 //! CUDA's MMA instructions, emulated on every other device (what the tests run on lavapipe).
 //! Tiles of the other side are [`KEYS`] rows, in shared memory rows of `d + PAD` elements so
@@ -17,9 +20,9 @@ use crate::WindowSpec;
 
 /// Warps per cube.
 pub(crate) const WARPS: usize = 4;
-/// Query rows per cube: 16 per warp.
+/// Rows per cube: 16 per warp.
 pub(crate) const ROWS: usize = WARPS * M;
-/// Keys per tile.
+/// Rows per tile of the other side (keys, or queries in dK/dV).
 pub(crate) const KEYS: usize = 64;
 /// Units per cube.
 pub(crate) const UNITS: usize = WARPS * LANES;
@@ -68,10 +71,10 @@ pub(crate) fn flash_path<R: CubeRuntime>(
     (native && HEAD_DIMS.contains(&dim) && fits(dim) && !relative).then_some(FragmentPath::Native)
 }
 
-/// The fragment path of the FlashAttention-2 dK/dV kernel (`super::backward_keys_flash`), or
-/// `None` where the launches run the cooperative-matrix one: where the forward runs
-/// ([`flash_path`]) at d = 64 only ([`STAGED_DIM`]: at d = 128 a warp's `dK`, `dV`, `K` and
-/// `V` do not fit its registers with the products).
+/// The fragment path of the FlashAttention-2 backward kernels (`super::backward_queries_flash`,
+/// `super::backward_keys_flash`), or `None` where the launches run the cooperative-matrix
+/// ones: where the forward runs ([`flash_path`]) at d = 64 only ([`STAGED_DIM`]: at d = 128 a
+/// warp's `dK`, `dV`, `K` and `V` do not fit its registers with the products).
 pub(crate) fn flash_backward_path<R: CubeRuntime>(
     client: &ComputeClient<R>,
     dtype: DType,
@@ -82,8 +85,9 @@ pub(crate) fn flash_backward_path<R: CubeRuntime>(
     flash_path(client, dtype, dim, relative).filter(|_| dim <= STAGED_DIM && fits)
 }
 
-/// Shared memory of the dK/dV kernel on `path` at head dim `dim`: the `Q` and `dO` tiles, the
-/// tile's row terms and the exchange buffer.
+/// Shared memory of the hungrier backward kernel on `path` at head dim `dim` (dK/dV; dQ has
+/// no row-terms tiles): the two tiles of the other side, the tile's row terms and the exchange
+/// buffer.
 pub(crate) fn backward_shared_bytes(dim: usize, path: FragmentPath) -> usize {
     2 * ROWS * (dim + PAD) * 2 + 2 * ROWS * 4 + path.exchange_len(WARPS, products(path)) * 4
 }

@@ -19,9 +19,10 @@
 //! - `mma`: the tensor-core tile (cooperative matrices, `cmma`) and its products;
 //!   `forward_cmma`, `backward_queries_cmma` and `backward_keys_cmma`: the forward, dQ and
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
-//! - `flash`, `flash_products`, `forward_flash` and `backward_keys_flash`: the forward and the
-//!   dK/dV of FlashAttention-2's design on the fragment seam, which CUDA's launches pick (sm_80
-//!   and later; the forward at d = 64 and 128, dK/dV at d = 64).
+//! - `flash`, `flash_products`, `forward_flash`, `backward_queries_flash` and
+//!   `backward_keys_flash`: the forward, dQ and dK/dV of FlashAttention-2's design on the
+//!   fragment seam, which CUDA's launches pick (sm_80 and later; the forward at d = 64 and 128,
+//!   the backward at d = 64).
 //! - `fragment` (with `fragment_emulated`): the fragment seam, warp-level `m16n8k16` products
 //!   on CUDA's MMA instructions or emulated with the same layout on any device;
 //!   `fragment_probe`: every operation of it on a device, for the tests.
@@ -38,6 +39,7 @@ mod backward_keys_flash;
 mod backward_launch;
 mod backward_queries;
 mod backward_queries_cmma;
+mod backward_queries_flash;
 mod backward_rows;
 mod cache_write;
 mod cache_write_launch;
@@ -67,7 +69,7 @@ mod score;
 mod tile;
 mod visibility;
 
-pub use backward_launch::{EmulatedKeyGrads, key_grads_emulated};
+pub use backward_launch::{EmulatedGrads, grads_emulated};
 pub use cube::{MAX_KERNEL_HEAD_DIM, MAX_KERNEL_LEN};
 /// CubeCL's CUDA runtime, the `R` of the probes on CUDA for tests outside the crate (Burn does
 /// not re-export it).

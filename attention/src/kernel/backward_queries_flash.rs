@@ -1,0 +1,202 @@
+//! The dQ kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md §1;
+//! reference: `crate::reference::dense_attention`, differentiated; its cooperative-matrix twin
+//! is `super::backward_queries_cmma`, whose math it shares).
+//!
+//! A cube owns 64 query rows of one head, 16 per warp, laid out as the forward
+//! (`super::forward_flash`) and visiting the same key tiles ([`block_key_tiles`]); each warp
+//! holds its rows of `Q` and `dO` as A fragments, their row terms and `dQ` in registers. For
+//! each tile:
+//! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` in registers;
+//! - `dS = ∂L/∂s · chain · scale` from the weights recomputed from `lse`
+//!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
+//!   products, 0 where a row does not see a key; tiles whose every pair is visible
+//!   ([`sees_whole_block`]) over valid keys skip the rule;
+//! - `dQ += dS·K`, `dS` rounded to the input type.
+//!
+//! Each cube writes its own rows: no atomics. `Q` and `dO` reach the registers through the
+//! tile buffers. The launch runs it where the dK/dV kernel runs (d = 64:
+//! `super::flash::flash_backward_path`).
+
+use cubecl::cmma::MatrixIdent;
+use cubecl::prelude::*;
+
+use super::config::{Call, Variant};
+use super::flash::{KEYS, PAD, ROWS, WARPS, fetch, products, stash, write_rows};
+use super::flash_products::{accumulate, row_products};
+use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
+use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
+use super::reach::nth_tile;
+use super::score::{score, weight};
+use super::visibility::{sees_whole_block, visible};
+
+/// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
+/// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dq: [batch, H, N_q,
+/// d]`. Grid: (query blocks of 64, H, batch), head `order[y]` at grid row `y`;
+/// `super::flash::UNITS` units per cube.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
+    q: &Tensor<Vector<F, NV>>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    d_o: &Tensor<Vector<F, NV>>,
+    terms: &Tensor<f32>,
+    dq: &mut Tensor<Vector<F, NV>>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    order: &Array<u32>,
+    call: Call,
+    #[comptime] variant: Variant,
+    #[comptime] path: FragmentPath,
+    #[define(F)] _dtype: StorageType,
+) {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let head = order[CUBE_POS_Y as usize] as usize;
+    let at = query_block_of_head(q, k, windows, slopes, &call, head, ROWS);
+    let warp_rows = UNIT_POS as usize / LANES * M * stride;
+    let kv_len = call.kv_len as usize;
+    let mut k_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut v_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut exchange =
+        SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
+
+    // `Q` and `dO` into registers through the two tile buffers.
+    let q_rows = fetch(q, offset(q, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
+    stash(&q_rows, &mut k_s, ROWS, dim, stride);
+    let g_rows = fetch(d_o, offset(d_o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
+    stash(&g_rows, &mut v_s, ROWS, dim, stride);
+    sync_cube();
+    let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
+    let mut g_fragments = Sequence::<Array<Pair<F>>>::new();
+    #[unroll]
+    for c in 0..dim / K {
+        q_fragments.push(load(&k_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
+        g_fragments.push(load(&v_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
+    }
+    let row_terms = lane_row_terms(terms, &at, path);
+
+    let mut dq_acc = Sequence::<Array<Pair<f32>>>::new();
+    #[unroll]
+    for _ in 0..dim / N {
+        dq_acc.push(zeros());
+    }
+    let tiles = block_key_tiles(&at, &call, ROWS, KEYS, variant.causal);
+    let (k_base, v_base) = (offset(k, at.batch, at.kv_head, 0), offset(v, at.batch, at.kv_head, 0));
+    for t in 0..tiles.before + tiles.count {
+        let j0 = nth_tile(&tiles, t) as usize * KEYS;
+        sync_cube();
+        stash(&fetch(k, k_base, j0, kv_len, KEYS, dim), &mut k_s, KEYS, dim, stride);
+        stash(&fetch(v, v_base, j0, kv_len, KEYS, dim), &mut v_s, KEYS, dim, stride);
+        sync_cube();
+
+        // `Q` and `dO` are in registers (d = 64): the products read no A tile.
+        let mut ds = row_products(&q_fragments, &k_s, &k_s, &mut exchange, dim, path);
+        let dp = row_products(&g_fragments, &v_s, &v_s, &mut exchange, dim, path);
+        if whole_tile(&at, j0, &call, variant) {
+            score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, false, path);
+        } else {
+            score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, true, path);
+        }
+        accumulate(&ds, &k_s, &mut dq_acc, &mut exchange, dim, path);
+    }
+
+    // Out through `K`'s buffer, in 16-byte stores.
+    sync_cube();
+    #[unroll]
+    for c in 0..dim / N {
+        store(dq_acc.index(c), &mut k_s, warp_rows + c * N, stride, path);
+    }
+    sync_cube();
+    write_rows(&k_s, dq, offset(dq, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// A lane's two rows' terms (`super::backward_rows`): `lse` in component 0 of `lse` for row `g`
+/// and 1 for row `g + 8`, likewise the coefficients; zeros for rows past `N_q`.
+#[derive(CubeType, Clone, Copy)]
+struct RowTerms {
+    lse: Pair<f32>,
+    coefficient: Pair<f32>,
+}
+
+/// This unit's block-relative row `p` (0: `g`, 1: `g + 8`).
+#[cube]
+fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
+    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
+}
+
+/// The row terms of this lane's two rows.
+#[cube]
+fn lane_row_terms(
+    terms: &Tensor<f32>,
+    at: &QueryBlock,
+    #[comptime] path: FragmentPath,
+) -> RowTerms {
+    let mut out = RowTerms { lse: Pair::<f32>::new(0.0), coefficient: Pair::<f32>::new(0.0) };
+    #[unroll]
+    for p in 0..2usize {
+        let row = at.block + block_row(p, path);
+        if row < at.q_len {
+            let base = offset(terms, at.batch, at.head, row);
+            out.lse[p] = terms[base];
+            out.coefficient[p] = terms[base + terms.stride(3)];
+        }
+    }
+    out
+}
+
+/// Does every row of the block see every key of the tile `j0 …`? Implied by [`visible`]
+/// ([`sees_whole_block`]), and only for tiles of valid keys: padding keys (zero rows of `K`)
+/// are masked, since their weights could overflow under ALiBi and reach every row through
+/// `dS·K`.
+#[cube]
+fn whole_tile(at: &QueryBlock, j0: usize, call: &Call, #[comptime] variant: Variant) -> bool {
+    let first_query = call.query_offset + at.block as u32;
+    let last_query = call.query_offset + (min(at.block + ROWS, at.q_len) - 1) as u32;
+    let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
+    let causal = variant.causal;
+    sees_whole_block(&at.window, first_query, last_query, first_key, last_key, call, causal)
+}
+
+/// Turns the products `ds` (`S`) and `dp` (`dP`) of the warp's rows and the tile's keys into
+/// the score gradients `dS` in place, and, `per_pair`, zeros where [`visible`] refuses a pair
+/// (or the row is past `N_q`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn score_gradients(
+    ds: &mut Sequence<Array<Pair<f32>>>,
+    dp: &Sequence<Array<Pair<f32>>>,
+    at: &QueryBlock,
+    j0: usize,
+    terms: RowTerms,
+    call: &Call,
+    #[comptime] variant: Variant,
+    #[comptime] per_pair: bool,
+    #[comptime] path: FragmentPath,
+) {
+    let column = 2 * (lane(path) as usize % 4);
+    #[unroll]
+    for p in 0..2usize {
+        let row = at.block + block_row(p, path);
+        let i = call.query_offset + row as u32;
+        let live = row < at.q_len;
+        #[unroll]
+        for block in 0..KEYS / N {
+            let products = ds.index_mut(block);
+            let (mut s_pair, dp_pair) = (products[p], dp.index(block)[p]);
+            #[unroll]
+            for e in 0..2usize {
+                let j = (j0 + block * N + column + e) as u32;
+                let s = score(s_pair[e], i, j, at.slope, call, variant);
+                let w = weight(s.value, terms.lse[p], call, variant);
+                let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain * call.scale;
+                s_pair[e] = d_raw;
+                if comptime![per_pair] {
+                    let seen = live && visible(&at.window, i, j, call, variant.causal);
+                    s_pair[e] = select(seen, d_raw, 0.0);
+                }
+            }
+            products[p] = s_pair;
+        }
+    }
+}
