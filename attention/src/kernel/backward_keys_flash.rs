@@ -24,7 +24,7 @@ use cubecl::prelude::*;
 
 use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
-use super::flash::{KEYS, PAD, ROWS, UNITS, WARPS, fetch, products, stash, write_rows};
+use super::flash::{KEYS, PAD, ROWS, UNITS, WARPS, block_row, fetch, products, stash, write_rows};
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::offset;
@@ -205,7 +205,6 @@ fn key_weights(
 ) {
     let lane = lane(path) as usize;
     let column = 2 * (lane % 4);
-    let first_key = at.block + UNIT_POS as usize / LANES * M + lane / 4;
     #[unroll]
     for block in 0..KEYS / N {
         let weights = p.index_mut(block);
@@ -219,7 +218,7 @@ fn key_weights(
             let live = at.i0 + query < at.q_len;
             #[unroll]
             for r in 0..2usize {
-                let key = (first_key + 8 * r) as u32;
+                let key = (at.block + block_row(r, path)) as u32;
                 let (mut w, mut g) = (weights[r], grads[r]);
                 let s = score(w[e], i, key, at.slope, call, variant);
                 let pair = weight(s.value, lse, call, variant);

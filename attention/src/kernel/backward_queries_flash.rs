@@ -21,7 +21,7 @@ use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
-use super::flash::{KEYS, PAD, ROWS, WARPS, fetch, products, stash, write_rows};
+use super::flash::{KEYS, PAD, ROWS, WARPS, block_row, fetch, products, stash, write_rows};
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
@@ -117,12 +117,6 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
 struct RowTerms {
     lse: Pair<f32>,
     coefficient: Pair<f32>,
-}
-
-/// This unit's block-relative row `p` (0: `g`, 1: `g + 8`).
-#[cube]
-fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
-    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
 }
 
 /// The row terms of this lane's two rows.

@@ -15,7 +15,7 @@ use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::fragment::{FragmentPath, LANES, M, N};
+use super::fragment::{FragmentPath, LANES, M, N, lane};
 use crate::WindowSpec;
 
 /// Warps per cube.
@@ -115,6 +115,13 @@ pub(crate) fn head_order(spec: &WindowSpec) -> Vec<u32> {
     let mut order: Vec<usize> = (0..spec.num_heads()).collect();
     order.sort_by_key(|&h| std::cmp::Reverse(reach(h)));
     order.into_iter().map(|h| h as u32).collect()
+}
+
+/// This lane's cube-relative row `p` of a fragment's accumulator (0: `g`, 1: `g + 8`, in the
+/// 16 rows of its warp): a query row in the forward and dQ, a key row in dK/dV.
+#[cube]
+pub(crate) fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
+    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
 }
 
 /// Issues the global loads of this unit's share of rows `first … first + rows − 1` of `t`

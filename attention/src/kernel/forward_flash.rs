@@ -26,7 +26,9 @@ use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
-use super::flash::{KEYS, PAD, ROWS, STAGED_DIM, WARPS, fetch, products, stash, write_rows};
+use super::flash::{
+    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, stash, write_rows,
+};
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{
     FragmentPath, K, LANES, M, N, Pair, RowReduction, lane, load, reduce_quad, store, zeros,
@@ -161,12 +163,6 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
 struct RowState {
     max: Pair<f32>,
     total: Pair<f32>,
-}
-
-/// This lane's row `p` (0: `g`, 1: `g + 8`) of the block, from the block's first row.
-#[cube]
-fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
-    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
 }
 
 /// Turns the products in `s` into scores ([`score`]: scale, softcap, ALiBi) and, `per_pair`,
