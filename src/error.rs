@@ -9,6 +9,7 @@ use burn::tensor::backend::ExecutionError;
 use swa_attention::AttentionError;
 use swa_models::ModelError;
 use swa_training::TrainingError;
+use swa_training::run_lock::EXIT_RUN_LOCKED;
 
 use crate::choice::Precision;
 use crate::report::ReportError;
@@ -122,6 +123,16 @@ impl AppError {
     /// [`AppError::Step`]: `step` failed because of `source`.
     pub fn step(step: impl Into<String>, source: impl Into<AppError>) -> Self {
         AppError::Step { step: step.into(), source: Box::new(source.into()) }
+    }
+
+    /// The process's exit status for this error (docs/reliability.md, "Exit statuses"):
+    /// [`EXIT_RUN_LOCKED`] when another process trains the run, 1 for any other failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            AppError::Training(TrainingError::RunLocked { .. }) => EXIT_RUN_LOCKED,
+            AppError::Step { source, .. } => source.exit_code(),
+            _ => 1,
+        }
     }
 }
 

@@ -8,6 +8,6 @@ static ALLOCATOR: swa_zoo::bench::memory::CountingAllocator =
 fn main() {
     if let Err(problem) = swa_zoo::cli::main() {
         eprintln!("error: {problem}");
-        std::process::exit(1);
+        std::process::exit(problem.exit_code());
     }
 }

@@ -90,6 +90,14 @@ pub enum TrainingError {
         /// The run's folder.
         out: PathBuf,
     },
+    /// Another process is training the run in this folder: it holds the folder's lock
+    /// ([`crate::run_lock`]).
+    RunLocked {
+        /// The run's folder.
+        out: PathBuf,
+        /// The holder, as its lock file names it: process id, host and start time.
+        holder: String,
+    },
     /// A resume whose checkpoints are all incomplete or damaged.
     NoUsableCheckpoint {
         /// The checkpoint folder.
@@ -198,6 +206,11 @@ impl fmt::Display for TrainingError {
             RunExists { out } => write!(
                 f,
                 "{} already holds a training run (train.json); continue it with --resume or choose another --out",
+                out.display()
+            ),
+            RunLocked { out, holder } => write!(
+                f,
+                "{} is being trained by another process ({holder}); wait for it to end or stop it first",
                 out.display()
             ),
             NoUsableCheckpoint { dir, problems } => write!(

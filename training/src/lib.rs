@@ -55,6 +55,7 @@ pub mod mixed_precision;
 pub mod renderer;
 mod resume_logs;
 pub mod run;
+pub mod run_lock;
 pub mod schedule;
 pub mod stream_memory;
 pub mod synthetic;

@@ -36,6 +36,7 @@ use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{LoaderConfig, Sampling, WindowLoader};
 use crate::resume_logs::{discard_logs, renumber_resumed_logs, set_logs_aside};
+use crate::run_lock::RunLock;
 use crate::schedule::WarmupCosine;
 use crate::stream_memory::StreamMemory;
 
@@ -113,6 +114,7 @@ fn train_run<B: TrainingBackend>(
     let device = &strategy.main_device().clone();
     let scheduler_steps = scheduler_steps(config, &strategy);
     let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()));
+    let _lock = lock_run(out, cluster)?;
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
     let logs = open_logs(out, rank)?;
     if let Some(cluster) = &cluster {
@@ -174,6 +176,26 @@ fn train_run<B: TrainingBackend>(
         swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
     }
     Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
+}
+
+/// Takes the run folder's lock ([`RunLock`]) before anything is written there: rank 0 takes
+/// it (making the folder first) and the other processes of `cluster` wait for the outcome, so
+/// that they write nothing (their logs, a resume's clean-up) unless rank 0 holds it.
+fn lock_run(out: &Path, cluster: Option<&Cluster>) -> Result<Option<RunLock>, TrainingError> {
+    let rank = cluster.map_or(0, Cluster::rank);
+    let lock = (rank == 0)
+        .then(|| {
+            std::fs::create_dir_all(out).map_err(io_error(out)).and_then(|()| RunLock::take(out))
+        })
+        .transpose();
+    if let Some(cluster) = cluster {
+        // Every process says 1 but a rank 0 that could not take the lock (and says why itself).
+        if let Err(problem) = cluster.agree(u64::from(lock.is_ok()), "run folder's lock") {
+            lock?;
+            return Err(TrainingError::Cluster { rank, problem });
+        }
+    }
+    lock
 }
 
 /// Segment memory needs every layer to keep a bounded memory of segments of `seq_len` tokens,

@@ -18,7 +18,7 @@ const KILLS: usize = 16;
 
 /// `swa-zoo train` of the tiny model in `dir/out`: 64 steps, a checkpoint every 2, each
 /// record's write held open `delay_ms` milliseconds.
-fn train(dir: &Path, out: &str, delay_ms: u64, resume: bool) -> Command {
+pub(super) fn train(dir: &Path, out: &str, delay_ms: u64, resume: bool) -> Command {
     let config = dir.join("model.json");
     if !config.exists() {
         tiny_model().save(&config).unwrap();

@@ -5,6 +5,7 @@
 mod checkpoints;
 mod kernel_training;
 mod kill;
+mod lock;
 mod memory;
 mod mixed_precision;
 mod run;

@@ -1,7 +1,8 @@
 //! Training runs under `mpirun`, through `train_in_cluster` (what `swa-zoo train --mpi` calls):
 //! 2 and 3 processes train as one process of the whole batch, a killed rank stops the run and
-//! it resumes exactly, a silent rank ends the run after the step timeout, and processes of
-//! different configurations refuse to start.
+//! it resumes exactly, a silent rank ends the run after the step timeout, processes of
+//! different configurations refuse to start, and a run folder locked by another process stops
+//! every rank before it writes.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -15,6 +16,7 @@ use swa_training::checkpoint_file::WRITE_DELAY_VARIABLE;
 use swa_training::corpus::Corpus;
 use swa_training::distributed::Cluster;
 use swa_training::distributed::watchdog::EXIT_SILENT_PEER;
+use swa_training::run_lock::RunLock;
 use swa_training::train::{TrainConfig, train, train_in_cluster};
 
 use crate::{
@@ -269,5 +271,29 @@ fn processes_of_different_configurations_refuse_to_start() {
     let line = errors.lines().find(|l| l.contains("runs with another training configuration"));
     eprintln!("mpirun {}: {}", output.status, line.unwrap_or_else(|| panic!("{errors}")));
     assert!(last_checkpoint(&dir.join("mismatch")).is_none(), "a refused run trained");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run of `mpirun -np 2` into a folder whose lock another process holds (the launching test)
+/// stops before training: rank 0 names the holder, and rank 1 has written nothing (no
+/// `rank-1` folder).
+#[test]
+fn a_locked_run_folder_stops_every_rank_before_it_writes() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::a_locked_run_folder_stops_every_rank_before_it_writes";
+    let dir = run_dir("locked");
+    let out = dir.join("locked");
+    std::fs::create_dir_all(&out).unwrap();
+    let _held = RunLock::take(&out).unwrap();
+    let output = train_mpi(2, (name, &dir, "locked"), &[]).output().unwrap();
+    assert!(!output.status.success());
+    let errors = text(&output);
+    let holder = format!("is being trained by another process (pid {} on ", std::process::id());
+    let line = errors.lines().find(|l| l.contains(&holder));
+    eprintln!("mpirun {}: {}", output.status, line.unwrap_or_else(|| panic!("{errors}")));
+    assert!(!out.join("rank-1").exists(), "rank 1 wrote its logs:\n{errors}");
+    assert!(!out.join("train.json").exists(), "the refused run wrote train.json");
     let _ = std::fs::remove_dir_all(dir);
 }
