@@ -235,11 +235,8 @@ fn csv_row(flags: &Flags, row: &Row, ours: &Times, flex: Option<&Anchor>) -> Str
 /// Writes the CSV rows to `path` (atomically: a reader never sees half a file).
 fn write_csv(path: &Path, rows: &[String]) {
     let text = format!("{CSV_HEADER}\n{}\n", rows.join("\n"));
-    let written = swa_zoo::models::files::write_atomically(path, |temp| {
-        std::fs::write(temp, &text).map_err(|e| e.to_string())
-    });
-    if let Err(e) = written {
-        eprintln!("error: cannot write {}: {e}", path.display());
+    if let Err(e) = swa_zoo::models::files::write_bytes_atomically(path, text.as_bytes()) {
+        eprintln!("error: {e}");
     }
 }
 

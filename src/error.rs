@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use burn::tensor::backend::ExecutionError;
 use swa_attention::AttentionError;
 use swa_models::ModelError;
+use swa_models::files::EXIT_WRITE_FAILED;
 use swa_training::TrainingError;
 use swa_training::run_lock::EXIT_RUN_LOCKED;
 
@@ -126,11 +127,16 @@ impl AppError {
     }
 
     /// The process's exit status for this error (docs/reliability.md, "Exit statuses"):
-    /// [`EXIT_RUN_LOCKED`] when another process trains the run, 1 for any other failure.
+    /// [`EXIT_RUN_LOCKED`] when another process trains the run, [`EXIT_WRITE_FAILED`] when a
+    /// file could not be written, 1 for any other failure.
     pub fn exit_code(&self) -> i32 {
+        use AppError::{Model, Report, Step, Training};
         match self {
-            AppError::Training(TrainingError::RunLocked { .. }) => EXIT_RUN_LOCKED,
-            AppError::Step { source, .. } => source.exit_code(),
+            Training(TrainingError::RunLocked { .. }) => EXIT_RUN_LOCKED,
+            Training(TrainingError::Write(_) | TrainingError::Model(ModelError::Write(_)))
+            | Model(ModelError::Write(_))
+            | Report(ReportError::Write(_)) => EXIT_WRITE_FAILED,
+            Step { source, .. } => source.exit_code(),
             _ => 1,
         }
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use swa_attention::AttentionError;
 
+use crate::files::WriteError;
 use crate::hf::HfProblem;
 
 /// Why a model could not be built, run, saved or loaded.
@@ -25,7 +26,7 @@ pub enum ModelError {
         /// The attention error.
         source: AttentionError,
     },
-    /// A weights file could not be written, or does not hold weights for the configuration.
+    /// A weights file does not hold weights for the configuration.
     Weights {
         /// The file.
         path: PathBuf,
@@ -33,10 +34,12 @@ pub enum ModelError {
         /// unexpected or of the wrong shape.
         problem: String,
         /// The library's error behind `problem` when a read failed in one (Burn's recorder, the
-        /// safetensors store); `None` for a mismatch found here, and for writes (whose I/O
-        /// errors `swa_models::files` reports as text).
+        /// safetensors store); `None` for a mismatch found here.
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// A file (weights, a record, an export) could not be written: the file and the operating
+    /// system's reason.
+    Write(WriteError),
     /// A Hugging Face directory could not be read or written (docs/semantics.md §9).
     Checkpoint {
         /// The directory.
@@ -53,6 +56,7 @@ impl fmt::Display for ModelError {
             ModelError::Layer { layer, source } => write!(f, "layer {layer}: {source}"),
             ModelError::Weights { path, problem, .. } => write!(f, "{}: {problem}", path.display()),
             ModelError::Checkpoint { dir, problem } => write!(f, "{}: {problem}", dir.display()),
+            ModelError::Write(error) => error.fmt(f),
         }
     }
 }
@@ -63,6 +67,7 @@ impl std::error::Error for ModelError {
             ModelError::Layer { source, .. } => Some(source),
             ModelError::Checkpoint { problem, .. } => Some(problem),
             ModelError::Weights { source, .. } => source.as_deref().map(|source| source as _),
+            ModelError::Write(error) => Some(error),
             ModelError::Config { .. } => None,
         }
     }

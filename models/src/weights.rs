@@ -51,14 +51,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::record::{Recorder, RecorderError};
+use burn::record::{BurnRecord, FullPrecisionSettings, Record, Recorder, RecorderError};
 use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, SafetensorsStoreError};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::panics::without_panics;
-use crate::records::{MigratingRecorder, RECORD_EXTENSION};
+use crate::records::{MigratingRecorder, RECORD_EXTENSION, write_record_item};
 use swa_attention::layers::MixerRecord;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
@@ -67,9 +67,8 @@ pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBu
     let file = path.with_extension(RECORD_EXTENSION);
     model.visit(&mut Materialize);
     write_atomically(&file, |temp| {
-        recorder()
-            .record(model.clone().into_record(), temp.to_path_buf())
-            .map_err(|e| recorder_problem(&e))
+        let item = model.clone().into_record().into_item::<FullPrecisionSettings>();
+        write_record_item(&BurnRecord::<_, B>::new::<MigratingRecorder>(item), temp)
     })?;
     Ok(file)
 }
@@ -99,7 +98,7 @@ pub fn load_record<B: Backend>(
 /// documentation.
 pub fn export_safetensors<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<(), ModelError> {
     write_atomically(path, |temp| {
-        model.save_into(&mut SafetensorsStore::from_file(temp)).map_err(|e| e.to_string())
+        model.save_into(&mut SafetensorsStore::from_file(temp)).map_err(store_write_error)
     })
 }
 
@@ -161,12 +160,21 @@ fn safetensors_problem(error: &SafetensorsStoreError) -> String {
     }
 }
 
-/// [`crate::files::write_atomically`], its failure a weights error naming `target`.
+/// [`crate::files::write_atomically`], its failure a [`ModelError::Write`].
 pub(crate) fn write_atomically(
     target: &Path,
-    write: impl FnOnce(&Path) -> Result<(), String>,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<(), ModelError> {
-    crate::files::write_atomically(target, write).map_err(|problem| weights_error(target, problem))
+    crate::files::write_atomically(target, write).map_err(ModelError::Write)
+}
+
+/// The I/O error behind a safetensors store's failure to write (the operating system's, where
+/// it has one).
+pub(crate) fn store_write_error(error: SafetensorsStoreError) -> std::io::Error {
+    match error {
+        SafetensorsStoreError::Io(e) => e,
+        e => std::io::Error::other(e.to_string()),
+    }
 }
 
 /// Parameter shapes by dotted module path, the safetensors names.

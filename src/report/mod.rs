@@ -21,18 +21,20 @@ pub mod table;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use swa_models::files::WriteError;
+
 pub use table::Table;
 
 /// Why a figure or table was not written; every variant names the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum ReportError {
     /// The data cannot be drawn (mismatched sizes, nothing to plot).
     Input { path: PathBuf, problem: String },
     /// plotters failed while drawing.
     Draw { path: PathBuf, problem: String },
-    /// The file could not be written.
-    Write { path: PathBuf, problem: String },
+    /// The file could not be written: the file and the operating system's reason.
+    Write(WriteError),
 }
 
 impl fmt::Display for ReportError {
@@ -44,18 +46,22 @@ impl fmt::Display for ReportError {
             ReportError::Draw { path, problem } => {
                 write!(f, "drawing {} failed: {problem}", path.display())
             }
-            ReportError::Write { path, problem } => {
-                write!(f, "cannot write {}: {problem}", path.display())
-            }
+            ReportError::Write(error) => error.fmt(f),
         }
     }
 }
 
-impl std::error::Error for ReportError {}
+impl std::error::Error for ReportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReportError::Write(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Writes `bytes` to `path` atomically (`swa_models::files`): a temporary file beside it,
 /// flushed, then renamed over it.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    swa_models::files::write_bytes_atomically(path, bytes)
-        .map_err(|problem| ReportError::Write { path: path.to_path_buf(), problem })
+    swa_models::files::write_bytes_atomically(path, bytes).map_err(ReportError::Write)
 }

@@ -16,8 +16,10 @@ use burn::train::checkpoint::{CheckpointingAction, CheckpointingStrategy};
 use burn::train::metric::store::EventStoreClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use swa_models::files::write_atomically;
-use swa_models::records::MigratingRecorder;
+use swa_models::files::{WriteError, write_atomically};
+use swa_models::records::{MigratingRecorder, write_record_item};
+
+use crate::stop::RunStop;
 
 /// The records of a checkpoint, as the Learner names their files (`model-3.mpk`, …).
 pub const PARTS: [&str; 3] = ["model", "optim", "scheduler"];
@@ -39,16 +41,23 @@ fn test_delay() {
 }
 
 /// The Learner's file recorder: Burn's named MessagePack format, written atomically with a
-/// sidecar, keeping the newest `keep` complete checkpoints.
+/// sidecar, keeping the newest `keep` complete checkpoints. A record it cannot write stops the
+/// run through its [`RunStop`], which keeps the operating system's error.
 #[derive(Clone, Debug)]
 pub struct CheckpointRecorder {
     keep: usize,
+    stop: RunStop,
 }
 
 impl CheckpointRecorder {
     /// A recorder that keeps the newest `keep` (at least 1) complete checkpoints.
     pub fn new(keep: usize) -> Self {
-        Self { keep: keep.max(1) }
+        Self { keep: keep.max(1), stop: RunStop::default() }
+    }
+
+    /// The recorder reporting a failed write to `stop`.
+    pub fn with_stop(self, stop: RunStop) -> Self {
+        Self { stop, ..self }
     }
 }
 
@@ -72,20 +81,24 @@ impl<B: Backend> Recorder<B> for CheckpointRecorder {
     /// Writes `dir/part-epoch.mpk` atomically, then its sidecar, then prunes `dir`.
     fn save_item<I: Serialize>(&self, item: I, path: PathBuf) -> Result<(), RecorderError> {
         let target = path.with_extension("mpk");
-        let fail = |problem| RecorderError::Unknown(format!("{}: {problem}", target.display()));
         let mut seal = None;
-        write_atomically(&target, |temp| {
-            Recorder::<B>::save_item(&named_mpk(), item, temp.to_path_buf())
-                .map_err(|e| e.to_string())?;
-            seal = Some(Seal::of(temp).map_err(|e| e.to_string())?);
+        let written = write_atomically(&target, |temp| {
+            write_record_item(&item, temp)?;
+            seal = Some(Seal::of(temp)?);
             test_delay();
             Ok(())
         })
-        .map_err(fail)?;
-        test_delay();
-        seal.ok_or_else(|| "the record was not written".to_string())
-            .and_then(|seal| seal.write(&target))
-            .map_err(fail)?;
+        .and_then(|()| {
+            test_delay();
+            let unwritten = std::io::Error::other("the record was not written");
+            let seal = seal.ok_or(WriteError { path: target.clone(), source: unwritten })?;
+            seal.write(&target)
+        });
+        if let Err(error) = written {
+            let message = error.to_string();
+            self.stop.write_failed(error);
+            return Err(RecorderError::Unknown(message));
+        }
         if let Some(dir) = target.parent() {
             prune(dir, self.keep);
         }
@@ -130,7 +143,7 @@ impl Seal {
     }
 
     /// Writes the sidecar of the record at `record`, atomically.
-    fn write(self, record: &Path) -> Result<(), String> {
+    fn write(self, record: &Path) -> Result<(), WriteError> {
         let text = format!("bytes {}\nfnv1a64 {:016x}\n", self.bytes, self.checksum);
         swa_models::files::write_bytes_atomically(&sidecar(record), text.as_bytes())
     }

@@ -8,6 +8,7 @@ use burn::tensor::DataError;
 use swa_attention::AttentionError;
 use swa_attention::layers::AttentionKind;
 use swa_models::ModelError;
+use swa_models::files::WriteError;
 
 use crate::distributed::ClusterProblem;
 
@@ -78,6 +79,9 @@ pub enum TrainingError {
         /// The field, as a dotted path.
         field: String,
     },
+    /// A file of the run could not be written (the disk is full, the folder is read-only or
+    /// gone): the run stopped there, its last complete checkpoint intact.
+    Write(WriteError),
     /// Reading or writing a run's files failed.
     Io {
         /// The file or folder.
@@ -203,6 +207,7 @@ impl fmt::Display for TrainingError {
                 write!(f, "{}: unknown field `{field}`", path.display())
             }
             Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Write(error) => error.fmt(f),
             RunExists { out } => write!(
                 f,
                 "{} already holds a training run (train.json); continue it with --resume or choose another --out",
@@ -254,6 +259,7 @@ impl std::error::Error for TrainingError {
                 Some(source)
             }
             TrainingError::ConfigInvalid { source, .. } => Some(source),
+            TrainingError::Write(error) => Some(error),
             _ => None,
         }
     }

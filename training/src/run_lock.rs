@@ -21,6 +21,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use swa_models::files::WriteError;
+
 use crate::error::TrainingError;
 
 /// The lock file's name in a run's folder.
@@ -44,7 +46,7 @@ impl RunLock {
     /// when another process holds it.
     pub fn take(out: &Path) -> Result<RunLock, TrainingError> {
         let path = out.join(LOCK_FILE);
-        let io = |source| TrainingError::Io { path: path.clone(), source };
+        let io = |source| TrainingError::Write(WriteError { path: path.clone(), source });
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

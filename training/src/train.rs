@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller};
-use swa_models::files::{remove_leftovers, write_bytes_atomically};
+use swa_models::files::{WriteError, remove_leftovers, write_bytes_atomically};
 use swa_models::{Decoder, SplitMix64};
 
 use crate::backend::TrainingBackend;
@@ -152,9 +152,9 @@ fn train_run<B: TrainingBackend>(
         schedule,
     };
     match start {
-        0 if resume => discard_logs(&logs).map_err(io_error(&logs))?,
+        0 if resume => discard_logs(&logs).map_err(write_error(&logs))?,
         0 => {}
-        _ => set_logs_aside(&logs).map_err(io_error(&logs))?,
+        _ => set_logs_aside(&logs).map_err(write_error(&logs))?,
     }
     let memory = match config.segment_memory {
         true => StreamMemory::new(config.full_memory()),
@@ -162,7 +162,7 @@ fn train_run<B: TrainingBackend>(
     };
     let model = run.train(LanguageModel { memory, ..LanguageModel::new(decoder) })?;
     if start > 0 {
-        renumber_resumed_logs(&logs, start).map_err(io_error(&logs))?;
+        renumber_resumed_logs(&logs, start).map_err(write_error(&logs))?;
     }
     let fingerprint = match &cluster {
         Some(cluster) => {
@@ -185,7 +185,7 @@ fn lock_run(out: &Path, cluster: Option<&Cluster>) -> Result<Option<RunLock>, Tr
     let rank = cluster.map_or(0, Cluster::rank);
     let lock = (rank == 0)
         .then(|| {
-            std::fs::create_dir_all(out).map_err(io_error(out)).and_then(|()| RunLock::take(out))
+            std::fs::create_dir_all(out).map_err(write_error(out)).and_then(|()| RunLock::take(out))
         })
         .transpose();
     if let Some(cluster) = cluster {
@@ -215,10 +215,10 @@ fn check_segment_memory<B: AutodiffBackend>(
     }
 }
 
-/// The error of an I/O failure on `path`.
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> TrainingError {
+/// The error of a failed write (a folder made, a log moved) on `path`.
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> TrainingError {
     let path = path.to_path_buf();
-    move |source| TrainingError::Io { path, source }
+    move |source| TrainingError::Write(WriteError { path, source })
 }
 
 /// Fails when the model's vocabulary is smaller than the corpus's: some tokens would have no
@@ -263,7 +263,7 @@ fn starting_checkpoint<B: Backend>(
     rank: usize,
     device: &B::Device,
 ) -> Result<usize, TrainingError> {
-    std::fs::create_dir_all(out).map_err(io_error(out))?;
+    std::fs::create_dir_all(out).map_err(write_error(out))?;
     let start = match resume {
         true => resume_point(out)?,
         false => 0,
@@ -285,7 +285,7 @@ fn open_logs(out: &Path, rank: usize) -> Result<PathBuf, TrainingError> {
         0 => out.to_path_buf(),
         r => out.join(format!("rank-{r}")),
     };
-    std::fs::create_dir_all(&logs).map_err(io_error(&logs))?;
+    std::fs::create_dir_all(&logs).map_err(write_error(&logs))?;
     // Installed here, where each rank's log has its own folder (the Learner is told to install
     // none). A process that already has one (a second run in a test) keeps it, as the Learner
     // would.
@@ -296,11 +296,8 @@ fn open_logs(out: &Path, rank: usize) -> Result<PathBuf, TrainingError> {
 /// Writes `config` to the run's `train.json`, atomically.
 fn save_config(config: &TrainConfig, out: &Path) -> Result<(), TrainingError> {
     let saved = out.join("train.json");
-    let json = serde_json::to_string_pretty(config).map_err(std::io::Error::other);
-    json.and_then(|json| {
-        write_bytes_atomically(&saved, json.as_bytes()).map_err(std::io::Error::other)
-    })
-    .map_err(io_error(&saved))
+    let json = serde_json::to_string_pretty(config).expect("a configuration serializes");
+    write_bytes_atomically(&saved, json.as_bytes()).map_err(TrainingError::Write)
 }
 
 /// The run's training loader (random windows or task examples, continuing from epoch `start`,

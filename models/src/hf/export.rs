@@ -14,7 +14,7 @@ use swa_attention::layers::AttentionKind;
 
 use crate::hf::{Family, HfProblem, names};
 use crate::mlp::MlpActivation;
-use crate::weights::write_atomically;
+use crate::weights::{store_write_error, write_atomically};
 use crate::{Decoder, DecoderConfig, ModelError};
 
 /// Writes `model` (built from `config`) into the new directory `dir` as `config.json` and
@@ -43,12 +43,10 @@ pub fn export_decoder<B: Backend>(
         for (from, to) in names::export_remappings(family) {
             store = store.with_key_remapping(from, to);
         }
-        model.save_into(&mut store).map_err(|e| e.to_string())
+        model.save_into(&mut store).map_err(store_write_error)
     })?;
     let text = serde_json::to_string_pretty(&json).expect("a JSON value prints");
-    write_atomically(&dir.join("config.json"), |temp| {
-        fs::write(temp, text + "\n").map_err(|e| e.to_string())
-    })?;
+    write_atomically(&dir.join("config.json"), |temp| fs::write(temp, text + "\n"))?;
     Ok(family)
 }
 

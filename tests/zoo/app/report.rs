@@ -117,7 +117,7 @@ fn an_unwritable_path_is_an_error_naming_it() {
     ];
     for error in errors {
         assert!(
-            matches!(error, ReportError::Write { .. })
+            matches!(error, ReportError::Write(_))
                 && error.to_string().contains(&path.display().to_string()),
             "{error}"
         );

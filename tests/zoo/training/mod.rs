@@ -3,6 +3,7 @@
 //! mechanics, and the CubeCL kernels inside training.
 
 mod checkpoints;
+mod full_disk;
 mod kernel_training;
 mod kill;
 mod lock;

@@ -24,10 +24,12 @@ use crate::distributed::gradients::Averaged;
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::WindowLoader;
+use crate::metric_logs::RunMetricLogger;
 use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::schedule::WarmupCosine;
+use crate::stop::RunStop;
 use crate::train::TrainConfig;
 
 /// What a run's Learner needs besides its model and optimizer.
@@ -109,6 +111,8 @@ impl<B: TrainingBackend> Run<'_, B> {
         .with_training_strategy(TrainingStrategy::Default(self.strategy))
         .with_application_logger(None)
         .summary();
+        let stop = RunStop::new(training.interrupter());
+        training = training.with_metric_logger(RunMetricLogger::new(self.logs, stop.clone()));
         if config.task.is_some() {
             training = training
                 .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
@@ -116,7 +120,9 @@ impl<B: TrainingBackend> Run<'_, B> {
         }
         if self.rank == 0 {
             training = training
-                .with_file_checkpointer(CheckpointRecorder::new(config.keep_checkpoints))
+                .with_file_checkpointer(
+                    CheckpointRecorder::new(config.keep_checkpoints).with_stop(stop.clone()),
+                )
                 .with_checkpointing_strategy(SaveOnly);
         }
         if self.rank > 0 || !dashboard_available() {
@@ -136,7 +142,11 @@ impl<B: TrainingBackend> Run<'_, B> {
                 learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
             }
         }
-        Ok(training.launch(learner).model.decoder)
+        let trained = training.launch(learner).model.decoder;
+        match stop.take_failure() {
+            Some(failure) => Err(TrainingError::Write(failure)),
+            None => Ok(trained),
+        }
     }
 }
 
