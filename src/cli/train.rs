@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use burn::train::ExecutionStrategy;
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
+use swa_models::files::WriteError;
 use swa_models::{Architecture, Decoder};
-use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::{Cluster, ClusterConfig};
 use swa_training::eval::{mean_loss, stream_loss};
 use swa_training::train::{TrainConfig, train_in_cluster, train_with};
+use swa_training::{TrainingBackend, TrainingError};
 
 use super::tasks::TaskArgs;
 use super::{DeviceArgs, ModelArgs};
@@ -200,6 +201,16 @@ fn apply_flags(args: &TrainArgs, config: &mut TrainConfig) {
     config.seed = args.seed.unwrap_or(config.seed);
 }
 
+/// Ends this process of a multi-process run whose write failed, mid-run and alone: at once,
+/// with the line and status of a failed write, and without `MPI_Finalize`, which would wait for
+/// the other processes (still training, or waiting for this one); the MPI launcher then stops
+/// them.
+fn leave_the_run(failure: WriteError) -> ! {
+    let error = AppError::Training(TrainingError::Write(failure));
+    eprintln!("error: {error}");
+    std::process::exit(error.exit_code())
+}
+
 /// A training run, as a job on whichever backend the flags chose.
 struct Run {
     config: TrainConfig,
@@ -234,7 +245,12 @@ impl Job for Run {
             );
         }
         let outcome = match cluster {
-            Some(cluster) => train_in_cluster::<B>(config, corpus, out, *resume, &device, cluster)?,
+            Some(cluster) => {
+                match train_in_cluster::<B>(config, corpus, out, *resume, &device, cluster) {
+                    Err(TrainingError::Write(failure)) => leave_the_run(failure),
+                    trained => trained?,
+                }
+            }
             None => train_with::<B>(config, corpus, out, *resume, strategy)?,
         };
         match &config.task {

@@ -125,7 +125,9 @@ impl<B: TrainingBackend> Run<'_, B> {
                 )
                 .with_checkpointing_strategy(SaveOnly);
         }
-        if self.rank > 0 || !dashboard_available() {
+        // Several processes share the launcher's terminal (rank 0's is a pseudo-terminal that
+        // cannot enter raw mode), so only a process alone shows the dashboard.
+        if self.cluster.is_some() || !dashboard_available() {
             training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
         }
         let mut learner = Learner::new(model, optimizer, self.schedule);
