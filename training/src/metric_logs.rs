@@ -1,6 +1,6 @@
 //! The run's metric logs, in the files burn-train's own file logger writes
 //! (`DIR/train/epoch-3/Loss.log`, one serialized entry per line), which the summary and
-//! [`crate::resume_logs`] read. Burn's logger panics on a failed write (`expect`), and its
+//! resume (`resume_logs.rs`) read. Burn's logger panics on a failed write (`expect`), and its
 //! asynchronous writer then panics again while dropping, which aborts the process; this one
 //! writes each line itself and reports a failure to the run's [`RunStop`] instead.
 
