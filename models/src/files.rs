@@ -54,8 +54,11 @@ pub fn write_atomically(
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        let missing = format!("its folder {} does not exist", dir.display());
-        return Err(fail(io::Error::new(ErrorKind::NotFound, missing)));
+        let (kind, what) = match dir.exists() {
+            true => (ErrorKind::NotADirectory, "is not a folder"),
+            false => (ErrorKind::NotFound, "does not exist"),
+        };
+        return Err(fail(io::Error::new(kind, format!("its folder {} {what}", dir.display()))));
     }
     let name =
         target.file_name().ok_or_else(|| fail(io::Error::other("the path names no file")))?;

@@ -83,3 +83,23 @@ fn a_full_disk_ends_the_run_with_one_line_and_it_resumes_once_there_is_space() {
     eprintln!("read-only: {}", errors[0]);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Without root: a run whose checkpoint folder cannot be made (a file stands where it goes, as
+/// when a folder is replaced under a run) stops at its first checkpoint with exit status 6 and
+/// one line naming the record and the system's reason, and writes no model.mpk.
+#[test]
+fn a_checkpoint_that_cannot_be_written_ends_the_run_with_one_line() {
+    let dir = run_dir("unwritable");
+    let out = dir.join("run");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("checkpoint"), b"not a folder").unwrap();
+    let run = train(&dir, "run", 0, false).output().unwrap();
+    let said = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(EXIT_WRITE_FAILED), "{said}");
+    let errors: Vec<&str> = said.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{said}");
+    assert!(errors[0].contains("cannot write") && errors[0].contains("checkpoint"), "{said}");
+    assert!(!said.contains("panicked") && !out.join("model.mpk").exists(), "{said}");
+    eprintln!("{}", errors[0]);
+    let _ = std::fs::remove_dir_all(dir);
+}
