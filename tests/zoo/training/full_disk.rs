@@ -1,9 +1,10 @@
-//! A run on a disk that fills up (docs/reliability.md), run by `.ci/run`'s full-disk phase as
-//! root: `swa-zoo train` into a small tmpfs, at sizes that make each kind of write fail in
-//! turn (train.json, metric logs, checkpoint records and sidecars, model.mpk, the loss curve,
-//! the lock file), ends with exit status 6 and one line naming the file and "No space left on
-//! device", never a panic (and a read-only file system with "Read-only file system"); the file system then grows and `--resume` ends as the straight run
-//! (or, where train.json could not be written, the run starts again).
+//! Runs whose writes fail (docs/reliability.md). As root (`.ci/run`'s full-disk phase, the
+//! ignored test): `swa-zoo train` into a small tmpfs, at sizes that make each kind of write
+//! fail in turn (the lock file, train.json, metric logs, checkpoint records and sidecars), ends
+//! with exit status 6 and one line naming the file and "No space left on device", never a
+//! panic; the file system then grows and `--resume` ends as the straight run (or, where
+//! train.json could not be written, the run starts again); a read-only file system gives
+//! "Read-only file system". Without root: a file standing where the checkpoint folder goes.
 
 use std::collections::BTreeSet;
 use std::path::Path;
