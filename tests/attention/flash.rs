@@ -332,7 +332,7 @@ fn flash_kernels_on_cuda_match_dense() {
                         .map_err(|e| e.to_string())?;
                     Ok([values(o.cast(DType::F32)), values(lse)])
                 };
-                let name = format!("FlashAttention-2 forward on CUDA, d = {dim}");
+                let name = format!("FlashAttention-2 forward on CUDA, {dtype:?}, d = {dim}");
                 run_cases(&name, &all_cases(dim), dtype, &kernel);
             }
             let backward = |case: &Case, [q, k, v, g]: [TensorData; 4]| {
