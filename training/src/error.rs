@@ -82,6 +82,16 @@ pub enum TrainingError {
     /// A file of the run could not be written (the disk is full, the folder is read-only or
     /// gone): the run stopped there, its last complete checkpoint intact.
     Write(WriteError),
+    /// The run was asked to stop (a signal, the dashboard's quit) and stopped after the step
+    /// in flight, without saving `model.mpk`; `--resume` continues from its last checkpoint.
+    Stopped {
+        /// What asked: `SIGTERM`, `SIGINT`, or the dashboard's quit.
+        reason: &'static str,
+        /// The run's checkpoint folder.
+        dir: PathBuf,
+        /// The last complete checkpoint, where `--resume` continues; `None` before the first.
+        checkpoint: Option<usize>,
+    },
     /// Reading or writing a run's files failed.
     Io {
         /// The file or folder.
@@ -208,6 +218,16 @@ impl fmt::Display for TrainingError {
             }
             Io { path, source } => write!(f, "{}: {source}", path.display()),
             Write(error) => error.fmt(f),
+            Stopped { reason, dir, checkpoint: Some(checkpoint) } => write!(
+                f,
+                "training stopped by {reason}; --resume continues from checkpoint {checkpoint} in {} (the steps after it are trained again)",
+                dir.display()
+            ),
+            Stopped { reason, dir, checkpoint: None } => write!(
+                f,
+                "training stopped by {reason} before its first checkpoint ({} is empty); --resume starts it afresh",
+                dir.display()
+            ),
             RunExists { out } => write!(
                 f,
                 "{} already holds a training run (train.json); continue it with --resume or choose another --out",

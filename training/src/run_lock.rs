@@ -32,6 +32,10 @@ pub const LOCK_FILE: &str = "run.lock";
 /// (3 and 4 are the multi-process watchdog's: [`crate::distributed::watchdog`]).
 pub const EXIT_RUN_LOCKED: i32 = 5;
 
+/// The exit status of `swa-zoo train` stopped by a signal or the dashboard's quit, after the
+/// step in flight (`--resume` continues it).
+pub const EXIT_STOPPED_BY_REQUEST: i32 = 7;
+
 /// The exclusive lock of one run's folder, held while this value lives (and released by the
 /// operating system when the process ends, however it ends).
 #[derive(Debug)]

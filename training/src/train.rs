@@ -60,6 +60,11 @@ pub struct TrainOutcome<B: AutodiffBackend> {
 /// Trains `config` on `corpus` (or on its synthetic task) into the folder `out` on `device`,
 /// resuming from its last checkpoint when `resume` is set. Shows Burn's dashboard on a
 /// terminal and the plain log elsewhere.
+///
+/// While it trains, `SIGTERM` and `SIGINT` stop it after the step in flight with
+/// [`TrainingError::Stopped`] (the process's own handlers come back afterwards), another
+/// process training `out` makes it fail with [`TrainingError::RunLocked`], and a file it
+/// cannot write with [`TrainingError::Write`] (docs/reliability.md).
 pub fn train<B: TrainingBackend>(
     config: &TrainConfig,
     corpus: &Corpus,

@@ -14,10 +14,11 @@ use super::{run_dir, saved_logits};
 use crate::max_abs;
 
 /// Waits until the run in `out` has written its lock file's holder line (it holds the lock
-/// then); panics after 20 s.
+/// then) and its train.json (which a `--resume` reads first); panics after 20 s.
 fn wait_for_holder(out: &Path) {
     let start = Instant::now();
-    while std::fs::read_to_string(out.join(LOCK_FILE)).map_or(true, |text| text.is_empty()) {
+    let holder = || std::fs::read_to_string(out.join(LOCK_FILE)).is_ok_and(|t| !t.is_empty());
+    while !holder() || !out.join("train.json").exists() {
         assert!(start.elapsed() < Duration::from_secs(20), "no lock in {}", out.display());
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -10,6 +10,7 @@ mod lock;
 mod memory;
 mod mixed_precision;
 mod run;
+mod stop;
 mod tasks_training;
 mod training_devices;
 mod training_errors;

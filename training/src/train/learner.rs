@@ -18,6 +18,7 @@ use swa_models::records::MigratingRecorder;
 use swa_models::weights::recorder_problem;
 
 use crate::backend::TrainingBackend;
+use crate::checkpoint::last_checkpoint;
 use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
 use crate::distributed::Cluster;
 use crate::distributed::gradients::Averaged;
@@ -29,7 +30,7 @@ use crate::metrics::{Stat, StatMetric, TokensPerSecond};
 use crate::mixed_precision::{LossScale, LossScaler, MixedPrecision};
 use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::schedule::WarmupCosine;
-use crate::stop::RunStop;
+use crate::stop::{RunStop, SignalStop, received};
 use crate::train::TrainConfig;
 
 /// What a run's Learner needs besides its model and optimizer.
@@ -144,11 +145,19 @@ impl<B: TrainingBackend> Run<'_, B> {
                 learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
             }
         }
+        // Under MPI the launcher's SIGTERM means that another process ended (the watchdog's).
+        let signals = self.cluster.is_none().then(|| SignalStop::install(&stop));
         let trained = training.launch(learner).model.decoder;
-        match stop.take_failure() {
-            Some(failure) => Err(TrainingError::Write(failure)),
-            None => Ok(trained),
+        drop(signals);
+        if let Some(failure) = stop.take_failure() {
+            return Err(TrainingError::Write(failure));
         }
+        if stop.was_stopped() {
+            let reason = received().unwrap_or("the dashboard's quit");
+            let (dir, checkpoint) = (self.out.join("checkpoint"), last_checkpoint(self.out));
+            return Err(TrainingError::Stopped { reason, dir, checkpoint });
+        }
+        Ok(trained)
     }
 }
 
