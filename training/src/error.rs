@@ -225,7 +225,7 @@ impl fmt::Display for TrainingError {
             ),
             Stopped { reason, dir, checkpoint: None } => write!(
                 f,
-                "training stopped by {reason} before its first checkpoint ({} is empty); --resume starts it afresh",
+                "training stopped by {reason} before its first checkpoint (none in {}); --resume starts it afresh",
                 dir.display()
             ),
             RunExists { out } => write!(
