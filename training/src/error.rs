@@ -92,13 +92,6 @@ pub enum TrainingError {
         /// The last complete checkpoint, where `--resume` continues; `None` before the first.
         checkpoint: Option<usize>,
     },
-    /// Reading or writing a run's files failed.
-    Io {
-        /// The file or folder.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
     /// A fresh run into a folder that already holds one.
     RunExists {
         /// The run's folder.
@@ -216,7 +209,6 @@ impl fmt::Display for TrainingError {
             ConfigUnknownField { path, field } => {
                 write!(f, "{}: unknown field `{field}`", path.display())
             }
-            Io { path, source } => write!(f, "{}: {source}", path.display()),
             Write(error) => error.fmt(f),
             Stopped { reason, dir, checkpoint: Some(checkpoint) } => write!(
                 f,
@@ -275,9 +267,7 @@ impl std::error::Error for TrainingError {
             TrainingError::RunModel { source, .. } => Some(source.as_ref()),
             TrainingError::NotARun { source, .. } => Some(source.as_ref()),
             TrainingError::Loader { source, .. } => Some(source.as_ref()),
-            TrainingError::ConfigUnreadable { source, .. } | TrainingError::Io { source, .. } => {
-                Some(source)
-            }
+            TrainingError::ConfigUnreadable { source, .. } => Some(source),
             TrainingError::ConfigInvalid { source, .. } => Some(source),
             TrainingError::Write(error) => Some(error),
             _ => None,

@@ -42,7 +42,13 @@ impl RunStop {
 
     /// Whether a write has failed.
     pub fn has_failed(&self) -> bool {
-        self.failure.lock().map_or(true, |failure| failure.is_some())
+        self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some()
+    }
+
+    /// Whether the Learner was asked to stop for another reason than a failed write: a signal
+    /// or the dashboard's quit.
+    pub fn was_stopped(&self) -> bool {
+        self.interrupter.should_stop() && !self.has_failed()
     }
 
     /// The first write that failed, taken out.
@@ -133,14 +139,6 @@ pub fn received() -> Option<&'static str> {
         libc::SIGTERM => Some("SIGTERM"),
         libc::SIGINT => Some("SIGINT"),
         _ => Some("a signal"),
-    }
-}
-
-impl RunStop {
-    /// Whether the Learner was asked to stop for another reason than a failed write: a signal
-    /// or the dashboard's quit.
-    pub fn was_stopped(&self) -> bool {
-        self.interrupter.should_stop() && !self.has_failed()
     }
 }
 

@@ -10,7 +10,7 @@
 //! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain · scale`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
 //!   products, 0 where a query does not see the key; tiles whose every pair is visible
-//!   ([`sees_whole_block`]) skip the rule;
+//!   ([`sees_whole_tile`]) skip the rule;
 //! - `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, the weights rounded to the input type as FlashAttention
 //!   rounds them, each becoming an A fragment where it lies.
 //!
@@ -24,13 +24,15 @@ use cubecl::prelude::*;
 
 use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
-use super::flash::{KEYS, PAD, ROWS, UNITS, WARPS, block_row, fetch, products, stash, write_rows};
+use super::flash::{
+    KEYS, PAD, ROWS, UNITS, WARPS, block_row, fetch, products, sees_whole_tile, stash, write_rows,
+};
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::offset;
 use super::reach::{nth_tile, query_tiles};
 use super::score::{score, weight};
-use super::visibility::{Window, load_window, sees_whole_block, visible};
+use super::visibility::{Window, load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dk, dv: [batch, H_kv,
@@ -158,18 +160,12 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     write_rows(&g_s, dv, offset(dv, batch, kv_head, 0), block, keys, KEYS, dim, stride);
 }
 
-/// Does every query of the tile see every key of the cube's block? Implied by [`visible`]
-/// ([`sees_whole_block`]), and only for tiles of valid queries and blocks of valid keys:
-/// padding queries (zero rows of `Q` and `dO`) and keys are masked, since their weights could
-/// overflow under ALiBi.
+/// Does every query of the tile see every key of the cube's block ([`sees_whole_tile`]), the
+/// tile holding valid queries only? Padding queries (zero rows of `Q` and `dO`) are masked,
+/// since their weights could overflow under ALiBi.
 #[cube]
 fn whole_tile(window: &Window, at: KeyTile, call: &Call, #[comptime] variant: Variant) -> bool {
-    let first_query = call.query_offset + at.i0 as u32;
-    let last_query = call.query_offset + (min(at.i0 + ROWS, at.q_len) - 1) as u32;
-    let (first_key, last_key) = (at.block as u32, (at.block + KEYS - 1) as u32);
-    let causal = variant.causal;
-    let whole =
-        sees_whole_block(window, first_query, last_query, first_key, last_key, call, causal);
+    let whole = sees_whole_tile(window, at.i0, at.q_len, at.block, call, variant.causal);
     at.i0 + ROWS <= at.q_len && whole
 }
 

@@ -10,7 +10,7 @@
 //! - `dS = ∂L/∂s · chain · scale` from the weights recomputed from `lse`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
 //!   products, 0 where a row does not see a key; tiles whose every pair is visible
-//!   ([`sees_whole_block`]) over valid keys skip the rule;
+//!   ([`sees_whole_tile`]) skip the rule;
 //! - `dQ += dS·K`, `dS` rounded to the input type.
 //!
 //! Each cube writes its own rows: no atomics. `Q` and `dO` reach the registers through the
@@ -21,13 +21,15 @@ use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
-use super::flash::{KEYS, PAD, ROWS, WARPS, block_row, fetch, products, stash, write_rows};
+use super::flash::{
+    KEYS, PAD, ROWS, WARPS, block_row, fetch, products, sees_whole_tile, stash, write_rows,
+};
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
 use super::reach::nth_tile;
 use super::score::{score, weight};
-use super::visibility::{sees_whole_block, visible};
+use super::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dq: [batch, H, N_q,
@@ -93,7 +95,7 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
         // `Q` and `dO` are in registers (d = 64): the products read no A tile.
         let mut ds = row_products(&q_fragments, &k_s, &k_s, &mut exchange, dim, path);
         let dp = row_products(&g_fragments, &v_s, &v_s, &mut exchange, dim, path);
-        if whole_tile(&at, j0, &call, variant) {
+        if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
             score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, false, path);
         } else {
             score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, true, path);
@@ -137,19 +139,6 @@ fn lane_row_terms(
         }
     }
     out
-}
-
-/// Does every row of the block see every key of the tile `j0 …`? Implied by [`visible`]
-/// ([`sees_whole_block`]), and only for tiles of valid keys: padding keys (zero rows of `K`)
-/// are masked, since their weights could overflow under ALiBi and reach every row through
-/// `dS·K`.
-#[cube]
-fn whole_tile(at: &QueryBlock, j0: usize, call: &Call, #[comptime] variant: Variant) -> bool {
-    let first_query = call.query_offset + at.block as u32;
-    let last_query = call.query_offset + (min(at.block + ROWS, at.q_len) - 1) as u32;
-    let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
-    let causal = variant.causal;
-    sees_whole_block(&at.window, first_query, last_query, first_key, last_key, call, causal)
 }
 
 /// Turns the products `ds` (`S`) and `dp` (`dP`) of the warp's rows and the tile's keys into

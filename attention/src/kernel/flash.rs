@@ -15,7 +15,9 @@ use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
+use super::config::Call;
 use super::fragment::{FragmentPath, LANES, M, N, lane};
+use super::visibility::{Window, sees_whole_block};
 use crate::WindowSpec;
 
 /// Warps per cube.
@@ -122,6 +124,25 @@ pub(crate) fn head_order(spec: &WindowSpec) -> Vec<u32> {
 #[cube]
 pub(crate) fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
     UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
+}
+
+/// Does every query of the rows `i0 .. min(i0 + ROWS, N_q)` see every key of the tile
+/// `j0 .. j0 + KEYS`? [`sees_whole_block`] on the call's positions: implied by the per-pair
+/// rule, and never for a tile reaching past the valid keys (padding keys are masked, since
+/// their weights could overflow under ALiBi).
+#[cube]
+pub(crate) fn sees_whole_tile(
+    window: &Window,
+    i0: usize,
+    q_len: usize,
+    j0: usize,
+    call: &Call,
+    #[comptime] causal: bool,
+) -> bool {
+    let first_query = call.query_offset + i0 as u32;
+    let last_query = call.query_offset + (min(i0 + ROWS, q_len) - 1) as u32;
+    let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
+    sees_whole_block(window, first_query, last_query, first_key, last_key, call, causal)
 }
 
 /// Issues the global loads of this unit's share of rows `first … first + rows − 1` of `t`

@@ -7,7 +7,7 @@
 //! sums and `O` as accumulators, in registers for the whole block, and visits the key tiles of 64 that [`block_key_tiles`] gives (the window's reach and
 //! sinks; tiles outside it are never read):
 //! - `S = Q·Kᵀ` in registers (`d / 16 × 8` products per warp);
-//! - the scores of a tile whose every pair is visible ([`sees_whole_block`]) skip the per-pair
+//! - the scores of a tile whose every pair is visible ([`sees_whole_tile`]) skip the per-pair
 //!   rule; the other tiles ask [`visible`] per pair and mask what it refuses;
 //! - the online softmax in registers: each lane holds two rows' columns, the row maxima and
 //!   sums are combined across a quad ([`reduce_quad`]), and `O` is rescaled only when a row's
@@ -27,7 +27,8 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, stash, write_rows,
+    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, sees_whole_tile, stash,
+    write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{
@@ -36,7 +37,7 @@ use super::fragment::{
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
 use super::reach::nth_tile;
 use super::score::{row_end, score, sigmoid};
-use super::visibility::{sees_whole_block, visible};
+use super::visibility::visible;
 
 /// The score a masked pair holds: the lowest f32, below every real score, and what marks it as
 /// masked (a finite value: WGSL has no infinite literals, and `exp` of it minus any score is 0).
@@ -109,24 +110,11 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         out.push(zeros());
     }
     let mut state = RowState { max: Pair::<f32>::new(masked()), total: Pair::<f32>::new(0.0) };
-    let first_query = call.query_offset + at.block as u32;
-    let last_query = call.query_offset + (min(at.block + ROWS, at.q_len) - 1) as u32;
-
     for t in 0..count {
         let j0 = nth_tile(&tiles, t) as usize * KEYS;
         let v_rows = fetch(v, v_base, j0, kv_len, KEYS, dim);
         let mut s = row_products(&q_fragments, &q_s, &k_s, &mut exchange, dim, path);
-        let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
-        let whole = sees_whole_block(
-            &at.window,
-            first_query,
-            last_query,
-            first_key,
-            last_key,
-            &call,
-            variant.causal,
-        );
-        if whole {
+        if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
             score_tile(&mut s, &at, j0, &call, variant, false, path);
         } else {
             score_tile(&mut s, &at, j0, &call, variant, true, path);

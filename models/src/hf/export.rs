@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use swa_attention::RopeScaling;
 use swa_attention::layers::AttentionKind;
 
+use crate::files::WriteError;
 use crate::hf::{Family, HfProblem, names};
 use crate::mlp::MlpActivation;
 use crate::weights::{store_write_error, write_atomically};
@@ -33,7 +34,8 @@ pub fn export_decoder<B: Backend>(
             return Err(fail(HfProblem::WouldOverwrite { file: file.into() }));
         }
     }
-    fs::create_dir_all(dir).map_err(|e| fail(HfProblem::Write { problem: e.to_string() }))?;
+    fs::create_dir_all(dir)
+        .map_err(|source| ModelError::Write(WriteError { path: dir.to_path_buf(), source }))?;
     write_atomically(&dir.join("model.safetensors"), |temp| {
         // transformers 4.x refuses a safetensors file whose `format` is not a framework's
         // name; burn-store writes "safetensors".

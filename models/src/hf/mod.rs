@@ -173,11 +173,6 @@ pub enum HfProblem {
         /// The file.
         file: String,
     },
-    /// The directory could not be created.
-    Write {
-        /// The I/O error.
-        problem: String,
-    },
 }
 
 impl std::error::Error for HfProblem {}
@@ -221,7 +216,6 @@ impl fmt::Display for HfProblem {
             HfProblem::WouldOverwrite { file } => {
                 write!(f, "{file} exists; exporting never replaces a checkpoint")
             }
-            HfProblem::Write { problem } => write!(f, "cannot create the directory: {problem}"),
         }
     }
 }
