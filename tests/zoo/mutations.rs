@@ -132,7 +132,7 @@ fn read_run(dir: &Path) -> Result<(), String> {
     let config: TrainConfig =
         swa_zoo::training::config_file::load(&dir.join("train.json")).map_err(|e| e.to_string())?;
     // The record is read even when its sidecar rejects it: the reader beneath must hold too.
-    let model = dir.join("checkpoint").join("model-1.mpk");
+    let model = dir.join("checkpoint").join("model-2.mpk");
     let checked = check_model_checkpoint::<NdArray>(&config.model, &model, &Default::default());
     find_checkpoint(dir).found.ok_or("no complete checkpoint")?;
     checked.map_err(|e| e.to_string())
@@ -238,7 +238,7 @@ fn mutated_inputs_end_in_a_result_or_an_error() {
         (json("tokenizer.json", 1800, read_hf), &hf),
         (json("model.safetensors.index.json", 1000, read_hf), &sharded),
         (json("train.json", 4000, read_run), &run),
-        (bytes("model checkpoint", "checkpoint/model-1.mpk", 2000, read_run), &run),
+        (bytes("model checkpoint", "checkpoint/model-2.mpk", 2000, read_run), &run),
         (bytes("tasks.jsonl", "tasks.jsonl", 3000, read_tasks), &files),
         (bytes("corpus", "corpus.txt", 3000, read_corpus), &files),
     ];

@@ -17,7 +17,7 @@ use swa_models::weights::{
     check_record_structure, compare_shapes, parameter_shapes, recorder_problem,
 };
 
-use crate::checkpoint_file::{epochs, verify};
+use crate::checkpoint_file::{steps, verify};
 use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
 
@@ -38,14 +38,14 @@ pub struct CheckpointSearch {
 pub fn find_checkpoint(out: &Path) -> CheckpointSearch {
     let dir = out.join("checkpoint");
     let mut search = CheckpointSearch::default();
-    for epoch in epochs(&dir) {
-        match verify(&dir, epoch, true) {
+    for step in steps(&dir) {
+        match verify(&dir, step, true) {
             Ok(()) => {
-                search.found = Some(epoch);
+                search.found = Some(step);
                 break;
             }
             Err(unusable) => {
-                search.skipped.push(format!("checkpoint {epoch}: {}", unusable.problem));
+                search.skipped.push(format!("checkpoint {step}: {}", unusable.problem));
                 search.damaged |= unusable.damaged;
             }
         }

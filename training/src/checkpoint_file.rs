@@ -21,11 +21,16 @@ use swa_models::records::{MigratingRecorder, write_record_item};
 
 use crate::stop::RunStop;
 
-/// The records of a checkpoint, as the Learner names their files (`model-3.mpk`, …).
+/// The records of a checkpoint, as the Learner names their files (`model-30.mpk`, …, numbered
+/// by the steps trained).
 pub const PARTS: [&str; 3] = ["model", "optim", "scheduler"];
 
-/// The extension of a record's sidecar: `model-3.mpk.check`.
+/// The extension of a record's sidecar: `model-30.mpk.check`.
 const SIDECAR: &str = "check";
+
+/// The sidecar's last line: checkpoints written before it numbered their records by epoch,
+/// which this version would read as steps.
+const NUMBERED_BY_STEP: &str = "numbered by step";
 
 /// A test hook: milliseconds each record's writer waits after writing its temporary file and
 /// again after renaming it, so that the kill test (`tests/zoo/training/kill.rs`) can kill a run
@@ -47,12 +52,36 @@ fn test_delay() {
 pub struct CheckpointRecorder {
     keep: usize,
     stop: RunStop,
+    /// Steps per number the Learner gives: 1 from the run's own loop, which numbers
+    /// checkpoints by step; an epoch's steps from burn-train's loop, which numbers them by epoch.
+    steps_per_number: usize,
 }
 
 impl CheckpointRecorder {
     /// A recorder that keeps the newest `keep` (at least 1) complete checkpoints.
     pub fn new(keep: usize) -> Self {
-        Self { keep: keep.max(1), stop: RunStop::default() }
+        Self { keep: keep.max(1), stop: RunStop::default(), steps_per_number: 1 }
+    }
+
+    /// The recorder of burn-train's own loop (several devices), which numbers checkpoints by
+    /// epoch: epoch `n` is written and read as the checkpoint of step `n · steps_per_epoch`.
+    pub fn numbered_by_epoch(self, steps_per_epoch: usize) -> Self {
+        Self { steps_per_number: steps_per_epoch.max(1), ..self }
+    }
+
+    /// The file of the record the Learner names `path` (`dir/model-3`): its number in steps.
+    fn file(&self, path: &Path) -> PathBuf {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let numbered =
+            name.rsplit_once('-').and_then(|(part, n)| Some((part, n.parse::<usize>().ok()?)));
+        match numbered {
+            Some((part, number)) => record_path(
+                path.parent().unwrap_or(Path::new("")),
+                part,
+                number * self.steps_per_number,
+            ),
+            None => path.with_extension("mpk"),
+        }
     }
 
     /// The recorder reporting a failed write to `stop`.
@@ -78,9 +107,9 @@ impl<B: Backend> Recorder<B> for CheckpointRecorder {
     type RecordOutput = ();
     type LoadArgs = PathBuf;
 
-    /// Writes `dir/part-epoch.mpk` atomically, then its sidecar, then prunes `dir`.
+    /// Writes `dir/part-step.mpk` atomically, then its sidecar, then prunes `dir`.
     fn save_item<I: Serialize>(&self, item: I, path: PathBuf) -> Result<(), RecorderError> {
-        let target = path.with_extension("mpk");
+        let target = self.file(&path);
         let mut seal = None;
         let written = write_atomically(&target, |temp| {
             write_record_item(&item, temp)?;
@@ -106,7 +135,7 @@ impl<B: Backend> Recorder<B> for CheckpointRecorder {
     }
 
     fn load_item<I: DeserializeOwned>(&self, path: &mut PathBuf) -> Result<I, RecorderError> {
-        Recorder::<B>::load_item(&named_mpk(), path)
+        Recorder::<B>::load_item(&named_mpk(), &mut self.file(path))
     }
 }
 
@@ -144,7 +173,8 @@ impl Seal {
 
     /// Writes the sidecar of the record at `record`, atomically.
     fn write(self, record: &Path) -> Result<(), WriteError> {
-        let text = format!("bytes {}\nfnv1a64 {:016x}\n", self.bytes, self.checksum);
+        let text =
+            format!("bytes {}\nfnv1a64 {:016x}\n{NUMBERED_BY_STEP}\n", self.bytes, self.checksum);
         swa_models::files::write_bytes_atomically(&sidecar(record), text.as_bytes())
     }
 
@@ -165,9 +195,9 @@ fn sidecar(record: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The record file of `part` at `epoch` in `dir`.
-pub fn record_path(dir: &Path, part: &str, epoch: usize) -> PathBuf {
-    dir.join(format!("{part}-{epoch}.mpk"))
+/// The record file of `part` of the checkpoint of step `step` in `dir`.
+pub fn record_path(dir: &Path, part: &str, step: usize) -> PathBuf {
+    dir.join(format!("{part}-{step}.mpk"))
 }
 
 /// Why a checkpoint cannot be resumed from.
@@ -176,19 +206,21 @@ pub struct Unusable {
     /// What is wrong, naming the record.
     pub problem: String,
     /// Whether a record that was written whole has changed since (a sidecar disagrees with its
-    /// record, or cannot be read), rather than a write that did not finish (a record missing,
-    /// or without its sidecar), which is what a killed run leaves.
+    /// record, or cannot be read) or is of the older numbering, rather than a write that did
+    /// not finish (a record missing, or without its sidecar), which is what a killed run
+    /// leaves.
     pub damaged: bool,
 }
 
-/// Whether checkpoint `epoch` in `dir` is complete: `Ok` when its three records are present and
-/// agree with their sidecars, or what is wrong with the first that does not. With `full`, each
-/// record's checksum is computed (reading it whole); without, only sizes are compared.
-pub fn verify(dir: &Path, epoch: usize, full: bool) -> Result<(), Unusable> {
+/// Whether the checkpoint of step `step` in `dir` is complete: `Ok` when its three records are
+/// present and agree with their sidecars, or what is wrong with the first that does not. With
+/// `full`, each record's checksum is computed (reading it whole); without, only sizes are
+/// compared.
+pub fn verify(dir: &Path, step: usize, full: bool) -> Result<(), Unusable> {
     let unfinished = |problem| Err(Unusable { problem, damaged: false });
     let damaged = |problem| Err(Unusable { problem, damaged: true });
     for part in PARTS {
-        let record = record_path(dir, part, epoch);
+        let record = record_path(dir, part, step);
         let name = record.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let size = match fs::metadata(&record) {
             Ok(meta) => meta.len(),
@@ -200,6 +232,12 @@ pub fn verify(dir: &Path, epoch: usize, full: bool) -> Result<(), Unusable> {
         let Some(sealed) = Seal::parse(&text) else {
             return damaged(format!("{name}'s sidecar is unreadable"));
         };
+        if !text.lines().any(|line| line == NUMBERED_BY_STEP) {
+            return damaged(format!(
+                "{name} is numbered by epoch, as before checkpoints were numbered by step: \
+                 resume it with the swa-zoo that wrote it, or train afresh"
+            ));
+        }
         if size != sealed.bytes {
             return damaged(format!("{name} has {size} bytes where {} were written", sealed.bytes));
         }
@@ -210,44 +248,44 @@ pub fn verify(dir: &Path, epoch: usize, full: bool) -> Result<(), Unusable> {
     Ok(())
 }
 
-/// The epochs of which `dir` holds any record file, newest first.
-pub fn epochs(dir: &Path) -> Vec<usize> {
+/// The steps of the checkpoints of which `dir` holds any record file, newest first.
+pub fn steps(dir: &Path) -> Vec<usize> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut epochs: Vec<usize> = entries
+    let mut steps: Vec<usize> = entries
         .filter_map(|entry| {
             let name = entry.ok()?.file_name().into_string().ok()?;
             let stem = name.strip_suffix(".mpk")?;
-            let (part, epoch) = stem.rsplit_once('-')?;
-            PARTS.contains(&part).then(|| epoch.parse().ok())?
+            let (part, step) = stem.rsplit_once('-')?;
+            PARTS.contains(&part).then(|| step.parse().ok())?
         })
         .collect();
-    epochs.sort_unstable_by(|a, b| b.cmp(a));
-    epochs.dedup();
-    epochs
+    steps.sort_unstable_by(|a, b| b.cmp(a));
+    steps.dedup();
+    steps
 }
 
 /// Deletes the checkpoints of `dir` older than the newest `keep` complete ones (sizes checked
 /// against the sidecars), complete or not. Newer incomplete ones, which may still be being
 /// written, stay.
 fn prune(dir: &Path, keep: usize) {
-    let all = epochs(dir);
+    let all = steps(dir);
     let complete: Vec<usize> =
         all.iter().copied().filter(|&e| verify(dir, e, false).is_ok()).collect();
     let Some(&oldest_kept) = complete.get(keep - 1) else {
         return;
     };
-    for epoch in all.into_iter().filter(|&e| e < oldest_kept) {
+    for step in all.into_iter().filter(|&e| e < oldest_kept) {
         for part in PARTS {
-            let record = record_path(dir, part, epoch);
+            let record = record_path(dir, part, step);
             fs::remove_file(sidecar(&record)).ok();
             fs::remove_file(record).ok();
         }
     }
 }
 
-/// The Learner's checkpointing strategy: save at every epoch end, delete nothing (the recorder
+/// The Learner's checkpointing strategy: save whenever the loop checkpoints, delete nothing (the recorder
 /// prunes once a newer checkpoint is complete).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SaveOnly;

@@ -85,7 +85,8 @@ pub enum TrainingError {
     /// The run was asked to stop (a signal, the dashboard's quit) and stopped after the step
     /// in flight, without saving `model.mpk`; `--resume` continues from its last checkpoint.
     Stopped {
-        /// What asked: `SIGTERM`, `SIGINT`, or the dashboard's quit.
+        /// What asked: `SIGTERM`, `SIGINT`, the dashboard's quit, or (under MPI) another
+        /// process's stop request.
         reason: &'static str,
         /// The run's checkpoint folder.
         dir: PathBuf,

@@ -3,6 +3,11 @@
 //! resume (`resume_logs.rs`) read. Burn's logger panics on a failed write (`expect`), and its
 //! asynchronous writer then panics again while dropping, which aborts the process; this one
 //! writes each line itself and reports a failure to the run's [`RunStop`] instead.
+//!
+//! A resumed run appends to the logs its checkpoint left (cut back to it before training,
+//! `resume_logs.rs`), under the epoch numbers of the whole run: burn-train's event store numbers
+//! the first epoch of every run 1 (later ones by the Learner's count), so epoch 1 is read as
+//! the epoch the run starts in.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -24,18 +29,21 @@ pub struct RunMetricLogger {
     /// The open file of each metric and split in the current epoch.
     files: HashMap<(String, String), File>,
     epoch: Option<usize>,
+    /// The epoch the run starts in: 1, or the one its checkpoint lies in.
+    first_epoch: usize,
     stop: RunStop,
 }
 
 impl RunMetricLogger {
-    /// A logger writing under `directory` (the run's folder or a rank's), reporting failures to
-    /// `stop`.
-    pub fn new(directory: &Path, stop: RunStop) -> Self {
+    /// A logger writing under `directory` (the run's folder or a rank's) for a run starting in
+    /// epoch `first_epoch` (from 1), reporting failures to `stop`.
+    pub fn new(directory: &Path, first_epoch: usize, stop: RunStop) -> Self {
         Self {
             directory: directory.to_path_buf(),
             definitions: HashMap::new(),
             files: HashMap::new(),
             epoch: None,
+            first_epoch,
             stop,
         }
     }
@@ -51,8 +59,7 @@ impl RunMetricLogger {
         split_dir.join(format!("epoch-{epoch}")).join(format!("{}.log", name.replace(' ', "_")))
     }
 
-    /// Appends `line` to metric `name`'s log (created, or emptied, at its first line of the
-    /// epoch).
+    /// Appends `line` to metric `name`'s log (created at its first line).
     fn append(&mut self, name: &str, line: &str, epoch: usize, split: &Split) {
         let key = (name.to_string(), split.to_string());
         let path = self.path(name, epoch, split);
@@ -70,16 +77,17 @@ impl RunMetricLogger {
     }
 }
 
-/// Creates (or empties) the log file at `path`, and its folders.
+/// Opens the log file at `path` for appending, creating it and its folders.
 fn create(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().write(true).create(true).truncate(true).open(path)
+    OpenOptions::new().append(true).create(true).open(path)
 }
 
 impl MetricLogger for RunMetricLogger {
     fn log(&mut self, update: MetricsUpdate, epoch: usize, split: &Split) {
+        let epoch = if epoch == 1 { self.first_epoch } else { epoch };
         if self.epoch != Some(epoch) {
             self.files.clear();
             self.epoch = Some(epoch);

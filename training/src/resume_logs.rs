@@ -1,64 +1,55 @@
-//! The metric logs of a resumed run: Burn's Learner numbers a resumed run's log folders from
-//! epoch 1 again, so the earlier epochs' logs are set aside while it runs and the new ones are
-//! renumbered after them, so that the logs (and the loss curve) read as one run.
+//! The metric logs of a resumed run: before it trains, the logs are cut back to its checkpoint,
+//! so that the lines it appends continue them and the logs (and the loss curve) read as one
+//! run. The checkpoint may lie inside an epoch (a stop request's, `train/step_loop.rs`): that
+//! epoch's training logs keep one line per step it holds. Cutting again gives the same logs, so
+//! a resume killed at any moment leaves them right for the next.
 
+use std::fs;
 use std::path::Path;
 
-/// The suffix of the folders that keep the earlier epochs' logs while the resumed run writes.
-const LOGS_ASIDE: &str = ".before-resume";
+use swa_models::files::{WriteError, write_bytes_atomically};
 
-/// Removes the metric logs of a run that restarts from its first step (killed before its
-/// first checkpoint): the epochs they record are run again.
-pub(crate) fn discard_logs(out: &Path) -> std::io::Result<()> {
+/// Cuts the logs under `dir` (a run's or a rank's folder) back to the checkpoint at step
+/// `start` of a run of `every` steps per epoch: the epochs it completed stay whole; the epoch
+/// in progress keeps the first `start % every` lines of each training log and no validation
+/// log; later epochs go.
+pub(crate) fn cut_logs(dir: &Path, start: usize, every: usize) -> Result<(), WriteError> {
+    let (complete, part) = (start / every, start % every);
     for split in ["train", "valid"] {
-        for logs in [out.join(split), out.join(format!("{split}{LOGS_ASIDE}"))] {
-            if logs.exists() {
-                std::fs::remove_dir_all(&logs)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Moves the logs of the epochs before a resume aside. When logs are already aside, a resume
-/// was killed before it renumbered its own: those it left are of epochs this one runs again,
-/// and are dropped, so that the earlier epochs' logs survive any number of kills.
-pub(crate) fn set_logs_aside(out: &Path) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        match (aside.exists(), logs.exists()) {
-            (true, true) => std::fs::remove_dir_all(&logs)?,
-            (false, true) => std::fs::rename(&logs, &aside)?,
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Moves the resumed run's `epoch-k` log folders to `epoch-(start+k)` among the earlier ones, so
-/// the logs (and the loss curve) read as one run.
-pub(crate) fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result<()> {
-    for split in ["train", "valid"] {
-        let (logs, aside) = (out.join(split), out.join(format!("{split}{LOGS_ASIDE}")));
-        std::fs::create_dir_all(&aside)?;
-        if logs.exists() {
-            for entry in std::fs::read_dir(&logs)? {
-                let entry = entry?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok()) {
-                    Some(k) => {
-                        let target = aside.join(format!("epoch-{}", start + k));
-                        if target.exists() {
-                            std::fs::remove_dir_all(&target)?;
-                        }
-                        std::fs::rename(entry.path(), target)?;
-                    }
-                    None => std::fs::rename(entry.path(), aside.join(name))?,
+        let Ok(entries) = fs::read_dir(dir.join(split)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(epoch) = name.strip_prefix("epoch-").and_then(|k| k.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            let path = entry.path();
+            let failed = |source| WriteError { path: path.clone(), source };
+            match epoch {
+                e if e <= complete => {}
+                e if e == complete + 1 && split == "train" && part > 0 => {
+                    keep_lines(&path, part)?;
                 }
+                _ => fs::remove_dir_all(&path).map_err(failed)?,
             }
-            std::fs::remove_dir_all(&logs)?;
         }
-        std::fs::rename(&aside, &logs)?;
+    }
+    Ok(())
+}
+
+/// Cuts each log file in the folder `epoch` to its first `lines` lines (atomically).
+fn keep_lines(epoch: &Path, lines: usize) -> Result<(), WriteError> {
+    let failed = |source| WriteError { path: epoch.to_path_buf(), source };
+    for entry in fs::read_dir(epoch).map_err(failed)?.flatten() {
+        let path = entry.path();
+        let text = fs::read_to_string(&path)
+            .map_err(|source| WriteError { path: path.clone(), source })?;
+        let kept: usize = text.split_inclusive('\n').take(lines).map(str::len).sum();
+        if kept < text.len() {
+            write_bytes_atomically(&path, &text.as_bytes()[..kept])?;
+        }
     }
     Ok(())
 }
@@ -67,25 +58,32 @@ pub(crate) fn renumber_resumed_logs(out: &Path, start: usize) -> std::io::Result
 mod tests {
     use super::*;
 
+    /// The lines of `dir/split/epoch-k/Loss.log`, if it exists.
+    fn lines(dir: &Path, split: &str, epoch: usize) -> Option<usize> {
+        let text = fs::read_to_string(dir.join(format!("{split}/epoch-{epoch}/Loss.log"))).ok()?;
+        Some(text.lines().count())
+    }
+
     #[test]
-    fn a_resume_killed_before_renumbering_keeps_the_earlier_logs() {
-        let out = std::env::temp_dir().join(format!("swa-resume-logs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        for epoch in [1, 2, 3] {
-            std::fs::create_dir_all(out.join(format!("train/epoch-{epoch}"))).unwrap();
+    fn logs_are_cut_back_to_a_checkpoint_inside_an_epoch() {
+        let dir = std::env::temp_dir().join(format!("swa-cut-logs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        for (split, epoch, count) in [("train", 1, 4), ("valid", 1, 1), ("train", 2, 4)] {
+            let folder = dir.join(format!("{split}/epoch-{epoch}"));
+            fs::create_dir_all(&folder).unwrap();
+            fs::write(folder.join("Loss.log"), "x\n".repeat(count)).unwrap();
         }
-        set_logs_aside(&out).unwrap();
-        std::fs::create_dir_all(out.join("train/epoch-1")).unwrap();
-        // Killed here; the next resume, from epoch 2, sets aside again and renumbers.
-        set_logs_aside(&out).unwrap();
-        std::fs::create_dir_all(out.join("train/epoch-1")).unwrap();
-        renumber_resumed_logs(&out, 2).unwrap();
-        let mut epochs: Vec<String> = std::fs::read_dir(out.join("train"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        epochs.sort();
-        assert_eq!(epochs, ["epoch-1", "epoch-2", "epoch-3"]);
-        std::fs::remove_dir_all(out).unwrap();
+        fs::create_dir_all(dir.join("valid/epoch-2")).unwrap();
+        fs::create_dir_all(dir.join("train/epoch-3")).unwrap();
+        for _ in 0..2 {
+            // Step 6 of 4 per epoch: epoch 1 whole, 2 of epoch 2's steps; twice gives the same.
+            cut_logs(&dir, 6, 4).unwrap();
+            assert_eq!([lines(&dir, "train", 1), lines(&dir, "valid", 1)], [Some(4), Some(1)]);
+            assert_eq!(lines(&dir, "train", 2), Some(2));
+            assert!(!dir.join("valid/epoch-2").exists() && !dir.join("train/epoch-3").exists());
+        }
+        cut_logs(&dir, 0, 4).unwrap();
+        assert!(fs::read_dir(dir.join("train")).unwrap().next().is_none());
+        fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -11,7 +11,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use burn::train::Interrupter;
@@ -22,12 +22,14 @@ use swa_models::files::WriteError;
 pub struct RunStop {
     interrupter: Interrupter,
     failure: Arc<Mutex<Option<WriteError>>>,
+    /// The step a stop request ended training at (its checkpoint's number).
+    stopped_at: Arc<OnceLock<usize>>,
 }
 
 impl RunStop {
     /// A stop that asks the Learner holding `interrupter` to stop.
     pub fn new(interrupter: Interrupter) -> Self {
-        Self { interrupter, failure: Arc::default() }
+        Self { interrupter, failure: Arc::default(), stopped_at: Arc::default() }
     }
 
     /// Records a write that failed (the first one is kept: later ones follow from it) and asks
@@ -49,6 +51,16 @@ impl RunStop {
     /// or the dashboard's quit.
     pub fn was_stopped(&self) -> bool {
         self.interrupter.should_stop() && !self.has_failed()
+    }
+
+    /// Training ended at step `step` for a stop request, before its last step.
+    pub fn stopped_at(&self, step: usize) {
+        let _ = self.stopped_at.set(step);
+    }
+
+    /// The step a stop request ended training at, if one did.
+    pub fn stop_step(&self) -> Option<usize> {
+        self.stopped_at.get().copied()
     }
 
     /// The first write that failed, taken out.

@@ -35,7 +35,7 @@ use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
 use crate::error::TrainingError;
 use crate::language_model::LanguageModel;
 use crate::loader::{LoaderConfig, Sampling, WindowLoader};
-use crate::resume_logs::{discard_logs, renumber_resumed_logs, set_logs_aside};
+use crate::resume_logs::cut_logs;
 use crate::run_lock::RunLock;
 use crate::schedule::WarmupCosine;
 use crate::stream_memory::StreamMemory;
@@ -43,6 +43,7 @@ use crate::stream_memory::StreamMemory;
 pub use crate::train_config::TrainConfig;
 
 mod learner;
+mod step_loop;
 use learner::Run;
 
 /// The model at the end of a run, and where its files are.
@@ -121,6 +122,7 @@ fn train_run<B: TrainingBackend>(
     let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()));
     let _lock = lock_run(out, cluster)?;
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
+    check_several_devices(config, start, &strategy)?;
     let logs = open_logs(out, rank)?;
     if let Some(cluster) = &cluster {
         agree_on_start(cluster, config, start)?;
@@ -156,19 +158,21 @@ fn train_run<B: TrainingBackend>(
         valid_loader,
         schedule,
     };
-    match start {
-        0 if resume => discard_logs(&logs).map_err(write_error(&logs))?,
-        0 => {}
-        _ => set_logs_aside(&logs).map_err(write_error(&logs))?,
+    if resume {
+        cut_logs(&logs, start, config.checkpoint_every).map_err(TrainingError::Write)?;
     }
     let memory = match config.segment_memory {
         true => StreamMemory::new(config.full_memory()),
         false => StreamMemory::off(),
     };
-    let model = run.train(LanguageModel { memory, ..LanguageModel::new(decoder) })?;
-    if start > 0 {
-        renumber_resumed_logs(&logs, start).map_err(write_error(&logs))?;
-    }
+    let model = match run.train(LanguageModel { memory, ..LanguageModel::new(decoder) }) {
+        // Every process stopped at the same step: they leave the run together.
+        Err(stopped @ TrainingError::Stopped { .. }) => {
+            cluster.inspect(|cluster| cluster.finish());
+            return Err(stopped);
+        }
+        trained => trained?,
+    };
     let fingerprint = match &cluster {
         Some(cluster) => {
             let fingerprint = agree_on_weights(cluster, &model);
@@ -216,6 +220,27 @@ fn check_segment_memory<B: AutodiffBackend>(
         _ => Err(TrainingError::field(
             "TrainConfig.segment_memory",
             "trains on one device per process (use MPI for several)",
+        )),
+    }
+}
+
+/// burn-train's loop for several devices resumes at an epoch's end only: a stop request's
+/// checkpoint inside an epoch is resumed on one device (which trains to the epoch's end).
+fn check_several_devices<B: AutodiffBackend>(
+    config: &TrainConfig,
+    start: usize,
+    strategy: &ExecutionStrategy<B>,
+) -> Result<(), TrainingError> {
+    match strategy {
+        ExecutionStrategy::SingleDevice(_) => Ok(()),
+        _ if start.is_multiple_of(config.checkpoint_every) => Ok(()),
+        _ => Err(TrainingError::field(
+            "the devices",
+            format!(
+                "checkpoint {start} lies inside an epoch of {} steps (a stopped run's): resume \
+                 it on one device, then on several from the next checkpoint",
+                config.checkpoint_every
+            ),
         )),
     }
 }
@@ -322,7 +347,7 @@ fn loaders<B: AutodiffBackend>(
     let train = LoaderConfig::new(config.seq_len, config.batch_size)
         .with_steps(config.checkpoint_every)
         .with_sampling(train_sampling)
-        .with_first_epoch(start)
+        .with_first_epoch(start / config.checkpoint_every)
         .with_shard(rank, processes);
     let valid = LoaderConfig::new(config.seq_len, config.batch_size * processes)
         .with_steps(config.valid_batches)

@@ -38,7 +38,7 @@ fn a_damaged_newest_checkpoint_is_skipped_and_the_run_resumes_from_the_one_befor
     let device = Default::default();
     let straight = run_dir("crash-straight");
     let whole = train::<B>(&tiny(6), &corpus, &straight, false, &device).unwrap();
-    assert_eq!(last_checkpoint(&straight), Some(3));
+    assert_eq!(last_checkpoint(&straight), Some(6));
     let damages: [(&str, Damage); 3] = [
         ("truncated", |file| {
             let bytes = std::fs::read(file).unwrap();
@@ -54,15 +54,15 @@ fn a_damaged_newest_checkpoint_is_skipped_and_the_run_resumes_from_the_one_befor
     for part in ["model", "optim", "scheduler"] {
         for (damage, apply) in &damages {
             let run = copy_run(&straight, "crash-damaged");
-            apply(&run.join("checkpoint").join(format!("{part}-3.mpk")));
+            apply(&run.join("checkpoint").join(format!("{part}-6.mpk")));
             let search = find_checkpoint(&run);
-            assert_eq!(search.found, Some(2), "{part}-3.mpk {damage}");
-            assert_eq!(search.skipped.len(), 1, "{part}-3.mpk {damage}: {:?}", search.skipped);
-            assert!(search.skipped[0].contains(&format!("{part}-3.mpk")), "{:?}", search.skipped);
+            assert_eq!(search.found, Some(4), "{part}-6.mpk {damage}");
+            assert_eq!(search.skipped.len(), 1, "{part}-6.mpk {damage}: {:?}", search.skipped);
+            assert!(search.skipped[0].contains(&format!("{part}-6.mpk")), "{:?}", search.skipped);
             let resumed = train::<B>(&tiny(6), &corpus, &run, true, &device).unwrap();
             let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
-            assert!(error < 1e-5, "{part}-3.mpk {damage}: the resumed run differs by {error}");
-            assert_eq!(last_checkpoint(&run), Some(3), "the redone checkpoint is complete");
+            assert!(error < 1e-5, "{part}-6.mpk {damage}: the resumed run differs by {error}");
+            assert_eq!(last_checkpoint(&run), Some(6), "the redone checkpoint is complete");
             let _ = std::fs::remove_dir_all(run);
         }
     }
@@ -73,8 +73,8 @@ fn a_damaged_newest_checkpoint_is_skipped_and_the_run_resumes_from_the_one_befor
 fn no_usable_checkpoint_is_an_error_naming_each() {
     let straight = run_dir("crash-unusable");
     train::<B>(&tiny(4), &Corpus::embedded(), &straight, false, &Default::default()).unwrap();
-    for epoch in [1, 2] {
-        let file = straight.join("checkpoint").join(format!("optim-{epoch}.mpk"));
+    for step in [2, 4] {
+        let file = straight.join("checkpoint").join(format!("optim-{step}.mpk"));
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() - 1]).unwrap();
     }
@@ -82,7 +82,7 @@ fn no_usable_checkpoint_is_an_error_naming_each() {
         .err()
         .unwrap()
         .to_string();
-    assert!(error.contains("optim-1.mpk") && error.contains("optim-2.mpk"), "{error}");
+    assert!(error.contains("optim-2.mpk") && error.contains("optim-4.mpk"), "{error}");
     assert_eq!(error.lines().count(), 1, "{error}");
     let _ = std::fs::remove_dir_all(straight);
 }
@@ -101,10 +101,10 @@ fn a_run_killed_before_its_first_checkpoint_starts_afresh() {
     let checkpoints = killed.join("checkpoint");
     std::fs::remove_dir_all(&checkpoints).unwrap();
     std::fs::create_dir_all(&checkpoints).unwrap();
-    let record = straight.join("checkpoint").join("model-1.mpk");
-    std::fs::copy(record, checkpoints.join("model-1.mpk")).unwrap();
+    let record = straight.join("checkpoint").join("model-2.mpk");
+    std::fs::copy(record, checkpoints.join("model-2.mpk")).unwrap();
     train::<B>(&tiny(4), &corpus, &killed, true, &device).unwrap();
-    assert_eq!(last_checkpoint(&killed), Some(2));
+    assert_eq!(last_checkpoint(&killed), Some(4));
     for dir in [straight, killed] {
         let _ = std::fs::remove_dir_all(dir);
     }

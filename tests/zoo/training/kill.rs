@@ -19,6 +19,17 @@ const KILLS: usize = 16;
 /// `swa-zoo train` of the tiny model in `dir/out`: 64 steps, a checkpoint every 2, each
 /// record's write held open `delay_ms` milliseconds.
 pub(super) fn train(dir: &Path, out: &str, delay_ms: u64, resume: bool) -> Command {
+    train_steps(dir, out, (64, 2), delay_ms, resume)
+}
+
+/// [`train`] of `steps` steps with a checkpoint every `every`.
+pub(super) fn train_steps(
+    dir: &Path,
+    out: &str,
+    (steps, every): (usize, usize),
+    delay_ms: u64,
+    resume: bool,
+) -> Command {
     let config = dir.join("model.json");
     if !config.exists() {
         tiny_model().save(&config).unwrap();
@@ -26,7 +37,8 @@ pub(super) fn train(dir: &Path, out: &str, delay_ms: u64, resume: bool) -> Comma
     let mut command = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
     command
         .args(["train", "--backend", "ndarray", "--config", config.to_str().unwrap()])
-        .args(["--seq-len", "16", "--steps", "64", "--checkpoint-every", "2", "--warmup", "1"])
+        .args(["--seq-len", "16", "--warmup", "1"])
+        .args(["--steps", &steps.to_string(), "--checkpoint-every", &every.to_string()])
         .args(["--batch-size", "2", "--out", dir.join(out).to_str().unwrap()])
         .env(WRITE_DELAY_VARIABLE, delay_ms.to_string())
         .stdout(Stdio::null())

@@ -86,11 +86,11 @@ fn a_run_resumed_mid_stream_ends_where_the_straight_run_ends() {
     let device = Default::default();
     let straight = run_dir("memory-straight");
     let whole = train::<B>(&with_memory(6), &corpus, &straight, false, &device).unwrap();
-    assert_eq!(last_checkpoint(&straight), Some(3));
+    assert_eq!(last_checkpoint(&straight), Some(6));
 
     // The checkpoint keeps the training streams' memory after 4 steps of 16 tokens: each
     // layer's last 11 inputs (its widest window, 12, less one) of both rows.
-    let path = straight.join("checkpoint").join("model-2.mpk");
+    let path = straight.join("checkpoint").join("model-4.mpk");
     let record: LanguageModelRecord<NdArray> =
         Recorder::<NdArray>::load(&MigratingRecorder, path, &device).unwrap();
     let memory = record.memory.and_then(|m| m.train).expect("the checkpoint keeps the memory");
@@ -102,7 +102,7 @@ fn a_run_resumed_mid_stream_ends_where_the_straight_run_ends() {
         assert_eq!((*start, *shape), (64, [2, 11, 16]));
     }
 
-    let interrupted = killed_after(&straight, "memory-interrupted", 2);
+    let interrupted = killed_after(&straight, "memory-interrupted", 4);
     let resumed = train::<B>(&with_memory(6), &corpus, &interrupted, true, &device).unwrap();
     let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
     assert!(error < 1e-6, "the resumed run differs from the straight run by {error}");

@@ -23,15 +23,15 @@ fn run_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// The run in `from` as a kill after checkpoint `epoch` leaves it, in the fresh folder of test
+/// The run in `from` as a kill after the checkpoint of step `step` leaves it, in the fresh folder of test
 /// `name`: its `train.json`, and that checkpoint's records, each with the sidecar (size and
 /// checksum) that makes the checkpoint complete.
-fn killed_after(from: &std::path::Path, name: &str, epoch: usize) -> std::path::PathBuf {
+fn killed_after(from: &std::path::Path, name: &str, step: usize) -> std::path::PathBuf {
     let to = run_dir(name);
     std::fs::create_dir_all(to.join("checkpoint")).unwrap();
     std::fs::copy(from.join("train.json"), to.join("train.json")).unwrap();
     for part in ["model", "optim", "scheduler"] {
-        for file in [format!("{part}-{epoch}.mpk"), format!("{part}-{epoch}.mpk.check")] {
+        for file in [format!("{part}-{step}.mpk"), format!("{part}-{step}.mpk.check")] {
             let source = from.join("checkpoint").join(&file);
             std::fs::copy(source, to.join("checkpoint").join(&file)).unwrap();
         }

@@ -20,30 +20,34 @@ use crate::{max_abs, to_vec};
 
 type B = Autodiff<NdArray>;
 
-/// A run killed after its second checkpoint and resumed ends where the uninterrupted run ends:
-/// same steps, same data, same optimizer and schedule state.
+/// A run killed after its first checkpoint and resumed ends where the uninterrupted run ends:
+/// same steps, same data, same optimizer and schedule state, and its logs are numbered by the
+/// run's epochs.
 #[test]
 fn a_resumed_run_ends_where_the_uninterrupted_run_ends() {
     let corpus = Corpus::embedded();
     let device = Default::default();
     let straight = run_dir("straight");
-    let whole = train::<B>(&tiny(6), &corpus, &straight, false, &device).unwrap();
-    assert_eq!(last_checkpoint(&straight), Some(3));
+    let config = tiny(6).with_keep_checkpoints(3);
+    let whole = train::<B>(&config, &corpus, &straight, false, &device).unwrap();
+    assert_eq!(last_checkpoint(&straight), Some(6));
     let kept = std::fs::read_dir(straight.join("checkpoint"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("model-") && name.ends_with(".mpk"));
-    assert_eq!(kept.count(), 2, "only the last two checkpoints are kept");
+    assert_eq!(kept.count(), 3, "only the last three checkpoints are kept");
 
-    // Kill the run after its second checkpoint: a copy of the folder without the third.
+    // Kill the run after its first checkpoint: a copy of the folder with that one alone.
     let interrupted = killed_after(&straight, "interrupted", 2);
     assert_eq!(last_checkpoint(&interrupted), Some(2));
-    let resumed = train::<B>(&tiny(6), &corpus, &interrupted, true, &device).unwrap();
-    let epochs: Vec<_> = std::fs::read_dir(interrupted.join("train"))
+    let resumed = train::<B>(&config, &corpus, &interrupted, true, &device).unwrap();
+    let mut epochs: Vec<_> = std::fs::read_dir(interrupted.join("train"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(epochs, ["epoch-3"], "the resumed epoch's logs are numbered as in the straight run");
+    epochs.sort();
+    let numbered = "the resumed epochs' logs are numbered as in the straight run";
+    assert_eq!(epochs, ["epoch-2", "epoch-3"], "{numbered}");
     let error = max_abs(&logits(&whole.model), &logits(&resumed.model));
     assert!(error < 1e-5, "resumed run differs from the straight run by {error}");
     for dir in [straight, interrupted] {
@@ -56,7 +60,7 @@ fn a_resumed_run_ends_where_the_uninterrupted_run_ends() {
 fn resume_without_a_checkpoint_starts_afresh() {
     let dir = run_dir("empty");
     train::<B>(&tiny(2), &Corpus::embedded(), &dir, true, &Default::default()).unwrap();
-    assert_eq!(last_checkpoint(&dir), Some(1));
+    assert_eq!(last_checkpoint(&dir), Some(2));
     let _ = std::fs::remove_dir_all(dir);
 }
 

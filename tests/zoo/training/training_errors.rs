@@ -147,17 +147,17 @@ fn resuming_from_a_foreign_or_truncated_checkpoint_is_an_error_and_keeps_the_fil
         .unwrap()
         .to_string();
     assert!(
-        error.contains("--resume") && error.contains("model-1.mpk") && error.contains("shape"),
+        error.contains("--resume") && error.contains("model-2.mpk") && error.contains("shape"),
         "{error}"
     );
-    let model = dir.join("checkpoint").join("model-1.mpk");
+    let model = dir.join("checkpoint").join("model-2.mpk");
     let bytes = std::fs::read(&model).unwrap();
     std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
     let error = train::<B>(&tiny(16), &Corpus::embedded(), &dir, true, &Default::default())
         .err()
         .unwrap()
         .to_string();
-    assert!(error.contains("--resume") && error.contains("model-1.mpk"), "{error}");
+    assert!(error.contains("--resume") && error.contains("model-2.mpk"), "{error}");
     assert_eq!(
         std::fs::read(&model).unwrap().len(),
         bytes.len() / 2,

@@ -266,6 +266,14 @@ impl Cluster {
         own
     }
 
+    /// Whether `flag` holds in any process (one float summed over them); `what` names the call
+    /// in a failure.
+    pub fn any(&self, flag: bool, what: &str) -> bool {
+        let mut value = [f32::from(u8::from(flag))];
+        self.sum_pieces(&mut [&mut value[..]], 1.0, what);
+        value[0] > 0.0
+    }
+
     /// Checks that every process holds this process's `value` of `what`.
     pub fn agree(&self, value: u64, what: &'static str) -> Result<(), ClusterProblem> {
         let all = {

@@ -7,7 +7,9 @@
 //!   compile kernels or autotune), the step timeout after it;
 //! - [`EXIT_STOPPED`]: the launcher stopped this process (`SIGTERM`), because another process
 //!   of the run ended (it died, or failed with its own message), or because the run was
-//!   interrupted.
+//!   interrupted. While it trains, a stop signal is a stop request that the processes agree on
+//!   at the next step (`train/step_loop.rs`); a process that cannot agree within the step
+//!   timeout (another one ended) exits so.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +50,9 @@ impl Watchdog {
                     late.map(|(_, what)| (what.clone(), limit))
                 });
                 if let Some((what, limit)) = late {
+                    if crate::stop::received().is_some() {
+                        stopped_by_the_launcher(rank);
+                    }
                     eprintln!(
                         "error: rank {rank}: {what} got no answer from the other processes \
                          within {} s (one of them hangs, or is far slower: see --join-timeout \
@@ -95,6 +100,21 @@ impl Drop for WatchGuard<'_> {
     }
 }
 
+/// Ends a process that received a stop signal and could not agree on it with the others, as
+/// one stopped by the launcher.
+fn stopped_by_the_launcher(rank: usize) -> ! {
+    eprint!("{}", stopped_line(rank));
+    std::process::exit(EXIT_STOPPED)
+}
+
+/// The line of a process stopped by the launcher.
+fn stopped_line(rank: usize) -> String {
+    format!(
+        "error: rank {rank}: stopped by the MPI launcher: another process of the run ended \
+         (its own message says why), or the run was interrupted\n"
+    )
+}
+
 /// The line a process stopped by the launcher prints (set once, before the handler exists).
 #[cfg(feature = "mpi")]
 static STOPPED_LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -103,11 +123,7 @@ static STOPPED_LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// with [`EXIT_STOPPED`].
 #[cfg(feature = "mpi")]
 fn stop_message(rank: usize) {
-    let line = format!(
-        "error: rank {rank}: stopped by the MPI launcher: another process of the run ended \
-         (its own message says why), or the run was interrupted\n"
-    );
-    if STOPPED_LINE.set(line).is_ok() {
+    if STOPPED_LINE.set(stopped_line(rank)).is_ok() {
         // SAFETY: installs a handler that only reads an initialized static and calls
         // async-signal-safe functions (`write`, `_exit`).
         unsafe { libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t) };

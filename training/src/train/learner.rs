@@ -11,7 +11,9 @@ use burn::record::{Record, Recorder};
 use burn::tensor::DType;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::metric::LearningRateMetric;
-use burn::train::{ExecutionStrategy, Learner, SupervisedTraining, TrainingStrategy};
+use burn::train::{
+    ExecutionStrategy, Learner, LearningComponentsTypes, SupervisedTraining, TrainingStrategy,
+};
 use swa_models::Decoder;
 use swa_models::panics::without_panics;
 use swa_models::records::MigratingRecorder;
@@ -19,7 +21,7 @@ use swa_models::weights::recorder_problem;
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::last_checkpoint;
-use crate::checkpoint_file::{CheckpointRecorder, SaveOnly};
+use crate::checkpoint_file::{CheckpointRecorder, SaveOnly, record_path};
 use crate::distributed::Cluster;
 use crate::distributed::gradients::Averaged;
 use crate::error::TrainingError;
@@ -32,6 +34,8 @@ use crate::renderer::{PlainRenderer, dashboard_available};
 use crate::schedule::WarmupCosine;
 use crate::stop::{RunStop, SignalStop, received};
 use crate::train::TrainConfig;
+
+use super::step_loop::StepLoop;
 
 /// What a run's Learner needs besides its model and optimizer.
 pub(super) struct Run<'a, B: AutodiffBackend> {
@@ -93,7 +97,6 @@ impl<B: TrainingBackend> Run<'_, B> {
     {
         let config = self.config;
         let bits = self.bits.as_str();
-        let device = self.strategy.main_device().clone();
         let mut training = SupervisedTraining::new(
             self.logs,
             Arc::new(self.train_loader),
@@ -109,56 +112,91 @@ impl<B: TrainingBackend> Run<'_, B> {
         .metric_train_numeric(LearningRateMetric::new())
         .grads_accumulation(config.grad_accumulation)
         .num_epochs(config.epochs())
-        .with_training_strategy(TrainingStrategy::Default(self.strategy))
         .with_application_logger(None)
         .summary();
         let stop = RunStop::new(training.interrupter());
-        training = training.with_metric_logger(RunMetricLogger::new(self.logs, stop.clone()));
+        let every = config.checkpoint_every;
+        let logger = RunMetricLogger::new(self.logs, self.start / every + 1, stop.clone());
+        training = training.with_metric_logger(logger);
+        let mut recorder = CheckpointRecorder::new(config.keep_checkpoints).with_stop(stop.clone());
+        let mut learner = Learner::new(model, optimizer, self.schedule);
+        match self.strategy {
+            ExecutionStrategy::SingleDevice(device) => {
+                if self.start > 0 {
+                    learner = load_checkpoint(learner, (self.out, self.start), &device)?;
+                }
+                let (start, cluster) = (self.start, self.cluster.clone());
+                let steps = StepLoop { device, every, start, stop: stop.clone(), cluster };
+                training =
+                    training.with_training_strategy(TrainingStrategy::Custom(Arc::new(steps)));
+            }
+            several => {
+                // burn-train's own loop, which numbers checkpoints by epoch and loads its own.
+                recorder = recorder.numbered_by_epoch(every);
+                if self.start > 0 {
+                    training = training.checkpoint(self.start / every);
+                }
+                training = training.with_training_strategy(TrainingStrategy::Default(several));
+            }
+        }
         if config.task.is_some() {
             training = training
                 .metric_train_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"))
                 .metric_valid_numeric(StatMetric::new(Stat::Accuracy, "Accuracy"));
         }
         if self.rank == 0 {
-            training = training
-                .with_file_checkpointer(
-                    CheckpointRecorder::new(config.keep_checkpoints).with_stop(stop.clone()),
-                )
-                .with_checkpointing_strategy(SaveOnly);
+            training =
+                training.with_file_checkpointer(recorder).with_checkpointing_strategy(SaveOnly);
         }
         // Several processes share the launcher's terminal (rank 0's is a pseudo-terminal that
         // cannot enter raw mode), so only a process alone shows the dashboard.
         if self.cluster.is_some() || !dashboard_available() {
             training = training.renderer(PlainRenderer::new((config.checkpoint_every / 10).max(1)));
         }
-        let mut learner = Learner::new(model, optimizer, self.schedule);
-        if self.start > 0 {
-            // Rank 0's Learner loads its checkpoint itself; the others load the same files.
-            training = training.checkpoint(self.start);
-            if self.rank > 0 {
-                let device = &device;
-                let file = |part: &str| {
-                    self.out.join("checkpoint").join(format!("{part}-{}.mpk", self.start))
-                };
-                learner.load_model(checkpoint_part::<B, _>(&file("model"), device)?);
-                learner.load_optim(checkpoint_part::<B, _>(&file("optim"), device)?);
-                learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
-            }
-        }
-        // Under MPI the launcher's SIGTERM means that another process ended (the watchdog's).
-        let signals = self.cluster.is_none().then(|| SignalStop::install(&stop));
+        // Under MPI too: the request travels to the other processes (`StepLoop`), and the
+        // watchdog ends a process that cannot agree on it.
+        let signals = SignalStop::install(&stop);
         let trained = training.launch(learner).model.decoder;
         drop(signals);
         if let Some(failure) = stop.take_failure() {
             return Err(TrainingError::Write(failure));
         }
-        if stop.was_stopped() {
-            let reason = received().unwrap_or("the dashboard's quit");
-            let (dir, checkpoint) = (self.out.join("checkpoint"), last_checkpoint(self.out));
-            return Err(TrainingError::Stopped { reason, dir, checkpoint });
-        }
-        Ok(trained)
+        // A request during the last validation lets the run end; burn-train's own loop stops
+        // at an epoch's end without saying where.
+        let checkpoint = match stop.stop_step() {
+            Some(step) => Some(step),
+            None if stop.was_stopped() => match last_checkpoint(self.out) {
+                last if last == Some(every * config.epochs()) => return Ok(trained),
+                last => last,
+            },
+            None => return Ok(trained),
+        };
+        let asked = match self.cluster {
+            Some(_) => "another process's stop request",
+            None => "the dashboard's quit",
+        };
+        let (reason, dir) = (received().unwrap_or(asked), self.out.join("checkpoint"));
+        Err(TrainingError::Stopped { reason, dir, checkpoint })
     }
+}
+
+/// `learner` with the checkpoint of step `start` of the run in `out` loaded, as the Learner
+/// reads it (every process reads rank 0's files).
+fn load_checkpoint<B, LC>(
+    mut learner: Learner<LC>,
+    (out, start): (&Path, usize),
+    device: &B::Device,
+) -> Result<Learner<LC>, TrainingError>
+where
+    B: AutodiffBackend,
+    LC: LearningComponentsTypes<Backend = B>,
+{
+    let dir = out.join("checkpoint");
+    let file = |part| record_path(&dir, part, start);
+    learner.load_model(checkpoint_part::<B, _>(&file("model"), device)?);
+    learner.load_optim(checkpoint_part::<B, _>(&file("optim"), device)?);
+    learner.load_scheduler(checkpoint_part::<B, _>(&file("scheduler"), device)?);
+    Ok(learner)
 }
 
 /// One part (model, optimizer or scheduler) of a Learner checkpoint, read as the Learner
