@@ -82,8 +82,9 @@ pub enum TrainingError {
     /// A file of the run could not be written (the disk is full, the folder is read-only or
     /// gone): the run stopped there, its last complete checkpoint intact.
     Write(WriteError),
-    /// The run was asked to stop (a signal, the dashboard's quit) and stopped after the step
-    /// in flight, without saving `model.mpk`; `--resume` continues from its last checkpoint.
+    /// The run was asked to stop (a signal, the dashboard's quit) and stopped at the next
+    /// optimizer step, without saving `model.mpk`; `--resume` continues from its last
+    /// checkpoint.
     Stopped {
         /// What asked: `SIGTERM`, `SIGINT`, the dashboard's quit, or (under MPI) another
         /// process's stop request.
@@ -92,6 +93,10 @@ pub enum TrainingError {
         dir: PathBuf,
         /// The last complete checkpoint, where `--resume` continues; `None` before the first.
         checkpoint: Option<usize>,
+        /// Whether that checkpoint is of the step training stopped at (the run's own loop);
+        /// otherwise (burn-train's loop for several devices) the steps after it are trained
+        /// again.
+        at_stop: bool,
     },
     /// A fresh run into a folder that already holds one.
     RunExists {
@@ -211,12 +216,13 @@ impl fmt::Display for TrainingError {
                 write!(f, "{}: unknown field `{field}`", path.display())
             }
             Write(error) => error.fmt(f),
-            Stopped { reason, dir, checkpoint: Some(checkpoint) } => write!(
+            Stopped { reason, dir, checkpoint: Some(checkpoint), at_stop } => write!(
                 f,
-                "training stopped by {reason}; --resume continues from checkpoint {checkpoint} in {} (the steps after it are trained again)",
-                dir.display()
+                "training stopped by {reason}; --resume continues from checkpoint {checkpoint} in {}{}",
+                dir.display(),
+                if *at_stop { "" } else { " (the steps after it are trained again)" }
             ),
-            Stopped { reason, dir, checkpoint: None } => write!(
+            Stopped { reason, dir, checkpoint: None, .. } => write!(
                 f,
                 "training stopped by {reason} before its first checkpoint (none in {}); --resume starts it afresh",
                 dir.display()

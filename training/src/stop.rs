@@ -144,6 +144,15 @@ impl Drop for SignalStop {
     }
 }
 
+/// Ignores `SIGTERM` and `SIGINT` from now on: for a process of a multi-process run that has
+/// stopped on a request and is about to exit, whose peers' exits make the launcher signal it.
+pub fn ignore_stop_signals() {
+    for signal in STOP_SIGNALS {
+        // SAFETY: sets the disposition of a signal to "ignore"; no handler runs.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+}
+
 /// The name of the stop signal received since the handlers were installed, if any.
 pub fn received() -> Option<&'static str> {
     match SIGNAL.load(Ordering::SeqCst) {

@@ -166,9 +166,13 @@ fn train_run<B: TrainingBackend>(
         false => StreamMemory::off(),
     };
     let model = match run.train(LanguageModel { memory, ..LanguageModel::new(decoder) }) {
-        // Every process stopped at the same step: they leave the run together.
+        // Every process stopped at the same step: they leave the run together, and the
+        // launcher's `SIGTERM` when the first one exits cannot cut another's last line.
         Err(stopped @ TrainingError::Stopped { .. }) => {
-            cluster.inspect(|cluster| cluster.finish());
+            if let Some(cluster) = cluster {
+                crate::stop::ignore_stop_signals();
+                cluster.finish();
+            }
             return Err(stopped);
         }
         trained => trained?,

@@ -18,8 +18,9 @@ use crate::max_abs;
 /// Stops of the run.
 const STOPS: usize = 10;
 
-/// The run stopped: 96 steps, a checkpoint every 16, so that most stops fall inside an epoch.
-const RUN: (usize, usize) = (96, 16);
+/// The run stopped: 160 steps (room for the 10 stops, which train about 10 steps each), a
+/// checkpoint every 16, so that most stops fall inside an epoch.
+const RUN: (usize, usize) = (160, 16);
 
 /// Sends `signal` (`libc::SIGTERM`, `libc::SIGINT`) to `child`.
 fn signal(child: &Child, signal: libc::c_int) {

@@ -120,6 +120,7 @@ impl<B: TrainingBackend> Run<'_, B> {
         training = training.with_metric_logger(logger);
         let mut recorder = CheckpointRecorder::new(config.keep_checkpoints).with_stop(stop.clone());
         let mut learner = Learner::new(model, optimizer, self.schedule);
+        let own_loop = matches!(self.strategy, ExecutionStrategy::SingleDevice(_));
         match self.strategy {
             ExecutionStrategy::SingleDevice(device) => {
                 if self.start > 0 {
@@ -161,22 +162,23 @@ impl<B: TrainingBackend> Run<'_, B> {
         if let Some(failure) = stop.take_failure() {
             return Err(TrainingError::Write(failure));
         }
-        // A request during the last validation lets the run end; burn-train's own loop stops
-        // at an epoch's end without saying where.
+        // burn-train's own loop stops at an epoch's end without saying where (and its
+        // dashboard clears the Interrupter as training ends): its last checkpoint tells.
         let checkpoint = match stop.stop_step() {
             Some(step) => Some(step),
-            None if stop.was_stopped() => match last_checkpoint(self.out) {
+            None if own_loop => return Ok(trained),
+            None => match last_checkpoint(self.out) {
                 last if last == Some(every * config.epochs()) => return Ok(trained),
                 last => last,
             },
-            None => return Ok(trained),
         };
         let asked = match self.cluster {
             Some(_) => "another process's stop request",
             None => "the dashboard's quit",
         };
         let (reason, dir) = (received().unwrap_or(asked), self.out.join("checkpoint"));
-        Err(TrainingError::Stopped { reason, dir, checkpoint })
+        let at_stop = stop.stop_step().is_some();
+        Err(TrainingError::Stopped { reason, dir, checkpoint, at_stop })
     }
 }
 

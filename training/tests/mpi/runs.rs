@@ -29,6 +29,8 @@ const OUT_VARIABLE: &str = "SWA_MPI_TEST_OUT";
 const RESUME_VARIABLE: &str = "SWA_MPI_TEST_RESUME";
 /// Set: rank 1 trains with another seed.
 const OTHER_SEED_VARIABLE: &str = "SWA_MPI_TEST_OTHER_SEED";
+/// Set: the run trains this many steps instead of 60.
+const STEPS_VARIABLE: &str = "SWA_MPI_TEST_STEPS";
 
 /// The run of these tests: 2 layers of sliding windows of 8 keys, `d_model` 16, 2 heads, 60
 /// steps of `batch` sequences of 16, a checkpoint every 5.
@@ -49,6 +51,9 @@ fn run_config(batch: usize) -> TrainConfig {
 /// launching test named, and says its weights' fingerprint (or its error) in one line.
 fn rank_trains(cluster: &Cluster, dir: &Path) {
     let mut config = run_config(2);
+    if let Some(steps) = std::env::var(STEPS_VARIABLE).ok().and_then(|s| s.parse().ok()) {
+        config.steps = steps;
+    }
     if std::env::var_os(OTHER_SEED_VARIABLE).is_some() && cluster.rank() == 1 {
         config.seed += 1;
     }
@@ -322,7 +327,7 @@ fn loss_lines(out: &Path) -> Vec<(String, usize)> {
 }
 
 /// `SIGTERM` to rank 0, rank 1 or both (as `scancel` sends it), 10 times at moments that move
-/// through the run: the request travels with the next step's all-reduce, so both ranks stop at
+/// through a run of 100 steps (the stops train about 5 each): the request travels with the next step's all-reduce, so both ranks stop at
 /// the same step, which rank 0 checkpoints, each saying so in one line; resumed, the run ends
 /// with the straight pair's weights and logs.
 #[test]
@@ -334,10 +339,12 @@ fn a_stop_request_to_any_rank_stops_every_rank_at_one_checkpoint() {
     let dir = run_dir("stop");
     let out = dir.join("stopped");
     let resume = (RESUME_VARIABLE, "1".to_string());
+    let steps = (STEPS_VARIABLE, "100".to_string());
     let mut checkpoints = Vec::new();
     for attempt in 0..STOPS {
         let logged = checkpoints.last().copied().unwrap_or(0);
-        let env: Vec<_> = (attempt > 0).then(|| resume.clone()).into_iter().collect();
+        let env: Vec<_> =
+            [steps.clone()].into_iter().chain((attempt > 0).then(|| resume.clone())).collect();
         let log = dir.join(format!("attempt-{attempt}.log"));
         let stepped = || loss_lines(&out).iter().map(|(_, n)| n).sum::<usize>() > logged;
         let mut launcher = spawn_until(train_mpi(2, (name, &dir, "stopped"), &env), &log, stepped);
@@ -366,10 +373,10 @@ fn a_stop_request_to_any_rank_stops_every_rank_at_one_checkpoint() {
     }
     let inside = checkpoints.iter().filter(|&&c| c % 5 != 0).count();
     eprintln!("{STOPS} stops at steps {checkpoints:?}, {inside} inside an epoch");
-    let resumed = train_mpi(2, (name, &dir, "stopped"), &[resume]).output().unwrap();
+    let resumed = train_mpi(2, (name, &dir, "stopped"), &[resume, steps.clone()]).output().unwrap();
     assert!(resumed.status.success(), "{}", text(&resumed));
     fingerprint(&resumed, 2);
-    let straight = train_mpi(2, (name, &dir, "straight"), &[]).output().unwrap();
+    let straight = train_mpi(2, (name, &dir, "straight"), &[steps]).output().unwrap();
     assert!(straight.status.success(), "{}", text(&straight));
     let error = max_abs(&saved_logits(&dir, "straight"), &saved_logits(&dir, "stopped"));
     eprintln!("stopped {STOPS} times and resumed: logits within {error:e} of the straight run");
