@@ -2,11 +2,12 @@
 //! not a terminal), AdamW with warmup and cosine decay, gradient accumulation, checkpoints every
 //! `checkpoint_every` steps keeping the last few, and exact resume.
 //!
-//! An epoch of the Learner is `checkpoint_every` steps, since the Learner checkpoints at epoch
-//! ends. Resuming loads the model, optimizer and schedule of the last complete checkpoint, and
-//! the loader draws the next epoch's windows from the seed and epoch number (see
-//! [`crate::loader`]), so a killed and resumed run ends with the same step count and a loss
-//! curve that continues without a jump.
+//! An epoch of the Learner is `checkpoint_every` steps, checkpointed at its end; a stop request
+//! adds a checkpoint of the step it ends at (the run's own loop, `train/step_loop.rs`).
+//! Checkpoints are numbered by the steps trained. Resuming loads the model, optimizer and
+//! schedule of the last complete checkpoint, and the loader draws every batch from the seed,
+//! epoch and step (see [`crate::loader`]), so a killed or stopped and resumed run ends with the
+//! same step count and a loss curve that continues without a jump.
 //!
 //! [`train_with`] takes Burn's execution strategy: one device, or Burn's multi-device data
 //! parallelism. [`train_in_cluster`] trains as one process of a multi-process run
