@@ -20,7 +20,7 @@ use clap::Parser;
 use swa_zoo::AppError;
 use swa_zoo::bench::memory::CountingAllocator;
 use swa_zoo::bench::suite::{self, Part, Results, Suite};
-use swa_zoo::bench::{BenchModel, Family, decode, streaming, training};
+use swa_zoo::bench::{AttentionFamily, BenchModel, decode, streaming, training};
 use swa_zoo::report::Table;
 use swa_zoo::report::plot::line_plot;
 use swa_zoo::runtime::{BackendChoice, Job, Placement, Precision, TrainingBackend, run_on};
@@ -163,7 +163,7 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), AppError> {
                     .filter_map(|(&p, t)| t.map(|t| (p as f64, t)))
                     .collect();
                 let name = match row.family {
-                    Family::Full => "full".to_string(),
+                    AttentionFamily::Full => "full".to_string(),
                     family => format!("{} W={}", family.name(), suite.flatness.window),
                 };
                 (name, points)

@@ -22,7 +22,7 @@ pub use swa_attention::{
     AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention,
 };
 pub use swa_models::hf::Pretrained;
-pub use swa_models::{Decoder, DecoderConfig, GenerateConfig, ModelError, Preset, Scale};
+pub use swa_models::{Decoder, DecoderConfig, GenerateConfig, ModelError, Preset, PresetSize};
 pub use swa_training::corpus::Corpus;
 pub use swa_training::train::{TrainConfig, train};
 pub use swa_training::{TrainedRun, TrainingBackend, TrainingError};

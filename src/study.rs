@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use clap::Args;
 use swa_attention::WindowedAttentionBackend;
-use swa_models::{Decoder, DecoderConfig, Scale};
+use swa_models::{Decoder, DecoderConfig, PresetSize};
 use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::synthetic::SyntheticTask;
@@ -63,7 +63,7 @@ pub struct StudyArgs {
     pub smoke: bool,
 }
 
-/// [`Scale`] as a flag value.
+/// [`PresetSize`] as a flag value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StudyScale {
     /// A few hundred thousand parameters.
@@ -118,10 +118,10 @@ impl Study {
     }
 
     /// The model scale.
-    pub fn scale(&self) -> Scale {
+    pub fn scale(&self) -> PresetSize {
         match self.args.scale {
-            StudyScale::Tiny => Scale::Tiny,
-            StudyScale::Paper => Scale::Paper,
+            StudyScale::Tiny => PresetSize::Tiny,
+            StudyScale::Paper => PresetSize::Paper,
         }
     }
 

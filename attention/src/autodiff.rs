@@ -44,7 +44,7 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
         opts: &ScoreOptions,
     ) -> OutputPrimitives<Self> {
         let kernel = chosen_kernel::<B>(spec, &q.shape(), &k.shape(), &v.shape());
-        let call = |kernel| Call { kernel, spec, opts };
+        let call = |kernel| KernelCall { kernel, spec, opts };
         match (kernel, relative) {
             (Some(kernel), None) => kernel_op::<B, C, 3>(call(kernel), [q, k, v]),
             (Some(kernel), Some(relative)) => {
@@ -83,13 +83,13 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
 }
 
 /// A kernel call: the kernels, and the call's spec and options.
-struct Call<'a, B: Backend> {
+struct KernelCall<'a, B: Backend> {
     kernel: WindowedKernel<B>,
     spec: &'a WindowSpec,
     opts: &'a ScoreOptions,
 }
 
-impl<B: Backend> Call<'_, B> {
+impl<B: Backend> KernelCall<'_, B> {
     /// The forward kernel on `[q, k, v]` or `[q, k, v, relative]`.
     fn forward<const N: usize>(&self, inputs: [FloatTensor<B>; N]) -> OutputPrimitives<B> {
         let mut inputs = inputs.into_iter();
@@ -102,7 +102,7 @@ impl<B: Backend> Call<'_, B> {
 /// The inner backend's forward kernel on `[q, k, v]` (`N = 3`) or `[q, k, v, relative]`
 /// (`N = 4`) as two tracked outputs whose backward is its backward kernel.
 fn kernel_op<B: WindowedAttentionBackend, C: CheckpointStrategy, const N: usize>(
-    call: Call<'_, B>,
+    call: KernelCall<'_, B>,
     inputs: [FloatTensor<Autodiff<B, C>>; N],
 ) -> OutputPrimitives<Autodiff<B, C>> {
     let nodes = inputs.each_ref().map(|t| t.node.clone());

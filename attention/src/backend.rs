@@ -5,8 +5,8 @@
 //!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and the
 //!   kernel's [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise,
 //!   so every backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
-//!   Setting [`PATH_VARIABLE`] to `blocked` makes every call take the blocked path, for
-//!   comparisons.
+//!   Setting [`FUSED_OPS_VARIABLE`] to `off` makes every call take the blocked path (and every
+//!   other fused op its tensor ops), for comparisons.
 //! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
 //!   returns `o` in the inputs' dtype and `lse` in f32, the exact backward of that forward, and
 //!   which calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and so
@@ -127,28 +127,28 @@ pub trait WindowedAttentionBackend: Backend {
     }
 }
 
-/// The environment variable that chooses the path of every call: `blocked` forces the blocked
-/// path on every backend, the caches' tensor ops in place of a fused decode step, and the tensor
-/// ops of every other fused op (RoPE, RMSNorm, the MLP's gate, the cross-entropy, the few-row linear product), to
-/// compare them with the fused kernels; unset or anything
-/// else lets each backend choose. Read at every
-/// call, so a process can compare both.
-pub const PATH_VARIABLE: &str = "SWA_WINDOWED_PATH";
+/// The environment variable that turns the fused ops off: `SWA_FUSED_OPS=off` runs every op as
+/// Burn tensor ops (the core's blocked path, the caches' tensor ops in place of a fused decode
+/// step and cache write, and the tensor ops of RoPE, RMSNorm, the MLP's gate, the cross-entropy
+/// and the few-row linear product), to compare them with the fused kernels. Unset, or any other
+/// value, lets each backend choose. Read once, at the first op that asks.
+pub const FUSED_OPS_VARIABLE: &str = "SWA_FUSED_OPS";
 
 /// The fused kernel that runs this call on `B`: the backend's, when it has one, the kernel takes
-/// the call, and [`PATH_VARIABLE`] does not force the blocked path.
+/// the call, and [`FUSED_OPS_VARIABLE`] does not turn the fused ops off.
 pub(crate) fn chosen_kernel<B: WindowedAttentionBackend>(
     spec: &WindowSpec,
     q: &Shape,
     k: &Shape,
     v: &Shape,
 ) -> Option<WindowedKernel<B>> {
-    B::windowed_kernel().filter(|kernel| !blocked_forced() && (kernel.runs)(spec, q, k, v))
+    B::windowed_kernel().filter(|kernel| !fused_ops_off() && (kernel.runs)(spec, q, k, v))
 }
 
-/// Whether [`PATH_VARIABLE`] forces the blocked path (and the caches' tensor ops).
-pub(crate) fn blocked_forced() -> bool {
-    std::env::var(PATH_VARIABLE).is_ok_and(|path| path == "blocked")
+/// Whether [`FUSED_OPS_VARIABLE`] turns the fused ops off (read at the first call).
+pub(crate) fn fused_ops_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var(FUSED_OPS_VARIABLE).is_ok_and(|value| value == "off"))
 }
 
 /// A backend with fused windowed-attention kernels (the CubeCL backends, `crate::kernel`).

@@ -18,7 +18,7 @@ use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::WindowedAttentionBackend;
-use crate::backend::blocked_forced;
+use crate::backend::fused_ops_off;
 
 /// How an RMSNorm scales: `x / √(mean(x²) + ε) · γ` with `γ = w`, or `γ = 1 + w` under
 /// `unit_offset` (Gemma's form, docs/semantics.md §9).
@@ -101,9 +101,9 @@ impl<B: Backend> std::fmt::Debug for LayerKernels<B> {
     }
 }
 
-/// The backend's layer kernels, unless [`crate::PATH_VARIABLE`] forces the tensor ops.
+/// The backend's layer kernels, unless [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off.
 pub(crate) fn chosen<B: WindowedAttentionBackend>() -> Option<LayerKernels<B>> {
-    B::layer_kernels().filter(|_| !blocked_forced())
+    B::layer_kernels().filter(|_| !fused_ops_off())
 }
 
 /// RMSNorm of `x: [..., D]` with weight `w: [D]` → the same shape: the backend's fused op

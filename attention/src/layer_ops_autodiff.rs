@@ -1,8 +1,8 @@
 //! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
 //! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the MLP's gate with parents `a` and
-//! `b`, the cross-entropy with parent `logits`, each backward one kernel call. Without kernels, or when [`crate::PATH_VARIABLE`] forces
-//! the tensor ops, they return `None`: the caller's tensor ops run on `Autodiff<B>` and are
-//! differentiated op by op.
+//! `b`, the cross-entropy with parent `logits`, each backward one kernel call. Without kernels,
+//! or when [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off, they return `None`: the
+//! caller's tensor ops run on `Autodiff<B>` and are differentiated op by op.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;

@@ -61,7 +61,7 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    KernelForward, KernelGradients, OutputPrimitives, PATH_VARIABLE, WindowedAttentionBackend,
+    FUSED_OPS_VARIABLE, KernelForward, KernelGradients, OutputPrimitives, WindowedAttentionBackend,
     WindowedKernel, WindowedKernelBackend,
 };
 pub use blocked::{

@@ -9,7 +9,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::blocked_forced;
+use crate::backend::fused_ops_off;
 use crate::{AttentionError, WindowedAttentionBackend};
 
 /// Configuration of [`Rope`].
@@ -147,14 +147,15 @@ impl Rope {
     /// StreamingLLM's cache-slot positions (docs/semantics.md §7). Returns the same shape.
     ///
     /// Runs the backend's fused rotation ([`WindowedAttentionBackend::rope_kernel`]) where it
-    /// has one, unless [`crate::PATH_VARIABLE`] forces the tensor ops ([`rotate_tensor_ops`]).
+    /// has one, unless [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off
+    /// ([`rotate_tensor_ops`]).
     pub fn forward_at<B: WindowedAttentionBackend>(
         &self,
         x: Tensor<B, 4>,
         positions: &[usize],
     ) -> Tensor<B, 4> {
         let angles = self.angles(positions);
-        match B::rope_kernel().filter(|_| !blocked_forced()) {
+        match B::rope_kernel().filter(|_| !fused_ops_off()) {
             Some(rotate) => {
                 let rotated = rotate(x.into_primitive().tensor(), &angles);
                 Tensor::from_primitive(TensorPrimitive::Float(rotated))

@@ -51,6 +51,6 @@ pub use generate::GenerateConfig;
 pub use info::ModelInfo;
 pub use memory::{DecoderMemory, DecoderMemoryData};
 pub use mlp::{GatedMlp, GatedMlpConfig, MlpActivation};
-pub use presets::{Preset, Scale};
+pub use presets::{Preset, PresetSize};
 pub use rng::SplitMix64;
 pub use swa_attention::layers::{RmsNorm, RmsNormConfig};

@@ -9,7 +9,7 @@ use crate::decoder::DecoderConfig;
 
 /// Paper-sized or tiny.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scale {
+pub enum PresetSize {
     /// The dimensions of the cited table.
     Paper,
     /// A few hundred thousand parameters, for CPU tests and examples.
@@ -135,18 +135,18 @@ impl Model {
 
 impl Cited {
     /// The model's size at `scale`.
-    fn dims(&self, scale: Scale) -> &Dims {
+    fn dims(&self, scale: PresetSize) -> &Dims {
         match scale {
-            Scale::Paper => &self.paper,
-            Scale::Tiny => &self.tiny,
+            PresetSize::Paper => &self.paper,
+            PresetSize::Tiny => &self.tiny,
         }
     }
 
     /// The sequence length the model trains at, at `scale`.
-    fn train_len(&self, scale: Scale) -> usize {
+    fn train_len(&self, scale: PresetSize) -> usize {
         match scale {
-            Scale::Paper => self.train_len[0],
-            Scale::Tiny => self.train_len[1],
+            PresetSize::Paper => self.train_len[0],
+            PresetSize::Tiny => self.train_len[1],
         }
     }
 
@@ -155,7 +155,7 @@ impl Cited {
     fn preset(
         &self,
         base: &str,
-        scale: Scale,
+        scale: PresetSize,
         vocab: usize,
         attention: Vec<AttentionKind>,
     ) -> Preset {
@@ -169,10 +169,10 @@ impl Cited {
 }
 
 /// `base` at `scale`: itself at the paper's scale, `base-tiny` at the tiny one.
-fn named(base: &str, scale: Scale) -> String {
+fn named(base: &str, scale: PresetSize) -> String {
     match scale {
-        Scale::Paper => base.to_string(),
-        Scale::Tiny => format!("{base}-tiny"),
+        PresetSize::Paper => base.to_string(),
+        PresetSize::Tiny => format!("{base}-tiny"),
     }
 }
 
@@ -188,7 +188,11 @@ fn decoder(vocab: usize, dims: &Dims, attention: Vec<AttentionKind>) -> DecoderC
 impl Preset {
     /// MSWA Table 2: SWA, MSWA-h, MSWA-l or MSWA (geometric allocation) at base window 128,
     /// trained on sequences of 1024 (docs/semantics.md §3).
-    pub fn mswa(variant: MswaVariant, scale: Scale, vocab: usize) -> Result<Self, AttentionError> {
+    pub fn mswa(
+        variant: MswaVariant,
+        scale: PresetSize,
+        vocab: usize,
+    ) -> Result<Self, AttentionError> {
         let cited = Model::MswaTable2.cited();
         let dims = cited.dims(scale);
         let windows =
@@ -205,11 +209,11 @@ impl Preset {
     }
 
     /// MSWA Table 2's full-attention baselines, trained at `train_len` 1024 or 2048.
-    pub fn mswa_full(train_len: usize, scale: Scale, vocab: usize) -> Self {
+    pub fn mswa_full(train_len: usize, scale: PresetSize, vocab: usize) -> Self {
         let name = format!("mswa-table2-full-{train_len}");
         let preset =
             Model::MswaTable2.cited().preset(&name, scale, vocab, vec![AttentionKind::Full]);
-        let train_len = if scale == Scale::Paper { train_len } else { train_len / 8 };
+        let train_len = if scale == PresetSize::Paper { train_len } else { train_len / 8 };
         Self { train_len, ..preset }
     }
 
@@ -218,7 +222,7 @@ impl Preset {
     /// the multi-scale allocation runs over the local layers alone.
     pub fn mswa_hybrid(
         local: Option<MswaVariant>,
-        scale: Scale,
+        scale: PresetSize,
         vocab: usize,
     ) -> Result<Self, AttentionError> {
         let cited = Model::MswaTable3.cited();
@@ -254,17 +258,17 @@ impl Preset {
 
     /// SWAT's 340M model (Table 1: d = 1024, 16 heads, 24 layers, W = 256), trained on
     /// sequences of 4W, the best setting of its Table 2 (docs/semantics.md §4).
-    pub fn swat_340m(scale: Scale, vocab: usize) -> Self {
+    pub fn swat_340m(scale: PresetSize, vocab: usize) -> Self {
         Self::swat(Model::Swat340m, "swat-340m", scale, vocab)
     }
 
     /// SWAT's analysis model (Table 3: 12 heads, d = 768, 12 layers), W = 256, trained at 4W.
-    pub fn swat_analysis(scale: Scale, vocab: usize) -> Self {
+    pub fn swat_analysis(scale: PresetSize, vocab: usize) -> Self {
         Self::swat(Model::SwatAnalysis, "swat-analysis", scale, vocab)
     }
 
     /// The SWAT preset `base` of `model`'s size: SWAT attention at its window on every layer.
-    fn swat(model: Model, base: &str, scale: Scale, vocab: usize) -> Self {
+    fn swat(model: Model, base: &str, scale: PresetSize, vocab: usize) -> Self {
         let cited = model.cited();
         let window = cited.dims(scale).window;
         cited.preset(base, scale, vocab, vec![AttentionKind::swat(window)])
@@ -272,10 +276,10 @@ impl Preset {
 
     /// A LongNet decoder with the paper's branches `w = (2048 … 32768)`, `r = (1, 2, 4, 6, 12)`
     /// (docs/semantics.md §5), 12 heads so that every offset of `r = 12` has a head.
-    pub fn longnet(scale: Scale, vocab: usize) -> Self {
+    pub fn longnet(scale: PresetSize, vocab: usize) -> Self {
         let (segments, dilations) = match scale {
-            Scale::Paper => (vec![2048, 4096, 8192, 16384, 32768], vec![1, 2, 4, 6, 12]),
-            Scale::Tiny => (vec![16, 32, 64], vec![1, 2, 4]),
+            PresetSize::Paper => (vec![2048, 4096, 8192, 16384, 32768], vec![1, 2, 4, 6, 12]),
+            PresetSize::Tiny => (vec![16, 32, 64], vec![1, 2, 4]),
         };
         let kind = AttentionKind::LongNet { segments, dilations };
         Model::LongNet.cited().preset("longnet", scale, vocab, vec![kind])
@@ -284,7 +288,7 @@ impl Preset {
     /// Longformer with one-sided window 256 (Hugging Face's 512), dilation 1 on all heads but
     /// the last two (dilation 2, as in its character-LM setting), and a global token at 0;
     /// `causal` selects the decoder, else the encoder (docs/semantics.md §2).
-    pub fn longformer(causal: bool, scale: Scale, vocab: usize) -> Self {
+    pub fn longformer(causal: bool, scale: PresetSize, vocab: usize) -> Self {
         let cited = Model::Longformer.cited();
         let dims = cited.dims(scale);
         let dilations = (0..dims.heads).map(|h| if h + 2 >= dims.heads { 2 } else { 1 }).collect();
@@ -296,14 +300,14 @@ impl Preset {
 
     /// The vanilla Transformer++ baseline with full causal attention (SWAT Table 1 and MSWA
     /// Appendix B.2.1), at MSWA's Table 2 size.
-    pub fn vanilla(scale: Scale, vocab: usize) -> Self {
+    pub fn vanilla(scale: PresetSize, vocab: usize) -> Self {
         let preset =
             Model::MswaTable2.cited().preset("vanilla", scale, vocab, vec![AttentionKind::Full]);
         Self { source: "Transformer++ baseline (SWAT Table 1; MSWA Appendix B.2.1)", ..preset }
     }
 
     /// Every preset at `scale`, in a fixed order.
-    pub fn all(scale: Scale, vocab: usize) -> Result<Vec<Self>, AttentionError> {
+    pub fn all(scale: PresetSize, vocab: usize) -> Result<Vec<Self>, AttentionError> {
         let mut presets = Vec::new();
         for variant in
             [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both]
@@ -326,7 +330,7 @@ impl Preset {
 
     /// The preset called `name` (paper or `-tiny`), for a vocabulary of `vocab` tokens.
     pub fn by_name(name: &str, vocab: usize) -> Option<Self> {
-        [Scale::Paper, Scale::Tiny]
+        [PresetSize::Paper, PresetSize::Tiny]
             .into_iter()
             .flat_map(|scale| Self::all(scale, vocab).unwrap_or_default())
             .find(|p| p.name == name)
@@ -339,7 +343,7 @@ mod tests {
 
     #[test]
     fn every_tiny_preset_is_valid_and_named_tiny() {
-        let presets = Preset::all(Scale::Tiny, 256).unwrap();
+        let presets = Preset::all(PresetSize::Tiny, 256).unwrap();
         assert_eq!(presets.len(), 15);
         for preset in presets {
             preset.config.validate().unwrap_or_else(|e| panic!("{}: {e}", preset.name));
@@ -349,11 +353,11 @@ mod tests {
 
     #[test]
     fn mswa_layers_have_a_window_per_head() {
-        let dims = Model::MswaTable2.cited().dims(Scale::Tiny);
+        let dims = Model::MswaTable2.cited().dims(PresetSize::Tiny);
         for variant in
             [MswaVariant::Swa, MswaVariant::Heads, MswaVariant::Layers, MswaVariant::Both]
         {
-            let config = Preset::mswa(variant, Scale::Tiny, 256).unwrap().config;
+            let config = Preset::mswa(variant, PresetSize::Tiny, 256).unwrap().config;
             assert_eq!(config.attention.len(), dims.layers);
             for kind in &config.attention {
                 let windows = kind.windows().expect("MSWA layers are windowed");
@@ -367,7 +371,8 @@ mod tests {
 
     #[test]
     fn hybrids_are_linear_then_two_local_layers() {
-        let config = Preset::mswa_hybrid(Some(MswaVariant::Both), Scale::Tiny, 256).unwrap().config;
+        let config =
+            Preset::mswa_hybrid(Some(MswaVariant::Both), PresetSize::Tiny, 256).unwrap().config;
         for (l, kind) in config.attention.iter().enumerate() {
             let linear = matches!(kind, AttentionKind::Linear { .. });
             assert_eq!(linear, l % 3 == 0, "layer {l}: {kind:?}");
@@ -377,7 +382,7 @@ mod tests {
 
     #[test]
     fn swat_trains_at_four_windows() {
-        for scale in [Scale::Paper, Scale::Tiny] {
+        for scale in [PresetSize::Paper, PresetSize::Tiny] {
             for preset in [Preset::swat_340m(scale, 256), Preset::swat_analysis(scale, 256)] {
                 let window = preset.config.kind_of(0).windows().unwrap()[0];
                 assert_eq!(preset.train_len, 4 * window, "{}", preset.name);

@@ -10,7 +10,7 @@ use swa_attention::WindowedAttentionBackend;
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
-use super::{BenchModel, Family, median, mib, ms};
+use super::{AttentionFamily, BenchModel, median, mib, ms};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -20,7 +20,7 @@ pub struct DecodeBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds; full attention runs once per batch, the others once per window.
-    pub families: Vec<Family>,
+    pub families: Vec<AttentionFamily>,
     /// Base windows `W`.
     pub windows: Vec<usize>,
     /// Batch sizes.
@@ -40,7 +40,12 @@ impl DecodeBench {
     pub fn figure3(model: BenchModel) -> Self {
         Self {
             model,
-            families: vec![Family::Full, Family::Swa, Family::Mswa, Family::Swat],
+            families: vec![
+                AttentionFamily::Full,
+                AttentionFamily::Swa,
+                AttentionFamily::Mswa,
+                AttentionFamily::Swat,
+            ],
             windows: vec![128, 256, 512],
             batches: vec![1, 8, 16, 64, 128],
             positions: vec![500, 1000, 1500, 2000],
@@ -54,7 +59,7 @@ impl DecodeBench {
 #[derive(Clone, Debug)]
 pub struct DecodeRow {
     /// The kind.
-    pub family: Family,
+    pub family: AttentionFamily,
     /// Its base window; `None` for full attention.
     pub window: Option<usize>,
     /// Sequences decoded together.
@@ -169,7 +174,8 @@ pub fn table(rows: &[DecodeRow]) -> Table {
         "KV vs full",
         "KV = info",
     ]);
-    let full = |batch: usize| rows.iter().find(|r| r.family == Family::Full && r.batch == batch);
+    let full =
+        |batch: usize| rows.iter().find(|r| r.family == AttentionFamily::Full && r.batch == batch);
     for r in rows {
         let (vs_full, kv_vs_full) = match full(r.batch) {
             Some(f) => (
@@ -200,7 +206,7 @@ pub struct FlatnessBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds.
-    pub families: Vec<Family>,
+    pub families: Vec<AttentionFamily>,
     /// The base window of the windowed kinds.
     pub window: usize,
     /// Positions measured, increasing.
@@ -216,7 +222,7 @@ pub struct FlatnessBench {
 #[derive(Clone, Debug)]
 pub struct FlatnessRow {
     /// The kind.
-    pub family: Family,
+    pub family: AttentionFamily,
     /// Milliseconds per token at each position of the bench.
     pub ms: Vec<Option<f64>>,
 }

@@ -27,7 +27,7 @@ use crate::error::AppError;
 
 /// The attention families compared. Every layer of a model runs the same family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
+pub enum AttentionFamily {
     /// Full causal attention, the baseline.
     Full,
     /// A sliding window of `W` keys (SWA).
@@ -42,21 +42,21 @@ pub enum Family {
     LongNet,
 }
 
-impl Family {
+impl AttentionFamily {
     /// The name printed in tables.
     pub fn name(self) -> &'static str {
         match self {
-            Family::Full => "full",
-            Family::Swa => "SWA",
-            Family::Mswa => "MSWA",
-            Family::Swat => "SWAT",
-            Family::LongNet => "LongNet",
+            AttentionFamily::Full => "full",
+            AttentionFamily::Swa => "SWA",
+            AttentionFamily::Mswa => "MSWA",
+            AttentionFamily::Swat => "SWAT",
+            AttentionFamily::LongNet => "LongNet",
         }
     }
 
     /// Whether the base window changes the model (every family but full attention).
     pub fn windowed(self) -> bool {
-        self != Family::Full
+        self != AttentionFamily::Full
     }
 }
 
@@ -91,20 +91,24 @@ impl BenchModel {
     }
 
     /// The decoder of `family` at base window `window`.
-    pub fn config(&self, family: Family, window: usize) -> Result<DecoderConfig, AppError> {
+    pub fn config(
+        &self,
+        family: AttentionFamily,
+        window: usize,
+    ) -> Result<DecoderConfig, AppError> {
         let (layers, heads) = (self.layers, self.heads);
         let attention = match family {
-            Family::Full => vec![AttentionKind::Full],
-            Family::Swa => vec![AttentionKind::Sliding { window }],
-            Family::Swat => vec![AttentionKind::swat(window)],
-            Family::Mswa => {
+            AttentionFamily::Full => vec![AttentionKind::Full],
+            AttentionFamily::Swa => vec![AttentionKind::Sliding { window }],
+            AttentionFamily::Swat => vec![AttentionKind::swat(window)],
+            AttentionFamily::Mswa => {
                 mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
                     .map_err(|e| AppError::step(format!("MSWA at window {window}"), e))?
                     .into_iter()
                     .map(|windows| AttentionKind::MultiScale { windows })
                     .collect()
             }
-            Family::LongNet => {
+            AttentionFamily::LongNet => {
                 vec![AttentionKind::LongNet {
                     segments: vec![window, 2 * window, 4 * window],
                     dilations: vec![1, 2, 4],

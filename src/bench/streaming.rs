@@ -9,7 +9,7 @@ use swa_attention::layers::CachePositions;
 use swa_training::eval::{rebuild, with_eval_window};
 
 use super::decode::time_steps;
-use super::{BenchModel, Family, median, mib, ms};
+use super::{AttentionFamily, BenchModel, median, mib, ms};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -54,12 +54,12 @@ pub fn run<B: WindowedAttentionBackend>(
         return Err(AppError::BenchSettings { problem });
     }
     let (w, s) = (bench.window, bench.sinks);
-    let vanilla_config = bench.model.config(Family::Full, w)?;
+    let vanilla_config = bench.model.config(AttentionFamily::Full, w)?;
     let vanilla = vanilla_config.init::<B>(device)?;
     let streaming_config = with_eval_window(&vanilla_config, w - s, s)?;
     let streaming = rebuild(&vanilla, &streaming_config, device)?;
-    let swa = bench.model.config(Family::Swa, w)?.init::<B>(device)?;
-    let swat = bench.model.config(Family::Swat, w)?.init::<B>(device)?;
+    let swa = bench.model.config(AttentionFamily::Swa, w)?.init::<B>(device)?;
+    let swat = bench.model.config(AttentionFamily::Swat, w)?.init::<B>(device)?;
     let variants = [
         (format!("SWA, W = {w}"), &swa, CachePositions::Absolute),
         (format!("SWAT, W = {w}"), &swat, CachePositions::Absolute),

@@ -7,7 +7,7 @@ use swa_training::TrainingBackend;
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
 use super::training::{self, TrainBench, TrainRow};
-use super::{BenchModel, Family};
+use super::{AttentionFamily, BenchModel};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -51,7 +51,12 @@ impl Suite {
             decode: DecodeBench::figure3(model.clone()),
             flatness: FlatnessBench {
                 model: model.clone(),
-                families: vec![Family::Full, Family::Swa, Family::Mswa, Family::Swat],
+                families: vec![
+                    AttentionFamily::Full,
+                    AttentionFamily::Swa,
+                    AttentionFamily::Mswa,
+                    AttentionFamily::Swat,
+                ],
                 window: 256,
                 positions: vec![2048, 4096, 8192, 16384],
                 full_max,
@@ -67,7 +72,12 @@ impl Suite {
             },
             training: TrainBench {
                 model,
-                families: vec![Family::Full, Family::Swa, Family::Mswa, Family::LongNet],
+                families: vec![
+                    AttentionFamily::Full,
+                    AttentionFamily::Swa,
+                    AttentionFamily::Mswa,
+                    AttentionFamily::LongNet,
+                ],
                 window: 256,
                 lengths: vec![1024, 4096, 16384],
                 batch: 1,

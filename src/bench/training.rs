@@ -12,7 +12,7 @@ use swa_training::language_model::LanguageModel;
 use swa_training::stream_memory::Stream;
 
 use super::memory::peak_during;
-use super::{BenchModel, Family, mib};
+use super::{AttentionFamily, BenchModel, mib};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -22,7 +22,7 @@ pub struct TrainBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds.
-    pub families: Vec<Family>,
+    pub families: Vec<AttentionFamily>,
     /// The base window `W` of the windowed kinds.
     pub window: usize,
     /// Sequence lengths `N`.
@@ -45,7 +45,7 @@ pub struct TrainBench {
 #[derive(Clone, Debug)]
 pub struct TrainRow {
     /// The kind.
-    pub family: Family,
+    pub family: AttentionFamily,
     /// Sequence length.
     pub len: usize,
     /// Why it did not run, if it did not.
@@ -70,7 +70,7 @@ where
         let model = LanguageModel::new(config.init::<B>(device)?);
         for &len in &bench.lengths {
             let score_bytes = bench.model.heads * len * len * 4;
-            if family == Family::Full && score_bytes > bench.full_score_bytes {
+            if family == AttentionFamily::Full && score_bytes > bench.full_score_bytes {
                 let gib = score_bytes as f64 / (1u64 << 30) as f64;
                 let skipped = Some(format!("one layer's H·N² f32 scores are {gib:.1} GiB"));
                 rows.push(TrainRow {

@@ -83,8 +83,8 @@ struct Prompt {
 
 /// `attention-map`.
 pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
-    struct Run(AttentionMapArgs);
-    impl Job for Run {
+    struct AttentionMapJob(AttentionMapArgs);
+    impl Job for AttentionMapJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let (config, model, prompt, to) = match (&args.hf, &args.out) {
@@ -114,7 +114,7 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
             draw_maps(&model, &config, prompt, &args, &to, &device)
         }
     }
-    run_on(&args.device.placement(), Run(args))
+    run_on(&args.device.placement(), AttentionMapJob(args))
 }
 
 /// Writes `layer{l}_head{h}.png` (or `.svg`) into `to` for every chosen layer and head.

@@ -58,8 +58,8 @@ pub enum BenchSuite {
 /// `bench`: the quick efficiency suite, then forward+backward steps per second of --preset on
 /// the embedded corpus.
 pub fn bench(args: BenchArgs) -> Result<(), AppError> {
-    struct Run(BenchArgs);
-    impl Job for Run {
+    struct BenchJob(BenchArgs);
+    impl Job for BenchJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let parts: Vec<Part> = match args.suite {
@@ -111,5 +111,5 @@ pub fn bench(args: BenchArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
-    run_on(&args.device.placement(), Run(args))
+    run_on(&args.device.placement(), BenchJob(args))
 }

@@ -63,8 +63,8 @@ pub struct EvalArgs {
 
 /// `eval`.
 pub fn eval(args: EvalArgs) -> Result<(), AppError> {
-    struct Run(EvalArgs);
-    impl Job for Run {
+    struct EvalJob(EvalArgs);
+    impl Job for EvalJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let Some(out) = &args.out else {
@@ -109,7 +109,7 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
-    run_on(&args.device.placement(), Run(args))
+    run_on(&args.device.placement(), EvalJob(args))
 }
 
 /// The window × length grid of one model: loss, perplexity and bits per unit at every length,

@@ -111,8 +111,8 @@ pub fn evaluate<B: WindowedAttentionBackend>(
 
 /// `eval-choice`.
 pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
-    struct Run(EvalChoiceArgs);
-    impl Job for Run {
+    struct EvalChoiceJob(EvalChoiceArgs);
+    impl Job for EvalChoiceJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             let results = evaluate::<B::InnerBackend>(&args.hf, &args.tasks, &device)?;
@@ -127,7 +127,7 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
-    run_on(&args.device.placement(), Run(args))
+    run_on(&args.device.placement(), EvalChoiceJob(args))
 }
 
 /// The questions of a JSON Lines file, each checked: at least two choices, the answer among

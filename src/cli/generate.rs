@@ -65,8 +65,8 @@ impl GenerateArgs {
 
 /// `generate`.
 pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
-    struct Run(GenerateArgs);
-    impl Job for Run {
+    struct GenerateJob(GenerateArgs);
+    impl Job for GenerateJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
             if let Some(dir) = &args.hf {
@@ -95,7 +95,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
-    run_on(&args.device.placement(), Run(args))
+    run_on(&args.device.placement(), GenerateJob(args))
 }
 
 /// A checkpoint's continuation of the prompt, printed token by token: the text decoded so far

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_models::{DecoderConfig, Preset, Scale};
+use swa_models::{DecoderConfig, Preset, PresetSize};
 
 use super::ModelArgs;
 use crate::error::AppError;
@@ -33,7 +33,7 @@ pub fn info(args: InfoArgs) -> Result<(), AppError> {
     type B = burn::backend::NdArray;
     let device = Default::default();
     if args.list {
-        for scale in [Scale::Paper, Scale::Tiny] {
+        for scale in [PresetSize::Paper, PresetSize::Tiny] {
             for preset in Preset::all(scale, 256)? {
                 println!(
                     "{:<34} train_len {:>5}  {}",

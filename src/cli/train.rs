@@ -154,7 +154,7 @@ pub fn train(args: TrainArgs) -> Result<(), AppError> {
     };
     let place =
         Placement { backend: args.device.backend, devices, precision: args.device.precision };
-    run_on(&place, Run { config, corpus, out, resume: args.resume, cluster })
+    run_on(&place, TrainJob { config, corpus, out, resume: args.resume, cluster })
 }
 
 /// The folder, saved configuration and corpus of the run `--resume` continues.
@@ -212,7 +212,7 @@ fn leave_the_run(failure: WriteError) -> ! {
 }
 
 /// A training run, as a job on whichever backend the flags chose.
-struct Run {
+struct TrainJob {
     config: TrainConfig,
     /// The corpus `config` names, loaded once.
     corpus: Corpus,
@@ -224,13 +224,13 @@ struct Run {
     cluster: Option<Cluster>,
 }
 
-impl Job for Run {
+impl Job for TrainJob {
     fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
         self.run_with::<B>(ExecutionStrategy::SingleDevice(device))
     }
 
     fn run_with<B: TrainingBackend>(self, strategy: ExecutionStrategy<B>) -> Result<(), AppError> {
-        let Run { config, corpus, out, resume, cluster } = &self;
+        let TrainJob { config, corpus, out, resume, cluster } = &self;
         let device = strategy.main_device().clone();
         config.validate()?;
         let untrained = config.model.init::<B::InnerBackend>(&device)?;
@@ -268,7 +268,7 @@ impl Job for Run {
     }
 }
 
-impl Run {
+impl TrainJob {
     /// This process's rank and the run's processes: `(0, 1)` alone.
     fn rank(&self) -> (usize, usize) {
         self.cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()))

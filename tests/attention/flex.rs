@@ -87,7 +87,7 @@ mod on_flex {
     }
 
     /// The blocked path stays a reference on flex too (and runs what a user forces with
-    /// `SWA_WINDOWED_PATH=blocked`).
+    /// `SWA_FUSED_OPS=off`).
     #[test]
     fn blocked_on_flex_matches_dense() {
         let cases: Vec<_> = [5, 65].iter().flat_map(|&n| cases(n)).collect();

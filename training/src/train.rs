@@ -45,7 +45,7 @@ pub use crate::train_config::TrainConfig;
 
 mod learner;
 mod step_loop;
-use learner::Run;
+use learner::Session;
 
 /// The model at the end of a run, and where its files are.
 pub struct TrainOutcome<B: AutodiffBackend> {
@@ -146,7 +146,7 @@ fn train_run<B: TrainingBackend>(
         config.warmup_steps,
         scheduler_steps.max(1),
     );
-    let run = Run {
+    let run = Session {
         config,
         out,
         logs: &logs,

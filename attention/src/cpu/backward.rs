@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::block::{Block, Scoring, live};
+use super::block::{ScoreBlock, Scoring, live};
 use super::gather::{GroupInputs, add, query_lists, scatter, slab, span_rows};
 use super::math::{dot, exp, sigmoid};
 use super::matmul::{Mat, matmul};
@@ -215,7 +215,7 @@ impl Pass<'_> {
         mut relative: Option<RelativeRows>,
     ) -> PairGrads {
         let (g, d) = (self.group.heads.len(), self.scoring.dim);
-        let block: Block = self.group.block(queries, keys);
+        let block: ScoreBlock = self.group.block(queries, keys);
         let (m, n) = (block.rows(g), keys.range.len());
         let inputs = self.inputs;
         let q = span_rows(&inputs.base.queries, queries, g * d);

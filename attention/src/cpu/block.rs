@@ -23,10 +23,10 @@ pub(crate) fn live(row: &mut [f32], (start, end): (usize, usize)) -> &mut [f32] 
 }
 
 /// The rows and columns of one block.
-pub(crate) struct Block<'a> {
+pub(crate) struct ScoreBlock<'a> {
     /// Query index of each row (each stands for `G` rows, one per head of the group).
     pub queries: &'a [usize],
-    /// For class rows, the key-list indices each row sees ([`super::schedule::Rows`]); `None`
+    /// For class rows, the key-list indices each row sees ([`super::schedule::QueryList`]); `None`
     /// to decide every pair with [`WindowSpec::visible`].
     pub intervals: Option<&'a [(usize, usize)]>,
     /// Position of each column's key.
@@ -35,7 +35,7 @@ pub(crate) struct Block<'a> {
     pub first_key: usize,
 }
 
-impl Block<'_> {
+impl ScoreBlock<'_> {
     /// Rows of the block: queries × heads.
     pub fn rows(&self, heads: usize) -> usize {
         self.queries.len() * heads
@@ -88,7 +88,7 @@ impl RelativeSlab<'_> {
 impl Scoring<'_> {
     /// The live range of each row of `block` (`rows` entries, repeated over the heads), as
     /// column indices of the block.
-    pub fn ranges(&self, block: &Block) -> Vec<(usize, usize)> {
+    pub fn ranges(&self, block: &ScoreBlock) -> Vec<(usize, usize)> {
         let (g, n, first) = (self.heads.len(), block.keys.len(), block.first_key);
         let clamp = |i: usize| i.clamp(first, first + n) - first;
         let range = |r: usize| match block.intervals {
@@ -109,7 +109,7 @@ impl Scoring<'_> {
         &self,
         q: &[f32],
         k: &[f32],
-        block: &Block,
+        block: &ScoreBlock,
         ranges: &[(usize, usize)],
         s: &mut [f32],
         mut chain: Option<&mut [f32]>,

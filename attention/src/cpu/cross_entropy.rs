@@ -25,7 +25,7 @@ pub fn cross_entropy(logits: FlexTensor, targets: FlexTensor) -> [FlexTensor; 2]
     let outputs = loss.par_chunks_mut(per_task).zip(lse.par_chunks_mut(per_task));
     let inputs = x.par_chunks(per_task * vocab.max(1)).zip(targets.par_chunks(per_task));
     outputs.zip(inputs).for_each(|((loss, lse), (x, targets))| {
-        pulp::Arch::new().dispatch(Rows::Forward { x, targets, loss, lse });
+        pulp::Arch::new().dispatch(CrossEntropyTask::Forward { x, targets, loss, lse });
     });
     let loss = TensorData::new(loss, [rows]).convert_dtype(logits.dtype());
     [FlexTensor::from_data(loss), FlexTensor::from_data(TensorData::new(lse, [rows]))]
@@ -48,7 +48,7 @@ pub fn cross_entropy_backward(
     let tasks =
         d_x.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).zip(targets.par_chunks(per_task));
     tasks.zip(rows_of).for_each(|(((d_x, x), targets), (lse, d_loss))| {
-        pulp::Arch::new().dispatch(Rows::Backward { x, targets, lse, d_loss, d_x });
+        pulp::Arch::new().dispatch(CrossEntropyTask::Backward { x, targets, lse, d_loss, d_x });
     });
     let data = TensorData::new(d_x, Shape::new([rows, vocab])).convert_dtype(logits.dtype());
     FlexTensor::from_data(data)
@@ -63,7 +63,7 @@ fn indices(targets: FlexTensor) -> Vec<usize> {
 
 /// One task's rows, run under pulp's dispatch; reached through `#[inline(always)]` code only
 /// (see `super::layer_ops::Chunk` for why a closure would not do).
-enum Rows<'a> {
+enum CrossEntropyTask<'a> {
     Forward {
         x: &'a [f32],
         targets: &'a [usize],
@@ -79,13 +79,13 @@ enum Rows<'a> {
     },
 }
 
-impl WithSimd for Rows<'_> {
+impl WithSimd for CrossEntropyTask<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, _simd: S) {
         match self {
-            Rows::Forward { x, targets, loss, lse } => {
+            CrossEntropyTask::Forward { x, targets, loss, lse } => {
                 let vocab = x.len() / targets.len().max(1);
                 let outputs = loss.iter_mut().zip(lse.iter_mut());
                 for ((row, &t), (loss, lse)) in x.chunks_exact(vocab).zip(targets).zip(outputs) {
@@ -94,7 +94,7 @@ impl WithSimd for Rows<'_> {
                     *loss = row.get(t).map_or(f32::NAN, |&x_t| *lse - x_t);
                 }
             }
-            Rows::Backward { x, targets, lse, d_loss, d_x } => {
+            CrossEntropyTask::Backward { x, targets, lse, d_loss, d_x } => {
                 let vocab = x.len() / targets.len().max(1);
                 let rows = x.chunks_exact(vocab).zip(d_x.chunks_exact_mut(vocab));
                 for (((x, d_x), &t), (&lse, &g)) in rows.zip(targets).zip(lse.iter().zip(d_loss)) {

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::backend::{
     KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
-    WindowedKernelBackend, blocked_forced,
+    WindowedKernelBackend, fused_ops_off,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::layer_ops::LayerKernels;
@@ -111,7 +111,7 @@ impl WindowedAttentionBackend for Flex {
     }
 
     fn fused_linear(x: FlexTensor, w: FlexTensor, b: Option<FlexTensor>) -> Option<FlexTensor> {
-        super::linear::few_rows(&x, &w, b.as_ref()).filter(|_| !blocked_forced())
+        super::linear::few_rows(&x, &w, b.as_ref()).filter(|_| !fused_ops_off())
     }
 }
 

@@ -27,7 +27,7 @@ pub fn read(t: &FlexTensor) -> Cow<'_, [f32]> {
     if let Some(slice) = t.as_slice::<f32>() {
         return Cow::Borrowed(slice);
     }
-    let Some(rows) = Rows::of(t) else {
+    let Some(rows) = StridedRows::of(t) else {
         let data = t.clone().into_data().convert::<f32>();
         return Cow::Owned(data.into_vec::<f32>().expect("converted to f32"));
     };
@@ -46,7 +46,7 @@ pub fn read(t: &FlexTensor) -> Cow<'_, [f32]> {
 /// The rows of a 4-D f32 tensor read in place: its storage and the strides of its first three
 /// dimensions, for a layout whose last dimension is unit-strided and whose strides are all
 /// non-negative.
-pub struct Rows<'a> {
+pub struct StridedRows<'a> {
     storage: &'a [f32],
     start: usize,
     strides: [usize; 3],
@@ -54,7 +54,7 @@ pub struct Rows<'a> {
     pub shape: [usize; 4],
 }
 
-impl<'a> Rows<'a> {
+impl<'a> StridedRows<'a> {
     /// `t`'s rows, or `None` when it is not such an f32 tensor.
     pub fn of(t: &'a FlexTensor) -> Option<Self> {
         let strides = t.layout().strides();
@@ -62,7 +62,7 @@ impl<'a> Rows<'a> {
             && strides.len() == 4
             && strides[3] == 1
             && strides.iter().all(|&s| s >= 0);
-        fits.then(|| Rows {
+        fits.then(|| StridedRows {
             storage: t.storage::<f32>(),
             start: t.layout().start_offset(),
             strides: [strides[0], strides[1], strides[2]].map(|s| s as usize),

@@ -7,7 +7,7 @@
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{DType, TensorMetadata};
 
-use super::layout::{self, HEADS_OUTER, Rows};
+use super::layout::{self, HEADS_OUTER, StridedRows};
 use crate::rope::RopeAngles;
 
 /// `x: [batch, H, N, d]` with row `n` turned by `angles` row `n` → the same shape and dtype,
@@ -17,14 +17,14 @@ pub fn rotate(x: FlexTensor, angles: &RopeAngles) -> FlexTensor {
     assert_eq!(shape[3], 2 * angles.half, "RoPE built for head_dim {}", 2 * angles.half);
     assert_eq!(shape[2], angles.rows, "RoPE got {} positions for {} rows", angles.rows, shape[2]);
     let dtype = x.dtype();
-    let (source, order) = match Rows::of(&x) {
+    let (source, order) = match StridedRows::of(&x) {
         Some(_) => (x.clone(), layout::order_of(&x)),
         None => (
             layout::stored(layout::read(&x).into_owned(), shape, HEADS_OUTER, DType::F32),
             HEADS_OUTER,
         ),
     };
-    let rows = Rows::of(&source).expect("an f32 tensor with unit-strided rows by now");
+    let rows = StridedRows::of(&source).expect("an f32 tensor with unit-strided rows by now");
     let [batch, heads, n, d] = shape;
     let [sb, sh, sn, _] = layout::strides_in(shape, order);
     let half = angles.half;

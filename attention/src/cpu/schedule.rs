@@ -15,14 +15,14 @@
 //! positions in [`WindowSpec::window_range`]: that range is `p − δ·left … p + δ·right` (`… p`
 //! when causal) cut to the valid keys and to `p`'s LongNet segment, and a key of `p`'s class in
 //! it lies a multiple of `δ` away, in the same segment: [`crate::HeadWindow::contains`] clause for
-//! clause. So each class row sees one interval of its class's key list ([`Rows::intervals`]); the
+//! clause. So each class row sees one interval of its class's key list ([`QueryList::intervals`]); the
 //! test `class_rows_see_their_intervals` checks this against [`WindowSpec::visible`] pair by
 //! pair. Extra keys, and the keys of global queries, are decided by [`WindowSpec::visible`]
 //! itself, pair by pair.
 
 use std::ops::Range;
 
-use super::block::Block;
+use super::block::ScoreBlock;
 use crate::WindowSpec;
 use crate::plan::head_groups;
 
@@ -58,7 +58,7 @@ pub(crate) struct Tile {
 
 /// The queries of one list.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Rows {
+pub(crate) struct QueryList {
     /// Query indices (position − query offset), increasing.
     pub queries: Vec<usize>,
     /// For a class list: per row, the indices `start..end` of the class's key list that its
@@ -76,7 +76,7 @@ pub(crate) struct Group {
     /// Stride classes `δ`: lists `0 … δ − 1` of either side are the classes.
     pub classes: usize,
     /// The classes, then the queries with an empty window, then the global queries.
-    pub queries: Vec<Rows>,
+    pub queries: Vec<QueryList>,
     /// Key positions: the classes, then the extra keys, then every key a global query reaches.
     pub keys: Vec<Vec<usize>>,
 }
@@ -154,7 +154,7 @@ impl Group {
                 debug_assert!(intervals.as_ref().is_none_or(|iv| {
                     iv.is_sorted_by(|x: &(usize, usize), y| x.0 <= y.0 && x.1 <= y.1)
                 }));
-                Rows { queries, intervals }
+                QueryList { queries, intervals }
             })
             .collect();
         Self { kv_head: spec.kv_head_of(h), heads, classes, queries, keys }
@@ -178,13 +178,13 @@ impl Group {
     /// The block pairing the query run `queries` with the key run `keys`: a class run meets its
     /// own class's keys through the rows' intervals, every other pair through
     /// [`WindowSpec::visible`].
-    pub fn block(&self, queries: &Span, keys: &Span) -> Block<'_> {
+    pub fn block(&self, queries: &Span, keys: &Span) -> ScoreBlock<'_> {
         let rows = &self.queries[queries.list];
         let intervals = match &rows.intervals {
             Some(intervals) if keys.list < self.classes => Some(&intervals[queries.range.clone()]),
             _ => None,
         };
-        Block {
+        ScoreBlock {
             queries: &rows.queries[queries.range.clone()],
             intervals,
             keys: &self.keys[keys.list][keys.range.clone()],

@@ -20,7 +20,7 @@ use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
-use super::config::{Layout, ROWS, placeholder, upload};
+use super::config::{LaunchArgs, ROWS, placeholder, upload};
 use super::flash::{
     KEYS, ROWS as ROWS_FLASH, STAGED_DIM, UNITS, backward_shared_bytes, flash_backward_path,
     head_order, max_shared,
@@ -47,7 +47,7 @@ where
     let dim = q.meta.shape().dims::<4>()[3];
     let keys = k.meta.shape().dims::<4>()[2];
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
-    let mut layout = Layout::new(&client, &device, spec, opts, dim, keys);
+    let mut layout = LaunchArgs::new(&client, &device, spec, opts, dim, keys);
     layout.variant.relative = relative.is_some();
     let zeros = |shape, dtype| zeros_client(client.clone(), device.clone(), shape, dtype);
     let d_relative = relative.as_ref().map(|t| zeros(t.shape(), t.dtype));
@@ -91,7 +91,7 @@ where
 /// 2]` f32.
 fn row_terms<R: CubeRuntime>(
     [o, d_o, lse, d_lse]: [CubeTensor<R>; 4],
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
 ) -> CubeTensor<R> {
     let [batch, heads, q_len, _] = o.meta.shape().dims();
     let (client, device, dtype) = (o.client.clone(), o.device.clone(), o.dtype);
@@ -128,7 +128,7 @@ struct Grads<R: CubeRuntime> {
 }
 
 /// dQ and dK/dV on the portable kernels: a cube of [`ROWS`] threads, one row each.
-fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layout: &Layout<R>) {
+fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layout: &LaunchArgs<R>) {
     let [batch, heads, q_len, _] = g.q.meta.shape().dims();
     let [_, kv_heads, keys, _] = g.k.meta.shape().dims();
     let dtype = g.q.dtype;
@@ -178,7 +178,7 @@ fn launch_portable<R: CubeRuntime>(client: &ComputeClient<R>, g: Grads<R>, layou
 fn launch_query_grads_cmma<R: CubeRuntime>(
     client: &ComputeClient<R>,
     g: &Grads<R>,
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
     mma: Mma,
 ) {
     let [batch, heads, q_len, _] = g.q.meta.shape().dims();
@@ -211,7 +211,7 @@ fn launch_query_grads_cmma<R: CubeRuntime>(
 fn launch_key_grads_cmma<R: CubeRuntime>(
     client: &ComputeClient<R>,
     g: Grads<R>,
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
     mma: Mma,
 ) {
     let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
@@ -247,7 +247,7 @@ fn launch_key_grads_cmma<R: CubeRuntime>(
 fn launch_query_grads_flash<R: CubeRuntime>(
     client: &ComputeClient<R>,
     g: &Grads<R>,
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
     spec: &WindowSpec,
     path: FragmentPath,
 ) {
@@ -285,7 +285,7 @@ fn launch_query_grads_flash<R: CubeRuntime>(
 fn launch_key_grads_flash<R: CubeRuntime>(
     client: &ComputeClient<R>,
     g: Grads<R>,
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
     path: FragmentPath,
 ) {
     let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
@@ -350,7 +350,7 @@ where
     let lse = lse.into_primitive().tensor();
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
     let keys = k.meta.shape().dims::<4>()[2];
-    let layout = Layout::new(&client, &device, spec, opts, dim, keys);
+    let layout = LaunchArgs::new(&client, &device, spec, opts, dim, keys);
     let d_lse = zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32);
     let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
     let empty = |shape: Shape| empty_device_dtype(client.clone(), device.clone(), shape, dtype);

@@ -66,7 +66,7 @@ pub(crate) struct Call {
 pub(crate) const WINDOW_WORDS: usize = 7;
 
 /// A call laid out for the kernels.
-pub(crate) struct Layout<R: CubeRuntime> {
+pub(crate) struct LaunchArgs<R: CubeRuntime> {
     pub variant: Variant,
     /// `[H · WINDOW_WORDS]` u32.
     pub windows: CubeTensor<R>,
@@ -80,7 +80,7 @@ pub(crate) struct Layout<R: CubeRuntime> {
     beta: f32,
 }
 
-impl<R: CubeRuntime> Layout<R> {
+impl<R: CubeRuntime> LaunchArgs<R> {
     /// Lays out a call of `head_dim` and `keys` key rows for `client`'s device. The kernels
     /// only run calls [`crate::WindowedKernel::runs`] accepted, so positions fit in `u32`.
     pub fn new(

@@ -10,7 +10,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::config::{Layout, ROWS, placeholder, upload};
+use super::config::{LaunchArgs, ROWS, placeholder, upload};
 use super::flash::{self, UNITS, flash_path, head_order};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
@@ -35,7 +35,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     let [batch, heads, q_len, dim] = q.meta.shape().dims();
     let keys = k.meta.shape().dims::<4>()[2];
     let client = q.client.clone();
-    let mut layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
+    let mut layout = LaunchArgs::new(&client, &q.device, spec, opts, dim, keys);
     layout.variant.relative = relative.is_some();
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
@@ -100,7 +100,7 @@ pub(crate) fn grid(rows: usize, heads: usize, batch: usize) -> CubeCount {
 fn launch_flash<R: CubeRuntime>(
     [q, k, v]: [CubeTensor<R>; 3],
     [o, lse]: [&CubeTensor<R>; 2],
-    layout: &Layout<R>,
+    layout: &LaunchArgs<R>,
     spec: &WindowSpec,
     path: FragmentPath,
 ) {
@@ -175,7 +175,7 @@ where
     }
     let keys = k.meta.shape().dims::<4>()[2];
     let [batch, heads, q_len, _] = q.meta.shape().dims();
-    let layout = Layout::new(&client, &q.device, spec, opts, dim, keys);
+    let layout = LaunchArgs::new(&client, &q.device, spec, opts, dim, keys);
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
     let o = empty(q.meta.shape().clone(), q.dtype);

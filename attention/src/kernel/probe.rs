@@ -6,7 +6,7 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use cubecl::prelude::*;
 
-use super::config::{Call, Layout};
+use super::config::{Call, LaunchArgs};
 use super::visibility::{load_window, visible};
 use crate::{ScoreOptions, WindowSpec};
 
@@ -43,7 +43,7 @@ pub fn probe_visibility<R: CubeRuntime>(
 ) -> Result<Vec<bool>, String> {
     let client = R::client(device);
     let heads = spec.num_heads();
-    let layout = Layout::new(&client, device, spec, &ScoreOptions::softmax(), 1, keys);
+    let layout = LaunchArgs::new(&client, device, spec, &ScoreOptions::softmax(), 1, keys);
     let shape = Shape::new([heads, q_len, keys]);
     let mask = empty_device_contiguous_dtype(client.clone(), device.clone(), shape, DType::U32);
     let side = 8;

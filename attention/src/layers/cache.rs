@@ -11,7 +11,7 @@
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::blocked_forced;
+use crate::backend::fused_ops_off;
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::entry::expand_kv;
 use crate::index::{index_tensor, inverse_permutation};
@@ -107,8 +107,8 @@ impl<B: Backend> KvCache<B> {
     ///
     /// Once every buffer's ring is full, a backend with a fused append
     /// ([`WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
-    /// [`crate::PATH_VARIABLE`] forces the blocked path); otherwise each buffer writes its slot
-    /// with tensor ops.
+    /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off); otherwise each buffer writes its
+    /// slot with tensor ops.
     pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
         B: WindowedAttentionBackend,
@@ -121,7 +121,7 @@ impl<B: Backend> KvCache<B> {
             (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
             _ => k,
         };
-        let write = B::windowed_cache_write().filter(|_| !blocked_forced());
+        let write = B::windowed_cache_write().filter(|_| !fused_ops_off());
         let slots: Option<Vec<usize>> =
             self.buffers.iter().map(|buffer| buffer.reusable_slot(pinned)).collect();
         match (write, slots) {
@@ -213,12 +213,12 @@ impl<B: Backend> KvCache<B> {
     ///
     /// A backend with a fused decode step ([`WindowedAttentionBackend::windowed_decode`]) runs
     /// it over every buffer at once under [`CachePositions::Absolute`]; otherwise (and when
-    /// [`crate::PATH_VARIABLE`] forces the blocked path) each buffer runs its tensor ops.
+    /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off) each buffer runs its tensor ops.
     pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4>
     where
         B: WindowedAttentionBackend,
     {
-        let fused = B::windowed_decode().filter(|_| !blocked_forced());
+        let fused = B::windowed_decode().filter(|_| !fused_ops_off());
         if let (Some(decode), CachePositions::Absolute) = (fused, self.positions) {
             return self.attend_fused(decode, q, rope);
         }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::index_tensor;
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
-use crate::layers::self_attention::Placement;
+use crate::layers::self_attention::StreamRows;
 use crate::layers::{AttentionKind, SelfAttention};
 use crate::{AttentionError, WindowedAttentionBackend};
 
@@ -320,7 +320,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         // Kept global positions, where they sit among the key rows of this call.
         let kept = positions.iter().enumerate();
         let globals = kept.filter(|(_, p)| keep.globals.binary_search(p).is_ok()).map(|(r, _)| r);
-        let mut placement = Placement {
+        let mut placement = StreamRows {
             positions: positions.clone(),
             memory: positions.len(),
             globals: Some(globals.collect()),

@@ -25,7 +25,7 @@ use crate::{
 /// Where the rows of one call of a layer's attention sit in its stream: the stream position of
 /// every key row (the queries are the last of them), and how many key rows come before the
 /// first query (the memory of earlier segments; docs/semantics.md §10).
-pub(crate) struct Placement {
+pub(crate) struct StreamRows {
     /// Stream position of each key row, for RoPE.
     pub positions: Vec<usize>,
     /// Key rows before the first query.
@@ -35,7 +35,7 @@ pub(crate) struct Placement {
     pub globals: Option<Vec<usize>>,
 }
 
-impl Placement {
+impl StreamRows {
     /// N rows at positions `0 … N−1`, no memory.
     pub fn alone(n: usize) -> Self {
         Self { positions: (0..n).collect(), memory: 0, globals: None }
@@ -294,7 +294,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         globals: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)>,
     ) -> Result<Tensor<B, 4>, AttentionError> {
         let n = q.dims()[2];
-        let out = self.attend_placed(q, k, v, &Placement::alone(n))?;
+        let out = self.attend_placed(q, k, v, &StreamRows::alone(n))?;
         Ok(match globals {
             Some((q_g, k_g, v_g)) => {
                 let rotate = |t: Tensor<B, 4>| match self.rope() {
@@ -317,7 +317,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
         q: Tensor<B, 4>,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
-        placement: &Placement,
+        placement: &StreamRows,
     ) -> Result<Tensor<B, 4>, AttentionError> {
         let (q, k) = match self.rope() {
             Some(rope) => {

@@ -2,7 +2,7 @@
 //! the bitmap font's text (the SVG's text, in the viewer's sans-serif, is no wider).
 
 use super::AttentionFigure;
-use super::scale::Scale;
+use super::scale::RampScale;
 use crate::report::font;
 
 /// Blank space around the figure.
@@ -48,7 +48,7 @@ impl AttentionFigure {
     /// The figure's layout (the PNG's pixels; the SVG's user units).
     pub fn layout(&self) -> Layout {
         let labels = widest(&self.ticks());
-        let bar_labels = widest(&Scale::new(&self.weights, self.log).ticks());
+        let bar_labels = widest(&RampScale::new(&self.weights, self.log).ticks());
         let text = font::HEIGHT * TEXT;
         let cell = SIDE.div_ceil(self.n().max(1));
         let side = self.n() * cell;

@@ -2,7 +2,7 @@
 //! with its bitmap font.
 
 use super::layout::{BAR, GAP, Layout, MARGIN, TEXT, TICK, TITLE};
-use super::scale::Scale;
+use super::scale::RampScale;
 use super::{AttentionFigure, EDGE_COLOUR};
 use crate::report::font;
 use crate::report::png::{Canvas, Direction, Rgb};
@@ -13,7 +13,7 @@ const BLACK: Rgb = [0, 0, 0];
 /// The figure's PNG file, as bytes.
 pub(super) fn render(figure: &AttentionFigure) -> Result<Vec<u8>, png::EncodingError> {
     let layout = figure.layout();
-    let scale = Scale::new(&figure.weights, figure.log);
+    let scale = RampScale::new(&figure.weights, figure.log);
     let mut canvas = Canvas::new(layout.width, layout.height, WHITE);
     let Layout { left, top, cell, .. } = layout;
     for i in 0..figure.n() {
@@ -92,7 +92,7 @@ fn axes(canvas: &mut Canvas, figure: &AttentionFigure, layout: &Layout) {
 }
 
 /// The colour bar beside the map, lightest at the top, with its values and caption.
-fn colour_bar(canvas: &mut Canvas, scale: &Scale, layout: &Layout) {
+fn colour_bar(canvas: &mut Canvas, scale: &RampScale, layout: &Layout) {
     let Layout { top, side, bar_left, caption_left, .. } = *layout;
     for y in 0..side {
         let t = 1.0 - (y as f32 + 0.5) / side as f32;

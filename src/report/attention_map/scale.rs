@@ -26,13 +26,13 @@ pub fn colour(t: f32) -> [u8; 3] {
 }
 
 /// Where weights fall on the ramp: the value (the weight, or its `log10`) at its two ends.
-pub(super) struct Scale {
+pub(super) struct RampScale {
     log: bool,
     low: f32,
     high: f32,
 }
 
-impl Scale {
+impl RampScale {
     /// The scale of `weights`: up to the largest finite one, from 0 or (`log`) from the floor.
     pub(super) fn new(weights: &[f32], log: bool) -> Self {
         let max = weights.iter().copied().filter(|w| w.is_finite()).fold(0.0f32, f32::max);

@@ -9,7 +9,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::layout::{BAR, GAP, Layout, MARGIN, TEXT, TICK};
-use super::scale::Scale;
+use super::scale::RampScale;
 use super::{AttentionFigure, EDGE_COLOUR};
 use crate::report::ReportError;
 use crate::report::font;
@@ -26,7 +26,7 @@ const BAR_BANDS: usize = 128;
 /// Writes the figure's SVG drawing to `path`.
 pub(super) fn draw(figure: &AttentionFigure, path: &Path) -> Result<(), ReportError> {
     let layout = figure.layout();
-    let scale = Scale::new(&figure.weights, figure.log);
+    let scale = RampScale::new(&figure.weights, figure.log);
     render(path, (layout.width as u32, layout.height as u32), |root| {
         cells(root, figure, &scale, &layout)?;
         edges(root, figure, &layout)?;
@@ -53,7 +53,7 @@ fn style(size: f64, h: HPos, v: VPos, up: bool) -> TextStyle<'static> {
 fn cells(
     root: &Area,
     figure: &AttentionFigure,
-    scale: &Scale,
+    scale: &RampScale,
     layout: &Layout,
 ) -> Result<(), DrawError> {
     let Layout { left, top, cell, .. } = *layout;
@@ -118,7 +118,7 @@ fn axes(root: &Area, figure: &AttentionFigure, layout: &Layout) -> Result<(), Dr
 }
 
 /// The colour bar beside the map, lightest at the top, with its values and caption.
-fn colour_bar(root: &Area, scale: &Scale, layout: &Layout) -> Result<(), DrawError> {
+fn colour_bar(root: &Area, scale: &RampScale, layout: &Layout) -> Result<(), DrawError> {
     let Layout { top, side, bar_left, caption_left, .. } = *layout;
     for band in 0..BAR_BANDS {
         let (y0, y1) = (top + side * band / BAR_BANDS, top + side * (band + 1) / BAR_BANDS);

@@ -8,7 +8,7 @@ use swa_zoo::attention::layers::mswa::MswaVariant;
 use swa_zoo::cli::Cli;
 use swa_zoo::cli::eval_choice::{Accuracy, accuracy};
 use swa_zoo::cli::info::swa_reference;
-use swa_zoo::models::{Preset, Scale};
+use swa_zoo::models::{Preset, PresetSize};
 use swa_zoo::study::StudyArgs;
 
 #[test]
@@ -19,7 +19,7 @@ fn the_help_says_what_the_command_does() {
 }
 
 /// Σ windows of MSWA's Table 2 preset `variant` over that of its SWA reference, at 2048.
-fn relative_cost(variant: MswaVariant, scale: Scale) -> f64 {
+fn relative_cost(variant: MswaVariant, scale: PresetSize) -> f64 {
     let config = Preset::mswa(variant, scale, 256).unwrap().config;
     let swa = swa_reference(&config).unwrap().config;
     config.window_sum(2048) as f64 / swa.window_sum(2048) as f64
@@ -27,7 +27,7 @@ fn relative_cost(variant: MswaVariant, scale: Scale) -> f64 {
 
 #[test]
 fn table2_costs_relative_to_swa_are_the_papers() {
-    for scale in [Scale::Paper, Scale::Tiny] {
+    for scale in [PresetSize::Paper, PresetSize::Tiny] {
         assert_eq!(relative_cost(MswaVariant::Swa, scale), 1.0);
         assert_eq!(relative_cost(MswaVariant::Heads, scale), 15.0 / 16.0);
         assert_eq!(relative_cost(MswaVariant::Layers, scale), 15.0 / 16.0);
@@ -37,13 +37,13 @@ fn table2_costs_relative_to_swa_are_the_papers() {
 
 #[test]
 fn the_base_window_is_the_presets() {
-    for (scale, base) in [(Scale::Paper, 128), (Scale::Tiny, 16)] {
+    for (scale, base) in [(PresetSize::Paper, 128), (PresetSize::Tiny, 16)] {
         for variant in [MswaVariant::Swa, MswaVariant::Both] {
             let config = Preset::mswa(variant, scale, 256).unwrap().config;
             assert_eq!(swa_reference(&config).unwrap().base, base);
         }
     }
-    let full = Preset::mswa_full(1024, Scale::Tiny, 256).config;
+    let full = Preset::mswa_full(1024, PresetSize::Tiny, 256).config;
     assert!(swa_reference(&full).is_none());
 }
 

@@ -2,7 +2,7 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::layers::AttentionKind;
-use swa_zoo::models::{DecoderConfig, ModelError, Preset, Scale};
+use swa_zoo::models::{DecoderConfig, ModelError, Preset, PresetSize};
 
 use crate::Reference;
 
@@ -14,7 +14,7 @@ fn tokens(batch: usize, n: usize, vocab: usize) -> Tensor<Reference, 2, Int> {
 #[test]
 fn every_tiny_preset_runs_forward_and_backward() {
     let device = Default::default();
-    for preset in Preset::all(Scale::Tiny, 256).unwrap() {
+    for preset in Preset::all(PresetSize::Tiny, 256).unwrap() {
         let model = preset.config.init::<Reference>(&device).unwrap();
         let info = model.info(&preset.config, preset.train_len);
         assert!(
@@ -63,7 +63,7 @@ fn grad_norm(
 
 #[test]
 fn config_round_trips_through_json() {
-    let preset = Preset::longformer(true, Scale::Tiny, 256);
+    let preset = Preset::longformer(true, PresetSize::Tiny, 256);
     let path = std::env::temp_dir().join(format!("swa-zoo-config-{}.json", std::process::id()));
     burn::config::Config::save(&preset.config, &path).unwrap();
     let loaded: DecoderConfig = burn::config::Config::load(&path).unwrap();

@@ -1,11 +1,11 @@
 //! The presets: every paper configuration is valid, and MSWA's cost matches docs/semantics.md §3.
 
 use swa_zoo::attention::layers::mswa::MswaVariant;
-use swa_zoo::models::{Preset, Scale};
+use swa_zoo::models::{Preset, PresetSize};
 
 #[test]
 fn every_paper_preset_is_valid() {
-    let presets = Preset::all(Scale::Paper, 50_000).unwrap();
+    let presets = Preset::all(PresetSize::Paper, 50_000).unwrap();
     assert_eq!(presets.len(), 15);
     for preset in presets {
         preset.config.validate().unwrap_or_else(|e| panic!("{}: {e}", preset.name));
@@ -20,7 +20,7 @@ fn every_paper_preset_is_valid() {
 
 #[test]
 fn mswa_spends_fifteen_sixteenths_squared_of_swa() {
-    for scale in [Scale::Paper, Scale::Tiny] {
+    for scale in [PresetSize::Paper, PresetSize::Tiny] {
         let swa = Preset::mswa(MswaVariant::Swa, scale, 256).unwrap();
         let mswa = Preset::mswa(MswaVariant::Both, scale, 256).unwrap();
         // Measured at a context that no window reaches past.
@@ -32,7 +32,7 @@ fn mswa_spends_fifteen_sixteenths_squared_of_swa() {
 
 #[test]
 fn swat_trains_at_four_windows() {
-    let swat = Preset::swat_340m(Scale::Paper, 50_000);
+    let swat = Preset::swat_340m(PresetSize::Paper, 50_000);
     assert_eq!(
         (swat.config.d_model, swat.config.heads, swat.config.layers, swat.train_len),
         (1024, 16, 24, 1024)
@@ -43,7 +43,7 @@ fn swat_trains_at_four_windows() {
 #[test]
 #[ignore]
 fn every_paper_preset_builds() {
-    for preset in Preset::all(Scale::Paper, 50_000).unwrap() {
+    for preset in Preset::all(PresetSize::Paper, 50_000).unwrap() {
         let model = preset.config.init::<burn::backend::NdArray>(&Default::default()).unwrap();
         println!("{}: {}", preset.name, model.info(&preset.config, preset.train_len));
     }

@@ -87,9 +87,9 @@ where
 #[test]
 fn every_tiny_preset_trains_on_the_fused_cpu_kernel_as_on_ndarray() {
     use burn::backend::{Autodiff, Flex};
-    use swa_zoo::models::Scale;
+    use swa_zoo::models::PresetSize;
 
-    for preset in Preset::all(Scale::Tiny, 256).expect("the tiny presets") {
+    for preset in Preset::all(PresetSize::Tiny, 256).expect("the tiny presets") {
         check::<Autodiff<Flex>>(&preset, "flex", &Default::default());
     }
 }

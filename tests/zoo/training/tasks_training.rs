@@ -10,7 +10,7 @@ use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
 use swa_zoo::attention::layers::AttentionKind;
-use swa_zoo::models::{DecoderConfig, Preset, Scale};
+use swa_zoo::models::{DecoderConfig, Preset, PresetSize};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::synthetic::{
     SyntheticTask, influence, model_accuracy, passkey_distances, receptive_field,
@@ -195,7 +195,7 @@ fn the_best_accuracy_from_part_of_a_sequence_is_the_majority_of_the_markers_seen
 /// The tiny Longformer encoder: 2 layers of one-sided window 8, dilations 1 1 2 2, CLS global.
 #[test]
 fn influence_is_the_receptive_field_of_cls_with_windows_dilation_and_globals() {
-    let preset = Preset::longformer(false, Scale::Tiny, 256).config;
+    let preset = Preset::longformer(false, PresetSize::Tiny, 256).config;
     let with = |dilations: Vec<usize>, globals: Vec<usize>| DecoderConfig {
         attention: vec![AttentionKind::Longformer { window: 8, dilations, globals, causal: false }],
         ..preset.clone()
@@ -235,7 +235,7 @@ fn influence_is_the_receptive_field_of_cls_with_windows_dilation_and_globals() {
 #[test]
 fn a_longformer_encoder_trains_on_the_majority_task_and_is_scored_at_cls() {
     let dir = run_dir("majority");
-    let preset = Preset::longformer(false, Scale::Tiny, 256);
+    let preset = Preset::longformer(false, PresetSize::Tiny, 256);
     let task = SyntheticTask::majority(5);
     let config = TrainConfig::new(preset.config, 64)
         .with_batch_size(2)

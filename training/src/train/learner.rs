@@ -38,7 +38,7 @@ use crate::train::TrainConfig;
 use super::step_loop::StepLoop;
 
 /// What a run's Learner needs besides its model and optimizer.
-pub(super) struct Run<'a, B: AutodiffBackend> {
+pub(super) struct Session<'a, B: AutodiffBackend> {
     pub(super) config: &'a TrainConfig,
     /// The run's folder: its checkpoints are there.
     pub(super) out: &'a Path,
@@ -57,7 +57,7 @@ pub(super) struct Run<'a, B: AutodiffBackend> {
     pub(super) schedule: WarmupCosine,
 }
 
-impl<B: TrainingBackend> Run<'_, B> {
+impl<B: TrainingBackend> Session<'_, B> {
     /// Trains `model` with AdamW under the run's gradient clipping: Burn's AdamW as it is on a
     /// device computing in f32, and on f32 master weights with loss scaling in f16 or bf16.
     pub(super) fn train(
