@@ -2,8 +2,8 @@
 //!
 //! Longformer's windows are local, so the CLS token of a classifier cannot see a long document
 //! through them; the paper makes CLS a *global* token, with its own projections, that attends
-//! to every position and is attended to by all (§3.1, §6; docs/semantics.md §2). This example trains
-//! Longformer encoders (`causal: false`) for the same steps on the synthetic majority task
+//! to every position and is attended to by all (§3.1, §6; docs/semantics.md §2). This example
+//! trains Longformer encoders (`causal: false`) for the same steps on the synthetic majority task
 //! ([`swa_training::tasks::Majority`]): `--markers` markers A or B at random positions of the
 //! whole sequence among random filler, and the answer (which marker occurs more often) asked at
 //! the CLS token, position 0, and nowhere else. The models:
@@ -32,32 +32,8 @@
 //!     --steps 5000 --batch-size 16 --markers 15
 //! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//!
-//! `cargo run --example longformer`: 4 min 52 s wall (7 min 21 s in an earlier run while two
-//! other builds shared the cores). Tiny encoder: d = 64, 4 heads, 2 layers, one-sided window 8.
-//!
-//! | model | w | dilations | globals | CLS reads (of 128) | farthest | best possible | accuracy | train s |
-//! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
-//! | Longformer, global CLS | 8 | 1 1 2 2 | 0 | 128 | 127 | 1.000 | 0.997 | 65 |
-//! | no global | 8 | 1 1 2 2 | - | 29 | 32 | 0.655 | 0.586 | 48 |
-//! | no global, no dilation | 8 | 1 1 1 1 | - | 17 | 16 | 0.613 | 0.580 | 53 |
-//! | no global, dilation 2 and 4 | 8 | 1 1 2 4 | - | 49 | 64 | 0.722 | 0.613 | 50 |
-//! | full bidirectional | 128 | 1 1 1 1 | - | 128 | 127 | 1.000 | 1.000 | 45 |
-//!
-//! 5 markers, 500 steps of 8 sequences per model, 1024 held-out examples (one standard error
-//! ≈ 0.016), chance 0.500. The earlier run gave 1.000, 0.612, 0.568, 0.616 and 1.000: runs
-//! are not bit-for-bit reproducible and differ by a few points, so the order of the three windowed models is
-//! only partly resolved.
-//!
-//! - The direction of the paper reproduces clearly: with the global CLS the encoder answers
-//!   (0.997), as full attention does (1.000); without it, position 0 reads only 17 to 49 of
-//!   the 128 positions through two layers of windows, and no model can beat the majority of
-//!   the markers it sees (the "best possible" column, 0.61 to 0.72). The windowed models land
-//!   a few points under that ceiling (0.58 to 0.62).
-//! - Dilation widens what CLS reads (17 → 29 → 49 positions, the farthest 16 → 32 → 64) and
-//!   raises the ceiling, but cannot cover the sequence at this depth; the trained models gain
-//!   less than the ceilings do (0.58 → 0.59–0.61 → 0.61–0.62).
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use clap::Parser;
 use swa_attention::layers::AttentionKind;

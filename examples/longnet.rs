@@ -1,19 +1,19 @@
 //! # LongNet (Ding et al., 2023): dilated attention scales linearly, at small scale
 //!
 //! LongNet splits the sequence into segments of `w_b` tokens and keeps every `r_b`-th row and
-//! key of a segment, over several branches mixed by their softmax denominators (docs/semantics.md §5),
-//! so each query sees about `Σ_b w_b / r_b` keys whatever the length `N`. This example
-//! reproduces, at the size of `Preset::longnet(Tiny)` (d = 48, 6 heads, segments (16, 32, 64),
-//! dilations (1, 2, 4)):
+//! key of a segment, over several branches mixed by their softmax denominators
+//! (docs/semantics.md §5), so each query sees about `Σ_b w_b / r_b` keys whatever the length
+//! `N`. This example reproduces, at the size of `Preset::longnet(Tiny)` (d = 48, 6 heads,
+//! segments (16, 32, 64), dilations (1, 2, 4)):
 //! - **Scaling** (the paper's O(N·d) against O(N²·d) of Table 1, and its runtime comparison
 //!   of Figure 5, there on GPUs with FlashAttention and sequence parallelism): time and peak
 //!   memory of one attention layer (the q/k/v/output projections and the attention; batch
 //!   1), forward alone and forward with backward, against the sequence length `N`, for dilated
-//!   attention and full causal attention. Time is the median of `--repeats` calls after a warm-up; memory is the most
-//!   heap bytes held during a call, counted by this binary's allocator (CPU backends only: on a
-//!   GPU it is n/a). Full attention stops at `--full-max`. A second table gives
-//!   `time(N_max) / time(N_min)` against `N_max / N_min`, and the exponent `k` of
-//!   `time ∝ N^k` fitted to all lengths (1: linear, 2: quadratic).
+//!   attention and full causal attention. Time is the median of `--repeats` calls after a
+//!   warm-up; memory is the most heap bytes held during a call, counted by this binary's
+//!   allocator (CPU backends only: on a GPU it is n/a). Full attention stops at `--full-max`.
+//!   A second table gives `time(N_max) / time(N_min)` against `N_max / N_min`, and the
+//!   exponent `k` of `time ∝ N^k` fitted to all lengths (1: linear, 2: quadratic).
 //! - **Language modelling** (the paper's Table 2, in spirit): the tiny LongNet decoder and a
 //!   full-attention decoder of the same size trained for the same steps on the same text,
 //!   with validation bits per byte at the training length and at `--eval-len`.
@@ -31,51 +31,8 @@
 //!     --eval-len 32768 --steps 20000 --batch-size 16 --corpus enwik8
 //! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//!
-//! `cargo run --example longnet`: 4 min 11 s wall (another run, under heavier load from the
-//! other builds on the machine, took 6 min 42 s; single cells vary by up to 3× between runs).
-//!
-//! | N | attention | forward ms | fwd+bwd ms | forward MiB | fwd+bwd MiB |
-//! | --- | --- | --- | --- | --- | --- |
-//! | 256 | dilated | 7.96 | 19.60 | 1.92 | 5.82 |
-//! | 256 | full | 6.78 | 12.90 | 3.68 | 8.27 |
-//! | 512 | dilated | 17.84 | 34.27 | 3.83 | 11.40 |
-//! | 512 | full | 30.73 | 56.95 | 14.43 | 32.61 |
-//! | 1024 | dilated | 34.98 | 72.42 | 7.65 | 22.58 |
-//! | 1024 | full | 102.17 | 190.60 | 57.14 | 129.69 |
-//! | 2048 | dilated | 44.74 | 136.22 | 15.30 | 44.95 |
-//! | 2048 | full | 440.00 | 1351.91 | 144.16 | 445.27 |
-//! | 4096 | dilated | 88.03 | 284.21 | 30.60 | 89.69 |
-//! | 4096 | full | 1848.98 | 8414.41 | 158.73 | 1419.07 |
-//! | 8192 | dilated | 350.09 | 874.89 | 61.19 | 179.18 |
-//! | 16384 | dilated | 984.30 | 1679.89 | 122.38 | 358.15 |
-//! | 32768 | dilated | 2723.06 | 4106.26 | 170.17 | 658.11 |
-//!
-//! | attention | N_min | N_max | N ratio | fwd time ratio | fwd k | fwd+bwd time ratio | fwd+bwd k | fwd+bwd mem |
-//! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
-//! | dilated | 256 | 32768 | 128 | 341.9 | 1.18 | 209.6 | 1.12 | 113.1 |
-//! | full | 256 | 4096 | 16 | 272.7 | 2.00 | 652.2 | 2.33 | 171.6 |
-//!
-//! | model (600 steps at length 128, batch 8) | train s | valid bits/byte, N = 128 | valid bits/byte, N = 512 |
-//! | --- | --- | --- | --- |
-//! | LongNet, w = [16, 32, 64], r = [1, 2, 4] | 80 | 2.714 | 2.750 |
-//! | full attention | 46 | 2.741 | 3.681 |
-//!
-//! The paper's directions reproduce. Dilated attention scales about linearly (fitted exponent
-//! 1.12 to 1.18; memory ×113 for ×128 length, 20 to 22 KiB per token with backward), full
-//! attention quadratically (exponent 2.0 to 2.3; memory ×172 for ×16 length). Full attention
-//! is faster only at N = 256, where the fixed cost of three branch calls outweighs its 6·256²
-//! scores; at 4096 it is 30× slower with backward and holds 16× the memory. Its forward memory
-//! levels off from 2048 on because the blocked path holds at most 2²⁴ scores at a time; its
-//! backward keeps every score. Full attention stops at 4096 by default: at 8192 one call would
-//! take about 35 s and 5.6 GiB (×4 of 4096). In the short LM run the two models tie at the
-//! training length: the 0.03 bit/byte gap is noise (the other run had 2.730 against 2.720).
-//! The paper's Table 2 reports LongNet ahead of its baselines at far larger scale. At 4× the
-//! training length LongNet keeps its quality while full attention loses 0.9 bit/byte: its RoPE
-//! positions past 128 were never trained, while LongNet's segments keep every query within 64
-//! tokens. On this CPU LongNet trains 1.4 to 1.7× slower at N = 128 (three branches, each a
-//! blocked call, against one).
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;

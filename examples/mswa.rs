@@ -1,7 +1,7 @@
 //! # MSWA (Xu et al., 2025): Tables 2, 5 and 6 at small scale
 //!
-//! Multi-scale window attention gives each head and layer its own window (docs/semantics.md §3). This
-//! example trains, for the same token budget on real text:
+//! Multi-scale window attention gives each head and layer its own window (docs/semantics.md
+//! §3). This example trains, for the same token budget on real text:
 //! - **Table 2**: SWA, MSWA-h, MSWA-l and MSWA at one base window, and full attention; it
 //!   reports the relative cost `Σ_{l,h} W(l, h)` normalised to MSWA, and validation bits per
 //!   byte (the paper's bpc on enwik8);
@@ -20,40 +20,12 @@
 //!     --steps 20000 --batch-size 32 --corpus enwik8
 //! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//! `cargo run --example mswa` on an otherwise idle machine: 13 min 19 s wall, 12 min 26 s
-//! CPU. Tiny models: d = 64, 4 heads, 4 layers, length 128, batch 8, 400 steps.
-//!
-//! | Table 2 | Σ windows | relative cost | valid bits/byte |
-//! |---|---|---|---|
-//! | SWA w=16 | 256 | 1.14 | 2.480 |
-//! | MSWA-h w=16 | 240 | 1.07 | 2.433 |
-//! | MSWA-l w=16 | 240 | 1.07 | 2.416 |
-//! | MSWA w=16 | 225 | 1.00 | **2.342** |
-//! | full attention | 2048 | 9.10 | 2.733 |
-//!
-//! | Table 5 | w = 16 | w = 32 | w = 64 |
-//! |---|---|---|---|
-//! | SWA | 2.480 | 2.557 | 2.706 |
-//! | MSWA | 2.342 | 2.381 | 2.540 |
-//!
-//! | Table 6 | relative cost | valid bits/byte |
-//! |---|---|---|
-//! | geometric | 1.00 | 2.342 |
-//! | reversed | 1.00 | 2.422 |
-//! | arithmetic | 0.87 | 2.414 |
-//!
-//! An earlier run under load gave the same order in every table (Table 2: 2.461, 2.436,
-//! 2.382, 2.359, 2.743).
-//! - As in the paper, MSWA beats SWA at lower cost, and each of MSWA-h and MSWA-l lies between
-//!   them; the geometric allocation beats the reversed and arithmetic ones (Table 6).
-//! - Unlike the paper, larger base windows and full attention are *worse* here: at 400 steps
-//!   the tiny models have not learnt to use long contexts, and a short window is an easier
-//!   inductive bias. The paper trains far longer, where context pays.
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use burn::tensor::{Int, Tensor};
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::AttentionKind;
 use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::{Architecture, Decoder, DecoderConfig, Preset};
@@ -181,7 +153,7 @@ impl MswaStudy {
 
 /// The positions each layer of `model` keeps with segment memory, averaged over its layers:
 /// read from the memory itself after two segments of `len` tokens, full layers keeping `len`.
-fn memory_per_layer<B: WindowedAttentionBackend>(
+fn memory_per_layer<B: ModelBackend>(
     model: &Decoder<B>,
     len: usize,
     device: &B::Device,

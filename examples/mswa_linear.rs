@@ -1,11 +1,11 @@
 //! # MSWA (Xu et al., 2025): Table 3 at small scale, windows in hybrid models
 //!
 //! MSWA's Table 3 puts its windows beside linear attention: every consecutive triple of layers
-//! is "linear, local, local" (docs/semantics.md §3, §6), where linear attention is Based's 2nd-order
-//! Taylor feature map. This example trains, for the same token budget on real text, all-linear
-//! attention, linear + SWA, linear + MSWA, and MSWA alone at the same depth and width, and
-//! reports the relative cost `Σ_{l,h} W(l, h)` (linear layers hold no window) normalised to
-//! MSWA, with validation bits per byte.
+//! is "linear, local, local" (docs/semantics.md §3, §6), where linear attention is Based's
+//! 2nd-order Taylor feature map. This example trains, for the same token budget on real text,
+//! all-linear attention, linear + SWA, linear + MSWA, and MSWA alone at the same depth and
+//! width, and reports the relative cost `Σ_{l,h} W(l, h)` (linear layers hold no window)
+//! normalised to MSWA, with validation bits per byte.
 //!
 //! Writes `table3.csv` to `--out` (default `target/examples/mswa_linear`).
 //!
@@ -18,24 +18,8 @@
 //!     --steps 20000 --batch-size 32
 //! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//! `cargo run --example mswa_linear` on an otherwise idle machine: 16 min 12 s wall, 15 min
-//! 57 s CPU. Tiny models: d = 64, 4 heads, 6 layers, length 128, batch 8, 400 steps.
-//!
-//! | model | Σ windows | relative cost | valid bits/byte | train s |
-//! |---|---|---|---|---|
-//! | linear | 0 | 0.00 | 2.926 | 434 |
-//! | linear + SWA | 256 | 0.85 | 2.473 | 209 |
-//! | linear + MSWA | 225 | 0.75 | 2.331 | 211 |
-//! | MSWA | 300 | 1.00 | **2.298** | 106 |
-//!
-//! - As in the paper, windows rescue linear attention, and MSWA's windows more than SWA's at
-//!   lower cost (linear + MSWA beats linear + SWA by 0.14 bit/byte at 0.75 against 0.85 of
-//!   MSWA's cost).
-//! - MSWA alone is best here and trains fastest: linear attention's Taylor features
-//!   (1 + 16 + 256 per head) make it the slow part on a CPU (434 s for the all-linear model,
-//!   106 s for MSWA). An earlier run at 600 steps, under load, gave the same order: 2.676,
-//!   2.234, 2.184, 2.116.
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use clap::Parser;
 use swa_attention::layers::AttentionKind;

@@ -21,7 +21,8 @@
 //! `swat-window.svg`) to `--out`
 //! (default `target/examples/streaming`).
 //!
-//! Run (two models of 1000 steps, then 68 evaluations; see the time below), on `data/kjv.txt`:
+//! Run (two models of 1000 steps, then 68 evaluations; the time it took on a 2-core CPU is in
+//! `docs/papers.md`), on `data/kjv.txt`:
 //! `cargo run --example streaming`
 //!
 //! On a GPU, at MSWA's Table 2 size (T = 1024):
@@ -30,33 +31,11 @@
 //!     --steps 20000 --batch-size 32
 //! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//! `cargo run --example streaming`: 9 min 27 s wall, 5 min 41 s CPU, on a machine busy with
-//! other trainings. Tiny models: d = 64, 4 heads, 4 layers, T = 128; every row is scored on
-//! the same 16 validation windows per length.
-//!
-//! | model, inference | N = 128 | 256 | 512 | 1024 |
-//! |---|---|---|---|---|
-//! | vanilla, full attention | 2.139 | 2.662 | 3.657 | 4.466 |
-//! | vanilla, window 32 | 2.138 | 2.056 | 2.083 | 2.159 |
-//! | vanilla, window 32 + 4 sinks, absolute positions | 2.139 | 2.118 | 2.215 | 2.344 |
-//! | vanilla, window 32 + 4 sinks, StreamingLLM | 2.139 | 2.056 | 2.083 | 2.159 |
-//! | SWAT (W = 32), window 32 | 2.155 | 2.080 | 2.112 | 2.173 |
-//! | SWAT (W = 32), window 64 | 4.422 | 6.067 | 6.885 | 7.293 |
-//!
-//! (Windows 16, 64 and 128 give the same picture; all rows are in `grid.csv`.)
-//! - Full attention past its training length fails, and window inference holds the vanilla
-//!   model flat at every length, as in SWAT's Figure 2.
-//! - Unlike the paper, window inference does not break the vanilla model, so sinks have
-//!   nothing to repair: with StreamingLLM's slot positions they change nothing (2.159 either
-//!   way), and with absolute positions they hurt, the sinks sitting at RoPE distances never
-//!   trained. This small model, briefly trained, has formed no attention sink on its first
-//!   token, the mechanism both papers describe in large models.
-//! - SWAT holds flat at its own window and breaks with a larger one: sigmoid weights are not
-//!   normalised, so more keys means larger outputs than in training.
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use clap::Parser;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig, Preset};
 use swa_training::TrainingBackend;
@@ -117,7 +96,7 @@ impl StreamingStudy {
     /// Bits per byte of `model` run under `config` at each evaluation length, on the same 16
     /// validation windows per length for every row: in parallel with absolute positions, or
     /// decoded token by token with StreamingLLM's slot positions.
-    fn row<B: WindowedAttentionBackend>(
+    fn row<B: ModelBackend>(
         &self,
         model: &Decoder<B>,
         config: &DecoderConfig,

@@ -1,8 +1,9 @@
 //! # SWAT (Fu et al., 2025): Tables 2 and 3 and the passkey test at small scale
 //!
 //! SWAT is sliding-window attention trained on sequences longer than the window, with sigmoid
-//! scores, balanced ALiBi and RoPE (docs/semantics.md §1, §4). This example trains, for the same token
-//! budget on real text, at SWAT's analysis size scaled down (6 heads, 2 layers, W = 16):
+//! scores, balanced ALiBi and RoPE (docs/semantics.md §1, §4). This example trains, for the
+//! same token budget on real text, at SWAT's analysis size scaled down (6 heads, 2 layers,
+//! W = 16):
 //! - **Table 2**: a vanilla-trained model (training length = W) and a sliding-window-trained
 //!   one (training length = 4W), both SWAT layers, beside a softmax Transformer trained at W,
 //!   for the same steps and tokens (4× the batch at length W); all evaluated with windowed
@@ -20,45 +21,18 @@
 //! `cargo run --example swat`
 //!
 //! On a GPU, at the analysis model's size (12 heads, 12 layers, W = 256):
-//! `cargo run --release --features cuda --example swat -- --backend cuda --scale paper --steps 20000 --batch-size 32`
+//! ```sh
+//! cargo run --release --features cuda --example swat -- --backend cuda --scale paper \
+//!     --steps 20000 --batch-size 32
+//! ```
 //!
-//! ## Measured on this machine (2-core CPU, flex), 2026-11-23
-//! `cargo run --example swat` on an otherwise idle machine: 11 min 11 s wall, 9 min 58 s CPU.
-//! Tiny models: d = 48, 6 heads, 2 layers, W = 16.
-//!
-//! | Table 2: bits/byte at N = | 16 | 32 | 64 | 128 | 256 |
-//! |---|---|---|---|---|---|
-//! | softmax Transformer, trained at W | 2.420 | 2.374 | 2.352 | 2.341 | **2.336** |
-//! | SWAT, trained at W (vanilla) | 2.435 | 2.411 | 2.414 | 2.412 | 2.408 |
-//! | SWAT, trained at 4W (sliding) | 2.490 | 2.434 | 2.405 | 2.384 | 2.378 |
-//!
-//! | Table 3 (trained at 4W, 600 steps), N = 256 | RoPE | ALiBi 6:0 | ALiBi 4:2 | ALiBi 3:3 | AliRoPE 3:3 |
-//! |---|---|---|---|---|---|
-//! | softmax | 2.613 | 2.709 | 2.745 | 2.727 | **2.578** |
-//! | sigmoid | 2.764 | 2.706 | 2.708 | 2.740 | 2.708 |
-//!
-//! | Passkey (W = 64, L = 2, reach 126, 3 digits) | 56 | 95 | 126 | 158 | 252 |
-//! |---|---|---|---|---|---|
-//! | digit accuracy (chance 0.1) | 0.510 | 0.521 | 0.276 | 0.120 | 0.120 |
-//! | whole key right | 0.031 | 0.031 | 0 | 0 | 0 |
-//!
-//! An earlier run under load gave the same passkey shape (0.594, 0.625, 0.229, 0.141, 0.141)
-//! and Table 2 order for SWAT; single cells move by up to 0.05 between runs.
-//! - Among SWAT models, sliding-window training (4W) wins at long evaluation lengths (2.378
-//!   against 2.408 at N = 256) and loses at N = W, as in the paper; but the vanilla-trained
-//!   model does not *rise* with length here: windowed inference keeps every query within the
-//!   W keys it was trained on, and these small, briefly trained models have formed no
-//!   attention sink on the first token, whose loss is what breaks the paper's vanilla models.
-//! - Softmax beats sigmoid at this scale and step count (the softmax Transformer is best in
-//!   Table 2, softmax AliRoPE in Table 3); the paper, training far longer, finds sigmoid ahead.
-//!   Among sigmoid models AliRoPE ties the recency-heavy ALiBi splits (2.708 against 2.706).
-//! - Passkey: retrieval works past W (distance 95 > 64) through the stack, degrades at the
-//!   reach (W − 1)·L = 126, and falls to about chance beyond it.
+//! The tables it printed on a 2-core CPU, with what reproduces and what does not, are in
+//! `docs/papers.md`.
 
 use clap::Parser;
 use swa_attention::alibi::SlopeMagnitudes;
 use swa_attention::layers::{AttentionKind, SwatPositions};
-use swa_attention::{ScoreFn, WindowedAttentionBackend};
+use swa_attention::{ModelBackend, ScoreFn};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_training::eval::{rebuild, with_eval_window};
@@ -135,7 +109,7 @@ fn swat(
 impl SwatStudy {
     /// Validation bits per byte of `model` under windowed inference with window `w`, at each of
     /// `lengths`, on about the same number of tokens per length.
-    fn bits_at<B: WindowedAttentionBackend>(
+    fn bits_at<B: ModelBackend>(
         &self,
         model: &swa_models::Decoder<B>,
         config: &DecoderConfig,

@@ -1,7 +1,9 @@
 //! Peak host memory of a call, counted by a global allocator.
 //!
-//! A binary opts in with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`
-//! (the `efficiency` bench does). Elsewhere [`peak_during`] reports `None`: nothing was counted.
+//! A binary opts in with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`:
+//! the `swa-zoo` binary does, for every command, and so do the `efficiency` and `cpu_attention`
+//! benches and the `longnet` example. Elsewhere [`peak_during`] reports `None`: nothing was
+//! counted.
 //! Only heap memory allocated through Rust is counted, which on the CPU backends is every
 //! tensor; a GPU driver's buffers (or lavapipe's emulated device memory) are not.
 

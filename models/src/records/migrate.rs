@@ -1,6 +1,6 @@
 //! Records saved before a format change, rewritten into today's format as they are read.
 //!
-//! # The mixer enum (issue 32)
+//! # When the per-layer weights became one `Mixer` enum
 //!
 //! A `SelfAttention` layer held its weights in four optional fields: `local` (q, k, v),
 //! `global` (Longformer's global q, k, v), `output` and `linear` (Taylor linear attention).

@@ -1,6 +1,6 @@
 //! Burn records saved before a format change still load, with the outputs they had: the
 //! fixture `tests/fixtures/records/pre-mixer.mpk` was saved before the attention layer's
-//! weights became one `Mixer` enum (issue 32), with the logits it gave then
+//! weights became one `Mixer` enum, with the logits it gave then
 //! (`pre-mixer.logits.json`; `README.md` there says how both were made).
 
 use std::path::{Path, PathBuf};
