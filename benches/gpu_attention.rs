@@ -26,7 +26,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Tensor};
 use clap::{Parser, ValueEnum};
 use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::{WindowSpec, WindowedAttentionBackend};
+use swa_zoo::attention::{ModelBackend, WindowSpec};
 use swa_zoo::bench::core_bench::{CorePath, anchor_rows, attend};
 use swa_zoo::bench::median_ms;
 
@@ -242,12 +242,7 @@ fn write_csv(path: &Path, rows: &[String]) {
 
 /// The forward and forward+backward times of `path` on `row`. Each call waits for the device
 /// while it still holds its outputs, so that no queued work is skipped or left running.
-fn measure<B: WindowedAttentionBackend>(
-    path: CorePath,
-    row: &Row,
-    device: &B::Device,
-    runs: usize,
-) -> Times {
+fn measure<B: ModelBackend>(path: CorePath, row: &Row, device: &B::Device, runs: usize) -> Times {
     let spec = row.spec();
     let sync = || B::sync(device).expect("the device runs the call");
     let x = inputs::<B>(row, device);
@@ -311,7 +306,7 @@ fn cell(value: Option<f64>, digits: usize) -> String {
 }
 
 /// Runs the grid on backend `B` and prints its tables.
-fn run<B: WindowedAttentionBackend>(flags: &Flags, device: B::Device, gpu: &str) {
+fn run<B: ModelBackend>(flags: &Flags, device: B::Device, gpu: &str) {
     let anchors = flags.anchors.as_deref().map(read_anchors).unwrap_or_default();
     println!("{gpu}, B=1, H={}, causal windows, median of {} calls\n", flags.heads, flags.runs);
     println!(

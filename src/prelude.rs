@@ -19,7 +19,7 @@ pub use burn::tensor::{Distribution, Int, Tensor, backend::Backend};
 
 pub use swa_attention::layers::{AttentionKind, CachePositions};
 pub use swa_attention::{
-    AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention,
+    AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention,
 };
 pub use swa_models::hf::Pretrained;
 pub use swa_models::{Decoder, DecoderConfig, GenerateConfig, ModelError, Preset, PresetSize};

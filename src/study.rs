@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderConfig, PresetSize};
 use swa_training::TrainingBackend;
 use swa_training::corpus::{Corpus, bits_per_unit};
@@ -218,7 +218,7 @@ impl Study {
 
     /// Validation bits per byte of `model` over `batches` batches of `batch` windows of `len`
     /// tokens.
-    pub fn bits<B: WindowedAttentionBackend>(
+    pub fn bits<B: ModelBackend>(
         &self,
         model: &Decoder<B>,
         len: usize,
@@ -235,7 +235,7 @@ impl Study {
     /// `batches` consecutive segments of `len` tokens with segment memory (docs/semantics.md
     /// §10), full-attention layers keeping `full_memory` positions: how a run with segment
     /// memory is scored.
-    pub fn stream_bits<B: WindowedAttentionBackend>(
+    pub fn stream_bits<B: ModelBackend>(
         &self,
         model: &Decoder<B>,
         (len, batch, batches): (usize, usize, usize),

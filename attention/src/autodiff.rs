@@ -19,15 +19,13 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::FloatTensor;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
     KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     blocked_primitives, chosen_kernel,
 };
-use crate::layer_ops::{MlpActivation, RmsOptions};
-use crate::rope::RotateKernel;
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBackend
@@ -52,33 +50,6 @@ impl<B: WindowedAttentionBackend, C: CheckpointStrategy> WindowedAttentionBacken
             }
             (None, relative) => blocked_primitives::<Self>(q, k, v, relative, spec, opts),
         }
-    }
-
-    fn rope_kernel() -> Option<RotateKernel<Self>> {
-        crate::rope_op::tracked::<B, C>()
-    }
-
-    fn rms_norm(
-        x: FloatTensor<Self>,
-        w: FloatTensor<Self>,
-        options: RmsOptions,
-    ) -> Option<FloatTensor<Self>> {
-        crate::layer_ops_autodiff::rms_norm::<B, C>(x, w, options)
-    }
-
-    fn gate(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        activation: MlpActivation,
-    ) -> Option<FloatTensor<Self>> {
-        crate::layer_ops_autodiff::gate::<B, C>(a, b, activation)
-    }
-
-    fn cross_entropy(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-    ) -> Option<FloatTensor<Self>> {
-        crate::layer_ops_autodiff::cross_entropy::<B, C>(logits, targets)
     }
 }
 

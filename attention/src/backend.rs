@@ -5,7 +5,7 @@
 //!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and the
 //!   kernel's [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise,
 //!   so every backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
-//!   Setting [`FUSED_OPS_VARIABLE`] to `off` makes every call take the blocked path (and every
+//!   Setting [`crate::FUSED_OPS_VARIABLE`] to `off` makes every call take the blocked path (and every
 //!   other fused op its tensor ops), for comparisons.
 //! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
 //!   returns `o` in the inputs' dtype and `lse` in f32, the exact backward of that forward, and
@@ -13,13 +13,14 @@
 //!   does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
 //!   whose backward runs the backward kernels (`crate::autodiff`).
 
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 use crate::blocked::{MAX_CHUNK_SCORES, blocked_attention_relative};
 use crate::decode::{CacheWrite, DecodeKernel};
-use crate::layer_ops::{self, LayerKernels, MlpActivation, RmsOptions};
-use crate::rope::RotateKernel;
+use crate::fused_ops::fused_ops_off;
+use crate::layer_ops::LayerOpsBackend;
+use crate::rope::RopeBackend;
 use crate::{ScoreOptions, WindowSpec};
 
 /// A Burn backend that can run the windowed core.
@@ -62,77 +63,14 @@ pub trait WindowedAttentionBackend: Backend {
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         None
     }
-
-    /// The backend's fused RoPE ([`crate::rope::RotateKernel`]), or `None` (the default) when
-    /// the rotation runs as tensor ops. `Autodiff<B>` differentiates through its inner
-    /// backend's (the backward of a rotation is the opposite rotation).
-    fn rope_kernel() -> Option<RotateKernel<Self>> {
-        None
-    }
-
-    /// The backend's fused RMSNorm of `x: [..., D]` with weight `w: [D]` → the shape of `x`
-    /// ([`crate::layer_ops::rms_norm`]), or `None` where it has none and the caller runs the
-    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
-    fn rms_norm(
-        x: FloatTensor<Self>,
-        w: FloatTensor<Self>,
-        options: RmsOptions,
-    ) -> Option<FloatTensor<Self>> {
-        let kernels = layer_ops::chosen::<Self>()?;
-        let [y, _] = (kernels.rms_norm)(x, w, options);
-        Some(y)
-    }
-
-    /// The backend's fused gate `act(a)·b` for `a, b` of one shape
-    /// ([`crate::layer_ops::gate`]), or `None` where it has none and the caller runs the
-    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
-    fn gate(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        activation: MlpActivation,
-    ) -> Option<FloatTensor<Self>> {
-        layer_ops::chosen::<Self>().map(|kernels| (kernels.gate)(a, b, activation))
-    }
-
-    /// The backend's fused cross-entropy of `logits: [rows, V]` against `targets: [rows]` →
-    /// `[rows]` ([`crate::layer_ops::cross_entropy`]), or `None` where it has none and the
-    /// caller runs the tensor ops. The default runs the backend's kernel
-    /// ([`Self::layer_kernels`]).
-    fn cross_entropy(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-    ) -> Option<FloatTensor<Self>> {
-        let kernels = layer_ops::chosen::<Self>()?;
-        let [loss, _] = (kernels.cross_entropy)(logits, targets);
-        Some(loss)
-    }
-
-    /// The backend's product `x·w (+ b)` of a linear layer for `x: [rows, in]`, `w: [in, out]`
-    /// (any strides) and `b: [out]` → `[rows, out]` ([`crate::layer_ops::linear`]), where it has
-    /// a faster one than its matmul for these shapes; `None` (the default) otherwise, and the
-    /// caller runs Burn's `linear`. Flex has one for a few rows: a decoding step.
-    fn fused_linear(
-        _x: FloatTensor<Self>,
-        _w: FloatTensor<Self>,
-        _b: Option<FloatTensor<Self>>,
-    ) -> Option<FloatTensor<Self>> {
-        None
-    }
-
-    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the MLP's gate and the
-    /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
-    /// differentiates through its inner backend's.
-    fn layer_kernels() -> Option<LayerKernels<Self>> {
-        None
-    }
 }
 
-/// The environment variable that turns the fused ops off: `SWA_FUSED_OPS=off` runs every op as
-/// Burn tensor ops (the core's blocked path, the caches' tensor ops in place of a fused decode
-/// step and cache write, and the tensor ops of RoPE, RMSNorm, the MLP's gate, the cross-entropy
-/// and the few-row linear product), to compare them with the fused kernels. Unset, or any other
-/// value, lets each backend choose. Read once, at the first op that asks.
-pub const FUSED_OPS_VARIABLE: &str = "SWA_FUSED_OPS";
+/// Every op a model of the zoo runs: the windowed core ([`WindowedAttentionBackend`]), RoPE
+/// ([`RopeBackend`]) and the other fused layer ops ([`LayerOpsBackend`]). Every backend with
+/// the three has it.
+pub trait ModelBackend: WindowedAttentionBackend + LayerOpsBackend + RopeBackend {}
+
+impl<B: WindowedAttentionBackend + LayerOpsBackend + RopeBackend> ModelBackend for B {}
 
 /// The fused kernel that runs this call on `B`: the backend's, when it has one, the kernel takes
 /// the call, and [`FUSED_OPS_VARIABLE`] does not turn the fused ops off.
@@ -143,12 +81,6 @@ pub(crate) fn chosen_kernel<B: WindowedAttentionBackend>(
     v: &Shape,
 ) -> Option<WindowedKernel<B>> {
     B::windowed_kernel().filter(|kernel| !fused_ops_off() && (kernel.runs)(spec, q, k, v))
-}
-
-/// Whether [`FUSED_OPS_VARIABLE`] turns the fused ops off (read at the first call).
-pub(crate) fn fused_ops_off() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var(FUSED_OPS_VARIABLE).is_ok_and(|value| value == "off"))
 }
 
 /// A backend with fused windowed-attention kernels (the CubeCL backends, `crate::kernel`).

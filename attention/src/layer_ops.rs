@@ -1,7 +1,7 @@
 //! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8), the gated MLP's
 //! gate `act(a)·b` (SwiGLU's SiLU, Gemma's tanh GELU) and the cross-entropy of logits, each as one op forward and one op backward
 //! where the backend has kernels for them ([`LayerKernels`], offered by
-//! [`WindowedAttentionBackend::layer_kernels`]), and as tensor ops otherwise. The tensor ops are
+//! [`LayerOpsBackend::layer_kernels`]), and as tensor ops otherwise. The tensor ops are
 //! also the kernels' test reference. The cross-entropy never materialises the softmax: its
 //! forward keeps each row's log-normaliser, and its backward recomputes the probabilities from
 //! it.
@@ -17,8 +17,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::WindowedAttentionBackend;
-use crate::backend::fused_ops_off;
+use crate::fused_ops::fused_ops_off;
 
 /// How an RMSNorm scales: `x / √(mean(x²) + ε) · γ` with `γ = w`, or `γ = 1 + w` under
 /// `unit_offset` (Gemma's form, docs/semantics.md §9).
@@ -101,14 +100,86 @@ impl<B: Backend> std::fmt::Debug for LayerKernels<B> {
     }
 }
 
+/// A Burn backend that may run the layers' ops fused: RMSNorm, the MLP's gate, the cross-entropy
+/// (each forward and backward) and a linear layer's product. Every method defaults to the
+/// tensor ops.
+pub trait LayerOpsBackend: Backend {
+    /// The backend's fused RMSNorm of `x: [..., D]` with weight `w: [D]` → the shape of `x`
+    /// ([`crate::layer_ops::rms_norm`]), or `None` where it has none and the caller runs the
+    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
+    fn rms_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        options: RmsOptions,
+    ) -> Option<FloatTensor<Self>> {
+        let kernels = chosen::<Self>()?;
+        let [y, _] = (kernels.rms_norm)(x, w, options);
+        Some(y)
+    }
+
+    /// The backend's fused gate `act(a)·b` for `a, b` of one shape
+    /// ([`crate::layer_ops::gate`]), or `None` where it has none and the caller runs the
+    /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
+    fn gate(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        activation: MlpActivation,
+    ) -> Option<FloatTensor<Self>> {
+        chosen::<Self>().map(|kernels| (kernels.gate)(a, b, activation))
+    }
+
+    /// The backend's fused cross-entropy of `logits: [rows, V]` against `targets: [rows]` →
+    /// `[rows]` ([`crate::layer_ops::cross_entropy`]), or `None` where it has none and the
+    /// caller runs the tensor ops. The default runs the backend's kernel
+    /// ([`Self::layer_kernels`]).
+    fn cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+    ) -> Option<FloatTensor<Self>> {
+        let kernels = chosen::<Self>()?;
+        let [loss, _] = (kernels.cross_entropy)(logits, targets);
+        Some(loss)
+    }
+
+    /// The backend's product `x·w (+ b)` of a linear layer for `x: [rows, in]`, `w: [in, out]`
+    /// (any strides) and `b: [out]` → `[rows, out]` ([`crate::layer_ops::linear`]), where it has
+    /// a faster one than its matmul for these shapes; `None` (the default) otherwise, and the
+    /// caller runs Burn's `linear`. Flex has one for a few rows: a decoding step.
+    fn fused_linear(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _b: Option<FloatTensor<Self>>,
+    ) -> Option<FloatTensor<Self>> {
+        None
+    }
+
+    /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the MLP's gate and the
+    /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
+    /// differentiates through its inner backend's.
+    fn layer_kernels() -> Option<LayerKernels<Self>> {
+        None
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<E, I, Q> LayerOpsBackend for burn::backend::NdArray<E, I, Q>
+where
+    E: burn::backend::ndarray::FloatNdArrayElement,
+    I: burn::backend::ndarray::IntNdArrayElement,
+    Q: burn::backend::ndarray::QuantElement,
+    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
+{
+}
+
 /// The backend's layer kernels, unless [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off.
-pub(crate) fn chosen<B: WindowedAttentionBackend>() -> Option<LayerKernels<B>> {
+pub(crate) fn chosen<B: LayerOpsBackend>() -> Option<LayerKernels<B>> {
     B::layer_kernels().filter(|_| !fused_ops_off())
 }
 
 /// RMSNorm of `x: [..., D]` with weight `w: [D]` → the same shape: the backend's fused op
-/// ([`WindowedAttentionBackend::rms_norm`]) where it has one.
-pub fn rms_norm<B: WindowedAttentionBackend, const N: usize>(
+/// ([`LayerOpsBackend::rms_norm`]) where it has one.
+pub fn rms_norm<B: LayerOpsBackend, const N: usize>(
     x: Tensor<B, N>,
     w: Tensor<B, 1>,
     options: RmsOptions,
@@ -122,8 +193,8 @@ pub fn rms_norm<B: WindowedAttentionBackend, const N: usize>(
 }
 
 /// `act(a)·b` for `a, b` of one shape → that shape: the backend's fused op
-/// ([`WindowedAttentionBackend::gate`]) where it has one.
-pub fn gate<B: WindowedAttentionBackend, const N: usize>(
+/// ([`LayerOpsBackend::gate`]) where it has one.
+pub fn gate<B: LayerOpsBackend, const N: usize>(
     a: Tensor<B, N>,
     b: Tensor<B, N>,
     activation: MlpActivation,
@@ -137,8 +208,8 @@ pub fn gate<B: WindowedAttentionBackend, const N: usize>(
 
 /// The cross-entropy of each row of `logits: [rows, V]` against `targets: [rows]`,
 /// `−log softmax(logits)[target]` → `[rows]`: the backend's fused op
-/// ([`WindowedAttentionBackend::cross_entropy`]) where it has one.
-pub fn cross_entropy<B: WindowedAttentionBackend>(
+/// ([`LayerOpsBackend::cross_entropy`]) where it has one.
+pub fn cross_entropy<B: LayerOpsBackend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
@@ -163,7 +234,7 @@ pub fn cross_entropy_tensor_ops<B: Backend>(
 
 /// A linear layer (Burn's `Linear`, weight `[in, out]`) on `x: [..., in]` → `[..., out]`,
 /// through [`product`].
-pub fn linear<B: WindowedAttentionBackend, const N: usize>(
+pub fn linear<B: LayerOpsBackend, const N: usize>(
     layer: &Linear<B>,
     x: Tensor<B, N>,
 ) -> Tensor<B, N> {
@@ -171,12 +242,12 @@ pub fn linear<B: WindowedAttentionBackend, const N: usize>(
 }
 
 /// `x·w (+ b)` for `x: [..., in]`, `w: [in, out]`, `b: [out]` → `[..., out]`, with the rows of
-/// `x` flattened: the backend's fused product ([`WindowedAttentionBackend::fused_linear`])
+/// `x` flattened: the backend's fused product ([`LayerOpsBackend::fused_linear`])
 /// where it has one for these shapes, else Burn's `linear` on the flattened rows. Flattening
 /// keeps a weight stored as its transpose a view (a checkpoint's `[out, in]`, or a tied
 /// embedding table): for a product of higher rank Burn's `linear` reshapes the weight, which
 /// copies a transposed view.
-pub fn product<B: WindowedAttentionBackend, const N: usize>(
+pub fn product<B: LayerOpsBackend, const N: usize>(
     x: Tensor<B, N>,
     w: Tensor<B, 2>,
     b: Option<Tensor<B, 1>>,

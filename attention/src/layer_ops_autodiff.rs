@@ -11,11 +11,36 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::WindowedAttentionBackend;
+use crate::LayerOpsBackend;
 use crate::layer_ops::{self, LayerKernels, MlpActivation, RmsOptions};
 
+impl<B: LayerOpsBackend, C: CheckpointStrategy> LayerOpsBackend for Autodiff<B, C> {
+    fn rms_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        options: RmsOptions,
+    ) -> Option<FloatTensor<Self>> {
+        rms_norm::<B, C>(x, w, options)
+    }
+
+    fn gate(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        activation: MlpActivation,
+    ) -> Option<FloatTensor<Self>> {
+        gate::<B, C>(a, b, activation)
+    }
+
+    fn cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+    ) -> Option<FloatTensor<Self>> {
+        cross_entropy::<B, C>(logits, targets)
+    }
+}
+
 /// RMSNorm on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
-pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+fn rms_norm<B: LayerOpsBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     w: FloatTensor<Autodiff<B, C>>,
     options: RmsOptions,
@@ -33,7 +58,7 @@ pub(crate) fn rms_norm<B: WindowedAttentionBackend, C: CheckpointStrategy>(
 }
 
 /// The MLP's gate on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
-pub(crate) fn gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+fn gate<B: LayerOpsBackend, C: CheckpointStrategy>(
     a: FloatTensor<Autodiff<B, C>>,
     b: FloatTensor<Autodiff<B, C>>,
     activation: MlpActivation,
@@ -51,7 +76,7 @@ pub(crate) fn gate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
 }
 
 /// The cross-entropy on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
-pub(crate) fn cross_entropy<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+fn cross_entropy<B: LayerOpsBackend, C: CheckpointStrategy>(
     logits: FloatTensor<Autodiff<B, C>>,
     targets: IntTensor<B>,
 ) -> Option<FloatTensor<Autodiff<B, C>>> {
@@ -73,7 +98,7 @@ struct RmsNormOp;
 
 /// What RMSNorm's backward reads: its inputs, the inverse RMS of each row, the options.
 #[derive(Clone, Debug)]
-struct RmsState<B: WindowedAttentionBackend> {
+struct RmsState<B: LayerOpsBackend> {
     kernels: LayerKernels<B>,
     x: FloatTensor<B>,
     w: FloatTensor<B>,
@@ -81,7 +106,7 @@ struct RmsState<B: WindowedAttentionBackend> {
     options: RmsOptions,
 }
 
-impl<B: WindowedAttentionBackend> Backward<B, 2> for RmsNormOp {
+impl<B: LayerOpsBackend> Backward<B, 2> for RmsNormOp {
     type State = RmsState<B>;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -102,14 +127,14 @@ struct GateOp;
 
 /// What the gate's backward reads: its inputs and activation.
 #[derive(Clone, Debug)]
-struct GateState<B: WindowedAttentionBackend> {
+struct GateState<B: LayerOpsBackend> {
     kernels: LayerKernels<B>,
     a: FloatTensor<B>,
     b: FloatTensor<B>,
     activation: MlpActivation,
 }
 
-impl<B: WindowedAttentionBackend> Backward<B, 2> for GateOp {
+impl<B: LayerOpsBackend> Backward<B, 2> for GateOp {
     type State = GateState<B>;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -130,14 +155,14 @@ struct CrossEntropyOp;
 
 /// What the cross-entropy's backward reads: the logits, the targets, each row's log-normaliser.
 #[derive(Clone, Debug)]
-struct CrossEntropyState<B: WindowedAttentionBackend> {
+struct CrossEntropyState<B: LayerOpsBackend> {
     kernels: LayerKernels<B>,
     logits: FloatTensor<B>,
     targets: IntTensor<B>,
     lse: FloatTensor<B>,
 }
 
-impl<B: WindowedAttentionBackend> Backward<B, 1> for CrossEntropyOp {
+impl<B: LayerOpsBackend> Backward<B, 1> for CrossEntropyOp {
     type State = CrossEntropyState<B>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {

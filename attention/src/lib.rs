@@ -43,6 +43,7 @@ pub mod cpu;
 pub mod decode;
 mod entry;
 mod error;
+mod fused_ops;
 mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
@@ -61,7 +62,7 @@ mod scores;
 pub mod window;
 
 pub use backend::{
-    FUSED_OPS_VARIABLE, KernelForward, KernelGradients, OutputPrimitives, WindowedAttentionBackend,
+    KernelForward, KernelGradients, ModelBackend, OutputPrimitives, WindowedAttentionBackend,
     WindowedKernel, WindowedKernelBackend,
 };
 pub use blocked::{
@@ -69,7 +70,11 @@ pub use blocked::{
 };
 pub use entry::{windowed_attention, windowed_attention_relative};
 pub use error::AttentionError;
+pub use fused_ops::FUSED_OPS_VARIABLE;
+pub use layer_ops::LayerOpsBackend;
 pub use options::{ScoreFn, ScoreOptions};
 pub use reference::{dense_attention, dense_attention_relative};
-pub use rope::{Rope, RopeAngles, RopeConfig, RopeScaling, RotateKernel, rotate_tensor_ops};
+pub use rope::{
+    Rope, RopeAngles, RopeBackend, RopeConfig, RopeScaling, RotateKernel, rotate_tensor_ops,
+};
 pub use window::{HeadWindow, WindowSpec};

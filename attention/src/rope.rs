@@ -9,8 +9,8 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::fused_ops_off;
-use crate::{AttentionError, WindowedAttentionBackend};
+use crate::AttentionError;
+use crate::fused_ops::fused_ops_off;
 
 /// Configuration of [`Rope`].
 #[derive(Config, Debug)]
@@ -133,11 +133,7 @@ pub struct Rope {
 impl Rope {
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at position `offset + n`.
     /// Returns the same shape.
-    pub fn forward<B: WindowedAttentionBackend>(
-        &self,
-        x: Tensor<B, 4>,
-        offset: usize,
-    ) -> Tensor<B, 4> {
+    pub fn forward<B: RopeBackend>(&self, x: Tensor<B, 4>, offset: usize) -> Tensor<B, 4> {
         let n = x.dims()[2];
         let positions: Vec<usize> = (offset..offset + n).collect();
         self.forward_at(x, &positions)
@@ -146,14 +142,10 @@ impl Rope {
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at `positions[n]`; used for
     /// StreamingLLM's cache-slot positions (docs/semantics.md §7). Returns the same shape.
     ///
-    /// Runs the backend's fused rotation ([`WindowedAttentionBackend::rope_kernel`]) where it
+    /// Runs the backend's fused rotation ([`RopeBackend::rope_kernel`]) where it
     /// has one, unless [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off
     /// ([`rotate_tensor_ops`]).
-    pub fn forward_at<B: WindowedAttentionBackend>(
-        &self,
-        x: Tensor<B, 4>,
-        positions: &[usize],
-    ) -> Tensor<B, 4> {
+    pub fn forward_at<B: RopeBackend>(&self, x: Tensor<B, 4>, positions: &[usize]) -> Tensor<B, 4> {
         let angles = self.angles(positions);
         match B::rope_kernel().filter(|_| !fused_ops_off()) {
             Some(rotate) => {
@@ -205,6 +197,27 @@ impl RopeAngles {
 /// → the same shape, stored in the physical order `x` was stored in (so that a fused op's
 /// output can be merged or split back without a copy).
 pub type RotateKernel<B> = fn(FloatTensor<B>, &RopeAngles) -> FloatTensor<B>;
+
+/// A Burn backend that may rotate with a fused RoPE kernel.
+pub trait RopeBackend: Backend {
+    /// The backend's fused RoPE ([`RotateKernel`]), or `None` (the default) when
+    /// the rotation runs as tensor ops. `Autodiff<B>` differentiates through its inner
+    /// backend's (the backward of a rotation is the opposite rotation).
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        None
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<E, I, Q> RopeBackend for burn::backend::NdArray<E, I, Q>
+where
+    E: burn::backend::ndarray::FloatNdArrayElement,
+    I: burn::backend::ndarray::IntNdArrayElement,
+    Q: burn::backend::ndarray::QuantElement,
+    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<I>>,
+{
+}
 
 /// The rotation as tensor ops, on every backend: `x · cos θ + rotate_half(x) · sin θ` with
 /// `rotate_half(x) = [−x₂, x₁]`. The fused kernels' fallback and test reference.

@@ -11,17 +11,22 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::FloatTensor;
 
-use crate::WindowedAttentionBackend;
+use crate::RopeBackend;
 use crate::rope::{RopeAngles, RotateKernel};
 
+impl<B: RopeBackend, C: CheckpointStrategy> RopeBackend for Autodiff<B, C> {
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        tracked::<B, C>()
+    }
+}
+
 /// `Autodiff<B>`'s fused rotation, offered when `B` has one.
-pub(crate) fn tracked<B: WindowedAttentionBackend, C: CheckpointStrategy>()
--> Option<RotateKernel<Autodiff<B, C>>> {
+fn tracked<B: RopeBackend, C: CheckpointStrategy>() -> Option<RotateKernel<Autodiff<B, C>>> {
     B::rope_kernel().map(|_| rotate::<B, C> as RotateKernel<Autodiff<B, C>>)
 }
 
 /// `x` rotated by `angles` with the inner backend's kernel, tracked for the backward.
-fn rotate<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+fn rotate<B: RopeBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     angles: &RopeAngles,
 ) -> FloatTensor<Autodiff<B, C>> {
@@ -41,12 +46,12 @@ struct RopeOp;
 
 /// The inner backend's kernel and the opposite angles.
 #[derive(Clone, Debug)]
-struct RopeState<B: WindowedAttentionBackend> {
+struct RopeState<B: RopeBackend> {
     kernel: RotateKernel<B>,
     inverse: Arc<RopeAngles>,
 }
 
-impl<B: WindowedAttentionBackend> Backward<B, 1> for RopeOp {
+impl<B: RopeBackend> Backward<B, 1> for RopeOp {
     type State = RopeState<B>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {

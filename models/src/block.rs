@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 use swa_attention::layers::{
     LayerCache, LayerMemory, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
 };
-use swa_attention::{AttentionError, WindowedAttentionBackend};
+use swa_attention::{AttentionError, ModelBackend};
 
 use crate::mlp::{GatedMlp, GatedMlpConfig};
 
@@ -52,17 +52,14 @@ impl<B: Backend> Block<B> {
 }
 
 /// `y`, normalised again when the block has post-norms.
-fn post_norm<B: WindowedAttentionBackend>(
-    norm: &Option<RmsNorm<B>>,
-    y: Tensor<B, 3>,
-) -> Tensor<B, 3> {
+fn post_norm<B: ModelBackend>(norm: &Option<RmsNorm<B>>, y: Tensor<B, 3>) -> Tensor<B, 3> {
     match norm {
         Some(norm) => norm.forward(y),
         None => y,
     }
 }
 
-impl<B: WindowedAttentionBackend> Block<B> {
+impl<B: ModelBackend> Block<B> {
     /// The MLP branch and its residual: `x: [batch, N, d]` → `[batch, N, d]`.
     fn mlp_branch(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let y = self.mlp.forward(self.mlp_norm.forward(x.clone()));

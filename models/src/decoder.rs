@@ -6,7 +6,7 @@ use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layer_ops::{linear, product};
 use swa_attention::layers::{
     AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
@@ -278,7 +278,7 @@ impl<B: Backend> Decoder<B> {
     /// whole prefix (with absolute positions).
     pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2>
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let mut x = self.embed(tokens.unsqueeze_dim(1));
         for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
@@ -301,7 +301,7 @@ impl<B: Backend> Decoder<B> {
     /// model says so.
     pub(crate) fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3>
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let x = self.norm.forward(x);
         let logits = match &self.head {
@@ -315,7 +315,7 @@ impl<B: Backend> Decoder<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> Decoder<B> {
+impl<B: ModelBackend> Decoder<B> {
     /// `tokens: [batch, N]` → logits `[batch, N, vocab]`, token `n` at position `n`.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 3>, ModelError> {
         let mut x = self.embed(tokens);

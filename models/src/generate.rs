@@ -4,7 +4,7 @@
 
 use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::{AttentionKind, CachePositions};
 
 use crate::sampling::Sampler;
@@ -52,7 +52,7 @@ impl GenerateConfig {
     }
 }
 
-impl<B: WindowedAttentionBackend> Decoder<B> {
+impl<B: ModelBackend> Decoder<B> {
     /// Continues each prompt (token ids, all of one length ≥ 1) by `max_new_tokens` tokens and
     /// returns the new tokens of each. Memory stays bounded by the windows however long it runs.
     pub fn generate(

@@ -4,7 +4,7 @@
 
 use burn::tensor::{Int, Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::{LayerMemory, LayerMemoryData};
 
 use crate::decoder::Decoder;
@@ -105,7 +105,7 @@ impl<B: Backend> Decoder<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> Decoder<B> {
+impl<B: ModelBackend> Decoder<B> {
     /// The next segment of `batch` streams, `tokens: [batch, N]` at stream positions
     /// `memory.start() …` → logits `[batch, N, vocab]`, every layer seeing what `memory` kept
     /// of the earlier segments (docs/semantics.md §10); then `memory` keeps this segment's

@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 pub use swa_attention::layer_ops::MlpActivation;
 use swa_attention::layer_ops::{gate, linear};
 
@@ -52,7 +52,7 @@ pub struct GatedMlp<B: Backend> {
     activation: MlpActivation,
 }
 
-impl<B: WindowedAttentionBackend> GatedMlp<B> {
+impl<B: ModelBackend> GatedMlp<B> {
     /// `x: [batch, N, d]` → `[batch, N, d]`; the gate `act(gate)·up` as one fused op where the
     /// backend has one ([`swa_attention::layer_ops::gate`]).
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {

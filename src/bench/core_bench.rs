@@ -6,8 +6,7 @@ use std::path::Path;
 
 use burn::tensor::Tensor;
 use swa_attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention, dense_attention,
-    windowed_attention,
+    ModelBackend, ScoreOptions, WindowSpec, blocked_attention, dense_attention, windowed_attention,
 };
 
 /// An implementation of the core.
@@ -23,7 +22,7 @@ pub enum CorePath {
 
 /// `o` of a softmax call of `spec` through `path`: `q, k, v: [batch, H, N, d]` →
 /// `[batch, H, N, d]`.
-pub fn attend<B: WindowedAttentionBackend>(
+pub fn attend<B: ModelBackend>(
     path: CorePath,
     [q, k, v]: [Tensor<B, 4>; 3],
     spec: &WindowSpec,

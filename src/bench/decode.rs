@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
@@ -75,7 +75,7 @@ pub struct DecodeRow {
 }
 
 /// Runs the benchmark; rows in the order families × windows × batches.
-pub fn run<B: WindowedAttentionBackend>(
+pub fn run<B: ModelBackend>(
     bench: &DecodeBench,
     device: &B::Device,
 ) -> Result<Vec<DecodeRow>, AppError> {
@@ -132,7 +132,7 @@ pub struct StepTiming {
 /// Decodes `steps` tokens for `batch` sequences, feeding each step's greedy token to the next,
 /// and times the steps at `positions[i] … positions[i] + repeats − 1`. A timed step starts after
 /// the device is idle and ends when the next tokens are on the host.
-pub fn time_steps<B: WindowedAttentionBackend>(
+pub fn time_steps<B: ModelBackend>(
     model: &Decoder<B>,
     batch: usize,
     positions: CachePositions,
@@ -240,7 +240,7 @@ impl FlatnessRow {
 /// slow and fast spells fall on all positions alike (timing them one after the other left
 /// single positions 1.4× off at random on a shared VM), and the time at a position is the median
 /// over the rounds.
-pub fn run_flatness<B: WindowedAttentionBackend>(
+pub fn run_flatness<B: ModelBackend>(
     bench: &FlatnessBench,
     device: &B::Device,
 ) -> Result<Vec<FlatnessRow>, AppError> {
@@ -264,7 +264,7 @@ pub fn run_flatness<B: WindowedAttentionBackend>(
 /// Milliseconds per decoding step, batch 1, at each of the increasing positions `at`: the
 /// median over `rounds` interleaved rounds, after one untimed round in which each fork takes
 /// buffers of its own.
-fn interleaved_ms<B: WindowedAttentionBackend>(
+fn interleaved_ms<B: ModelBackend>(
     model: &Decoder<B>,
     at: &[usize],
     rounds: usize,
@@ -295,7 +295,7 @@ fn interleaved_ms<B: WindowedAttentionBackend>(
 }
 
 /// One decoding step of `tokens: [batch]`, returning the most likely next tokens `[batch]`.
-fn greedy_step<B: WindowedAttentionBackend>(
+fn greedy_step<B: ModelBackend>(
     model: &Decoder<B>,
     tokens: Tensor<B, 1, Int>,
     cache: &mut DecoderCache<B>,

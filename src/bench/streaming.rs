@@ -4,7 +4,7 @@
 //! ([`CachePositions::Streaming`], docs/semantics.md §7: keys cached before RoPE and rotated at every
 //! step by their slot index). The vanilla model without eviction is the last row.
 
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::CachePositions;
 use swa_training::eval::{rebuild, with_eval_window};
 
@@ -42,7 +42,7 @@ pub struct StreamingRow {
 }
 
 /// Runs the comparison: SWA, SWAT, vanilla + StreamingLLM, vanilla with its whole cache.
-pub fn run<B: WindowedAttentionBackend>(
+pub fn run<B: ModelBackend>(
     bench: &StreamingBench,
     device: &B::Device,
 ) -> Result<Vec<StreamingRow>, AppError> {

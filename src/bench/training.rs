@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
 use swa_training::stream_memory::Stream;
@@ -62,7 +62,7 @@ pub struct TrainRow {
 /// Runs the benchmark; rows in the order families × lengths. Skipped cells say why.
 pub fn run<B>(bench: &TrainBench, device: &B::Device) -> Result<Vec<TrainRow>, AppError>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let mut rows = Vec::new();
     for &family in &bench.families {
@@ -111,7 +111,7 @@ fn step<B>(
     device: &B::Device,
 ) -> Result<(), AppError>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let vocab = model.decoder.vocab_size() as i64;
     let ids = |shift: usize| {

@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, ModelError};
 use swa_training::TrainingBackend;
@@ -102,7 +102,7 @@ fn token_batch<B: Backend>(rows: &[Vec<usize>], device: &B::Device) -> TokenBatc
 
 /// Feeds `prompt` through the cache (StreamingLLM's position shift for sink layers, as
 /// `generate` does by default), then decodes `steps` tokens greedily.
-fn decode<B: WindowedAttentionBackend>(
+fn decode<B: ModelBackend>(
     model: &Decoder<B>,
     prompt: &[usize],
     steps: usize,

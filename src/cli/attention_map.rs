@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Args, ValueEnum};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 
@@ -118,7 +118,7 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
 }
 
 /// Writes `layer{l}_head{h}.png` (or `.svg`) into `to` for every chosen layer and head.
-fn draw_maps<B: WindowedAttentionBackend>(
+fn draw_maps<B: ModelBackend>(
     model: &Decoder<B>,
     config: &DecoderConfig,
     prompt: Prompt,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
@@ -124,7 +124,7 @@ struct Grid<'a> {
 }
 
 impl Grid<'_> {
-    fn run<B: WindowedAttentionBackend>(
+    fn run<B: ModelBackend>(
         &self,
         config: &DecoderConfig,
         model: &Decoder<B>,
@@ -185,7 +185,7 @@ impl Grid<'_> {
 }
 
 /// `eval --hf`: the grid for a checkpoint over `--corpus`, tokenized by its tokenizer.
-fn eval_hf<B: WindowedAttentionBackend>(
+fn eval_hf<B: ModelBackend>(
     args: &EvalArgs,
     dir: &Path,
     device: &B::Device,

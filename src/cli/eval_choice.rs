@@ -14,7 +14,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Args;
 use serde::Deserialize;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::Decoder;
 use swa_training::TrainingBackend;
 
@@ -85,7 +85,7 @@ pub struct ChoiceResults {
 }
 
 /// Scores the questions of `tasks` (JSON Lines) with the checkpoint in `dir`.
-pub fn evaluate<B: WindowedAttentionBackend>(
+pub fn evaluate<B: ModelBackend>(
     dir: &Path,
     tasks: &Path,
     device: &B::Device,
@@ -161,7 +161,7 @@ pub fn read_questions(path: &Path) -> Result<Vec<Question>, AppError> {
 
 /// The summed log-probability of `whole`'s tokens past the first `context.len()`, each given
 /// those before it. The context must tokenize as a prefix of the whole and leave it longer.
-fn log_likelihood<B: WindowedAttentionBackend>(
+fn log_likelihood<B: ModelBackend>(
     model: &Decoder<B>,
     context: &[usize],
     whole: &[usize],

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layers::CachePositions;
 use swa_models::GenerateConfig;
 use swa_training::TrainingBackend;
@@ -100,7 +100,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
 
 /// A checkpoint's continuation of the prompt, printed token by token: the text decoded so far
 /// is printed past what was already shown, holding back an incomplete UTF-8 sequence.
-fn generate_hf<B: WindowedAttentionBackend>(
+fn generate_hf<B: ModelBackend>(
     args: &GenerateArgs,
     dir: &Path,
     device: &B::Device,

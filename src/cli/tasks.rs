@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use clap::{Args, ValueEnum};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::Decoder;
 use swa_training::eval::{rebuild, with_eval_window};
 use swa_training::synthetic::{SyntheticTask, model_accuracy, passkey_distances, receptive_field};
@@ -57,7 +57,7 @@ fn test_seed(config: &TrainConfig) -> u64 {
 }
 
 /// Prints the accuracy of a run's model on `count` fresh examples of its task.
-pub fn report<B: WindowedAttentionBackend>(
+pub fn report<B: ModelBackend>(
     config: &TrainConfig,
     task: &SyntheticTask,
     model: &Decoder<B>,
@@ -82,7 +82,7 @@ pub fn report<B: WindowedAttentionBackend>(
 /// `eval` of a run trained on a task: accuracy per evaluation window and length (MQAR) or
 /// distance (passkey), printed and written to `out/eval_task.csv`.
 #[allow(clippy::too_many_arguments)]
-pub fn eval<B: WindowedAttentionBackend>(
+pub fn eval<B: ModelBackend>(
     out: &Path,
     config: &TrainConfig,
     task: &SyntheticTask,

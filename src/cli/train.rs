@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use burn::train::ExecutionStrategy;
 use clap::Args;
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::files::WriteError;
 use swa_models::{Architecture, Decoder};
 use swa_training::corpus::{Corpus, bits_per_unit};
@@ -294,7 +294,7 @@ impl TrainJob {
 
     /// `model`'s mean loss on the validation split, over the run's validation batches. A run of
     /// several processes validates its whole batch, as one process would.
-    fn validation_loss<B: WindowedAttentionBackend>(
+    fn validation_loss<B: ModelBackend>(
         &self,
         model: &Decoder<B>,
         device: &B::Device,

@@ -6,7 +6,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
 use swa_zoo::attention::blocked::MAX_CHUNK_SCORES;
 use swa_zoo::attention::{
-    ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention_relative,
+    ModelBackend, ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention_relative,
     dense_attention_relative, windowed_attention_relative,
 };
 use swa_zoo::models::SplitMix64;
@@ -152,7 +152,7 @@ pub struct Outputs {
 /// `L = Σ o·g_o + Σ_{finite lse} lse·g_l` for random `g_o, g_l`.
 pub fn run<B>(case: &Case, path: Path, device: &B::Device) -> Outputs
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let heads = case.spec.num_heads();
     let kv_heads = case.spec.kv_heads();
@@ -270,7 +270,7 @@ pub fn assert_outputs_close(
 /// Checks `path` on `B` against the dense reference on ndarray within the f32 tolerances.
 pub fn check_against_reference<B>(case: &Case, path: Path, device: &B::Device)
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     check_within::<B>(case, path, device, F32);
 }
@@ -279,7 +279,7 @@ where
 /// errors of `o`, `lse` and the gradients.
 pub fn check_within<B>(case: &Case, path: Path, device: &B::Device, tol: Tolerance) -> [f32; 3]
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let reference = Case { dtype: None, heads_inner: false, ..case.clone() };
     let want = run::<Reference>(&reference, Path::Dense, &Default::default());

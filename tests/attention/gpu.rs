@@ -16,7 +16,7 @@ fn check_backend<B>(
     tol: Tolerance,
     device: &B::Device,
 ) where
-    B: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::WindowedAttentionBackend,
+    B: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::ModelBackend,
 {
     let mut worst = [0f32; 3];
     for case in cases {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
 use swa_attention::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig};
@@ -59,7 +59,7 @@ pub fn rebuild<B: Backend>(
 
 /// Mean next-token loss (nats) over up to `batches` batches of `batch` consecutive windows of
 /// `len` tokens from `tokens`.
-pub fn mean_loss<B: WindowedAttentionBackend>(
+pub fn mean_loss<B: ModelBackend>(
     model: &Decoder<B>,
     tokens: Arc<Vec<u32>>,
     len: usize,
@@ -78,7 +78,7 @@ pub fn mean_loss<B: WindowedAttentionBackend>(
 /// one stream per row of `batch`, each read from its start in up to `batches` consecutive
 /// segments of `len` tokens, every layer keeping what its windows reach (full layers
 /// `full_memory` positions), as a run with segment memory validates.
-pub fn stream_loss<B: WindowedAttentionBackend>(
+pub fn stream_loss<B: ModelBackend>(
     model: &Decoder<B>,
     tokens: Arc<Vec<u32>>,
     (len, batch, batches): (usize, usize, usize),
@@ -99,10 +99,7 @@ pub fn stream_loss<B: WindowedAttentionBackend>(
 }
 
 /// The mean loss of `scorer` over every batch of `loader`, weighted by tokens.
-fn loss_over<B: WindowedAttentionBackend>(
-    loader: &WindowLoader<B>,
-    scorer: &LanguageModel<B>,
-) -> f64 {
+fn loss_over<B: ModelBackend>(loader: &WindowLoader<B>, scorer: &LanguageModel<B>) -> f64 {
     let (mut total, mut count) = (0.0, 0);
     for batch in burn::data::dataloader::DataLoader::iter(loader) {
         let out = scorer.loss(batch, Stream::Valid);
@@ -117,7 +114,7 @@ fn loss_over<B: WindowedAttentionBackend>(
 /// windows of `len` tokens from `tokens`. With [`CachePositions::Absolute`] it equals
 /// [`mean_loss`] over one batch; with [`CachePositions::Streaming`] sink layers number their
 /// keys by cache slot, as StreamingLLM decodes (docs/semantics.md §7).
-pub fn decoded_loss<B: WindowedAttentionBackend>(
+pub fn decoded_loss<B: ModelBackend>(
     model: &Decoder<B>,
     tokens: Arc<Vec<u32>>,
     len: usize,

@@ -9,7 +9,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, Transaction};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
 use swa_models::Decoder;
 
@@ -71,7 +71,7 @@ impl<B: Backend> LanguageModel<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> LanguageModel<B> {
+impl<B: ModelBackend> LanguageModel<B> {
     /// Mean next-token cross-entropy of `batch` (`[batch, N]` inputs and targets), over the
     /// scored positions when the batch has a mask (with the count of right answers there). A
     /// batch of stream segments reads and updates `stream`'s memory when the model has one.
@@ -102,7 +102,7 @@ impl<B: WindowedAttentionBackend> LanguageModel<B> {
 
 impl<B> TrainStep for LanguageModel<B>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     type Input = TokenBatch<B>;
     type Output = LossOutput<B>;
@@ -117,7 +117,7 @@ where
     }
 }
 
-impl<B: WindowedAttentionBackend> InferenceStep for LanguageModel<B> {
+impl<B: ModelBackend> InferenceStep for LanguageModel<B> {
     type Input = TokenBatch<B>;
     type Output = LossOutput<B>;
 

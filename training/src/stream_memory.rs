@@ -22,7 +22,7 @@ use burn::record::{PrecisionSettings, Record};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use serde::{Deserialize, Serialize};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderMemory, DecoderMemoryData, ModelError};
 
 /// The stream a batch belongs to.
@@ -101,7 +101,7 @@ impl<B: Backend> StreamMemory<B> {
         start: usize,
     ) -> Result<Tensor<B, 3>, ModelError>
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let Some(full_memory) = self.full_memory else {
             return decoder.forward(tokens);

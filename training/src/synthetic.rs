@@ -8,7 +8,7 @@
 //! masks: what a windowed model can know at the position it is scored.
 
 use serde::{Deserialize, Serialize};
-use swa_attention::WindowedAttentionBackend;
+use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderConfig, ModelError, SplitMix64};
 
 use crate::batch::TokenBatch;
@@ -124,7 +124,7 @@ impl Accuracy {
 
 /// The model's accuracy on `examples`, run `batch_size` at a time: the prediction at a
 /// position is its most likely next token.
-pub fn model_accuracy<B: WindowedAttentionBackend>(
+pub fn model_accuracy<B: ModelBackend>(
     model: &Decoder<B>,
     examples: &[Example],
     batch_size: usize,

@@ -23,11 +23,12 @@ use super::{
 };
 use crate::backend::{
     KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
-    WindowedKernelBackend, fused_ops_off,
+    WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
-use crate::layer_ops::LayerKernels;
-use crate::rope::RotateKernel;
+use crate::fused_ops::fused_ops_off;
+use crate::layer_ops::{LayerKernels, LayerOpsBackend};
+use crate::rope::{RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 const CHECKED: &str = "inputs are checked by windowed_attention before they reach a backend";
@@ -101,11 +102,15 @@ impl WindowedAttentionBackend for Flex {
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         Some(cache_write)
     }
+}
 
+impl RopeBackend for Flex {
     fn rope_kernel() -> Option<RotateKernel<Self>> {
         Some(super::rope::rotate)
     }
+}
 
+impl LayerOpsBackend for Flex {
     fn layer_kernels() -> Option<LayerKernels<Self>> {
         Some(super::layer_ops::kernels())
     }

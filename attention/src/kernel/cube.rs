@@ -15,6 +15,8 @@ use crate::backend::{
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, DecodeKernel};
+use crate::layer_ops::LayerOpsBackend;
+use crate::rope::RopeBackend;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
@@ -94,4 +96,24 @@ where
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         Some(cache_write::<R, Self>)
     }
+}
+
+/// RoPE runs as tensor ops on the CubeCL backends.
+impl<R, F, I, BT> RopeBackend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+}
+
+/// The layer ops run as tensor ops on the CubeCL backends.
+impl<R, F, I, BT> LayerOpsBackend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
 }

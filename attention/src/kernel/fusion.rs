@@ -16,6 +16,8 @@ use crate::backend::{
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
+use crate::layer_ops::LayerOpsBackend;
+use crate::rope::RopeBackend;
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<B> {
@@ -104,6 +106,12 @@ where
         B::windowed_cache_write().map(|_| cache_write::<B> as CacheWrite<Self>)
     }
 }
+
+/// RoPE runs as tensor ops, which fusion fuses itself.
+impl<B: FusionBackend> RopeBackend for Fusion<B> {}
+
+/// The layer ops run as tensor ops, which fusion fuses itself.
+impl<B: FusionBackend> LayerOpsBackend for Fusion<B> {}
 
 /// Registers the inner backend's fused append: `[k, v, keys₀, values₀, keys₁, …]` → `[keys₀,
 /// values₀, …]` written. A buffer the cache alone holds reaches the inner backend as its only

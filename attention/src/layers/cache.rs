@@ -11,14 +11,14 @@
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::fused_ops_off;
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::entry::expand_kv;
+use crate::fused_ops::fused_ops_off;
 use crate::index::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
 use crate::layers::ring::{Buffer, select_heads};
 use crate::scores::{Alibi, attend};
-use crate::{AttentionError, Rope, ScoreOptions, WindowSpec, WindowedAttentionBackend};
+use crate::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,12 +106,12 @@ impl<B: Backend> KvCache<B> {
     /// `rope` is the layer's rotation, `None` for a layer without RoPE.
     ///
     /// Once every buffer's ring is full, a backend with a fused append
-    /// ([`WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
+    /// ([`crate::WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
     /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off); otherwise each buffer writes its
     /// slot with tensor ops.
     pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let position = self.len;
         let spec = &self.specs[0];
@@ -177,7 +177,7 @@ impl<B: Backend> KvCache<B> {
     /// differs, which no query can tell: visibility is asked by position).
     pub fn fill(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         debug_assert!(self.is_empty(), "fill starts a cache");
         let n = k.dims()[2];
@@ -211,12 +211,12 @@ impl<B: Backend> KvCache<B> {
     /// to the keys its head sees → `[batch, H, 1, d]`, with the same `rope` as
     /// [`KvCache::append`], which comes first.
     ///
-    /// A backend with a fused decode step ([`WindowedAttentionBackend::windowed_decode`]) runs
+    /// A backend with a fused decode step ([`crate::WindowedAttentionBackend::windowed_decode`]) runs
     /// it over every buffer at once under [`CachePositions::Absolute`]; otherwise (and when
     /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off) each buffer runs its tensor ops.
     pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4>
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let fused = B::windowed_decode().filter(|_| !fused_ops_off());
         if let (Some(decode), CachePositions::Absolute) = (fused, self.positions) {
@@ -249,7 +249,7 @@ impl<B: Backend> KvCache<B> {
         rope: Option<&Rope>,
     ) -> (Tensor<B, 4>, Tensor<B, 3>)
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         debug_assert_eq!(self.specs.len(), 1, "one core call has one lse");
         let (outs, lses): (Vec<_>, Vec<_>) = self
@@ -286,7 +286,7 @@ impl<B: Backend> KvCache<B> {
         rope: Option<&Rope>,
     ) -> Tensor<B, 4>
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let t = self.len - 1;
         let q = match rope {
@@ -320,7 +320,7 @@ impl<B: Backend> KvCache<B> {
         rope: Option<&Rope>,
     ) -> (Vec<Tensor<B, 4>>, Vec<Tensor<B, 3>>)
     where
-        B: WindowedAttentionBackend,
+        B: ModelBackend,
     {
         let (keys, values) = (buffer.keys.clone(), buffer.values.clone());
         let (keys, values) = keys.zip(values).expect("append comes before attend");

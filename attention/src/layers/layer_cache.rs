@@ -8,7 +8,7 @@ use crate::layers::cache::{CachePositions, KvCache};
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::{AttentionKind, SelfAttention, longnet};
-use crate::{AttentionError, WindowSpec, WindowedAttentionBackend};
+use crate::{AttentionError, ModelBackend, WindowSpec};
 
 /// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is
 /// an independent copy (tensors are shared until one of the copies writes).
@@ -82,7 +82,7 @@ impl<B: Backend> SelfAttention<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> SelfAttention<B> {
+impl<B: ModelBackend> SelfAttention<B> {
     /// One decoding step: `x: [batch, 1, d_model]` at the cache's next position →
     /// `[batch, 1, d_model]`, the same as row `position` of [`SelfAttention::forward`] over the
     /// whole prefix (with [`CachePositions::Absolute`]).

@@ -9,7 +9,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::layer_ops::linear;
 use crate::reciprocal::reciprocal;
-use crate::{AttentionError, Rope, RopeConfig, WindowedAttentionBackend};
+use crate::{AttentionError, ModelBackend, Rope, RopeConfig};
 
 /// `ε` of the normaliser (docs/semantics.md §6).
 const EPSILON: f32 = 1e-6;
@@ -133,7 +133,7 @@ impl<B: Backend> LinearAttention<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> LinearAttention<B> {
+impl<B: ModelBackend> LinearAttention<B> {
     /// The training form (docs/semantics.md §6): `x: [batch, N, d_model]` at positions `0 … N−1` →
     /// `[batch, N, d_model]`. The sequence is cut into chunks of `C` positions: within a chunk a
     /// masked quadratic term, across chunks the sums of `φ(k)ᵀv` and `φ(k)` over earlier chunks.

@@ -4,9 +4,7 @@
 use burn::tensor::{DType, Tensor, backend::Backend};
 
 use crate::reciprocal::reciprocal;
-use crate::{
-    AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention,
-};
+use crate::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
 
 /// The window spec of each branch at length `n`: segment `w_b` clipped to `n`, dilation `r_b`,
 /// head `h` at offset `h mod r_b`.
@@ -45,7 +43,7 @@ pub fn branch_specs(
 ///
 /// `q: [batch, H, N, d]`, `k, v: [batch, H_kv, N, d]` → `[batch, H, N, d]`; every branch
 /// scores with `opts` (softmax: the mixture needs each branch's denominator).
-pub fn longnet_attention<B: WindowedAttentionBackend>(
+pub fn longnet_attention<B: ModelBackend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,

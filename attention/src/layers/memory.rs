@@ -19,7 +19,7 @@ use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::self_attention::StreamRows;
 use crate::layers::{AttentionKind, SelfAttention};
-use crate::{AttentionError, WindowedAttentionBackend};
+use crate::{AttentionError, ModelBackend};
 
 /// Which earlier positions of a stream a windowed layer keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,7 +282,7 @@ impl<B: Backend> SelfAttention<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> SelfAttention<B> {
+impl<B: ModelBackend> SelfAttention<B> {
     /// The next segment of a stream, `x: [batch, N, d_model]` at stream positions
     /// `memory.start() …` → `[batch, N, d_model]`, its queries seeing the kept rows of earlier
     /// segments as well as their own (docs/semantics.md §10); then `memory` keeps what the next

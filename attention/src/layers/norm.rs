@@ -7,7 +7,7 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::WindowedAttentionBackend;
+use crate::ModelBackend;
 use crate::layer_ops::{RmsOptions, rms_norm};
 
 /// Configuration of [`RmsNorm`].
@@ -51,7 +51,7 @@ impl RmsNormConfig {
     }
 }
 
-impl<B: WindowedAttentionBackend> RmsNorm<B> {
+impl<B: ModelBackend> RmsNorm<B> {
     /// `x: [..., d_model]` → same shape.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let options = RmsOptions { epsilon: self.epsilon, unit_offset: self.unit_offset };

@@ -18,7 +18,7 @@ use crate::layers::transformer_xl::RelativePositions;
 use crate::layers::{AttentionKind, longformer, longnet};
 use crate::relative::distances_needed;
 use crate::{
-    AttentionError, Rope, RopeConfig, ScoreFn, ScoreOptions, WindowedAttentionBackend,
+    AttentionError, ModelBackend, Rope, RopeConfig, ScoreFn, ScoreOptions,
     windowed_attention_relative,
 };
 
@@ -237,7 +237,7 @@ fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), 
     }
 }
 
-impl<B: WindowedAttentionBackend> SelfAttention<B> {
+impl<B: ModelBackend> SelfAttention<B> {
     /// `x: [batch, N, d_model]` at positions `0 … N−1` → `[batch, N, d_model]`.
     ///
     /// Fails when the input does not fit the layer's spec, e.g. a Longformer global position
@@ -353,7 +353,7 @@ impl<B: WindowedAttentionBackend> SelfAttention<B> {
     }
 }
 
-impl<B: WindowedAttentionBackend> SelfAttention<B> {
+impl<B: ModelBackend> SelfAttention<B> {
     /// With learned sink logits, `o · σ(lse − s_h)`: the softmax's denominator gains `exp(s_h)`
     /// with no value (docs/semantics.md §9). `o: [batch, H, N, d_h]`, `lse: [batch, H, N]`.
     pub(crate) fn sink(&self, o: Tensor<B, 4>, lse: Tensor<B, 3>) -> Tensor<B, 4> {

@@ -47,7 +47,7 @@ impl<B: Backend> RelativePositions<B> {
     }
 }
 
-impl<B: crate::WindowedAttentionBackend> RelativePositions<B> {
+impl<B: crate::ModelBackend> RelativePositions<B> {
     /// `q + u` and the table `T: [batch, H, N, L]`, `T[i, δ] = scale · (q_i + v)·W_R r_δ` for
     /// `δ = 0 … distances−1`, from queries `q: [batch, H, N, d_h]`.
     pub fn queries_and_table(

@@ -8,7 +8,7 @@ use burn::backend::NdArray;
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::{Int, Tensor};
 use clap::Parser;
-use swa_zoo::attention::WindowedAttentionBackend;
+use swa_zoo::attention::ModelBackend;
 use swa_zoo::cli::{Cli, eval_choice};
 use swa_zoo::models::hf::load_decoder;
 
@@ -101,7 +101,7 @@ fn multiple_choice_scores_as_transformers_does() {
 }
 
 /// The largest difference between `D`'s logits of the fixture's `input_ids` and transformers'.
-fn logit_error<D: WindowedAttentionBackend>(family: &str, device: &D::Device) -> f32 {
+fn logit_error<D: ModelBackend>(family: &str, device: &D::Device) -> f32 {
     let dir = fixtures().join(family);
     let mut expected = SafetensorsStore::from_file(dir.join("expected.safetensors"));
     let mut read = |name: &str| expected.get_snapshot(name).unwrap().unwrap().to_data().unwrap();

@@ -7,7 +7,7 @@ use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::attention::layers::{
     AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions,
 };
-use swa_zoo::attention::{AttentionError, ScoreFn, WindowedAttentionBackend};
+use swa_zoo::attention::{AttentionError, ModelBackend, ScoreFn};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 
@@ -75,7 +75,7 @@ pub(crate) fn token_ids(n: usize) -> Vec<i64> {
 }
 
 /// Token-by-token logits of the first `n` tokens, and the cache bytes after each step.
-pub(crate) fn decode<D: WindowedAttentionBackend>(
+pub(crate) fn decode<D: ModelBackend>(
     model: &swa_zoo::models::Decoder<D>,
     n: usize,
     positions: CachePositions,
@@ -84,7 +84,7 @@ pub(crate) fn decode<D: WindowedAttentionBackend>(
 }
 
 /// [`decode`] on `device`.
-fn decode_on<D: WindowedAttentionBackend>(
+fn decode_on<D: ModelBackend>(
     model: &swa_zoo::models::Decoder<D>,
     n: usize,
     positions: CachePositions,
@@ -102,7 +102,7 @@ fn decode_on<D: WindowedAttentionBackend>(
 
 /// Every windowed kind decodes on `D` as its forward pass computes, with memory that stops
 /// growing once the windows are full.
-fn check_decoding<D: WindowedAttentionBackend>(backend: &str, device: &D::Device) {
+fn check_decoding<D: ModelBackend>(backend: &str, device: &D::Device) {
     for (name, attention, reach) in windowed_kinds() {
         let n = 3 * reach + 4;
         let model = config(attention).init::<D>(device).unwrap();
@@ -155,7 +155,7 @@ fn a_forked_cache_decodes_independently_under_the_kernels_on_wgpu() {
 
 /// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
 /// both give the same logits for the same tokens (the flatness benchmark forks caches so).
-fn forked_caches_decode_independently<D: WindowedAttentionBackend>(device: &D::Device) {
+fn forked_caches_decode_independently<D: ModelBackend>(device: &D::Device) {
     for (name, attention, reach) in windowed_kinds() {
         let model = config(attention).init::<D>(device).unwrap();
         let ids = token_ids(2 * reach + 6);

@@ -6,7 +6,7 @@ use burn::module::{ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
-use swa_zoo::attention::{AttentionError, WindowedAttentionBackend};
+use swa_zoo::attention::{AttentionError, ModelBackend};
 use swa_zoo::models::{Architecture, DecoderConfig, ModelError};
 
 use crate::models::decode::{DECODE_TOLERANCE, config, token_ids, windowed_kinds};
@@ -59,7 +59,7 @@ fn kinds_with_memory() -> Vec<(&'static str, DecoderConfig)> {
 /// fused kernels). Not on wgpu: there the stream's many small shapes compile 90 s of fused
 /// kernels on lavapipe, and the kernels' part (relative scores, query offsets over kept rows)
 /// is tested in `tests/attention/kernel.rs`.
-fn stream_matches_one_forward<D: WindowedAttentionBackend>(device: &D::Device) {
+fn stream_matches_one_forward<D: ModelBackend>(device: &D::Device) {
     let streams = |batch, n| streams_on::<D>(batch, n, device);
     for (name, config) in kinds_with_memory() {
         let model = config.init::<D>(device).unwrap();

@@ -6,9 +6,7 @@
 use burn::backend::NdArray;
 use burn::tensor::{Bool, Int, Tensor, TensorData, activation::softmax};
 use swa_zoo::attention::layers::{AttentionKind, CachePositions, with_sink_logits};
-use swa_zoo::attention::{
-    RopeScaling, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention,
-};
+use swa_zoo::attention::{ModelBackend, RopeScaling, ScoreOptions, WindowSpec, windowed_attention};
 use swa_zoo::models::{Architecture, DecoderConfig, MlpActivation};
 
 use crate::models::decode::{DECODE_TOLERANCE, config, decode, token_ids, windowed_kinds};
@@ -105,7 +103,7 @@ fn learned_sink_logits_match_a_softmax_with_one_more_column_and_its_gradients() 
 /// One forward pass over the prompt leaves the cache that stepping through it leaves: its
 /// logits are the forward pass's, the steps after it continue the forward pass, and it holds
 /// as many bytes.
-fn check_prefill<D: WindowedAttentionBackend>(backend: &str) {
+fn check_prefill<D: ModelBackend>(backend: &str) {
     let device = Default::default();
     for (name, attention, reach) in windowed_kinds() {
         let (n, prompt) = (3 * reach + 4, 2 * reach + 1);

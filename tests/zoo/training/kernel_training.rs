@@ -11,7 +11,7 @@ use std::path::Path;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::WindowedAttentionBackend;
+use swa_zoo::attention::ModelBackend;
 use swa_zoo::models::weights::{load_record, save_record};
 use swa_zoo::models::{DecoderConfig, Preset};
 use swa_zoo::training::batch::TokenBatch;
@@ -43,7 +43,7 @@ fn batch<B: Backend>(len: usize, device: &B::Device) -> TokenBatch<B> {
 /// The losses of `STEPS` AdamW steps on `B`, from the weights saved at `weights`.
 fn losses<B>(config: &DecoderConfig, weights: &Path, len: usize, device: &B::Device) -> Vec<f64>
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let decoder = load_record::<B>(config, weights, device).expect("weights just saved");
     let mut model = LanguageModel::new(decoder);
@@ -62,7 +62,7 @@ where
 /// `preset` trained on `B` (named `backend`) on `device` against ndarray, from the same weights.
 fn check<B>(preset: &Preset, backend: &str, device: &B::Device)
 where
-    B: AutodiffBackend + WindowedAttentionBackend,
+    B: AutodiffBackend + ModelBackend,
 {
     let len = preset.train_len / 2;
     let reference = preset.config.init::<Reference>(&Default::default()).expect("valid preset");

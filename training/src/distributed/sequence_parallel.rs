@@ -21,9 +21,7 @@ use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::layers::{branch_specs, mix_branches};
-use swa_attention::{
-    ScoreFn, ScoreOptions, WindowSpec, WindowedAttentionBackend, windowed_attention,
-};
+use swa_attention::{ModelBackend, ScoreFn, ScoreOptions, WindowSpec, windowed_attention};
 
 use super::cluster::Cluster;
 use super::gather::gather_pieces;
@@ -33,7 +31,7 @@ use crate::error::TrainingError;
 /// `cluster`: `q: [batch, H, M, d]`, `k, v: [batch, H_kv, M, d]` (positions `rank·M …`) →
 /// `[batch, H, M, d]`, causal, softmax scores with `opts` (no ALiBi: distances change in a
 /// dilated class).
-pub fn longnet_sequence_parallel<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+pub fn longnet_sequence_parallel<B: ModelBackend, C: CheckpointStrategy>(
     cluster: &Cluster,
     q: Tensor<Autodiff<B, C>, 4>,
     k: Tensor<Autodiff<B, C>, 4>,
@@ -85,7 +83,7 @@ type Branch<A> = (Tensor<A, 4>, Tensor<A, 3>);
 
 /// A branch whose segment spans pieces: `(o, lse)` of this process's queries, zero and `−∞`
 /// where the branch gives a query no key (docs/semantics.md §5).
-fn long_branch<B: WindowedAttentionBackend, C: CheckpointStrategy>(
+fn long_branch<B: ModelBackend, C: CheckpointStrategy>(
     cluster: &Cluster,
     (q, k, v): Piece<Autodiff<B, C>>,
     segment: usize,
