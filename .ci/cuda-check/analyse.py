@@ -24,8 +24,10 @@ Only the stdlib is used; NVRTC, ptxas and cuobjdump come from NVIDIA's PyPI whee
 
 Known violations: --known FILE lists the rules the kernels still break (keys: kernel,
 variant, arch, rule); those are reported but do not fail, while a new violation or a listed
-one that no longer occurs does (so the list shrinks with every fix). --write-known FILE
-writes the current keys.
+one that no longer occurs does (so the list shrinks with every fix). A key marked '~' varies
+from run to run (CubeCL's C++ for one kernel changes between runs: its declarations' order
+and shared-memory offsets, which can tip ptxas into a small spill): it fails neither when it
+occurs nor when it does not. --write-known FILE writes the current keys.
 
 Exit status: 0 ok, 1 a rule was broken (unless --no-fail), 2 a tool/compile error.
 """
@@ -316,21 +318,25 @@ def violations(r):
 
 
 def read_known(path):
-    """The keys of a known-violations file: one per line, '#' starts a comment."""
+    """The keys of a known-violations file, one per line ('#' starts a comment), as (keys that
+    must occur, keys marked '~' that may)."""
     if not path:
-        return set()
+        return set(), set()
     with open(path) as f:
-        return {line.split("#")[0].strip() for line in f} - {""}
+        keys = {line.split("#")[0].strip() for line in f} - {""}
+    varying = {k for k in keys if k.startswith("~")}
+    return keys - varying, {k[1:].strip() for k in varying}
 
 
-def judge(results, known):
+def judge(results, known, varying):
     """Print the violations against the known list; return how many count as failures.
 
     A violation not in the list fails (a regression); so does a listed one that no longer
-    occurs (the list must shrink with each fix, so it always says what is still owed).
+    occurs (the list must shrink with each fix, so it always says what is still owed), unless
+    it is one that varies from run to run.
     """
     found = [v for r in results for v in violations(r)]
-    new = [message for key, message in found if key not in known]
+    new = [message for key, message in found if key not in known | varying]
     stale = sorted(known - {key for key, _ in found})
     owed = len(found) - len(new)
     if owed:
@@ -419,7 +425,7 @@ def main(argv=None):
             f.write("".join(f"{key}\n" for key in keys))
         print(f"wrote {len(keys)} known violations to {args.write_known}")
         return 0
-    failures = judge(results, read_known(args.known))
+    failures = judge(results, *read_known(args.known))
     return 1 if failures and not args.no_fail else 0
 
 
