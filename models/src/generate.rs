@@ -5,7 +5,7 @@
 use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::ModelBackend;
-use swa_attention::layers::{AttentionKind, CachePositions};
+use swa_attention::layers::CachePositions;
 
 use crate::sampling::Sampler;
 use crate::{Decoder, ModelError};
@@ -129,12 +129,7 @@ impl<B: ModelBackend> Decoder<B> {
     /// (sinks, Longformer's globals): RoPE sees only distances, which the shift keeps among
     /// consecutive positions.
     fn prefills_as_steps(&self, positions: CachePositions) -> bool {
-        let pins = |kind: &AttentionKind| match kind {
-            AttentionKind::Sinks { .. } => true,
-            AttentionKind::Longformer { globals, .. } => !globals.is_empty(),
-            _ => false,
-        };
         positions == CachePositions::Absolute
-            || !self.blocks().iter().any(|b| pins(b.attention().kind()))
+            || !self.blocks().iter().any(|b| b.attention().kind().pins_positions())
     }
 }

@@ -5,7 +5,6 @@ use std::fmt;
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use swa_attention::layers::AttentionKind;
 
 use crate::decoder::{Decoder, DecoderConfig};
 
@@ -63,9 +62,8 @@ impl<B: Backend> Decoder<B> {
     /// Parameters, window sum and KV-cache bytes of the model built from `config`, at context
     /// length `context`.
     pub fn info(&self, config: &DecoderConfig, context: usize) -> ModelInfo {
-        let cached_layers = (0..config.layers)
-            .filter(|&l| !matches!(config.kind_of(l), AttentionKind::Linear { .. }))
-            .count();
+        let cached_layers =
+            (0..config.layers).filter(|&l| config.kind_of(l).linear_features().is_none()).count();
         let kv_layer_bytes = config.kv_layer_bytes(context);
         ModelInfo {
             parameters: self.num_params(),

@@ -101,10 +101,8 @@ pub fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
 fn mswa_base(heads: usize, kinds: &[&AttentionKind]) -> Option<usize> {
     let windows: Vec<Vec<usize>> = kinds
         .iter()
-        .filter_map(|kind| match kind {
-            AttentionKind::MultiScale { windows } => Some(windows.clone()),
-            _ => None,
-        })
+        .filter(|kind| matches!(kind, AttentionKind::MultiScale { .. }))
+        .filter_map(|kind| kind.windows().map(<[usize]>::to_vec))
         .collect();
     let mut candidates: Vec<usize> = windows.iter().flatten().copied().collect();
     candidates.sort_unstable();

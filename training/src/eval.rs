@@ -10,7 +10,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
-use swa_attention::layers::{AttentionKind, CachePositions};
+use swa_attention::layers::CachePositions;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::TrainingError;
@@ -29,19 +29,9 @@ pub fn with_eval_window(
 ) -> Result<DecoderConfig, TrainingError> {
     let mut config = config.clone();
     let kinds = (0..config.layers).map(|l| {
-        let kind = match config.kind_of(l) {
-            AttentionKind::Full | AttentionKind::Sliding { .. } | AttentionKind::Sinks { .. } => {
-                match sinks {
-                    0 => AttentionKind::Sliding { window },
-                    sinks => AttentionKind::Sinks { sinks, window },
-                }
-            }
-            swat @ AttentionKind::Swat { .. } if sinks == 0 => swat
-                .with_window(window)
-                .ok_or_else(|| TrainingError::EvalWindow { layer: l, kind: swat.clone() })?,
-            other => return Err(TrainingError::EvalWindow { layer: l, kind: other.clone() }),
-        };
-        Ok(kind)
+        let kind = config.kind_of(l);
+        kind.at_eval_window(window, sinks)
+            .ok_or_else(|| TrainingError::EvalWindow { layer: l, kind: kind.clone() })
     });
     config.attention = kinds.collect::<Result<_, _>>()?;
     Ok(config)

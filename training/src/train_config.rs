@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use burn::config::Config;
-use swa_attention::layers::AttentionKind;
 use swa_models::DecoderConfig;
 
 use crate::corpus::Corpus;
@@ -119,9 +118,8 @@ impl TrainConfig {
                     ),
                 ));
             }
-            if let AttentionKind::Longformer { globals, .. } = self.model.kind_of(l)
-                && let Some(g) = globals.iter().find(|&&g| g >= self.seq_len)
-            {
+            let globals = self.model.kind_of(l).global_positions();
+            if let Some(g) = globals.iter().find(|&&g| g >= self.seq_len) {
                 return Err(TrainingError::field(
                     "TrainConfig.seq_len",
                     format!("layer {l} has global position {g}, past the sequence"),
@@ -150,6 +148,7 @@ impl TrainConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use swa_attention::layers::AttentionKind;
 
     fn config(window: usize, seq_len: usize) -> TrainConfig {
         let model = DecoderConfig::new(vec![AttentionKind::Sliding { window }])

@@ -146,6 +146,75 @@ impl AttentionKind {
         }
     }
 
+    /// A short label for figures, of head `head` where the heads differ: `full causal`,
+    /// `sliding W=16`, `MSWA head window 8`, `SWAT W=16`, `sliding W=16 + 4 sinks`,
+    /// `LongNet w=8,16 r=1,2`, `Longformer w=4 dilation 2`, `linear`.
+    pub fn label(&self, head: usize) -> String {
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let of_head = |v: &[usize]| v.get(head).map_or("?".to_string(), usize::to_string);
+        match self {
+            Self::Full => "full causal".into(),
+            Self::Sliding { window } => format!("sliding W={window}"),
+            Self::MultiScale { windows } => format!("MSWA head window {}", of_head(windows)),
+            Self::Swat { window, .. } => format!("SWAT W={window}"),
+            Self::Sinks { sinks, window } => format!("sliding W={window} + {sinks} sinks"),
+            Self::LongNet { segments, dilations } => {
+                format!("LongNet w={} r={}", list(segments), list(dilations))
+            }
+            Self::Longformer { window, dilations, globals, causal } => {
+                let mut text = format!("Longformer w={window} dilation {}", of_head(dilations));
+                if !globals.is_empty() {
+                    text += &format!(" globals {}", list(globals));
+                }
+                if !causal {
+                    text += " bidirectional";
+                }
+                text
+            }
+            Self::Linear { .. } => "linear".into(),
+        }
+    }
+
+    /// The positions whose keys every query sees, wherever it is: Longformer's global tokens
+    /// (docs/semantics.md §6); none for the other kinds.
+    pub fn global_positions(&self) -> &[usize] {
+        match self {
+            Self::Longformer { globals, .. } => globals,
+            _ => &[],
+        }
+    }
+
+    /// Whether keys at fixed positions stay visible to every later query (StreamingLLM's
+    /// sinks, Longformer's global tokens), so that a cache cannot renumber its positions.
+    pub fn pins_positions(&self) -> bool {
+        matches!(self, Self::Sinks { .. }) || !self.global_positions().is_empty()
+    }
+
+    /// The size of linear attention's feature map; `None` for the windowed kinds.
+    pub fn linear_features(&self) -> Option<usize> {
+        match self {
+            Self::Linear { feature_dim } => Some(*feature_dim),
+            _ => None,
+        }
+    }
+
+    /// The kind an evaluation at a window of `window` keys with `sinks` sink tokens runs in
+    /// place of this one (SWAT Table 2, StreamingLLM): full, sliding and sinks layers become a
+    /// sliding window (with the sinks, if any); SWAT keeps its scores with the new window and
+    /// no sinks; `None` for the others.
+    pub fn at_eval_window(&self, window: usize, sinks: usize) -> Option<Self> {
+        match (self, sinks) {
+            (Self::Full | Self::Sliding { .. } | Self::Sinks { .. }, 0) => {
+                Some(Self::Sliding { window })
+            }
+            (Self::Full | Self::Sliding { .. } | Self::Sinks { .. }, sinks) => {
+                Some(Self::Sinks { sinks, window })
+            }
+            (Self::Swat { .. }, 0) => self.with_window(window),
+            _ => None,
+        }
+    }
+
     /// The kind with its one window replaced by `window` keys, everything else kept: for the
     /// sliding, SWAT and sinks kinds, whose weights do not depend on the window (SWAT Table 2's
     /// evaluation window). `None` for the others, MSWA included (its heads have windows of

@@ -129,7 +129,7 @@ impl SelfAttentionConfig {
             }
             false => None,
         };
-        let mixer = if let AttentionKind::Linear { feature_dim } = self.kind {
+        let mixer = if let Some(feature_dim) = self.kind.linear_features() {
             if options.sink_logits {
                 return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
             }

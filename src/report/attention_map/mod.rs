@@ -68,7 +68,7 @@ pub struct AttentionFigure {
     pub layer: usize,
     /// The query head, from 0.
     pub head: usize,
-    /// The attention kind and window, briefly ([`describe_kind`]), e.g. `sliding W=16`.
+    /// The attention kind and window, briefly ([`AttentionKind::label`]), e.g. `sliding W=16`.
     pub kind: String,
     /// The window specs whose union is the head's visible band (several for LongNet's
     /// branches); the band's edge is drawn where [`WindowSpec::visible`] changes between
@@ -97,7 +97,7 @@ impl AttentionFigure {
             AttentionKind::Linear { .. } => Vec::new(),
             _ => vec![kind.spec(config.heads, config.kv_heads())?],
         };
-        let kind = describe_kind(kind, head);
+        let kind = kind.label(head);
         Ok(Self { weights, tokens, layer, head, kind, windows, log: false })
     }
 
@@ -188,36 +188,6 @@ pub fn draw(figure: &AttentionFigure, path: &Path, format: ImageFormat) -> Resul
             write_atomic(path, &bytes)
         }
         ImageFormat::Svg => svg::draw(figure, path),
-    }
-}
-
-/// The attention kind of a layer and `head`'s window, briefly, for a figure's title:
-/// `full causal`, `sliding W=16`, `MSWA head window 8`, `SWAT W=16`, `sliding W=16 + 4 sinks`,
-/// `LongNet w=8,16 r=1,2`, `Longformer w=4 dilation 2`, `linear`.
-pub fn describe_kind(kind: &AttentionKind, head: usize) -> String {
-    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-    let of_head = |v: &[usize]| v.get(head).map_or("?".to_string(), usize::to_string);
-    match kind {
-        AttentionKind::Full => "full causal".into(),
-        AttentionKind::Sliding { window } => format!("sliding W={window}"),
-        AttentionKind::MultiScale { windows } => format!("MSWA head window {}", of_head(windows)),
-        AttentionKind::Swat { window, .. } => format!("SWAT W={window}"),
-        AttentionKind::Sinks { sinks, window } => format!("sliding W={window} + {sinks} sinks"),
-        AttentionKind::LongNet { segments, dilations } => {
-            format!("LongNet w={} r={}", list(segments), list(dilations))
-        }
-        AttentionKind::Longformer { window, dilations, globals, causal } => {
-            let mut text = format!("Longformer w={window} dilation {}", of_head(dilations));
-            if !globals.is_empty() {
-                text += &format!(" globals {}", list(globals));
-            }
-            if !causal {
-                text += " bidirectional";
-            }
-            text
-        }
-        AttentionKind::Linear { .. } => "linear".into(),
-        other => format!("{other:?}"),
     }
 }
 

@@ -9,7 +9,7 @@ use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
 use swa_zoo::report::ReportError;
 use swa_zoo::report::attention_map::{
-    AttentionFigure, EDGE_COLOUR, ImageFormat, LOG_FLOOR, colour, describe_kind, draw,
+    AttentionFigure, EDGE_COLOUR, ImageFormat, LOG_FLOOR, colour, draw,
 };
 
 fn temp(name: &str) -> PathBuf {
@@ -46,7 +46,7 @@ fn sliding(n: usize) -> AttentionFigure {
         tokens,
         layer: 1,
         head: 2,
-        kind: describe_kind(&AttentionKind::Sliding { window: 4 }, 2),
+        kind: AttentionKind::Sliding { window: 4 }.label(2),
         windows: vec![spec],
         log: false,
     }
@@ -208,8 +208,8 @@ fn a_figure_for_a_layer_describes_its_kind_and_window() {
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.contains(&format!("stroke=\"#{r:02X}{g:02X}{b:02X}\"")));
     let sinks = AttentionKind::Sinks { sinks: 4, window: 16 };
-    assert_eq!(describe_kind(&sinks, 0), "sliding W=16 + 4 sinks");
-    assert_eq!(describe_kind(&AttentionKind::swat(16), 3), "SWAT W=16");
+    assert_eq!(sinks.label(0), "sliding W=16 + 4 sinks");
+    assert_eq!(AttentionKind::swat(16).label(3), "SWAT W=16");
 }
 
 #[test]
