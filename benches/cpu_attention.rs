@@ -20,8 +20,8 @@ use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use swa_zoo::attention::WindowSpec;
 use swa_zoo::bench::core_bench::{CorePath, anchor_rows, attend};
+use swa_zoo::bench::heap::{CountingAllocator, peak_during};
 use swa_zoo::bench::median_ms;
-use swa_zoo::bench::memory::{CountingAllocator, peak_during};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

@@ -82,7 +82,7 @@ fn run(options: &Options) {
     // A first run before the bandwidth probe's buffer exists: the peak resident memory of
     // loading and decoding.
     let (mut prefill, _, mut tokens) = greedy(&model, &prompt, options.tokens, &device);
-    let peak = swa_zoo::bench::memory::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    let peak = swa_zoo::bench::heap::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
     // Then each timed run right after a bandwidth reading, against which it is compared: the
     // machine's bandwidth drifts (42–65 GB/s over a day here), so readings far apart mislead.
     let probe: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use swa_zoo::AppError;
-use swa_zoo::bench::memory::CountingAllocator;
+use swa_zoo::bench::heap::CountingAllocator;
 use swa_zoo::bench::suite::{self, Part, Results, Suite};
 use swa_zoo::bench::{AttentionFamily, BenchModel, decode, streaming, training};
 use swa_zoo::report::Table;

@@ -247,7 +247,7 @@ fn child(size: &Size, warmup: usize, steps: usize, cluster: Option<&Cluster>) ->
     json!({
         "name": size.name, "mode": "swa-zoo", "params": model.num_params(), "processes": processes,
         "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3 / steps as f64,
-        "vmhwm_kib": swa_zoo::bench::memory::peak_rss_kib(),
+        "vmhwm_kib": swa_zoo::bench::heap::peak_rss_kib(),
     })
 }
 

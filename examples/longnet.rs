@@ -42,8 +42,8 @@ use swa_attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_zoo::AppError;
+use swa_zoo::bench::heap::{counting, peak_during};
 use swa_zoo::bench::median_ms;
-use swa_zoo::bench::memory::{counting, peak_during};
 use swa_zoo::report::Table;
 use swa_zoo::report::plot::line_plot;
 use swa_zoo::runtime::{BackendChoice, Job, run_on};
@@ -54,7 +54,7 @@ use swa_zoo::study::{Study, StudyArgs};
 /// (its memory cells read n/a).
 #[cfg(not(test))]
 #[global_allocator]
-static ALLOC: swa_zoo::bench::memory::CountingAllocator = swa_zoo::bench::memory::CountingAllocator;
+static ALLOC: swa_zoo::bench::heap::CountingAllocator = swa_zoo::bench::heap::CountingAllocator;
 
 /// Flags of the LongNet example.
 #[derive(Parser, Debug)]

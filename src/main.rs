@@ -2,8 +2,7 @@
 
 /// Counts heap bytes, so that `swa-zoo bench` can report peak memory.
 #[global_allocator]
-static ALLOCATOR: swa_zoo::bench::memory::CountingAllocator =
-    swa_zoo::bench::memory::CountingAllocator;
+static ALLOCATOR: swa_zoo::bench::heap::CountingAllocator = swa_zoo::bench::heap::CountingAllocator;
 
 fn main() {
     if let Err(problem) = swa_zoo::cli::main() {

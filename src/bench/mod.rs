@@ -5,7 +5,7 @@
 //! - [`streaming`]: windowed models against a full-attention model run StreamingLLM-style
 //!   (sinks + recent window, docs/semantics.md §7);
 //! - [`training`]: tokens per second and peak memory of one training step;
-//! - [`memory`]: the counting allocator behind the peak-memory numbers;
+//! - [`heap`]: the counting allocator behind the peak-memory numbers;
 //! - [`core_bench`]: what the benchmarks of the core itself share (the path a call takes, the anchors' CSV);
 //! - [`suite`]: all of them at a full, a quick and a tiny size.
 //!
@@ -13,7 +13,7 @@
 
 pub mod core_bench;
 pub mod decode;
-pub mod memory;
+pub mod heap;
 pub mod streaming;
 pub mod suite;
 pub mod training;

@@ -11,7 +11,7 @@ use swa_training::batch::TokenBatch;
 use swa_training::language_model::LanguageModel;
 use swa_training::stream_memory::Stream;
 
-use super::memory::peak_during;
+use super::heap::peak_during;
 use super::{AttentionFamily, BenchModel, mib};
 use crate::error::AppError;
 use crate::report::Table;

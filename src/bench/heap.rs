@@ -1,4 +1,5 @@
-//! Peak host memory of a call, counted by a global allocator.
+//! Peak heap memory of a call, counted by a global allocator (the host's heap, as against the
+//! models' segment memory).
 //!
 //! A binary opts in with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`:
 //! the `swa-zoo` binary does, for every command, and so do the `efficiency` and `cpu_attention`
