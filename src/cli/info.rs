@@ -86,7 +86,7 @@ pub struct SwaReference {
 /// or the multi-scale windows are no MSWA allocation.
 pub fn swa_reference(config: &DecoderConfig) -> Option<SwaReference> {
     let kinds: Vec<&AttentionKind> = (0..config.layers).map(|l| config.kind_of(l)).collect();
-    let sliding = kinds.iter().find_map(|kind| match kind.windows()? {
+    let sliding = kinds.iter().find_map(|kind| match kind.windows()?.as_slice() {
         [window] => Some(*window),
         _ => None,
     });
@@ -102,7 +102,7 @@ fn mswa_base(heads: usize, kinds: &[&AttentionKind]) -> Option<usize> {
     let windows: Vec<Vec<usize>> = kinds
         .iter()
         .filter(|kind| matches!(kind, AttentionKind::MultiScale { .. }))
-        .filter_map(|kind| kind.windows().map(<[usize]>::to_vec))
+        .filter_map(|kind| kind.windows())
         .collect();
     let mut candidates: Vec<usize> = windows.iter().flatten().copied().collect();
     candidates.sort_unstable();

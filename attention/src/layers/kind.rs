@@ -2,7 +2,16 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::alibi::{self, SlopeMagnitudes};
+use super::full::Full;
+use super::linear::TaylorLinear;
+use super::longformer::Longformer;
+use super::longnet::LongNet;
+use super::mechanism::Mechanism;
+use super::mswa::MultiScale;
+use super::sinks::Sinks;
+use super::sliding::Sliding;
+use super::swat::Swat;
+use crate::alibi::SlopeMagnitudes;
 use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// Which attention a layer runs. Serialised with a `"kind"` tag, e.g.
@@ -122,10 +131,35 @@ impl AttentionKind {
         }
     }
 
-    /// Whether the layer rotates q and k with RoPE (docs/semantics.md §4): every kind but SWAT with
-    /// ALiBi alone.
+    /// The mechanism this kind runs: the one `match` from the serialised data to the behaviour
+    /// of each mechanism, in the file named after it.
+    fn mechanism(&self) -> Box<dyn Mechanism + '_> {
+        match self {
+            Self::Full => Box::new(Full),
+            Self::Sliding { window } => Box::new(Sliding { window: *window }),
+            Self::MultiScale { windows } => Box::new(MultiScale { windows }),
+            Self::Swat { window, distance_heads, magnitudes, score_fn, positions } => {
+                Box::new(Swat {
+                    window: *window,
+                    distance_heads: *distance_heads,
+                    magnitudes: *magnitudes,
+                    score_fn: *score_fn,
+                    positions: *positions,
+                })
+            }
+            Self::Sinks { sinks, window } => Box::new(Sinks { sinks: *sinks, window: *window }),
+            Self::LongNet { segments, dilations } => Box::new(LongNet { segments, dilations }),
+            Self::Longformer { window, dilations, globals, causal } => {
+                Box::new(Longformer { window: *window, dilations, globals, causal: *causal })
+            }
+            Self::Linear { feature_dim } => Box::new(TaylorLinear { feature_dim: *feature_dim }),
+        }
+    }
+
+    /// Whether the layer rotates q and k with RoPE (docs/semantics.md §4): every kind but SWAT
+    /// with ALiBi alone.
     pub fn rotates(&self) -> bool {
-        !matches!(self, Self::Swat { positions: SwatPositions::Alibi, .. })
+        self.mechanism().rotates()
     }
 
     /// The causal sliding windows of the kind, in keys, self included: the one window that every
@@ -134,66 +168,68 @@ impl AttentionKind {
     /// window: full, LongNet and linear attention, and Longformer, whose global tokens reach
     /// every position. Callers take the smallest or largest entry, e.g. to check that a
     /// training length lets every window slide, or to bound how far information travels.
-    pub fn windows(&self) -> Option<&[usize]> {
-        match self {
-            Self::Sliding { window } | Self::Swat { window, .. } | Self::Sinks { window, .. } => {
-                Some(std::slice::from_ref(window))
-            }
-            Self::MultiScale { windows } => Some(windows),
-            Self::Full | Self::LongNet { .. } | Self::Longformer { .. } | Self::Linear { .. } => {
-                None
-            }
-        }
+    pub fn windows(&self) -> Option<Vec<usize>> {
+        self.mechanism().windows().map(<[usize]>::to_vec)
     }
 
     /// A short label for figures, of head `head` where the heads differ: `full causal`,
     /// `sliding W=16`, `MSWA head window 8`, `SWAT W=16`, `sliding W=16 + 4 sinks`,
     /// `LongNet w=8,16 r=1,2`, `Longformer w=4 dilation 2`, `linear`.
     pub fn label(&self, head: usize) -> String {
-        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-        let of_head = |v: &[usize]| v.get(head).map_or("?".to_string(), usize::to_string);
-        match self {
-            Self::Full => "full causal".into(),
-            Self::Sliding { window } => format!("sliding W={window}"),
-            Self::MultiScale { windows } => format!("MSWA head window {}", of_head(windows)),
-            Self::Swat { window, .. } => format!("SWAT W={window}"),
-            Self::Sinks { sinks, window } => format!("sliding W={window} + {sinks} sinks"),
-            Self::LongNet { segments, dilations } => {
-                format!("LongNet w={} r={}", list(segments), list(dilations))
-            }
-            Self::Longformer { window, dilations, globals, causal } => {
-                let mut text = format!("Longformer w={window} dilation {}", of_head(dilations));
-                if !globals.is_empty() {
-                    text += &format!(" globals {}", list(globals));
-                }
-                if !causal {
-                    text += " bidirectional";
-                }
-                text
-            }
-            Self::Linear { .. } => "linear".into(),
-        }
+        self.mechanism().label(head)
     }
 
     /// The positions whose keys every query sees, wherever it is: Longformer's global tokens
-    /// (docs/semantics.md §6); none for the other kinds.
-    pub fn global_positions(&self) -> &[usize] {
-        match self {
-            Self::Longformer { globals, .. } => globals,
-            _ => &[],
-        }
+    /// (docs/semantics.md §2); none for the other kinds.
+    pub fn global_positions(&self) -> Vec<usize> {
+        self.mechanism().global_positions().to_vec()
     }
 
     /// Whether keys at fixed positions stay visible to every later query (StreamingLLM's
     /// sinks, Longformer's global tokens), so that a cache cannot renumber its positions.
     pub fn pins_positions(&self) -> bool {
-        matches!(self, Self::Sinks { .. }) || !self.global_positions().is_empty()
+        self.mechanism().pins_positions()
     }
 
     /// The size of linear attention's feature map; `None` for the windowed kinds.
     pub fn linear_features(&self) -> Option<usize> {
-        match self {
-            Self::Linear { feature_dim } => Some(*feature_dim),
+        self.mechanism().linear_features()
+    }
+
+    /// LongNet's branches, `(segments, dilations)`, each one call of the core; `None` for the
+    /// kinds of one call.
+    pub fn branches(&self) -> Option<(Vec<usize>, Vec<usize>)> {
+        self.mechanism().branches().map(|(s, d)| (s.to_vec(), d.to_vec()))
+    }
+
+    /// Why Transformer-XL's relative positions cannot run with this kind, if they cannot.
+    pub fn relative_positions_unsupported(&self) -> Option<&'static str> {
+        self.mechanism().relative_positions_unsupported()
+    }
+
+    /// Why a layer of this kind cannot keep a bounded memory of earlier segments, if it cannot.
+    pub fn memory_unsupported(&self) -> Option<&'static str> {
+        self.mechanism().memory_unsupported()
+    }
+
+    /// Why learned sink logits cannot run with this kind, if they cannot.
+    pub fn sink_logits_unsupported(&self) -> Option<&'static str> {
+        self.mechanism().sink_logits_unsupported()
+    }
+
+    /// The kind with its one window replaced by `window` keys, everything else kept: for the
+    /// sliding, SWAT and sinks kinds, whose weights do not depend on the window (SWAT Table 2's
+    /// evaluation window). `None` for the others, MSWA included (its heads have windows of
+    /// their own).
+    pub fn with_window(&self, window: usize) -> Option<Self> {
+        let mut kind = self.clone();
+        match &mut kind {
+            Self::Sliding { window: w }
+            | Self::Swat { window: w, .. }
+            | Self::Sinks { window: w, .. } => {
+                *w = window;
+                Some(kind)
+            }
             _ => None,
         }
     }
@@ -215,116 +251,28 @@ impl AttentionKind {
         }
     }
 
-    /// The kind with its one window replaced by `window` keys, everything else kept: for the
-    /// sliding, SWAT and sinks kinds, whose weights do not depend on the window (SWAT Table 2's
-    /// evaluation window). `None` for the others, MSWA included (its heads have windows of
-    /// their own).
-    pub fn with_window(&self, window: usize) -> Option<Self> {
-        let mut kind = self.clone();
-        match &mut kind {
-            Self::Sliding { window: w }
-            | Self::Swat { window: w, .. }
-            | Self::Sinks { window: w, .. } => {
-                *w = window;
-                Some(kind)
-            }
-            _ => None,
-        }
-    }
-
     /// The window spec of one call of the core for `heads` query heads over `kv_heads`, for
     /// every kind but LongNet (one spec per branch) and linear attention (no window).
     pub fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
-        match self {
-            Self::Full => WindowSpec::full(heads, kv_heads),
-            Self::Sliding { window } | Self::Swat { window, .. } => {
-                WindowSpec::sliding(heads, kv_heads, *window)
-            }
-            Self::MultiScale { windows } => {
-                expect_per_head("MultiScale.windows", windows.len(), heads)?;
-                WindowSpec::per_head(windows, kv_heads)
-            }
-            Self::Sinks { sinks, window } => {
-                Ok(WindowSpec::sliding(heads, kv_heads, *window)?.with_sinks(*sinks))
-            }
-            Self::Longformer { window, dilations, globals, causal } => {
-                expect_per_head("Longformer.dilations", dilations.len(), heads)?;
-                let spec = WindowSpec::longformer(*window, dilations, kv_heads, *causal)?;
-                Ok(spec.with_globals(globals.iter().copied()))
-            }
-            Self::LongNet { .. } | Self::Linear { .. } => WindowSpec::full(heads, kv_heads),
-        }
+        self.mechanism().spec(heads, kv_heads)
     }
 
     /// The score options of the kind: softmax, except SWAT's score function, with its ALiBi
     /// split unless the layer uses RoPE alone.
     pub fn score_options(&self, heads: usize) -> Result<ScoreOptions, AttentionError> {
-        match self {
-            Self::Swat { distance_heads, magnitudes, score_fn, positions, .. } => {
-                let opts = ScoreOptions { score_fn: *score_fn, ..ScoreOptions::softmax() };
-                if *positions == SwatPositions::Rope {
-                    return Ok(opts);
-                }
-                let distance = distance_heads.unwrap_or(heads / 2);
-                let recency = heads.checked_sub(distance).ok_or(AttentionError::BadAlibiSplit {
-                    recency: 0,
-                    distance,
-                    heads,
-                })?;
-                let slopes = alibi::split(recency, distance, heads, *magnitudes)?;
-                Ok(opts.with_alibi(slopes))
-            }
-            _ => Ok(ScoreOptions::softmax()),
-        }
+        self.mechanism().score_options(heads)
     }
 
     /// Checks the kind for a layer of `heads` query heads and `kv_heads` kv heads.
     pub fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
-        match self {
-            Self::LongNet { segments, dilations } => {
-                crate::layers::longnet::branch_specs(segments, dilations, heads, kv_heads, 1)
-                    .map(|_| ())
-            }
-            Self::Linear { feature_dim } if *feature_dim == 0 || feature_dim % 2 != 0 => {
-                Err(AttentionError::ShapeMismatch {
-                    what: "Linear.feature_dim (must be even and positive)",
-                    expected: feature_dim + feature_dim % 2,
-                    got: *feature_dim,
-                })
-            }
-            _ => {
-                self.spec(heads, kv_heads)?;
-                self.score_options(heads).map(|_| ())
-            }
-        }
+        self.mechanism().validate(heads, kv_heads)
     }
 
     /// Keys of every head summed, `Σ_h W_h`: the layer's cost and KV-cache size in MSWA's sense
-    /// (docs/semantics.md §3). Full attention and the global parts count `n` keys; linear attention 0.
+    /// (docs/semantics.md §3). Full attention and the global parts count `n` keys; linear
+    /// attention 0.
     pub fn window_sum(&self, heads: usize, n: usize) -> usize {
-        match self {
-            Self::Full => heads * n,
-            Self::Sliding { window } | Self::Swat { window, .. } => heads * (*window).min(n),
-            Self::MultiScale { windows } => windows.iter().map(|w| (*w).min(n)).sum(),
-            Self::Sinks { sinks, window } => heads * (sinks + window).min(n),
-            Self::LongNet { segments, dilations } => {
-                let per_head: usize =
-                    segments.iter().zip(dilations).map(|(w, r)| (*w).min(n).div_ceil(*r)).sum();
-                heads * per_head.min(n)
-            }
-            Self::Longformer { window, globals, causal, .. } => {
-                let local = if *causal { window + 1 } else { 2 * window + 1 };
-                heads * (local + globals.len()).min(n)
-            }
-            Self::Linear { .. } => 0,
-        }
-    }
-}
-
-fn expect_per_head(what: &'static str, got: usize, heads: usize) -> Result<(), AttentionError> {
-    match got == heads {
-        true => Ok(()),
-        false => Err(AttentionError::ShapeMismatch { what, expected: heads, got }),
+        self.mechanism().window_sum(heads, n)
     }
 }
 
@@ -354,7 +302,7 @@ mod tests {
     #[test]
     fn windows_of_every_kind() {
         let windows: Vec<Option<Vec<usize>>> =
-            every_kind().iter().map(|kind| kind.windows().map(<[usize]>::to_vec)).collect();
+            every_kind().iter().map(|kind| kind.windows()).collect();
         let expected = [
             None,
             Some(vec![8]),

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 use crate::layers::cache::{CachePositions, KvCache};
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
-use crate::layers::{AttentionKind, SelfAttention, longnet};
+use crate::layers::{SelfAttention, longnet};
 use crate::{AttentionError, ModelBackend, WindowSpec};
 
 /// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is
@@ -63,11 +63,11 @@ impl<B: Backend> SelfAttention<B> {
         if self.has_relative_positions() {
             return Err(AttentionError::NoRelativeDecoding);
         }
-        let specs = match &self.kind {
-            AttentionKind::LongNet { segments, dilations } => {
-                longnet::branch_specs(segments, dilations, self.heads, self.kv_heads, usize::MAX)?
+        let specs = match self.kind.branches() {
+            Some((segments, dilations)) => {
+                longnet::branch_specs(&segments, &dilations, self.heads, self.kv_heads, usize::MAX)?
             }
-            kind => vec![kind.spec(self.heads, self.kv_heads)?],
+            None => vec![self.kind.spec(self.heads, self.kv_heads)?],
         };
         let globals = specs[0].globals().to_vec();
         let local = KvCache::new(specs, self.scores.clone(), positions)?;

@@ -283,3 +283,47 @@ impl<B: Backend> ModuleDisplay for LinearAttention<B> {
             .optional()
     }
 }
+
+/// Taylor linear attention's mechanism: no window, a feature map of `feature_dim`.
+pub(crate) struct TaylorLinear {
+    pub(crate) feature_dim: usize,
+}
+
+impl super::mechanism::Mechanism for TaylorLinear {
+    /// The full spec (the layer runs no window).
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<crate::WindowSpec, AttentionError> {
+        crate::WindowSpec::full(heads, kv_heads)
+    }
+
+    fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
+        let d = self.feature_dim;
+        match d > 0 && d.is_multiple_of(2) {
+            true => self.spec(heads, kv_heads).map(|_| ()),
+            false => Err(AttentionError::ShapeMismatch {
+                what: "Linear.feature_dim (must be even and positive)",
+                expected: d + d % 2,
+                got: d,
+            }),
+        }
+    }
+
+    fn window_sum(&self, _heads: usize, _n: usize) -> usize {
+        0
+    }
+
+    fn label(&self, _head: usize) -> String {
+        "linear".into()
+    }
+
+    fn linear_features(&self) -> Option<usize> {
+        Some(self.feature_dim)
+    }
+
+    fn relative_positions_unsupported(&self) -> Option<&'static str> {
+        Some("linear")
+    }
+
+    fn sink_logits_unsupported(&self) -> Option<&'static str> {
+        Some("linear")
+    }
+}

@@ -40,3 +40,57 @@ pub fn replace_global_rows<B: Backend>(
     let index = index_tensor::<B>(inverse_permutation(n, slots), &device);
     Tensor::cat(vec![local, global], 2).select(2, index)
 }
+
+/// Longformer's mechanism: a dilated window per head, global positions, causal or not.
+pub(crate) struct Longformer<'a> {
+    pub(crate) window: usize,
+    pub(crate) dilations: &'a [usize],
+    pub(crate) globals: &'a [usize],
+    pub(crate) causal: bool,
+}
+
+impl super::mechanism::Mechanism for Longformer<'_> {
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, crate::AttentionError> {
+        super::mechanism::expect_per_head("Longformer.dilations", self.dilations.len(), heads)?;
+        let spec = WindowSpec::longformer(self.window, self.dilations, kv_heads, self.causal)?;
+        Ok(spec.with_globals(self.globals.iter().copied()))
+    }
+
+    fn window_sum(&self, heads: usize, n: usize) -> usize {
+        let local = if self.causal { self.window + 1 } else { 2 * self.window + 1 };
+        heads * (local + self.globals.len()).min(n)
+    }
+
+    fn label(&self, head: usize) -> String {
+        let dilation = self.dilations.get(head).map_or("?".to_string(), usize::to_string);
+        let mut text = format!("Longformer w={} dilation {dilation}", self.window);
+        if !self.globals.is_empty() {
+            text += &format!(" globals {}", super::longnet::list(self.globals));
+        }
+        if !self.causal {
+            text += " bidirectional";
+        }
+        text
+    }
+
+    fn global_positions(&self) -> &[usize] {
+        self.globals
+    }
+
+    fn relative_positions_unsupported(&self) -> Option<&'static str> {
+        match (self.globals.is_empty(), self.causal) {
+            (false, _) => Some("Longformer with global tokens"),
+            (true, false) => Some("bidirectional Longformer"),
+            (true, true) => None,
+        }
+    }
+
+    fn sink_logits_unsupported(&self) -> Option<&'static str> {
+        (!self.globals.is_empty()).then_some("Longformer with global tokens")
+    }
+
+    /// An encoder's rows see later keys, which a memory of earlier segments cannot hold.
+    fn memory_unsupported(&self) -> Option<&'static str> {
+        (!self.causal).then_some("bidirectional Longformer")
+    }
+}

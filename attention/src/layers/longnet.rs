@@ -82,3 +82,47 @@ pub fn mix_branches<B: Backend>(outs: Vec<Tensor<B, 4>>, lses: Vec<Tensor<B, 3>>
     let alpha = (weights * reciprocal(total)).cast(dtype);
     (Tensor::cat(outs, 4) * alpha.unsqueeze_dim::<5>(3)).sum_dim(4).squeeze_dim::<4>(4)
 }
+
+/// LongNet's mechanism: branches of segment lengths and dilations.
+pub(crate) struct LongNet<'a> {
+    pub(crate) segments: &'a [usize],
+    pub(crate) dilations: &'a [usize],
+}
+
+impl super::mechanism::Mechanism for LongNet<'_> {
+    /// The full spec: each branch has its own ([`branch_specs`]).
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
+        WindowSpec::full(heads, kv_heads)
+    }
+
+    fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
+        branch_specs(self.segments, self.dilations, heads, kv_heads, 1).map(|_| ())
+    }
+
+    fn window_sum(&self, heads: usize, n: usize) -> usize {
+        let per_head: usize =
+            self.segments.iter().zip(self.dilations).map(|(w, r)| (*w).min(n).div_ceil(*r)).sum();
+        heads * per_head.min(n)
+    }
+
+    fn label(&self, _head: usize) -> String {
+        format!("LongNet w={} r={}", list(self.segments), list(self.dilations))
+    }
+
+    fn branches(&self) -> Option<(&[usize], &[usize])> {
+        Some((self.segments, self.dilations))
+    }
+
+    fn relative_positions_unsupported(&self) -> Option<&'static str> {
+        Some("LongNet")
+    }
+
+    fn sink_logits_unsupported(&self) -> Option<&'static str> {
+        Some("LongNet")
+    }
+}
+
+/// `8,16,32`.
+pub(crate) fn list(values: &[usize]) -> String {
+    values.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+}

@@ -15,10 +15,10 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::index::index_tensor;
+use crate::layers::SelfAttention;
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::self_attention::StreamRows;
-use crate::layers::{AttentionKind, SelfAttention};
 use crate::{AttentionError, ModelBackend};
 
 /// Which earlier positions of a stream a windowed layer keeps.
@@ -235,21 +235,16 @@ impl<B: Backend> SelfAttention<B> {
     /// Whether a segment of `segment` tokens at stream position `start` can be read: LongNet's
     /// segments must tile it, and the stream's first segment must hold every global position.
     fn check_segment(&self, segment: usize, start: usize) -> Result<(), AttentionError> {
-        match &self.kind {
-            AttentionKind::LongNet { segments, .. } => {
-                match segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s)) {
-                    Some(&branch) => {
-                        Err(AttentionError::LongNetSegmentsInStream { segment, branch })
-                    }
-                    None => Ok(()),
-                }
+        if let Some((segments, _)) = self.kind.branches() {
+            return match segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s)) {
+                Some(&branch) => Err(AttentionError::LongNetSegmentsInStream { segment, branch }),
+                None => Ok(()),
+            };
+        }
+        match self.kind.global_positions().iter().max() {
+            Some(&position) if start == 0 && position >= segment => {
+                Err(AttentionError::GlobalPastFirstSegment { position, segment })
             }
-            AttentionKind::Longformer { globals, .. } if start == 0 => match globals.iter().max() {
-                Some(&position) if position >= segment => {
-                    Err(AttentionError::GlobalPastFirstSegment { position, segment })
-                }
-                _ => Ok(()),
-            },
             _ => Ok(()),
         }
     }
@@ -260,14 +255,13 @@ impl<B: Backend> SelfAttention<B> {
         if let Mixer::Linear(_) = &self.mixer {
             return Ok(None);
         }
-        let unsupported = |kind| Err(AttentionError::MemoryUnsupported { kind });
-        let keep = match &self.kind {
-            AttentionKind::LongNet { .. } => Keep::nothing(),
-            AttentionKind::Longformer { causal: false, .. } => {
-                return unsupported("bidirectional Longformer");
-            }
-            kind => {
-                let spec = kind.spec(self.heads, self.kv_heads)?;
+        if let Some(kind) = self.kind.memory_unsupported() {
+            return Err(AttentionError::MemoryUnsupported { kind });
+        }
+        let keep = match self.kind.branches() {
+            Some(_) => Keep::nothing(),
+            None => {
+                let spec = self.kind.spec(self.heads, self.kv_heads)?;
                 // Unbounded if any head is.
                 let reaches: Option<Vec<usize>> = spec.heads().iter().map(|w| w.reach()).collect();
                 let recent =
@@ -276,7 +270,8 @@ impl<B: Backend> SelfAttention<B> {
             }
         };
         if keep.sinks > 0 && self.has_relative_positions() {
-            return unsupported("sinks with Transformer-XL relative positions");
+            let kind = "sinks with Transformer-XL relative positions";
+            return Err(AttentionError::MemoryUnsupported { kind });
         }
         Ok(Some(keep))
     }

@@ -20,18 +20,23 @@
 //! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once.
 
 pub mod cache;
+mod full;
 pub mod kind;
 pub mod layer_cache;
 pub mod layer_options;
 pub mod linear;
 pub mod longformer;
 pub mod longnet;
+pub mod mechanism;
 pub mod memory;
 pub mod mixer;
 pub mod mswa;
 pub mod norm;
 mod ring;
 pub mod self_attention;
+mod sinks;
+mod sliding;
+mod swat;
 pub mod transformer_xl;
 
 pub use cache::{CachePositions, KvCache};

@@ -81,3 +81,28 @@ pub fn mswa_windows(
     }
     Ok(windows)
 }
+
+/// MSWA's mechanism: a sliding window per head.
+pub(crate) struct MultiScale<'a> {
+    pub(crate) windows: &'a [usize],
+}
+
+impl super::mechanism::Mechanism for MultiScale<'_> {
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<crate::WindowSpec, AttentionError> {
+        super::mechanism::expect_per_head("MultiScale.windows", self.windows.len(), heads)?;
+        crate::WindowSpec::per_head(self.windows, kv_heads)
+    }
+
+    fn windows(&self) -> Option<&[usize]> {
+        Some(self.windows)
+    }
+
+    fn window_sum(&self, _heads: usize, n: usize) -> usize {
+        self.windows.iter().map(|w| (*w).min(n)).sum()
+    }
+
+    fn label(&self, head: usize) -> String {
+        let window = self.windows.get(head).map_or("?".to_string(), usize::to_string);
+        format!("MSWA head window {window}")
+    }
+}

@@ -185,10 +185,8 @@ impl SelfAttentionConfig {
             key: linear(kv_heads * head_dim, options.qkv_bias),
             value: linear(kv_heads * head_dim, options.qkv_bias),
         };
-        let global = match &self.kind {
-            AttentionKind::Longformer { globals, .. } if !globals.is_empty() => Some(local.copy()),
-            _ => None,
-        };
+        // Longformer's global rows have projections of their own.
+        let global = (!self.kind.global_positions().is_empty()).then(|| local.copy());
         let output = LinearConfig::new(heads * head_dim, d).with_bias(false).init(device);
         WindowedMixer { local, global, output }
     }
@@ -212,28 +210,19 @@ pub fn with_sink_logits<B: Backend>(
 /// branches, Longformer's global rows and linear attention do not take, and which need a
 /// causal layer (docs/semantics.md §4).
 fn check_relative_positions(kind: &AttentionKind) -> Result<(), AttentionError> {
-    let unsupported = |kind| Err(AttentionError::RelativePositionsUnsupported { kind });
-    match kind {
-        AttentionKind::LongNet { .. } => unsupported("LongNet"),
-        AttentionKind::Linear { .. } => unsupported("linear"),
-        AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
-            unsupported("Longformer with global tokens")
-        }
-        AttentionKind::Longformer { causal: false, .. } => unsupported("bidirectional Longformer"),
-        _ => Ok(()),
+    match kind.relative_positions_unsupported() {
+        Some(kind) => Err(AttentionError::RelativePositionsUnsupported { kind }),
+        None => Ok(()),
     }
 }
 
 /// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
 fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), AttentionError> {
     let unsupported = |kind| Err(AttentionError::SinkLogitsUnsupported { kind });
-    match kind {
-        AttentionKind::LongNet { .. } => unsupported("LongNet"),
-        AttentionKind::Longformer { globals, .. } if !globals.is_empty() => {
-            unsupported("Longformer with global tokens")
-        }
-        _ if scores.score_fn != ScoreFn::Softmax => unsupported("sigmoid"),
-        _ => Ok(()),
+    match kind.sink_logits_unsupported() {
+        Some(kind) => unsupported(kind),
+        None if scores.score_fn != ScoreFn::Softmax => unsupported("sigmoid"),
+        None => Ok(()),
     }
 }
 
@@ -326,8 +315,8 @@ impl<B: ModelBackend> SelfAttention<B> {
             }
             None => (q, k),
         };
-        if let AttentionKind::LongNet { segments, dilations } = &self.kind {
-            return longnet::longnet_attention(q, k, v, segments, dilations, &self.scores);
+        if let Some((segments, dilations)) = self.kind.branches() {
+            return longnet::longnet_attention(q, k, v, &segments, &dilations, &self.scores);
         }
         let mut spec =
             self.kind.spec(self.heads, self.kv_heads)?.with_query_offset(placement.memory);

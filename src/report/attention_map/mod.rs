@@ -16,7 +16,6 @@ use std::path::Path;
 
 use swa_attention::AttentionError;
 use swa_attention::WindowSpec;
-use swa_attention::layers::kind::AttentionKind;
 use swa_attention::layers::longnet::branch_specs;
 use swa_models::DecoderConfig;
 
@@ -68,7 +67,7 @@ pub struct AttentionFigure {
     pub layer: usize,
     /// The query head, from 0.
     pub head: usize,
-    /// The attention kind and window, briefly ([`AttentionKind::label`]), e.g. `sliding W=16`.
+    /// The attention kind and window, briefly ([`swa_attention::layers::AttentionKind::label`]), e.g. `sliding W=16`.
     pub kind: String,
     /// The window specs whose union is the head's visible band (several for LongNet's
     /// branches); the band's edge is drawn where [`WindowSpec::visible`] changes between
@@ -90,12 +89,12 @@ impl AttentionFigure {
         tokens: Vec<String>,
     ) -> Result<Self, AttentionError> {
         let kind = config.kind_of(layer);
-        let windows = match kind {
-            AttentionKind::LongNet { segments, dilations } => {
-                branch_specs(segments, dilations, config.heads, config.kv_heads(), tokens.len())?
+        let windows = match (kind.branches(), kind.linear_features()) {
+            (Some((segments, dilations)), _) => {
+                branch_specs(&segments, &dilations, config.heads, config.kv_heads(), tokens.len())?
             }
-            AttentionKind::Linear { .. } => Vec::new(),
-            _ => vec![kind.spec(config.heads, config.kv_heads())?],
+            (None, Some(_)) => Vec::new(),
+            (None, None) => vec![kind.spec(config.heads, config.kv_heads())?],
         };
         let kind = kind.label(head);
         Ok(Self { weights, tokens, layer, head, kind, windows, log: false })

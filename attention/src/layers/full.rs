@@ -1,0 +1,21 @@
+//! Full causal attention, the baseline: every query sees every earlier key.
+
+use super::mechanism::Mechanism;
+use crate::{AttentionError, WindowSpec};
+
+/// Full causal attention.
+pub(crate) struct Full;
+
+impl Mechanism for Full {
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
+        WindowSpec::full(heads, kv_heads)
+    }
+
+    fn window_sum(&self, heads: usize, n: usize) -> usize {
+        heads * n
+    }
+
+    fn label(&self, _head: usize) -> String {
+        "full causal".into()
+    }
+}
