@@ -124,7 +124,7 @@ impl Checked {
 
 /// Repeats each of the `H_kv` key/value heads `H / H_kv` times, so query head `h` meets kv head
 /// `h / (H / H_kv)` (GQA). `[batch, H_kv, N, d]` → `[batch, H, N, d]`.
-pub(crate) fn expand_kv<B: Backend>(x: Tensor<B, 4>, heads: usize) -> Tensor<B, 4> {
+pub fn expand_kv<B: Backend>(x: Tensor<B, 4>, heads: usize) -> Tensor<B, 4> {
     let [batch, kv_heads, n, d] = x.dims();
     if kv_heads == heads {
         return x;

@@ -8,7 +8,7 @@
 pub const FUSED_OPS_VARIABLE: &str = "SWA_FUSED_OPS";
 
 /// Whether [`FUSED_OPS_VARIABLE`] turns the fused ops off (read at the first call).
-pub(crate) fn fused_ops_off() -> bool {
+pub fn fused_ops_off() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| std::env::var(FUSED_OPS_VARIABLE).is_ok_and(|value| value == "off"))
 }

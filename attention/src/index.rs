@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 /// (`None` for a padding slot), and the result gives, for each item, the index of its slot, so
 /// that selecting the slots with it puts every item back in order. An item that several slots
 /// hold reads the last of them; one that no slot holds reads slot 0.
-pub(crate) fn inverse_permutation(
+pub fn inverse_permutation(
     len: usize,
     slots: impl IntoIterator<Item = Option<usize>>,
 ) -> Vec<usize> {
@@ -22,7 +22,7 @@ pub(crate) fn inverse_permutation(
 }
 
 /// An index list as a 1-D Int tensor on `device`, for `select`.
-pub(crate) fn index_tensor<B: Backend>(
+pub fn index_tensor<B: Backend>(
     indices: impl IntoIterator<Item = usize>,
     device: &B::Device,
 ) -> Tensor<B, 1, Int> {

@@ -49,6 +49,7 @@ mod index;
 pub mod kernel;
 pub mod layer_ops;
 mod layer_ops_autodiff;
+pub mod layer_support;
 pub mod layers;
 mod mask;
 mod options;

@@ -11,7 +11,7 @@ use burn::tensor::{Tensor, backend::Backend};
 /// `1/x` elementwise. With `c = 1/x` computed by a forward division and held constant, and
 /// `r = x·c` (1 in value), `c·(2 − r)` has the value `1/x` and the gradient `−c² = −1/x²`.
 /// `x` must have no zeros.
-pub(crate) fn reciprocal<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn reciprocal<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let inverse = {
         let value = x.clone().detach();
         value.ones_like() / value

@@ -12,7 +12,7 @@ use crate::WindowSpec;
 /// The distances `0 … L−1` a relative table must cover for `q_len` queries under `spec`: one
 /// more than the furthest distance of a key any query can see. Heads with a bounded reach need
 /// their reach; unbounded heads, sinks and global positions need every distance back to key 0.
-pub(crate) fn distances_needed(spec: &WindowSpec, q_len: usize) -> usize {
+pub fn distances_needed(spec: &WindowSpec, q_len: usize) -> usize {
     let back_to_zero = spec.query_offset() + q_len;
     if spec.sinks() > 0 || !spec.globals().is_empty() {
         return back_to_zero;

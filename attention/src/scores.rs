@@ -10,7 +10,7 @@ use crate::{ScoreFn, ScoreOptions};
 
 /// Positional inputs of the score: the distance `i − j` per (row, column) and the ALiBi slope
 /// per leading index, both broadcastable to the score shape.
-pub(crate) struct Alibi<B: Backend> {
+pub struct Alibi<B: Backend> {
     /// `i − j`, shape `[1 or a, 1 or b, rows, cols]`.
     pub distance: Tensor<B, 4>,
     /// `m_h`, shape `[a or 1, b or 1, 1, 1]`.
@@ -25,7 +25,7 @@ pub(crate) struct Alibi<B: Backend> {
 /// visible keys, `w = exp(score)` for softmax (the log-normaliser of docs/semantics.md §1) and
 /// `w = σ(score + β)` for sigmoid (the log of its total weight). A row that sees no key gives
 /// `o = 0` and `lse = −∞`, with finite gradients.
-pub(crate) fn attend<B: Backend>(
+pub fn attend<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,

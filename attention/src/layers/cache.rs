@@ -12,12 +12,12 @@ use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Back
 use serde::{Deserialize, Serialize};
 
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
-use crate::entry::expand_kv;
-use crate::fused_ops::fused_ops_off;
-use crate::index::{index_tensor, inverse_permutation};
+use crate::layer_support::expand_kv;
+use crate::layer_support::fused_ops_off;
+use crate::layer_support::{Alibi, attend};
+use crate::layer_support::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
 use crate::layers::ring::{Buffer, select_heads};
-use crate::scores::{Alibi, attend};
 use crate::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).

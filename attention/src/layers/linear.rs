@@ -8,7 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::layer_ops::linear;
-use crate::reciprocal::reciprocal;
+use crate::layer_support::reciprocal;
 use crate::{AttentionError, ModelBackend, Rope, RopeConfig};
 
 /// `ε` of the normaliser (docs/semantics.md §6).

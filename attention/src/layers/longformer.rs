@@ -5,9 +5,9 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
-use crate::entry::expand_kv;
-use crate::index::{index_tensor, inverse_permutation};
-use crate::scores::attend;
+use crate::layer_support::attend;
+use crate::layer_support::expand_kv;
+use crate::layer_support::{index_tensor, inverse_permutation};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Replaces the rows of `local: [batch, H, N, d]` at the spec's global positions with

@@ -3,7 +3,7 @@
 
 use burn::tensor::{DType, Tensor, backend::Backend};
 
-use crate::reciprocal::reciprocal;
+use crate::layer_support::reciprocal;
 use crate::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
 
 /// The window spec of each branch at length `n`: segment `w_b` clipped to `n`, dilation `r_b`,

@@ -14,7 +14,7 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::index::index_tensor;
+use crate::layer_support::index_tensor;
 use crate::layers::SelfAttention;
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
