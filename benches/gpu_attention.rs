@@ -25,10 +25,10 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Tensor};
 use clap::{Parser, ValueEnum};
-use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::attention::{ModelBackend, WindowSpec};
 use swa_zoo::bench::core_bench::{CorePath, anchor_rows, attend};
 use swa_zoo::bench::median_ms;
+use swa_zoo::models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 
 #[derive(Parser)]
 #[command(about = "The CubeCL kernels of the windowed core on a GPU, beside PyTorch's anchors")]

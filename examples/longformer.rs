@@ -36,7 +36,7 @@
 //! `docs/papers.md`.
 
 use clap::Parser;
-use swa_attention::layers::AttentionKind;
+use swa_models::layers::AttentionKind;
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_training::synthetic::{SyntheticTask, influence, model_accuracy};

@@ -38,7 +38,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
-use swa_attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
+use swa_models::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_zoo::AppError;

@@ -26,8 +26,8 @@
 use burn::tensor::{Int, Tensor};
 use clap::Parser;
 use swa_attention::ModelBackend;
-use swa_attention::layers::AttentionKind;
-use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_models::layers::AttentionKind;
+use swa_models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::{Architecture, Decoder, DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_zoo::AppError;

@@ -22,9 +22,9 @@
 //! `docs/papers.md`.
 
 use clap::Parser;
-use swa_attention::layers::AttentionKind;
-use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::Preset;
+use swa_models::layers::AttentionKind;
+use swa_models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_training::TrainingBackend;
 use swa_zoo::AppError;
 use swa_zoo::runtime::{Job, run_on};

@@ -36,7 +36,7 @@
 
 use clap::Parser;
 use swa_attention::ModelBackend;
-use swa_attention::layers::{AttentionKind, CachePositions};
+use swa_models::layers::{AttentionKind, CachePositions};
 use swa_models::{Decoder, DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;

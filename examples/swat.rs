@@ -31,8 +31,8 @@
 
 use clap::Parser;
 use swa_attention::alibi::SlopeMagnitudes;
-use swa_attention::layers::{AttentionKind, SwatPositions};
 use swa_attention::{ModelBackend, ScoreFn};
+use swa_models::layers::{AttentionKind, SwatPositions};
 use swa_models::{DecoderConfig, Preset};
 use swa_training::TrainingBackend;
 use swa_training::eval::{rebuild, with_eval_window};

@@ -17,11 +17,11 @@ pub use burn::backend::Wgpu;
 pub use burn::module::Module;
 pub use burn::tensor::{Distribution, Int, Tensor, backend::Backend};
 
-pub use swa_attention::layers::{AttentionKind, CachePositions};
 pub use swa_attention::{
     AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention,
 };
 pub use swa_models::hf::Pretrained;
+pub use swa_models::layers::{AttentionKind, CachePositions};
 pub use swa_models::{Decoder, DecoderConfig, GenerateConfig, ModelError, Preset, PresetSize};
 pub use swa_training::corpus::Corpus;
 pub use swa_training::train::{TrainConfig, train};

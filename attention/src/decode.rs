@@ -1,5 +1,5 @@
 //! The seam of a fused decode step (docs/semantics.md §7): what a backend with one receives from
-//! a layer's bounded cache (`crate::layers::cache`) at each generated token.
+//! a layer's bounded cache (`swa_models::layers::cache`) at each generated token.
 //!
 //! A backend offers the step through [`crate::WindowedAttentionBackend::windowed_decode`]; the
 //! cache then hands it the query and every ring buffer at once, instead of running a chain of

@@ -50,7 +50,6 @@ pub mod kernel;
 pub mod layer_ops;
 mod layer_ops_autodiff;
 pub mod layer_support;
-pub mod layers;
 mod mask;
 mod options;
 mod plan;

@@ -2,11 +2,11 @@
 //! each with a residual connection, and in Gemma 2/3 a second norm on each branch's output
 //! (docs/semantics.md §9).
 
-use burn::module::Module;
-use burn::tensor::{Tensor, backend::Backend};
-use swa_attention::layers::{
+use crate::layers::{
     LayerCache, LayerMemory, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
 };
+use burn::module::Module;
+use burn::tensor::{Tensor, backend::Backend};
 use swa_attention::{AttentionError, ModelBackend};
 
 use crate::mlp::{GatedMlp, GatedMlpConfig};

@@ -2,16 +2,16 @@
 //! is given per layer as data, a final RMSNorm and the LM head (docs/semantics.md §8), with the
 //! options that express pretrained architectures (docs/semantics.md §9).
 
+use crate::layers::{
+    AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
+    SelfAttentionConfig,
+};
 use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::{linear, product};
-use swa_attention::layers::{
-    AttentionKind, CachePositions, LayerCache, LayerOptions, RmsNorm, RmsNormConfig,
-    SelfAttentionConfig,
-};
 
 use crate::architecture::Architecture;
 use crate::block::Block;
@@ -371,8 +371,8 @@ impl<B: ModelBackend> Decoder<B> {
 
 #[cfg(test)]
 mod tests {
+    use crate::layers::AttentionKind;
     use burn::backend::NdArray;
-    use swa_attention::layers::AttentionKind;
 
     use super::*;
 

@@ -2,10 +2,10 @@
 //! one forward pass ([`Decoder::prefill`]), then each new token is sampled from the last logits
 //! and fed back.
 
+use crate::layers::CachePositions;
 use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::ModelBackend;
-use swa_attention::layers::CachePositions;
 
 use crate::sampling::Sampler;
 use crate::{Decoder, ModelError};

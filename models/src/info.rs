@@ -89,8 +89,8 @@ impl fmt::Display for ModelInfo {
 
 #[cfg(test)]
 mod tests {
+    use crate::layers::AttentionKind;
     use burn::backend::NdArray;
-    use swa_attention::layers::AttentionKind;
 
     use crate::decoder::DecoderConfig;
 

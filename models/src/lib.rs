@@ -1,7 +1,7 @@
 //! # swa-models
 //!
 //! Decoder language models of swa-zoo ("Transformer++", docs/semantics.md §8) assembled from a list of
-//! per-layer [`swa_attention::layers::AttentionKind`]s, with presets that reproduce the seed
+//! per-layer [`crate::layers::AttentionKind`]s, with presets that reproduce the seed
 //! papers' configurations.
 //!
 //! A two-layer hybrid of Taylor linear attention and sliding windows, its logits, and a few
@@ -10,7 +10,7 @@
 //! ```
 //! use burn::backend::NdArray;
 //! use burn::tensor::{Int, Tensor};
-//! use swa_attention::layers::AttentionKind;
+//! use swa_models::layers::AttentionKind;
 //! use swa_models::{DecoderConfig, GenerateConfig};
 //!
 //! let device = Default::default();
@@ -33,6 +33,7 @@ pub mod files;
 mod generate;
 pub mod hf;
 mod info;
+pub mod layers;
 mod memory;
 mod mlp;
 pub mod panics;
@@ -43,6 +44,7 @@ pub mod sampling;
 mod sizes;
 pub mod weights;
 
+pub use crate::layers::{RmsNorm, RmsNormConfig};
 pub use architecture::Architecture;
 pub use block::Block;
 pub use decoder::{Decoder, DecoderCache, DecoderConfig};
@@ -53,4 +55,3 @@ pub use memory::{DecoderMemory, DecoderMemoryData};
 pub use mlp::{GatedMlp, GatedMlpConfig, MlpActivation};
 pub use presets::{Preset, PresetSize};
 pub use rng::SplitMix64;
-pub use swa_attention::layers::{RmsNorm, RmsNormConfig};

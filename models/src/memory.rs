@@ -2,10 +2,10 @@
 //! keeps of a stream read segment by segment ([`DecoderMemory`]), and reading the next segment
 //! with it ([`Decoder::forward_in_stream`]).
 
+use crate::layers::{LayerMemory, LayerMemoryData};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 use swa_attention::ModelBackend;
-use swa_attention::layers::{LayerMemory, LayerMemoryData};
 
 use crate::decoder::Decoder;
 use crate::error::{ModelError, in_layer};

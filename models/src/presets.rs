@@ -1,9 +1,9 @@
 //! Presets: the configurations of the seed papers as named constructors, each with a tiny
 //! variant (well under a few million parameters) for CPU work.
 
+use crate::layers::AttentionKind;
+use crate::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_attention::AttentionError;
-use swa_attention::layers::AttentionKind;
-use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 
 use crate::decoder::DecoderConfig;
 

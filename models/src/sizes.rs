@@ -90,7 +90,7 @@ fn available_memory() -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use swa_attention::layers::AttentionKind;
+    use crate::layers::AttentionKind;
 
     use super::*;
 

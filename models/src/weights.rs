@@ -41,9 +41,9 @@
 //! | `norm.gamma` | `[d]` | always |
 //! | `head.weight` | `[d, vocab]` | untied embeddings |
 //!
-//! "Windowed kinds" are every [`AttentionKind`](swa_attention::layers::AttentionKind) but
+//! "Windowed kinds" are every [`AttentionKind`](crate::layers::AttentionKind) but
 //! `Linear`. `Windowed` and `Linear` are the variants of the layer's
-//! [`Mixer`](swa_attention::layers::Mixer), which Burn makes a segment of the name. (Before the
+//! [`Mixer`](crate::layers::Mixer), which Burn makes a segment of the name. (Before the
 //! mixer enum, the attention's tensors were `attention.local.*`, `attention.global.*`,
 //! `attention.output.weight` and `attention.linear.*`.)
 
@@ -57,9 +57,9 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
+use crate::layers::MixerRecord;
 use crate::panics::without_panics;
 use crate::records::{MigratingRecorder, RECORD_EXTENSION, write_record_item};
-use swa_attention::layers::MixerRecord;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.

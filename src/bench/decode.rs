@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::ModelBackend;
-use swa_attention::layers::CachePositions;
+use swa_models::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
 use super::{AttentionFamily, BenchModel, median, mib, ms};

@@ -19,9 +19,9 @@ pub mod suite;
 pub mod training;
 
 use burn::config::Config;
-use swa_attention::layers::AttentionKind;
-use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::DecoderConfig;
+use swa_models::layers::AttentionKind;
+use swa_models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 
 use crate::error::AppError;
 

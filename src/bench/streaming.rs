@@ -5,7 +5,7 @@
 //! step by their slot index). The vanilla model without eviction is the last row.
 
 use swa_attention::ModelBackend;
-use swa_attention::layers::CachePositions;
+use swa_models::layers::CachePositions;
 use swa_training::eval::{rebuild, with_eval_window};
 
 use super::decode::time_steps;

@@ -2,7 +2,7 @@
 //! over 2 kv heads so that every windowed kind also runs GQA, 2 layers, 48 tokens), or a named
 //! preset.
 
-use swa_attention::layers::AttentionKind;
+use swa_models::layers::AttentionKind;
 use swa_models::{Architecture, DecoderConfig, Preset, SplitMix64};
 
 /// Vocabulary of the built-in cases.

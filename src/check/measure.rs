@@ -9,7 +9,7 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_attention::ModelBackend;
-use swa_attention::layers::CachePositions;
+use swa_models::layers::CachePositions;
 use swa_models::{Decoder, ModelError};
 use swa_training::TrainingBackend;
 use swa_training::batch::TokenBatch;

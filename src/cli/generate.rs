@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use swa_attention::ModelBackend;
-use swa_attention::layers::CachePositions;
 use swa_models::GenerateConfig;
+use swa_models::layers::CachePositions;
 use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 

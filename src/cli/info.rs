@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use swa_attention::layers::AttentionKind;
-use swa_attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_models::layers::AttentionKind;
+use swa_models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_models::{DecoderConfig, Preset, PresetSize};
 
 use super::ModelArgs;

@@ -9,8 +9,8 @@
 use burn::backend::NdArray;
 use burn::backend::wgpu::Wgpu;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::layers::{CachePositions, KvCache, branch_specs};
 use swa_zoo::attention::{ScoreOptions, WindowSpec, alibi};
+use swa_zoo::models::layers::{CachePositions, KvCache, branch_specs};
 
 use crate::common::{F32, Rng, errors, values};
 use crate::wgpu_devices::wgpu_devices;

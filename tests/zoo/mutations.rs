@@ -169,8 +169,8 @@ fn copy_folder(from: &Path, to: &Path) {
 /// A folder holding a finished tiny training run (`train.json` and its checkpoints).
 fn training_run(root: &Path) -> PathBuf {
     use burn::backend::Autodiff;
-    use swa_zoo::attention::layers::AttentionKind;
     use swa_zoo::models::DecoderConfig;
+    use swa_zoo::models::layers::AttentionKind;
     use swa_zoo::training::corpus::Corpus;
     use swa_zoo::training::train::{TrainConfig, train};
     let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 4 }])

@@ -45,8 +45,8 @@ fn unknown_field(written: &Value, known: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use swa_attention::layers::AttentionKind;
     use swa_models::DecoderConfig;
+    use swa_models::layers::AttentionKind;
 
     use super::*;
     use crate::train::TrainConfig;

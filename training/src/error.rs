@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use burn::tensor::DataError;
 use swa_attention::AttentionError;
-use swa_attention::layers::AttentionKind;
 use swa_models::ModelError;
 use swa_models::files::WriteError;
+use swa_models::layers::AttentionKind;
 
 use crate::distributed::ClusterProblem;
 

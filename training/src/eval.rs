@@ -10,7 +10,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
-use swa_attention::layers::CachePositions;
+use swa_models::layers::CachePositions;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::TrainingError;

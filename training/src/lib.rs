@@ -23,7 +23,7 @@
 //!
 //! ```
 //! use burn::backend::{Autodiff, NdArray};
-//! use swa_attention::layers::AttentionKind;
+//! use swa_models::layers::AttentionKind;
 //! use swa_models::DecoderConfig;
 //! use swa_training::{TrainedRun, corpus::Corpus, train::{TrainConfig, train}};
 //!

@@ -216,7 +216,7 @@ pub fn influence(
 
 #[cfg(test)]
 mod tests {
-    use swa_attention::layers::AttentionKind;
+    use swa_models::layers::AttentionKind;
 
     use super::*;
 

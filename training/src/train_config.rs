@@ -148,7 +148,7 @@ impl TrainConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use swa_attention::layers::AttentionKind;
+    use swa_models::layers::AttentionKind;
 
     fn config(window: usize, seq_len: usize) -> TrainConfig {
         let model = DecoderConfig::new(vec![AttentionKind::Sliding { window }])

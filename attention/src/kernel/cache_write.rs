@@ -1,5 +1,5 @@
 //! The fused append of the bounded caches (docs/semantics.md §7; reference: the ring buffer's
-//! tensor ops, `crate::layers::ring`): the new position's key and value rows into one slot of
+//! tensor ops, `swa_models::layers::ring`): the new position's key and value rows into one slot of
 //! each ring buffer of a layer's cache, for the kv heads the buffer holds, in one launch.
 
 use cubecl::prelude::*;

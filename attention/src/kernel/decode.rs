@@ -1,5 +1,5 @@
 //! The decode kernel (docs/semantics.md §7; reference: the cache's tensor ops,
-//! `crate::layers::cache`): one query per head against a layer's bounded cache, every ring
+//! `swa_models::layers::cache`): one query per head against a layer's bounded cache, every ring
 //! buffer of it in one launch.
 //!
 //! A cube of [`THREADS`] threads owns one (query head, batch element) and reads the buffer that
@@ -12,7 +12,7 @@
 //! keeps a running maximum and sum (online softmax), sigmoid plain sums of `σ(s + β)`; the
 //! scores are those of the windowed kernels ([`score`]). A LongNet layer's branches each get
 //! their own pass and are mixed by their log-normalisers, as
-//! `crate::layers::longnet::mix_branches` mixes them (§5). Rows that see no slot get 0.
+//! `swa_models::layers::longnet::mix_branches` mixes them (§5). Rows that see no slot get 0.
 
 use cubecl::prelude::*;
 

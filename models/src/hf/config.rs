@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::layers::AttentionKind;
 use serde::Deserialize;
 use serde_json::Value;
 use swa_attention::RopeScaling;
-use swa_attention::layers::AttentionKind;
 
 use crate::architecture::Architecture;
 use crate::decoder::DecoderConfig;

@@ -5,12 +5,12 @@
 use std::fs;
 use std::path::Path;
 
+use crate::layers::AttentionKind;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::backend::Backend;
 use burn_store::BurnToPyTorchAdapter;
 use serde_json::{Value, json};
 use swa_attention::RopeScaling;
-use swa_attention::layers::AttentionKind;
 
 use crate::files::WriteError;
 use crate::hf::{Family, HfProblem, names};

@@ -5,10 +5,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::layers::CachePositions;
 use burn::backend::NdArray;
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::layers::CachePositions;
 
 use crate::hf::{Family, HfProblem, load_decoder, parse_config};
 use crate::{GenerateConfig, ModelError};
@@ -227,9 +227,9 @@ fn bad_checkpoints_are_named_one_line_errors() {
 
 #[test]
 fn an_exported_model_reads_back_with_its_logits() {
+    use crate::layers::AttentionKind;
     use crate::{Architecture, DecoderConfig};
     use swa_attention::RopeScaling;
-    use swa_attention::layers::AttentionKind;
 
     let device = Default::default();
     let scaled = Architecture {

@@ -4,7 +4,7 @@
 //!
 //! A `SelfAttention` layer held its weights in four optional fields: `local` (q, k, v),
 //! `global` (Longformer's global q, k, v), `output` and `linear` (Taylor linear attention).
-//! It now holds one [`Mixer`](swa_attention::layers::Mixer), an enum module, whose record
+//! It now holds one [`Mixer`](crate::layers::Mixer), an enum module, whose record
 //! MessagePack writes as a map of one entry named after the variant. An old layer's map
 //!
 //! ```text

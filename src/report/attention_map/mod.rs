@@ -16,8 +16,8 @@ use std::path::Path;
 
 use swa_attention::AttentionError;
 use swa_attention::WindowSpec;
-use swa_attention::layers::longnet::branch_specs;
 use swa_models::DecoderConfig;
+use swa_models::layers::longnet::branch_specs;
 
 pub use layout::Layout;
 pub use scale::{LOG_FLOOR, colour};
@@ -67,7 +67,7 @@ pub struct AttentionFigure {
     pub layer: usize,
     /// The query head, from 0.
     pub head: usize,
-    /// The attention kind and window, briefly ([`swa_attention::layers::AttentionKind::label`]), e.g. `sliding W=16`.
+    /// The attention kind and window, briefly ([`swa_models::layers::AttentionKind::label`]), e.g. `sliding W=16`.
     pub kind: String,
     /// The window specs whose union is the head's visible band (several for LongNet's
     /// branches); the band's edge is drawn where [`WindowSpec::visible`] changes between

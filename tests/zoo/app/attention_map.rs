@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use swa_zoo::attention::WindowSpec;
-use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::report::ReportError;
 use swa_zoo::report::attention_map::{
     AttentionFigure, EDGE_COLOUR, ImageFormat, LOG_FLOOR, colour, draw,

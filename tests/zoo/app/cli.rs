@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use clap::{CommandFactory, Parser};
-use swa_zoo::attention::layers::mswa::MswaVariant;
 use swa_zoo::cli::Cli;
 use swa_zoo::cli::eval_choice::{Accuracy, accuracy};
 use swa_zoo::cli::info::swa_reference;
+use swa_zoo::models::layers::mswa::MswaVariant;
 use swa_zoo::models::{Preset, PresetSize};
 use swa_zoo::study::StudyArgs;
 

@@ -151,8 +151,8 @@ fn gemma2_and_gemma3_on_the_cubecl_kernels_compute_transformers_logits() {
 #[test]
 fn a_run_trained_here_maps_its_attention_and_exports_as_mistral() {
     use burn::config::Config;
-    use swa_zoo::attention::layers::AttentionKind;
     use swa_zoo::models::DecoderConfig;
+    use swa_zoo::models::layers::AttentionKind;
 
     let dir = std::env::temp_dir().join(format!("swa-zoo-hf-run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

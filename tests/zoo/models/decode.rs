@@ -4,10 +4,8 @@
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{
-    AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions,
-};
 use swa_zoo::attention::{AttentionError, ModelBackend, ScoreFn};
+use swa_zoo::models::layers::{AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 

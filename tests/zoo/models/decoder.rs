@@ -1,7 +1,7 @@
 //! The decoder: forward and backward on every tiny preset, JSON configs, and named errors.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::{DecoderConfig, ModelError, Preset, PresetSize};
 
 use crate::Reference;

@@ -9,8 +9,8 @@
 use burn::module::Module;
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::layers::{AttentionKind, MixerRecord, SelfAttentionConfig, SwatPositions};
+use swa_zoo::models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_zoo::models::layers::{AttentionKind, MixerRecord, SelfAttentionConfig, SwatPositions};
 
 use crate::models::layer_reference::{B, TOLERANCE, input, reference, seeded_layer};
 use crate::to_vec;

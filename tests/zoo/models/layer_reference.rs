@@ -11,7 +11,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::layers::{
+use swa_zoo::models::layers::{
     AttentionKind, MixerRecord, SelfAttention, SelfAttentionConfig, SwatPositions,
 };
 

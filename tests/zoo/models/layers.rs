@@ -3,11 +3,11 @@
 use burn::backend::NdArray;
 use burn::config::{Config, config_to_json};
 use swa_zoo::attention::alibi::{self, SlopeMagnitudes};
-use swa_zoo::attention::layers::longformer::replace_global_rows;
-use swa_zoo::attention::layers::longnet::{branch_specs, longnet_attention};
-use swa_zoo::attention::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
-use swa_zoo::attention::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 use swa_zoo::attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec, dense_attention};
+use swa_zoo::models::layers::longformer::replace_global_rows;
+use swa_zoo::models::layers::longnet::{branch_specs, longnet_attention};
+use swa_zoo::models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
+use swa_zoo::models::layers::{AttentionKind, SelfAttentionConfig, SwatPositions};
 
 use crate::models::layer_forward::swat_ablation;
 use crate::{max_abs, tensor, to_vec};

@@ -5,8 +5,8 @@
 use burn::module::{ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_zoo::attention::{AttentionError, ModelBackend};
+use swa_zoo::models::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
 use swa_zoo::models::{Architecture, DecoderConfig, ModelError};
 
 use crate::models::decode::{DECODE_TOLERANCE, config, token_ids, windowed_kinds};
@@ -174,7 +174,7 @@ fn parameter_grads<M: burn::module::Module<Reference>>(
 fn gradients_stop_at_the_kept_states() {
     let device = Default::default();
     let relative =
-        swa_zoo::attention::layers::LayerOptions { relative_positions: true, ..Default::default() };
+        swa_zoo::models::layers::LayerOptions { relative_positions: true, ..Default::default() };
     let layers: Vec<(&str, SelfAttentionConfig)> = vec![
         (
             "MSWA",

@@ -1,6 +1,6 @@
 //! The presets: every paper configuration is valid, and MSWA's cost matches docs/semantics.md §3.
 
-use swa_zoo::attention::layers::mswa::MswaVariant;
+use swa_zoo::models::layers::mswa::MswaVariant;
 use swa_zoo::models::{Preset, PresetSize};
 
 #[test]

@@ -5,8 +5,8 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Bool, Int, Tensor, TensorData, activation::softmax};
-use swa_zoo::attention::layers::{AttentionKind, CachePositions, with_sink_logits};
 use swa_zoo::attention::{ModelBackend, RopeScaling, ScoreOptions, WindowSpec, windowed_attention};
+use swa_zoo::models::layers::{AttentionKind, CachePositions, with_sink_logits};
 use swa_zoo::models::{Architecture, DecoderConfig, MlpActivation};
 
 use crate::models::decode::{DECODE_TOLERANCE, config, decode, token_ids, windowed_kinds};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::NdArray;
 use burn::config::Config;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::weights::{load_record, parameter_shapes, save_record};
 use swa_zoo::models::{Decoder, DecoderConfig, ModelError};
 

@@ -3,8 +3,8 @@
 //! memory of earlier positions, output and the gradients of q, k, v, `W_R`, `u` and `v`.
 
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::layers::transformer_xl::RelativePositions;
 use swa_zoo::attention::{ScoreOptions, WindowSpec, windowed_attention_relative};
+use swa_zoo::models::layers::transformer_xl::RelativePositions;
 
 use crate::{Reference, max_abs, to_vec};
 

@@ -10,7 +10,7 @@ use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::store::{ModuleStore, SafetensorsStore};
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::weights::{export_safetensors, import_safetensors, load_record, save_record};
 use swa_zoo::models::{Decoder, DecoderConfig, ModelError};
 

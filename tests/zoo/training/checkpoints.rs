@@ -117,7 +117,7 @@ fn a_run_killed_before_its_first_checkpoint_starts_afresh() {
 fn a_checkpoint_of_another_mixer_is_a_mismatch() {
     use burn::module::Module;
     use burn::record::Recorder;
-    use swa_zoo::attention::layers::AttentionKind;
+    use swa_zoo::models::layers::AttentionKind;
     use swa_zoo::models::records::MigratingRecorder;
     use swa_zoo::training::checkpoint::check_model_checkpoint;
     use swa_zoo::training::error::TrainingError;

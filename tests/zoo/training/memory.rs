@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::record::Recorder;
-use swa_zoo::attention::layers::{AttentionKind, LayerMemoryData};
+use swa_zoo::models::layers::{AttentionKind, LayerMemoryData};
 use swa_zoo::models::records::MigratingRecorder;
 use swa_zoo::models::{Architecture, DecoderConfig};
 use swa_zoo::training::checkpoint::last_checkpoint;

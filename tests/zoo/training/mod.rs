@@ -42,7 +42,7 @@ fn killed_after(from: &std::path::Path, name: &str, step: usize) -> std::path::P
 /// The model the training tests train: 2 layers of sliding windows of 8 keys, `d_model` 16,
 /// 2 heads, a byte vocabulary.
 fn tiny_model() -> swa_zoo::models::DecoderConfig {
-    use swa_zoo::attention::layers::AttentionKind;
+    use swa_zoo::models::layers::AttentionKind;
     swa_zoo::models::DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
         .with_d_model(16)
         .with_layers(2)

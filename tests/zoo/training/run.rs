@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
-use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::eval::with_eval_window;
@@ -141,7 +141,7 @@ fn evaluation_windows_replace_local_windows_only() {
 /// once the sequence outgrows sinks + window.
 #[test]
 fn decoded_loss_matches_the_parallel_evaluation() {
-    use swa_zoo::attention::layers::CachePositions;
+    use swa_zoo::models::layers::CachePositions;
     use swa_zoo::training::eval::{decoded_loss, mean_loss};
     let device = Default::default();
     let corpus = Corpus::embedded();

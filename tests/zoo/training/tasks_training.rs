@@ -9,7 +9,7 @@ use std::process::Command;
 use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
-use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::{DecoderConfig, Preset, PresetSize};
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::synthetic::{

@@ -5,7 +5,7 @@
 use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
-use swa_zoo::attention::layers::AttentionKind;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::{Decoder, DecoderConfig};
 use swa_zoo::training::TrainingBackend;
 use swa_zoo::training::checkpoint::last_checkpoint;

@@ -9,8 +9,8 @@ use std::process::Command;
 use super::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::config::Config;
-use swa_zoo::attention::layers::AttentionKind;
 use swa_zoo::models::DecoderConfig;
+use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::training::corpus::Corpus;
 use swa_zoo::training::train::{TrainConfig, train};
 

@@ -13,15 +13,15 @@
 //!   sequence), and the others' keys get their gradients through [`gather_pieces`].
 //!
 //! The branches are mixed by their log-normalisers exactly as on one process, so the result
-//! equals [`longnet_attention`](swa_attention::layers::longnet_attention) on the whole
+//! equals [`longnet_attention`](swa_models::layers::longnet_attention) on the whole
 //! sequence. Per long branch a process receives `N·d/r` keys and as many values per head
 //! (an MPI all-gather), instead of all `N·d`.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::layers::{branch_specs, mix_branches};
 use swa_attention::{ModelBackend, ScoreFn, ScoreOptions, WindowSpec, windowed_attention};
+use swa_models::layers::{branch_specs, mix_branches};
 
 use super::cluster::Cluster;
 use super::gather::gather_pieces;

@@ -9,7 +9,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use swa_attention::ScoreOptions;
-use swa_attention::layers::longnet_attention;
+use swa_models::layers::longnet_attention;
 use swa_training::distributed::gradients::mean_gradients;
 use swa_training::distributed::{Cluster, longnet_sequence_parallel};
 

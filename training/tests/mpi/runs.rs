@@ -9,8 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::layers::AttentionKind;
 use swa_models::DecoderConfig;
+use swa_models::layers::AttentionKind;
 use swa_training::checkpoint::last_checkpoint;
 use swa_training::checkpoint_file::WRITE_DELAY_VARIABLE;
 use swa_training::corpus::Corpus;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::AttentionError;
+use swa_attention::AttentionError;
 
 /// Which dimensions the windows vary over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,9 +88,13 @@ pub(crate) struct MultiScale<'a> {
 }
 
 impl super::mechanism::Mechanism for MultiScale<'_> {
-    fn spec(&self, heads: usize, kv_heads: usize) -> Result<crate::WindowSpec, AttentionError> {
+    fn spec(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+    ) -> Result<swa_attention::WindowSpec, AttentionError> {
         super::mechanism::expect_per_head("MultiScale.windows", self.windows.len(), heads)?;
-        crate::WindowSpec::per_head(self.windows, kv_heads)
+        swa_attention::WindowSpec::per_head(self.windows, kv_heads)
     }
 
     fn windows(&self) -> Option<&[usize]> {

@@ -14,12 +14,12 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::layer_support::index_tensor;
 use crate::layers::SelfAttention;
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::self_attention::StreamRows;
-use crate::{AttentionError, ModelBackend};
+use swa_attention::layer_support::index_tensor;
+use swa_attention::{AttentionError, ModelBackend};
 
 /// Which earlier positions of a stream a windowed layer keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]

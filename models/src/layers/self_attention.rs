@@ -9,15 +9,15 @@ use burn::nn::LinearConfig;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Tensor, backend::Backend};
 
-use crate::layer_ops::linear;
-use crate::layer_support::distances_needed;
 use crate::layers::layer_options::LayerOptions;
 use crate::layers::linear::LinearAttentionConfig;
 use crate::layers::mixer::{Mixer, Projections, WindowedMixer};
 use crate::layers::norm::RmsNorm;
 use crate::layers::transformer_xl::RelativePositions;
 use crate::layers::{AttentionKind, longformer, longnet};
-use crate::{
+use swa_attention::layer_ops::linear;
+use swa_attention::layer_support::distances_needed;
+use swa_attention::{
     AttentionError, ModelBackend, Rope, RopeConfig, ScoreFn, ScoreOptions,
     windowed_attention_relative,
 };

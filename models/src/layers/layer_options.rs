@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::RopeScaling;
 use crate::layers::norm::RmsNormConfig;
+use swa_attention::RopeScaling;
 
 /// The options of one attention layer; every field defaults to Transformer++'s choice.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -11,8 +11,8 @@ use super::mswa::MultiScale;
 use super::sinks::Sinks;
 use super::sliding::Sliding;
 use super::swat::Swat;
-use crate::alibi::SlopeMagnitudes;
-use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
+use swa_attention::alibi::SlopeMagnitudes;
+use swa_attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// Which attention a layer runs. Serialised with a `"kind"` tag, e.g.
 /// `{"kind": "sliding", "window": 256}`.

@@ -8,7 +8,7 @@ use crate::layers::cache::{CachePositions, KvCache};
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::{SelfAttention, longnet};
-use crate::{AttentionError, ModelBackend, WindowSpec};
+use swa_attention::{AttentionError, ModelBackend, WindowSpec};
 
 /// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is
 /// an independent copy (tensors are shared until one of the copies writes).

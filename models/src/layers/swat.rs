@@ -4,8 +4,8 @@
 
 use super::SwatPositions;
 use super::mechanism::Mechanism;
-use crate::alibi::{self, SlopeMagnitudes};
-use crate::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
+use swa_attention::alibi::{self, SlopeMagnitudes};
+use swa_attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
 /// SWAT's window and score settings.
 pub(crate) struct Swat {

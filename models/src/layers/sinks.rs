@@ -2,7 +2,7 @@
 //! `sinks` positions stay visible to every query.
 
 use super::mechanism::Mechanism;
-use crate::{AttentionError, WindowSpec};
+use swa_attention::{AttentionError, WindowSpec};
 
 /// `sinks` sink positions and a sliding window of `window` keys.
 pub(crate) struct Sinks {

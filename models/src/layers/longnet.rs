@@ -3,8 +3,8 @@
 
 use burn::tensor::{DType, Tensor, backend::Backend};
 
-use crate::layer_support::reciprocal;
-use crate::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
+use swa_attention::layer_support::reciprocal;
+use swa_attention::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
 
 /// The window spec of each branch at length `n`: segment `w_b` clipped to `n`, dilation `r_b`,
 /// head `h` at offset `h mod r_b`.

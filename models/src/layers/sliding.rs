@@ -2,7 +2,7 @@
 //! keys, itself included.
 
 use super::mechanism::Mechanism;
-use crate::{AttentionError, WindowSpec};
+use swa_attention::{AttentionError, WindowSpec};
 
 /// A sliding window of `window` keys.
 pub(crate) struct Sliding {

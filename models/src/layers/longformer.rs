@@ -5,10 +5,10 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
-use crate::layer_support::attend;
-use crate::layer_support::expand_kv;
-use crate::layer_support::{index_tensor, inverse_permutation};
-use crate::{ScoreOptions, WindowSpec};
+use swa_attention::layer_support::attend;
+use swa_attention::layer_support::expand_kv;
+use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::{ScoreOptions, WindowSpec};
 
 /// Replaces the rows of `local: [batch, H, N, d]` at the spec's global positions with
 /// attention of `q_g: [batch, H, N, d]` over `k_g, v_g: [batch, H_kv, N, d]`, every key the
@@ -50,7 +50,11 @@ pub(crate) struct Longformer<'a> {
 }
 
 impl super::mechanism::Mechanism for Longformer<'_> {
-    fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, crate::AttentionError> {
+    fn spec(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+    ) -> Result<WindowSpec, swa_attention::AttentionError> {
         super::mechanism::expect_per_head("Longformer.dilations", self.dilations.len(), heads)?;
         let spec = WindowSpec::longformer(self.window, self.dilations, kv_heads, self.causal)?;
         Ok(spec.with_globals(self.globals.iter().copied()))

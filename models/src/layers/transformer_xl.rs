@@ -2,14 +2,14 @@
 //! score `(q_i + u)·k_j + (q_i + v)·W_R r_{i−j}` with sinusoids `r`, a learned projection `W_R`
 //! and learned per-head vectors `u, v`, in place of RoPE. The layer hands the core the queries
 //! `q + u` and the relative-score table `T[i, δ] = scale · (q_i + v)·W_R r_δ`
-//! ([`crate::windowed_attention_relative`]): one matmul per layer, after which every path of
+//! ([`swa_attention::windowed_attention_relative`]): one matmul per layer, after which every path of
 //! the core adds one scalar per score.
 
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
-use crate::layer_ops::linear;
+use swa_attention::layer_ops::linear;
 
 /// The weights of Transformer-XL's position terms in one layer.
 #[derive(Module, Debug)]
@@ -47,7 +47,7 @@ impl<B: Backend> RelativePositions<B> {
     }
 }
 
-impl<B: crate::ModelBackend> RelativePositions<B> {
+impl<B: swa_attention::ModelBackend> RelativePositions<B> {
     /// `q + u` and the table `T: [batch, H, N, L]`, `T[i, δ] = scale · (q_i + v)·W_R r_δ` for
     /// `δ = 0 … distances−1`, from queries `q: [batch, H, N, d_h]`.
     pub fn queries_and_table(

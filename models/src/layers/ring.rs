@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::layer_support::{index_tensor, inverse_permutation};
 
 /// The keys and values of the kv heads that share one reach.
 #[derive(Clone)]

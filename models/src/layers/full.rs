@@ -1,7 +1,7 @@
 //! Full causal attention, the baseline: every query sees every earlier key.
 
 use super::mechanism::Mechanism;
-use crate::{AttentionError, WindowSpec};
+use swa_attention::{AttentionError, WindowSpec};
 
 /// Full causal attention.
 pub(crate) struct Full;

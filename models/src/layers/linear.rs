@@ -7,9 +7,9 @@ use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::layer_ops::linear;
-use crate::layer_support::reciprocal;
-use crate::{AttentionError, ModelBackend, Rope, RopeConfig};
+use swa_attention::layer_ops::linear;
+use swa_attention::layer_support::reciprocal;
+use swa_attention::{AttentionError, ModelBackend, Rope, RopeConfig};
 
 /// `ε` of the normaliser (docs/semantics.md §6).
 const EPSILON: f32 = 1e-6;
@@ -291,8 +291,12 @@ pub(crate) struct TaylorLinear {
 
 impl super::mechanism::Mechanism for TaylorLinear {
     /// The full spec (the layer runs no window).
-    fn spec(&self, heads: usize, kv_heads: usize) -> Result<crate::WindowSpec, AttentionError> {
-        crate::WindowSpec::full(heads, kv_heads)
+    fn spec(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+    ) -> Result<swa_attention::WindowSpec, AttentionError> {
+        swa_attention::WindowSpec::full(heads, kv_heads)
     }
 
     fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {

@@ -1,7 +1,7 @@
 //! The bounded KV cache of one attention layer, for token-by-token decoding (docs/semantics.md §7).
 //!
 //! Key/value heads are grouped by the *reach* of the query heads that read them
-//! ([`crate::HeadWindow::reach`]): the span of the window, or the current LongNet segment. A
+//! ([`swa_attention::HeadWindow::reach`]): the span of the window, or the current LongNet segment. A
 //! group keeps only its last `reach` positions in a ring of slots, so MSWA heads get buffers of
 //! their own sizes and memory stops growing once the windows are full. Positions that every
 //! later query sees (sinks, Longformer globals) are pinned for good. Which cached key a query
@@ -11,14 +11,14 @@
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
-use crate::layer_support::expand_kv;
-use crate::layer_support::fused_ops_off;
-use crate::layer_support::{Alibi, attend};
-use crate::layer_support::{index_tensor, inverse_permutation};
 use crate::layers::longnet::mix_branches;
 use crate::layers::ring::{Buffer, select_heads};
-use crate::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
+use swa_attention::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
+use swa_attention::layer_support::expand_kv;
+use swa_attention::layer_support::fused_ops_off;
+use swa_attention::layer_support::{Alibi, attend};
+use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,8 +106,8 @@ impl<B: Backend> KvCache<B> {
     /// `rope` is the layer's rotation, `None` for a layer without RoPE.
     ///
     /// Once every buffer's ring is full, a backend with a fused append
-    /// ([`crate::WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
-    /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off); otherwise each buffer writes its
+    /// ([`swa_attention::WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
+    /// [`swa_attention::FUSED_OPS_VARIABLE`] turns the fused ops off); otherwise each buffer writes its
     /// slot with tensor ops.
     pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
@@ -211,9 +211,9 @@ impl<B: Backend> KvCache<B> {
     /// to the keys its head sees → `[batch, H, 1, d]`, with the same `rope` as
     /// [`KvCache::append`], which comes first.
     ///
-    /// A backend with a fused decode step ([`crate::WindowedAttentionBackend::windowed_decode`]) runs
+    /// A backend with a fused decode step ([`swa_attention::WindowedAttentionBackend::windowed_decode`]) runs
     /// it over every buffer at once under [`CachePositions::Absolute`]; otherwise (and when
-    /// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off) each buffer runs its tensor ops.
+    /// [`swa_attention::FUSED_OPS_VARIABLE`] turns the fused ops off) each buffer runs its tensor ops.
     pub fn attend(&self, q: Tensor<B, 4>, rope: Option<&Rope>) -> Tensor<B, 4>
     where
         B: ModelBackend,

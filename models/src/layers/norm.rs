@@ -7,8 +7,8 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::ModelBackend;
-use crate::layer_ops::{RmsOptions, rms_norm};
+use swa_attention::ModelBackend;
+use swa_attention::layer_ops::{RmsOptions, rms_norm};
 
 /// Configuration of [`RmsNorm`].
 #[derive(Config, Debug)]
@@ -25,7 +25,7 @@ pub struct RmsNormConfig {
 }
 
 /// `x / √(mean(x²) + ε) · γ`, with `γ = w` or `γ = 1 + w` ([`RmsNormConfig::unit_offset`]),
-/// as one fused op where the backend has one ([`crate::layer_ops::rms_norm`]).
+/// as one fused op where the backend has one ([`swa_attention::layer_ops::rms_norm`]).
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct RmsNorm<B: Backend> {

@@ -5,7 +5,7 @@
 //! named after it (`sliding.rs`, `mswa.rs`, `swat.rs`, `sinks.rs`, `longnet.rs`,
 //! `longformer.rs`, `linear.rs`, `full.rs`).
 
-use crate::{AttentionError, ScoreOptions, WindowSpec};
+use swa_attention::{AttentionError, ScoreOptions, WindowSpec};
 
 /// One attention mechanism of docs/semantics.md §2–§6, as its layer and the tools ask it.
 pub trait Mechanism {
