@@ -126,6 +126,13 @@ impl AppError {
         AppError::Step { step: step.into(), source: Box::new(source.into()) }
     }
 
+    /// Prints the error's one line, `error: …`, to standard error in a single write, so that
+    /// the lines of several processes sharing a terminal (an MPI run's ranks) do not interleave.
+    pub fn report(&self) {
+        let line = format!("error: {self}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
+
     /// The process's exit status for this error (docs/reliability.md, "Exit statuses"):
     /// [`EXIT_RUN_LOCKED`] when another process trains the run, [`EXIT_WRITE_FAILED`] when a
     /// file could not be written, [`EXIT_STOPPED_BY_REQUEST`] when training was stopped by a

@@ -6,7 +6,7 @@ static ALLOCATOR: swa_zoo::bench::heap::CountingAllocator = swa_zoo::bench::heap
 
 fn main() {
     if let Err(problem) = swa_zoo::cli::main() {
-        eprintln!("error: {problem}");
+        problem.report();
         std::process::exit(problem.exit_code());
     }
 }

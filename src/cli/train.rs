@@ -207,7 +207,7 @@ fn apply_flags(args: &TrainArgs, config: &mut TrainConfig) {
 /// them.
 fn leave_the_run(failure: WriteError) -> ! {
     let error = AppError::Training(TrainingError::Write(failure));
-    eprintln!("error: {error}");
+    error.report();
     std::process::exit(error.exit_code())
 }
 

@@ -68,16 +68,22 @@ fn rank_trains(cluster: &Cluster, dir: &Path) {
         &device,
         cluster,
     ) {
-        Ok(outcome) => println!(
-            "weights identical on all {} processes (fingerprint {:016x})",
+        // Each line in one write: the ranks share the launcher's output.
+        Ok(outcome) => say(&format!(
+            "weights identical on all {} processes (fingerprint {:016x})\n",
             cluster.nodes(),
             outcome.fingerprint.expect("a run of several processes has one")
-        ),
+        )),
         Err(error) => {
-            eprintln!("error: {error}");
+            say(&format!("error: {error}\n"));
             std::process::exit(1)
         }
     }
+}
+
+/// Writes `text` to standard error in one write, so that two ranks' lines do not interleave.
+fn say(text: &str) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
 }
 
 /// `mpirun -np {processes}` of `name`'s rank side training into `dir/out`, with `env`.
@@ -95,12 +101,14 @@ fn train_mpi(
 
 /// The fingerprint every rank printed: fails unless all `processes` printed the same one.
 fn fingerprint(output: &Output, processes: usize) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let prefix = format!("weights identical on all {processes} processes");
-    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
-    assert_eq!(lines.len(), processes, "one fingerprint per rank in\n{}", text(output));
-    assert!(lines.iter().all(|l| *l == lines[0]), "the ranks' weights differ:\n{lines:?}");
-    lines[0].to_string()
+    // The ranks' test harnesses write to the same output, so a line may start mid-line.
+    let all = text(output);
+    let prefix = format!("weights identical on all {processes} processes (fingerprint ");
+    let prints: Vec<&str> =
+        all.split(&prefix).skip(1).map(|rest| rest.get(..16).unwrap_or(rest)).collect();
+    assert_eq!(prints.len(), processes, "one fingerprint per rank in\n{all}");
+    assert!(prints.iter().all(|p| *p == prints[0]), "the ranks' weights differ:\n{prints:?}");
+    format!("{prefix}{})", prints[0])
 }
 
 /// The logits, on 12 fixed tokens, of the model a run saved in `dir/out`.
