@@ -131,35 +131,34 @@ impl AttentionKind {
         }
     }
 
-    /// The mechanism this kind runs: the one `match` from the serialised data to the behaviour
-    /// of each mechanism, in the file named after it.
-    fn mechanism(&self) -> Box<dyn Mechanism + '_> {
+    /// Asks the mechanism this kind runs: the one `match` from the serialised data to the
+    /// behaviour of each mechanism, in the file named after it (a view on the stack, no
+    /// allocation: the layers ask on every forward pass).
+    fn mechanism<R>(&self, ask: impl FnOnce(&dyn Mechanism) -> R) -> R {
         match self {
-            Self::Full => Box::new(Full),
-            Self::Sliding { window } => Box::new(Sliding { window: *window }),
-            Self::MultiScale { windows } => Box::new(MultiScale { windows }),
-            Self::Swat { window, distance_heads, magnitudes, score_fn, positions } => {
-                Box::new(Swat {
-                    window: *window,
-                    distance_heads: *distance_heads,
-                    magnitudes: *magnitudes,
-                    score_fn: *score_fn,
-                    positions: *positions,
-                })
-            }
-            Self::Sinks { sinks, window } => Box::new(Sinks { sinks: *sinks, window: *window }),
-            Self::LongNet { segments, dilations } => Box::new(LongNet { segments, dilations }),
+            Self::Full => ask(&Full),
+            Self::Sliding { window } => ask(&Sliding { window: *window }),
+            Self::MultiScale { windows } => ask(&MultiScale { windows }),
+            Self::Swat { window, distance_heads, magnitudes, score_fn, positions } => ask(&Swat {
+                window: *window,
+                distance_heads: *distance_heads,
+                magnitudes: *magnitudes,
+                score_fn: *score_fn,
+                positions: *positions,
+            }),
+            Self::Sinks { sinks, window } => ask(&Sinks { sinks: *sinks, window: *window }),
+            Self::LongNet { segments, dilations } => ask(&LongNet { segments, dilations }),
             Self::Longformer { window, dilations, globals, causal } => {
-                Box::new(Longformer { window: *window, dilations, globals, causal: *causal })
+                ask(&Longformer { window: *window, dilations, globals, causal: *causal })
             }
-            Self::Linear { feature_dim } => Box::new(TaylorLinear { feature_dim: *feature_dim }),
+            Self::Linear { feature_dim } => ask(&TaylorLinear { feature_dim: *feature_dim }),
         }
     }
 
     /// Whether the layer rotates q and k with RoPE (docs/semantics.md §4): every kind but SWAT
     /// with ALiBi alone.
     pub fn rotates(&self) -> bool {
-        self.mechanism().rotates()
+        self.mechanism(|m| m.rotates())
     }
 
     /// The causal sliding windows of the kind, in keys, self included: the one window that every
@@ -169,52 +168,52 @@ impl AttentionKind {
     /// every position. Callers take the smallest or largest entry, e.g. to check that a
     /// training length lets every window slide, or to bound how far information travels.
     pub fn windows(&self) -> Option<Vec<usize>> {
-        self.mechanism().windows().map(<[usize]>::to_vec)
+        self.mechanism(|m| m.windows().map(<[usize]>::to_vec))
     }
 
     /// A short label for figures, of head `head` where the heads differ: `full causal`,
     /// `sliding W=16`, `MSWA head window 8`, `SWAT W=16`, `sliding W=16 + 4 sinks`,
     /// `LongNet w=8,16 r=1,2`, `Longformer w=4 dilation 2`, `linear`.
     pub fn label(&self, head: usize) -> String {
-        self.mechanism().label(head)
+        self.mechanism(|m| m.label(head))
     }
 
     /// The positions whose keys every query sees, wherever it is: Longformer's global tokens
     /// (docs/semantics.md §2); none for the other kinds.
     pub fn global_positions(&self) -> Vec<usize> {
-        self.mechanism().global_positions().to_vec()
+        self.mechanism(|m| m.global_positions().to_vec())
     }
 
     /// Whether keys at fixed positions stay visible to every later query (StreamingLLM's
     /// sinks, Longformer's global tokens), so that a cache cannot renumber its positions.
     pub fn pins_positions(&self) -> bool {
-        self.mechanism().pins_positions()
+        self.mechanism(|m| m.pins_positions())
     }
 
     /// The size of linear attention's feature map; `None` for the windowed kinds.
     pub fn linear_features(&self) -> Option<usize> {
-        self.mechanism().linear_features()
+        self.mechanism(|m| m.linear_features())
     }
 
     /// LongNet's branches, `(segments, dilations)`, each one call of the core; `None` for the
     /// kinds of one call.
     pub fn branches(&self) -> Option<(Vec<usize>, Vec<usize>)> {
-        self.mechanism().branches().map(|(s, d)| (s.to_vec(), d.to_vec()))
+        self.mechanism(|m| m.branches().map(|(s, d)| (s.to_vec(), d.to_vec())))
     }
 
     /// Why Transformer-XL's relative positions cannot run with this kind, if they cannot.
     pub fn relative_positions_unsupported(&self) -> Option<&'static str> {
-        self.mechanism().relative_positions_unsupported()
+        self.mechanism(|m| m.relative_positions_unsupported())
     }
 
     /// Why a layer of this kind cannot keep a bounded memory of earlier segments, if it cannot.
     pub fn memory_unsupported(&self) -> Option<&'static str> {
-        self.mechanism().memory_unsupported()
+        self.mechanism(|m| m.memory_unsupported())
     }
 
     /// Why learned sink logits cannot run with this kind, if they cannot.
     pub fn sink_logits_unsupported(&self) -> Option<&'static str> {
-        self.mechanism().sink_logits_unsupported()
+        self.mechanism(|m| m.sink_logits_unsupported())
     }
 
     /// The kind with its one window replaced by `window` keys, everything else kept: for the
@@ -254,25 +253,25 @@ impl AttentionKind {
     /// The window spec of one call of the core for `heads` query heads over `kv_heads`, for
     /// every kind but LongNet (one spec per branch) and linear attention (no window).
     pub fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
-        self.mechanism().spec(heads, kv_heads)
+        self.mechanism(|m| m.spec(heads, kv_heads))
     }
 
     /// The score options of the kind: softmax, except SWAT's score function, with its ALiBi
     /// split unless the layer uses RoPE alone.
     pub fn score_options(&self, heads: usize) -> Result<ScoreOptions, AttentionError> {
-        self.mechanism().score_options(heads)
+        self.mechanism(|m| m.score_options(heads))
     }
 
     /// Checks the kind for a layer of `heads` query heads and `kv_heads` kv heads.
     pub fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
-        self.mechanism().validate(heads, kv_heads)
+        self.mechanism(|m| m.validate(heads, kv_heads))
     }
 
     /// Keys of every head summed, `Σ_h W_h`: the layer's cost and KV-cache size in MSWA's sense
     /// (docs/semantics.md §3). Full attention and the global parts count `n` keys; linear
     /// attention 0.
     pub fn window_sum(&self, heads: usize, n: usize) -> usize {
-        self.mechanism().window_sum(heads, n)
+        self.mechanism(|m| m.window_sum(heads, n))
     }
 }
 
