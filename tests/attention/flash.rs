@@ -1,9 +1,10 @@
-//! The forward of FlashAttention-2's design (`swa_attention::kernel`'s `forward_flash`, which
-//! CUDA's launches pick at d = 64 and 128) against the dense reference on ndarray on the same
-//! rounded inputs: every spec the kernels take, at lengths around its 64-row blocks and tiles,
-//! `o` and `lse`. Through the emulated fragment seam on wgpu (lavapipe in CI) in f16
-//! (`forward_emulated`), and natively on CUDA in f16 and bf16 through `windowed_attention`
-//! (the GPU session's `flash` step). Each test skips, saying why, where its feature or device is
+//! The kernels of FlashAttention-2's design (`swa_attention::kernel`'s `forward_flash`, dQ and
+//! dK/dV, which CUDA's launches pick at d = 64 and 128) against the dense reference on ndarray
+//! on the same rounded inputs: every spec the kernels take, at lengths around its 64-row blocks
+//! and tiles, `o` and `lse`, and the gradients of q, k and v. Through the emulated fragment seam
+//! on wgpu (lavapipe in CI) in f16 (`forward_emulated`, `grads_emulated`), and natively on CUDA
+//! in f16 and bf16 through `windowed_attention` (the GPU session's `flash` and `flash-grads`
+//! steps). Each test skips, saying why, where its feature or device is
 //! missing.
 
 /// The host side: inputs, the reference, the comparison and the cases.
@@ -301,20 +302,19 @@ mod on_wgpu {
 }
 
 /// Natively on CUDA (sm_80 and later) in f16 and bf16, through the core's dispatch: the
-/// forward at d = 64 and 128, and the gradients of `q`, `k` and `v` (the FlashAttention-2 dQ
-/// and dK/dV) at d = 64.
+/// forward at d = 64 and 128.
 #[test]
 fn flash_kernels_on_cuda_match_dense() {
     #[cfg(feature = "cuda")]
     {
+        use burn::backend::Cuda;
         use burn::backend::cuda::CudaDevice;
-        use burn::backend::{Autodiff, Cuda};
         use burn::tensor::{DType, Tensor, TensorData};
         use swa_zoo::attention::kernel::{CudaRuntime, flash_kernel_runs};
         use swa_zoo::attention::windowed_attention;
 
         use crate::common::{Case, values};
-        use host::{all_cases, check_grads, run_cases};
+        use host::{all_cases, run_cases};
         if !crate::common::device_answers::<Cuda>("cuda") {
             return;
         }
@@ -335,6 +335,30 @@ fn flash_kernels_on_cuda_match_dense() {
                 let name = format!("FlashAttention-2 forward on CUDA, {dtype:?}, d = {dim}");
                 run_cases(&name, &all_cases(dim), dtype, &kernel);
             }
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    eprintln!("skipped: built without the `cuda` feature");
+}
+
+/// Natively on CUDA in f16 and bf16, through the core's dispatch and `Autodiff`: the gradients
+/// of `q`, `k` and `v` (the FlashAttention-2 dQ and dK/dV) at d = 64 and 128.
+#[test]
+fn flash_grads_on_cuda_match_dense() {
+    #[cfg(feature = "cuda")]
+    {
+        use burn::backend::cuda::CudaDevice;
+        use burn::backend::{Autodiff, Cuda};
+        use burn::tensor::{DType, Tensor, TensorData};
+        use swa_zoo::attention::windowed_attention;
+
+        use crate::common::{Case, values};
+        use host::{all_cases, check_grads};
+        if !crate::common::device_answers::<Cuda>("cuda") {
+            return;
+        }
+        let device = CudaDevice::default();
+        for dtype in [DType::F16, DType::BF16] {
             let backward = |case: &Case, [q, k, v, g]: [TensorData; 4]| {
                 type A = Autodiff<Cuda>;
                 let typed = |d: TensorData| {
@@ -351,12 +375,15 @@ fn flash_kernels_on_cuda_match_dense() {
                 };
                 Ok([grad(&q), grad(&k), grad(&v)])
             };
-            for (label, case) in all_cases(64) {
-                check_grads(&format!("{label} ({dtype:?})"), &case, dtype, &backward);
+            for dim in [64, 128] {
+                for (label, case) in all_cases(dim) {
+                    check_grads(&format!("{label} ({dtype:?})"), &case, dtype, &backward);
+                }
+                eprintln!(
+                    "FlashAttention-2 backward on CUDA, {dtype:?}, d = {dim}: every case within \
+                     tolerance"
+                );
             }
-            eprintln!(
-                "FlashAttention-2 backward on CUDA, {dtype:?}, d = 64: every case within tolerance"
-            );
         }
     }
     #[cfg(not(feature = "cuda"))]

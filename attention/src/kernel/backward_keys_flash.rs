@@ -3,9 +3,12 @@
 //! is `super::backward_keys_cmma`, whose math it shares).
 //!
 //! A cube owns 64 key rows of one kv head, 16 per warp; each warp holds its keys' rows of `K`
-//! and `V` as A fragments and its `dK`, `dV` as accumulators in registers. For every query head
+//! and `V` as A fragments (at d = 64; in shared memory at d = 128, [`STAGED_DIM`], which leaves
+//! the registers to the accumulators and products) and its `dK`, `dV` as accumulators in
+//! registers. For every query head
 //! of the kv head's GQA group it visits the query tiles of 64 that [`query_tiles`] gives, and
-//! for each:
+//! for each (at d = 128 in two halves of 32 queries, so that the products fit the registers
+//! beside `dK` and `dV`):
 //! - `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` in registers;
 //! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain · scale`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
@@ -14,10 +17,10 @@
 //! - `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, the weights rounded to the input type as FlashAttention
 //!   rounds them, each becoming an A fragment where it lies.
 //!
-//! Each cube writes its own keys' gradients: no atomics. Keys past `kv_len` get zeros. `K` and
-//! `V` reach the registers through the tile buffers, which then hold each query tile's `Q` and
-//! `dO`: the kernel fits lavapipe's 32 KB at d = 64. The launch runs it at d = 64
-//! (`super::flash::flash_backward_path`).
+//! Each cube writes its own keys' gradients: no atomics. Keys past `kv_len` get zeros. At
+//! d = 64 `K` and `V` reach the registers through the tile buffers, which then hold each query
+//! tile's `Q` and `dO`: the kernel fits lavapipe's 32 KB. The launch runs it where
+//! `super::flash::flash_backward_path` says so.
 
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
@@ -25,7 +28,8 @@ use cubecl::prelude::*;
 use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, UNITS, WARPS, block_row, fetch, products, sees_whole_tile, stash, write_rows,
+    KEYS, PAD, ROWS, STAGED_DIM, UNITS, WARPS, block_row, fetch, products, sees_whole_tile, stash,
+    write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
@@ -69,18 +73,30 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     let mut exchange =
         SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
 
-    // `K` and `V` into registers through the two tile buffers.
+    // At d = 64 `K` and `V` pass through the tile buffers into registers; at d = 128
+    // ([`STAGED_DIM`]) they stay in buffers of their own, their fragments loaded per step.
+    let own = comptime![if dim > STAGED_DIM { KEYS * stride } else { 1 }];
+    let mut k_s = SharedMemory::<F>::new(own);
+    let mut v_s = SharedMemory::<F>::new(own);
     let k_rows = fetch(k, offset(k, batch, kv_head, 0), block, kv_len, KEYS, dim);
-    stash(&k_rows, &mut q_s, KEYS, dim, stride);
     let v_rows = fetch(v, offset(v, batch, kv_head, 0), block, kv_len, KEYS, dim);
-    stash(&v_rows, &mut g_s, KEYS, dim, stride);
+    if comptime![dim > STAGED_DIM] {
+        stash(&k_rows, &mut k_s, KEYS, dim, stride);
+        stash(&v_rows, &mut v_s, KEYS, dim, stride);
+    } else {
+        stash(&k_rows, &mut q_s, KEYS, dim, stride);
+        stash(&v_rows, &mut g_s, KEYS, dim, stride);
+    }
     sync_cube();
     let mut k_fragments = Sequence::<Array<Pair<F>>>::new();
     let mut v_fragments = Sequence::<Array<Pair<F>>>::new();
-    #[unroll]
-    for c in 0..dim / K {
-        k_fragments.push(load(&q_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
-        v_fragments.push(load(&g_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
+    if comptime![dim <= STAGED_DIM] {
+        #[unroll]
+        for c in 0..dim / K {
+            let at = warp_rows + c * K;
+            k_fragments.push(load(&q_s, at, stride, MatrixIdent::A, false, path));
+            v_fragments.push(load(&g_s, at, stride, MatrixIdent::A, false, path));
+        }
     }
     sync_cube();
 
@@ -91,6 +107,8 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
         dk_acc.push(zeros());
         dv_acc.push(zeros());
     }
+    let parts = comptime![if dim > STAGED_DIM { 2 } else { 1 }];
+    let blocks = comptime![ROWS / N / parts];
     let first_key = block as u32;
     let last_key = (min(block + KEYS, max(kv_len, 1)) - 1) as u32;
     let live = block < kv_len;
@@ -109,42 +127,33 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
             load_row_terms(terms, t_base, i0, q_len, rows, &mut lse_s, &mut coefficient_s, ROWS);
             sync_cube();
 
-            // `K` and `V` are in registers (d = 64): the products read no A tile.
-            let mut p = row_products(&k_fragments, &q_s, &q_s, &mut exchange, dim, path);
-            let mut ds = row_products(&v_fragments, &g_s, &g_s, &mut exchange, dim, path);
             let at = KeyTile { block, i0, q_len, slope: slopes[head] };
-            let whole = whole_tile(&window, at, &call, variant);
-            if whole {
-                let (lse, coefficients) = (&lse_s, &coefficient_s);
-                key_weights(
+            let tile = WholeTile { at, whole: whole_tile(&window, at, &call, variant) };
+            let (lse, coefficients) = (&lse_s, &coefficient_s);
+            // The tile's queries in `parts` of `blocks × 8` (two of 32 at d = 128, so that a
+            // warp's products fit its registers beside `dK` and `dV`).
+            for part in 0..parts {
+                let first = part * blocks * N;
+                let mut p =
+                    row_products(&k_fragments, &k_s, &q_s, first, &mut exchange, blocks, dim, path);
+                let mut ds =
+                    row_products(&v_fragments, &v_s, &g_s, first, &mut exchange, blocks, dim, path);
+                part_weights(
                     &mut p,
                     &mut ds,
                     lse,
                     coefficients,
                     &window,
-                    at,
+                    tile,
+                    first,
                     &call,
                     variant,
-                    false,
+                    blocks,
                     path,
                 );
-            } else {
-                let (lse, coefficients) = (&lse_s, &coefficient_s);
-                key_weights(
-                    &mut p,
-                    &mut ds,
-                    lse,
-                    coefficients,
-                    &window,
-                    at,
-                    &call,
-                    variant,
-                    true,
-                    path,
-                );
+                accumulate(&p, &g_s, first, &mut dv_acc, &mut exchange, blocks, dim, path);
+                accumulate(&ds, &q_s, first, &mut dk_acc, &mut exchange, blocks, dim, path);
             }
-            accumulate(&p, &g_s, &mut dv_acc, &mut exchange, dim, path);
-            accumulate(&ds, &q_s, &mut dk_acc, &mut exchange, dim, path);
             sync_cube();
         }
     }
@@ -182,9 +191,54 @@ struct KeyTile {
     slope: f32,
 }
 
-/// Turns the products `p` (`Sᵀ`) and `ds` (`dPᵀ`) of the warp's keys and the tile's queries
-/// into the weights `Pᵀ` and score gradients `dSᵀ` of the pairs, and, `per_pair`, zeros where
-/// [`visible`] refuses a pair (or the query is past `N_q`).
+/// A tile's place ([`KeyTile`]) and whether its every pair is visible ([`whole_tile`]).
+#[derive(CubeType, Clone, Copy)]
+struct WholeTile {
+    at: KeyTile,
+    whole: bool,
+}
+
+/// [`key_weights`] on a part of the tile, asking the per-pair rule only where the tile is not
+/// whole.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn part_weights(
+    p: &mut Sequence<Array<Pair<f32>>>,
+    ds: &mut Sequence<Array<Pair<f32>>>,
+    lse_s: &SharedMemory<f32>,
+    coefficient_s: &SharedMemory<f32>,
+    window: &Window,
+    tile: WholeTile,
+    first: usize,
+    call: &Call,
+    #[comptime] variant: Variant,
+    #[comptime] blocks: usize,
+    #[comptime] path: FragmentPath,
+) {
+    let (at, lse, coefficients) = (tile.at, lse_s, coefficient_s);
+    if tile.whole {
+        key_weights(
+            p,
+            ds,
+            lse,
+            coefficients,
+            window,
+            at,
+            first,
+            call,
+            variant,
+            blocks,
+            false,
+            path,
+        );
+    } else {
+        key_weights(p, ds, lse, coefficients, window, at, first, call, variant, blocks, true, path);
+    }
+}
+
+/// Turns the products `p` (`Sᵀ`) and `ds` (`dPᵀ`) of the warp's keys and `blocks × 8` of the
+/// tile's queries from its row `first` into the weights `Pᵀ` and score gradients `dSᵀ` of the
+/// pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past `N_q`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn key_weights(
@@ -194,21 +248,23 @@ fn key_weights(
     coefficient_s: &SharedMemory<f32>,
     window: &Window,
     at: KeyTile,
+    first: usize,
     call: &Call,
     #[comptime] variant: Variant,
+    #[comptime] blocks: usize,
     #[comptime] per_pair: bool,
     #[comptime] path: FragmentPath,
 ) {
     let lane = lane(path) as usize;
     let column = 2 * (lane % 4);
     #[unroll]
-    for block in 0..KEYS / N {
+    for block in 0..blocks {
         let weights = p.index_mut(block);
         let grads = ds.index_mut(block);
         #[unroll]
         for e in 0..2usize {
             // The column's query and its row terms, shared by the lane's two keys.
-            let query = block * N + column + e;
+            let query = first + block * N + column + e;
             let i = call.query_offset + (at.i0 + query) as u32;
             let (lse, coefficient) = (lse_s[query], coefficient_s[query]);
             let live = at.i0 + query < at.q_len;

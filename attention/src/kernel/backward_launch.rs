@@ -3,7 +3,7 @@
 //! on tensor cores (`super::mma`) where the device has a cooperative tile, on the portable
 //! kernels otherwise; dQ and dK/dV run on FlashAttention-2's design
 //! (`super::backward_queries_flash`, `super::backward_keys_flash`) where
-//! `super::flash::flash_backward_path` says so (CUDA, d = 64).
+//! `super::flash::flash_backward_path` says so (CUDA, d = 64 and 128).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
@@ -22,8 +22,8 @@ use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::config::{LaunchArgs, ROWS, placeholder, upload};
 use super::flash::{
-    KEYS, ROWS as ROWS_FLASH, STAGED_DIM, UNITS, backward_shared_bytes, flash_backward_path,
-    head_order, max_shared,
+    KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, head_order,
+    max_shared,
 };
 use super::forward_launch::{forward_emulated, grid};
 use super::fragment::FragmentPath;
@@ -320,9 +320,9 @@ fn launch_key_grads_flash<R: CubeRuntime>(
 /// The gradients of `q`, `k` and `v` from the FlashAttention-2 backward kernels on the emulated
 /// fragment path, on any device (the tests run them on lavapipe): the forward
 /// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then dQ and dK/dV.
-/// `q, d_o: [batch, H, N_q, 64]`, `k, v: [batch, H_kv, N_k, 64]` in f16 or bf16 → (`dq`, `dk`,
-/// `dv`) shaped as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the kernels do
-/// not take.
+/// `q, d_o: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (d = 64 or 128) in f16 or bf16 →
+/// (`dq`, `dk`, `dv`) shaped as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the
+/// kernels do not take (their shared memory past the device's: d = 128 on lavapipe).
 pub fn grads_emulated<R, F, I, BT>(
     [q, k, v, d_o]: [Tensor<CubeBackend<R, F, I, BT>, 4>; 4],
     spec: &WindowSpec,
@@ -335,9 +335,6 @@ where
     BT: BoolElement,
 {
     let dim = q.shape().dims::<4>()[3];
-    if dim > STAGED_DIM {
-        return Err(format!("d = {dim}: the backward kernels take d = {STAGED_DIM}"));
-    }
     let client = q.clone().into_primitive().tensor().client;
     let (needs, has) = (backward_shared_bytes(dim, FragmentPath::Emulated), max_shared(&client));
     if needs > has {

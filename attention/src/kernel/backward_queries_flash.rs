@@ -4,8 +4,8 @@
 //!
 //! A cube owns 64 query rows of one head, 16 per warp, laid out as the forward
 //! (`super::forward_flash`) and visiting the same key tiles ([`block_key_tiles`]); each warp
-//! holds its rows of `Q` and `dO` as A fragments, their row terms and `dQ` in registers. For
-//! each tile:
+//! holds its rows of `Q` and `dO` as A fragments (at d = 64), their row terms and `dQ` in
+//! registers. For each tile:
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` in registers;
 //! - `dS = ∂L/∂s · chain · scale` from the weights recomputed from `lse`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
@@ -13,16 +13,18 @@
 //!   ([`sees_whole_tile`]) skip the rule;
 //! - `dQ += dS·K`, `dS` rounded to the input type.
 //!
-//! Each cube writes its own rows: no atomics. `Q` and `dO` reach the registers through the
-//! tile buffers. The launch runs it where the dK/dV kernel runs (d = 64:
-//! `super::flash::flash_backward_path`).
+//! Each cube writes its own rows: no atomics. At d = 64 `Q` and `dO` reach the registers
+//! through the tile buffers; at d = 128 ([`STAGED_DIM`]) they stay in shared memory, which
+//! leaves the registers to `dQ` and the products. The launch runs it where the dK/dV kernel
+//! runs (`super::flash::flash_backward_path`).
 
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, WARPS, block_row, fetch, products, sees_whole_tile, stash, write_rows,
+    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, sees_whole_tile, stash,
+    write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
@@ -63,18 +65,30 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     let mut exchange =
         SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
 
-    // `Q` and `dO` into registers through the two tile buffers.
+    // At d = 64 `Q` and `dO` pass through the tile buffers into registers; at d = 128
+    // ([`STAGED_DIM`]) they stay in buffers of their own, their fragments loaded per step.
+    let own = comptime![if dim > STAGED_DIM { ROWS * stride } else { 1 }];
+    let mut q_s = SharedMemory::<F>::new(own);
+    let mut g_s = SharedMemory::<F>::new(own);
     let q_rows = fetch(q, offset(q, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
-    stash(&q_rows, &mut k_s, ROWS, dim, stride);
     let g_rows = fetch(d_o, offset(d_o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
-    stash(&g_rows, &mut v_s, ROWS, dim, stride);
+    if comptime![dim > STAGED_DIM] {
+        stash(&q_rows, &mut q_s, ROWS, dim, stride);
+        stash(&g_rows, &mut g_s, ROWS, dim, stride);
+    } else {
+        stash(&q_rows, &mut k_s, ROWS, dim, stride);
+        stash(&g_rows, &mut v_s, ROWS, dim, stride);
+    }
     sync_cube();
     let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
     let mut g_fragments = Sequence::<Array<Pair<F>>>::new();
-    #[unroll]
-    for c in 0..dim / K {
-        q_fragments.push(load(&k_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
-        g_fragments.push(load(&v_s, warp_rows + c * K, stride, MatrixIdent::A, false, path));
+    if comptime![dim <= STAGED_DIM] {
+        #[unroll]
+        for c in 0..dim / K {
+            let at = warp_rows + c * K;
+            q_fragments.push(load(&k_s, at, stride, MatrixIdent::A, false, path));
+            g_fragments.push(load(&v_s, at, stride, MatrixIdent::A, false, path));
+        }
     }
     let row_terms = lane_row_terms(terms, &at, path);
 
@@ -92,15 +106,14 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
         stash(&fetch(v, v_base, j0, kv_len, KEYS, dim), &mut v_s, KEYS, dim, stride);
         sync_cube();
 
-        // `Q` and `dO` are in registers (d = 64): the products read no A tile.
-        let mut ds = row_products(&q_fragments, &k_s, &k_s, &mut exchange, dim, path);
-        let dp = row_products(&g_fragments, &v_s, &v_s, &mut exchange, dim, path);
+        let mut ds = row_products(&q_fragments, &q_s, &k_s, 0, &mut exchange, KEYS / N, dim, path);
+        let dp = row_products(&g_fragments, &g_s, &v_s, 0, &mut exchange, KEYS / N, dim, path);
         if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
             score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, false, path);
         } else {
             score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, true, path);
         }
-        accumulate(&ds, &k_s, &mut dq_acc, &mut exchange, dim, path);
+        accumulate(&ds, &k_s, 0, &mut dq_acc, &mut exchange, KEYS / N, dim, path);
     }
 
     // Out through `K`'s buffer, in 16-byte stores.

@@ -171,9 +171,11 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
             out.push(expand(&device, kernel, dtype, dim, base)?);
         }
     }
-    // The FlashAttention-2 backward runs at d = 64 only (`super::flash::flash_backward_path`).
-    for kernel in [Kernel::QueryGradsFlash, Kernel::KeyGradsFlash] {
-        out.push(expand(&device, kernel, DType::BF16, 64, base)?);
+    for (kernel, dim) in [Kernel::QueryGradsFlash, Kernel::KeyGradsFlash]
+        .into_iter()
+        .flat_map(|kernel| [(kernel, 64), (kernel, 128)])
+    {
+        out.push(expand(&device, kernel, DType::BF16, dim, base)?);
     }
     let options = [
         Options { sigmoid: true, alibi: true, ..base },

@@ -48,10 +48,11 @@ pub(crate) fn shared_bytes(dim: usize, path: FragmentPath) -> usize {
 /// Padding of each shared row, in elements: 16 bytes of 2-byte elements.
 pub(crate) const PAD: usize = 8;
 
-/// The widest head dim whose warps keep `Q` in registers and the next `K` tile in flight during
-/// `P·V`: at d = 128 a warp's `O`, scores and staged `V` leave no room for them without
-/// spilling (the offline check), so `Q` stays in shared memory (its fragments loaded per step,
-/// as FlashAttention-2 does by default) and `K` is loaded after the products.
+/// The widest head dim whose warps keep their own rows' operands in registers (`Q` in the
+/// forward and the next `K` tile in flight during `P·V`; `Q` and `dO` in dQ; `K` and `V` in
+/// dK/dV): at d = 128 the accumulators and scores leave no room for them without spilling (the
+/// offline check), so they stay in shared memory, their fragments loaded per step as
+/// FlashAttention-2 does by default, and the forward loads `K` after the products.
 pub(crate) const STAGED_DIM: usize = 64;
 
 /// The head dims the kernels are compiled for: a warp's `Q`, scores and `O` fit its
@@ -75,8 +76,8 @@ pub(crate) fn flash_path<R: CubeRuntime>(
 
 /// The fragment path of the FlashAttention-2 backward kernels (`super::backward_queries_flash`,
 /// `super::backward_keys_flash`), or `None` where the launches run the cooperative-matrix
-/// ones: where the forward runs ([`flash_path`]) at d = 64 only ([`STAGED_DIM`]: at d = 128 a
-/// warp's `dK`, `dV`, `K` and `V` do not fit its registers with the products).
+/// ones: where the forward runs ([`flash_path`]) and the cube's tiles fit the device's shared
+/// memory.
 pub(crate) fn flash_backward_path<R: CubeRuntime>(
     client: &ComputeClient<R>,
     dtype: DType,
@@ -84,14 +85,15 @@ pub(crate) fn flash_backward_path<R: CubeRuntime>(
     relative: bool,
 ) -> Option<FragmentPath> {
     let fits = backward_shared_bytes(dim, FragmentPath::Native) <= max_shared(client);
-    flash_path(client, dtype, dim, relative).filter(|_| dim <= STAGED_DIM && fits)
+    flash_path(client, dtype, dim, relative).filter(|_| fits)
 }
 
 /// Shared memory of the hungrier backward kernel on `path` at head dim `dim` (dK/dV; dQ has
-/// no row-terms tiles): the two tiles of the other side, the tile's row terms and the exchange
-/// buffer.
+/// no row-terms tiles): the two tiles of the other side, at d = 128 ([`STAGED_DIM`]) the two
+/// of the cube's own rows, which stay there, the tile's row terms and the exchange buffer.
 pub(crate) fn backward_shared_bytes(dim: usize, path: FragmentPath) -> usize {
-    2 * ROWS * (dim + PAD) * 2 + 2 * ROWS * 4 + path.exchange_len(WARPS, products(path)) * 4
+    let tiles = if dim > STAGED_DIM { 4 } else { 2 };
+    tiles * ROWS * (dim + PAD) * 2 + 2 * ROWS * 4 + path.exchange_len(WARPS, products(path)) * 4
 }
 
 /// Whether `device`'s windowed core runs its forward on the FlashAttention-2 kernel for inputs

@@ -113,7 +113,7 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
     for t in 0..count {
         let j0 = nth_tile(&tiles, t) as usize * KEYS;
         let v_rows = fetch(v, v_base, j0, kv_len, KEYS, dim);
-        let mut s = row_products(&q_fragments, &q_s, &k_s, &mut exchange, dim, path);
+        let mut s = row_products(&q_fragments, &q_s, &k_s, 0, &mut exchange, KEYS / N, dim, path);
         if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
             score_tile(&mut s, &at, j0, &call, variant, false, path);
         } else {
@@ -130,10 +130,10 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         let next_valid = select(t + 1 < count, kv_len, 0);
         if comptime![dim <= STAGED_DIM] {
             let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
-            accumulate(&s, &v_s, &mut out, &mut exchange, dim, path);
+            accumulate(&s, &v_s, 0, &mut out, &mut exchange, KEYS / N, dim, path);
             stash(&k_rows, &mut k_s, KEYS, dim, stride);
         } else {
-            accumulate(&s, &v_s, &mut out, &mut exchange, dim, path);
+            accumulate(&s, &v_s, 0, &mut out, &mut exchange, KEYS / N, dim, path);
             let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
             stash(&k_rows, &mut k_s, KEYS, dim, stride);
         }

@@ -42,7 +42,7 @@ pub(crate) struct Mma {
 /// tile fits the `u32` mask the forward keeps of the keys a row sees (`n ≤ 32`), and with which
 /// the hungriest kernel's shared buffers ([`shared_bytes`]) fit the device. One tile for all
 /// three kernels of a call. Where the FlashAttention-2 kernels run (CUDA sm_80+, f16/bf16,
-/// d = 64 and 128 forward, d = 64 backward, no relative scores: `super::flash::flash_path`,
+/// d = 64 and 128, no relative scores: `super::flash::flash_path`,
 /// `super::flash::flash_backward_path`, which name each fall-back's reason) the launches take
 /// them instead; this tile serves the rest.
 pub(crate) fn tensor_core_tile<R: CubeRuntime>(

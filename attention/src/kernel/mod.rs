@@ -21,8 +21,7 @@
 //!   dK/dV on it, which the launches pick where the device has a tile for the inputs' type.
 //! - `flash`, `flash_products`, `forward_flash`, `backward_queries_flash` and
 //!   `backward_keys_flash`: the forward, dQ and dK/dV of FlashAttention-2's design on the
-//!   fragment seam, which CUDA's launches pick (sm_80 and later; the forward at d = 64 and 128,
-//!   the backward at d = 64).
+//!   fragment seam, which CUDA's launches pick (sm_80 and later, d = 64 and 128).
 //! - `fragment` (with `fragment_emulated`): the fragment seam, warp-level `m16n8k16` products
 //!   on CUDA's MMA instructions or emulated with the same layout on any device;
 //!   `fragment_probe`: every operation of it on a device, for the tests.
