@@ -142,9 +142,12 @@ pub trait LayerOpsBackend: Backend {
     }
 
     /// The backend's product `x·w (+ b)` of a linear layer for `x: [rows, in]`, `w: [in, out]`
-    /// (any strides) and `b: [out]` → `[rows, out]` ([`crate::layer_ops::linear`]), where it has
-    /// a faster one than its matmul for these shapes; `None` (the default) otherwise, and the
-    /// caller runs Burn's `linear`. Flex has one for a few rows: a decoding step.
+    /// (any strides) and `b: [out]` → `[rows, out]` in `x`'s dtype
+    /// ([`crate::layer_ops::linear`]), where it has a faster one than its matmul for these
+    /// shapes and dtypes; `None` (the default) otherwise, and the caller runs Burn's `linear`.
+    /// `w` and `b` may be in another float dtype than `x` (weights kept in bf16 or f16 with f32
+    /// activations): this is where a backend reads them without a cast; declining, the caller
+    /// casts them. Flex has a product for a few f32 rows and f32 weights: a decoding step.
     fn fused_linear(
         _x: FloatTensor<Self>,
         _w: FloatTensor<Self>,
@@ -241,12 +244,15 @@ pub fn linear<B: LayerOpsBackend, const N: usize>(
     product(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
 }
 
-/// `x·w (+ b)` for `x: [..., in]`, `w: [in, out]`, `b: [out]` → `[..., out]`, with the rows of
-/// `x` flattened: the backend's fused product ([`LayerOpsBackend::fused_linear`])
-/// where it has one for these shapes, else Burn's `linear` on the flattened rows. Flattening
-/// keeps a weight stored as its transpose a view (a checkpoint's `[out, in]`, or a tied
-/// embedding table): for a product of higher rank Burn's `linear` reshapes the weight, which
-/// copies a transposed view.
+/// `x·w (+ b)` for `x: [..., in]`, `w: [in, out]`, `b: [out]` → `[..., out]` in `x`'s dtype,
+/// with the rows of `x` flattened: the backend's fused product
+/// ([`LayerOpsBackend::fused_linear`]) where it has one for these shapes and dtypes, else
+/// Burn's `linear` on the flattened rows. `w` and `b` may be kept in another float dtype than
+/// `x` (bf16 or f16 weights with f32 activations): where the backend has no product reading
+/// them as they are, they are cast to `x`'s dtype for this call. Flattening keeps a weight
+/// stored as its transpose a view (a checkpoint's `[out, in]`, or a tied embedding table): for
+/// a product of higher rank Burn's `linear` reshapes the weight, which copies a transposed
+/// view.
 pub fn product<B: LayerOpsBackend, const N: usize>(
     x: Tensor<B, N>,
     w: Tensor<B, 2>,
@@ -264,7 +270,10 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     );
     let y = match fused {
         Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
-        None => burn::tensor::module::linear(x, w, b),
+        None => {
+            let dtype = x.dtype();
+            burn::tensor::module::linear(x, w.cast(dtype), b.map(|b| b.cast(dtype)))
+        }
     };
     dims[N - 1] = d_out;
     y.reshape(dims)

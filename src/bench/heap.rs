@@ -2,58 +2,78 @@
 //! models' segment memory).
 //!
 //! A binary opts in with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`:
-//! the `swa-zoo` binary does, for every command, and so do the `efficiency` and `cpu_attention`
-//! benches and the `longnet` example. Elsewhere [`peak_during`] reports `None`: nothing was
-//! counted.
+//! the `swa-zoo` binary does (for `swa-zoo bench`), and so do the `efficiency` and
+//! `cpu_attention` benches and the `longnet` example. It counts only inside [`peak_during`], so
+//! the binary's other commands (`train`, `generate`) pay no counting. Elsewhere [`peak_during`]
+//! reports `None`: nothing was counted.
 //! Only heap memory allocated through Rust is counted, which on the CPU backends is every
 //! tensor; a GPU driver's buffers (or lavapipe's emulated device memory) are not.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
-/// The system allocator, counting the bytes live and their peak.
+/// The system allocator, counting the bytes allocated and freed while a [`peak_during`] call
+/// runs, and nothing otherwise: outside a measurement (a training run, say) each allocation
+/// costs one relaxed load more than the system allocator's.
 pub struct CountingAllocator;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Set by the allocator's first call: this binary installed it.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Whether a measurement is running.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+/// Bytes allocated less bytes freed since the measurement began (negative where it freed
+/// more than it allocated), and the largest value it took.
+static HELD: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+/// One measurement at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+/// Adds `bytes` (negative: freed) to the running measurement, if any.
+fn count(bytes: isize) {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
+    if COUNTING.load(Ordering::Relaxed) {
+        let held = HELD.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        PEAK.fetch_max(held, Ordering::Relaxed);
+    }
+}
 
 // SAFETY: every call is forwarded to the system allocator unchanged; the counters only observe.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
+        count(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        count(-(layout.size() as isize));
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size >= layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
-                - layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
+        count(new_size as isize - layout.size() as isize);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 
 /// Whether this binary counts its allocations.
 pub fn counting() -> bool {
-    LIVE.load(Ordering::Relaxed) > 0
+    INSTALLED.load(Ordering::Relaxed)
 }
 
 /// Runs `call` and returns its result with the most heap bytes held during it above what was
 /// live before it; `None` when the binary does not count (see the module documentation).
+/// Measurements run one at a time: a second waits for the first.
 pub fn peak_during<T>(call: impl FnOnce() -> T) -> (T, Option<usize>) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let _one = MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    HELD.store(0, Ordering::Relaxed);
+    PEAK.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
     let out = call();
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    COUNTING.store(false, Ordering::Relaxed);
+    let peak = PEAK.load(Ordering::Relaxed).max(0) as usize;
     (out, counting().then_some(peak))
 }
 

@@ -223,6 +223,35 @@ mod on_flex {
         linear_case(&mut rng, 17, 32, 40);
     }
 
+    /// Weights kept in bf16 or f16 with f32 activations: `product` gives, in f32, Burn's
+    /// `linear` with the weights cast to f32, at a decoding step's one row and at many.
+    #[test]
+    fn product_takes_weights_in_another_precision() {
+        let mut rng = Rng::new(0x5EED_4029);
+        let device = Default::default();
+        for (rows, k, n) in [(1, 64, 48), (17, 32, 40)] {
+            let x = Tensor::<Flex, 2>::from_data(
+                TensorData::new(rng.values(rows * k), [rows, k]),
+                &device,
+            );
+            let w =
+                Tensor::<Flex, 2>::from_data(TensorData::new(rng.values(k * n), [k, n]), &device);
+            let b = Tensor::<Flex, 1>::from_data(TensorData::new(rng.values(n), [n]), &device);
+            for dtype in [DType::BF16, DType::F16] {
+                let (w, b) = (w.clone().cast(dtype), b.clone().cast(dtype));
+                let got = product(x.clone(), w.clone(), Some(b.clone()));
+                assert_eq!(got.dtype(), DType::F32, "the product keeps the activations' dtype");
+                let want = burn::tensor::module::linear(
+                    x.clone(),
+                    w.cast(DType::F32),
+                    Some(b.cast(DType::F32)),
+                );
+                let what = format!("linear {rows}x{k}x{n}, {dtype:?} weights");
+                check(&what, &values(got), &values(want), F32.out);
+            }
+        }
+    }
+
     /// Through `Autodiff<Flex>` (Burn's `linear` on the flattened rows), the product of a rank-3
     /// input and a transposed weight has Burn's gradients of the unflattened product.
     #[test]
