@@ -271,8 +271,12 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     let y = match fused {
         Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
         None => {
+            // Only a weight of another dtype is cast: under `Autodiff` a cast to the same dtype
+            // would still add a node per weight to every step's graph.
             let dtype = x.dtype();
-            burn::tensor::module::linear(x, w.cast(dtype), b.map(|b| b.cast(dtype)))
+            let w = if w.dtype() == dtype { w } else { w.cast(dtype) };
+            let b = b.map(|b| if b.dtype() == dtype { b } else { b.cast(dtype) });
+            burn::tensor::module::linear(x, w, b)
         }
     };
     dims[N - 1] = d_out;
