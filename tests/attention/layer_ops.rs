@@ -229,26 +229,68 @@ mod on_flex {
     fn product_takes_weights_in_another_precision() {
         let mut rng = Rng::new(0x5EED_4029);
         let device = Default::default();
-        for (rows, k, n) in [(1, 64, 48), (17, 32, 40)] {
-            let x = Tensor::<Flex, 2>::from_data(
-                TensorData::new(rng.values(rows * k), [rows, k]),
-                &device,
-            );
-            let w =
-                Tensor::<Flex, 2>::from_data(TensorData::new(rng.values(k * n), [k, n]), &device);
+        let tensor = |values: Vec<f32>, shape: [usize; 2]| {
+            Tensor::<Flex, 2>::from_data(TensorData::new(values, shape), &device)
+        };
+        for (rows, k, n) in [(1, 64, 48), (1, 100, 37), (17, 32, 40)] {
+            let x = tensor(rng.values(rows * k), [rows, k]);
+            let w = rng.values(k * n);
             let b = Tensor::<Flex, 1>::from_data(TensorData::new(rng.values(n), [n]), &device);
+            let layouts = [
+                ("[in, out]", tensor(w.clone(), [k, n])),
+                ("[out, in]", tensor(w, [n, k]).transpose()),
+            ];
             for dtype in [DType::BF16, DType::F16] {
-                let (w, b) = (w.clone().cast(dtype), b.clone().cast(dtype));
-                let got = product(x.clone(), w.clone(), Some(b.clone()));
-                assert_eq!(got.dtype(), DType::F32, "the product keeps the activations' dtype");
-                let want = burn::tensor::module::linear(
-                    x.clone(),
-                    w.cast(DType::F32),
-                    Some(b.cast(DType::F32)),
-                );
-                let what = format!("linear {rows}x{k}x{n}, {dtype:?} weights");
-                check(&what, &values(got), &values(want), F32.out);
+                for (layout, w) in &layouts {
+                    let w = w.clone().cast(dtype);
+                    for bias in [None, Some(b.clone()), Some(b.clone().cast(dtype))] {
+                        let got = product(x.clone(), w.clone(), bias.clone());
+                        assert_eq!(got.dtype(), DType::F32, "the product keeps x's dtype");
+                        let wide = |t: Tensor<Flex, 1>| t.cast(DType::F32);
+                        let want = burn::tensor::module::linear(
+                            x.clone(),
+                            w.clone().cast(DType::F32),
+                            bias.clone().map(wide),
+                        );
+                        let what = format!(
+                            "linear {rows}x{k}x{n}, {dtype:?} weights as {layout}, bias {:?}",
+                            bias.map(|b| b.dtype())
+                        );
+                        check(&what, &values(got), &values(want), F32.out);
+                    }
+                }
             }
+        }
+    }
+
+    /// The one-row product's read bandwidth with f32, bf16 and f16 weights of an 8192 × 8192
+    /// layer stored as `[out, in]` (what a decoding step reads): median of 50 calls, printed.
+    /// `cargo test --release --features flex --test attention one_row_product_bandwidth --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it on an idle machine"]
+    fn one_row_product_bandwidth() {
+        let (k, n) = (8192, 8192);
+        let mut rng = Rng::new(0x5EED_5029);
+        let device = Default::default();
+        let x = Tensor::<Flex, 2>::from_data(TensorData::new(rng.values(k), [1, k]), &device);
+        let w = Tensor::<Flex, 2>::from_data(TensorData::new(rng.values(k * n), [n, k]), &device);
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let w = w.clone().cast(dtype).transpose();
+            let mut times: Vec<f64> = (0..50)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    std::hint::black_box(values(product(x.clone(), w.clone(), None)));
+                    start.elapsed().as_secs_f64()
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let (seconds, bytes) = (times[25], (k * n * dtype.size()) as f64);
+            eprintln!(
+                "{dtype:?} weights: {:.3} ms, {:.1} GB/s of weights",
+                seconds * 1e3,
+                bytes / seconds / 1e9
+            );
         }
     }
 
