@@ -11,10 +11,6 @@ impl Mechanism for Full {
         WindowSpec::full(heads, kv_heads)
     }
 
-    fn window_sum(&self, heads: usize, n: usize) -> usize {
-        heads * n
-    }
-
     fn label(&self, _head: usize) -> String {
         "full causal".into()
     }

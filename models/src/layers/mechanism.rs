@@ -30,8 +30,16 @@ pub trait Mechanism {
         None
     }
 
-    /// Keys of every head summed, `Σ_h W_h`, at context `n` (docs/semantics.md §3).
-    fn window_sum(&self, heads: usize, n: usize) -> usize;
+    /// Keys of every head summed, `Σ_h W_h`, at context `n` (docs/semantics.md §3). The default
+    /// reads [`Self::windows`]: one shared window for every head, a window per head, or, without
+    /// windows, every key.
+    fn window_sum(&self, heads: usize, n: usize) -> usize {
+        match self.windows() {
+            Some([window]) => heads * (*window).min(n),
+            Some(per_head) => per_head.iter().map(|w| (*w).min(n)).sum(),
+            None => heads * n,
+        }
+    }
 
     /// A short label for figures, of head `head` where the heads differ.
     fn label(&self, head: usize) -> String;

@@ -101,10 +101,6 @@ impl super::mechanism::Mechanism for MultiScale<'_> {
         Some(self.windows)
     }
 
-    fn window_sum(&self, _heads: usize, n: usize) -> usize {
-        self.windows.iter().map(|w| (*w).min(n)).sum()
-    }
-
     fn label(&self, head: usize) -> String {
         let window = self.windows.get(head).map_or("?".to_string(), usize::to_string);
         format!("MSWA head window {window}")

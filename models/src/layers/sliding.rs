@@ -18,10 +18,6 @@ impl Mechanism for Sliding {
         Some(std::slice::from_ref(&self.window))
     }
 
-    fn window_sum(&self, heads: usize, n: usize) -> usize {
-        heads * self.window.min(n)
-    }
-
     fn label(&self, _head: usize) -> String {
         format!("sliding W={}", self.window)
     }

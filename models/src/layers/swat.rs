@@ -41,10 +41,6 @@ impl Mechanism for Swat {
         Some(std::slice::from_ref(&self.window))
     }
 
-    fn window_sum(&self, heads: usize, n: usize) -> usize {
-        heads * self.window.min(n)
-    }
-
     fn label(&self, _head: usize) -> String {
         format!("SWAT W={}", self.window)
     }
