@@ -364,7 +364,7 @@ fn report(rows: &[Row], options: &Options) {
     }
     println!("(median of {} runs each, {} threads)", options.runs, options.threads);
     if let Some(path) = &options.csv {
-        swa_zoo::models::files::write_bytes_atomically(path, csv.as_bytes())
+        swa_zoo::models::support::files::write_bytes_atomically(path, csv.as_bytes())
             .expect("the CSV is writable");
         println!("CSV: {}", path.display());
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use burn::tensor::backend::ExecutionError;
 use swa_attention::AttentionError;
 use swa_models::ModelError;
-use swa_models::files::EXIT_WRITE_FAILED;
+use swa_models::support::files::EXIT_WRITE_FAILED;
 use swa_training::TrainingError;
 use swa_training::run_lock::{EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
 

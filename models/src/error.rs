@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use swa_attention::AttentionError;
 
-use crate::files::WriteError;
 use crate::hf::HfProblem;
+use crate::support::files::WriteError;
 
 /// Why a model could not be built, run, saved or loaded.
 #[derive(Debug)]

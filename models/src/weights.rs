@@ -58,8 +58,8 @@ use burn::tensor::{Tensor, backend::Backend};
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::layers::MixerRecord;
-use crate::panics::without_panics;
 use crate::records::{MigratingRecorder, RECORD_EXTENSION, write_record_item};
+use crate::support::panics::without_panics;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.
@@ -160,12 +160,12 @@ fn safetensors_problem(error: &SafetensorsStoreError) -> String {
     }
 }
 
-/// [`crate::files::write_atomically`], its failure a [`ModelError::Write`].
+/// [`crate::support::files::write_atomically`], its failure a [`ModelError::Write`].
 pub(crate) fn write_atomically(
     target: &Path,
     write: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<(), ModelError> {
-    crate::files::write_atomically(target, write).map_err(ModelError::Write)
+    crate::support::files::write_atomically(target, write).map_err(ModelError::Write)
 }
 
 /// The I/O error behind a safetensors store's failure to write (the operating system's, where

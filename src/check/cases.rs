@@ -3,7 +3,8 @@
 //! preset.
 
 use swa_models::layers::AttentionKind;
-use swa_models::{Architecture, DecoderConfig, Preset, SplitMix64};
+use swa_models::support::SplitMix64;
+use swa_models::{Architecture, DecoderConfig, Preset};
 
 /// Vocabulary of the built-in cases.
 const VOCAB: usize = 64;

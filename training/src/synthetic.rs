@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 use swa_attention::ModelBackend;
-use swa_models::{Decoder, DecoderConfig, ModelError, SplitMix64};
+use swa_models::support::SplitMix64;
+use swa_models::{Decoder, DecoderConfig, ModelError};
 
 use crate::batch::TokenBatch;
 use crate::error::TrainingError;

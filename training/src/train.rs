@@ -25,8 +25,9 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller};
-use swa_models::files::{WriteError, remove_leftovers, write_bytes_atomically};
-use swa_models::{Decoder, SplitMix64};
+use swa_models::Decoder;
+use swa_models::support::SplitMix64;
+use swa_models::support::files::{WriteError, remove_leftovers, write_bytes_atomically};
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, find_checkpoint};

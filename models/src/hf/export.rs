@@ -12,9 +12,9 @@ use burn_store::BurnToPyTorchAdapter;
 use serde_json::{Value, json};
 use swa_attention::RopeScaling;
 
-use crate::files::WriteError;
 use crate::hf::{Family, HfProblem, names};
 use crate::mlp::MlpActivation;
+use crate::support::files::WriteError;
 use crate::weights::{store_write_error, write_atomically};
 use crate::{Decoder, DecoderConfig, ModelError};
 
