@@ -22,7 +22,7 @@
 //! - `flash`, `flash_products`, `forward_flash`, `backward_queries_flash` and
 //!   `backward_keys_flash`: the forward, dQ and dK/dV of FlashAttention-2's design on the
 //!   fragment seam, which CUDA's launches pick (sm_80 and later, d = 64 and 128).
-//! - `fragment` (with `fragment_emulated`): the fragment seam, warp-level `m16n8k16` products
+//! - `fragment` (with its child `emulated`): the fragment seam, warp-level `m16n8k16` products
 //!   on CUDA's MMA instructions or emulated with the same layout on any device;
 //!   `fragment_probe`: every operation of it on a device, for the tests.
 //! - `decode` and `decode_launch`: the fused decode step of the bounded caches;
@@ -57,7 +57,6 @@ mod forward_cmma;
 mod forward_flash;
 mod forward_launch;
 mod fragment;
-mod fragment_emulated;
 mod fragment_probe;
 mod fusion;
 mod mma;

@@ -15,8 +15,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
 use swa_models::support::SplitMix64;
 
-use super::cluster::{Cluster, ClusterProblem};
+use super::cluster::Cluster;
 use super::nccl::{Nccl, cuda_index};
+use super::problem::ClusterProblem;
 use crate::error::TrainingError;
 
 /// `tensor`'s values as f32 on the host (without a copy when it is an f32 tensor that only

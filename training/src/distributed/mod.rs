@@ -19,6 +19,7 @@ pub mod nccl;
 #[cfg(not(feature = "cuda"))]
 #[path = "no_nccl.rs"]
 pub mod nccl;
+mod problem;
 pub mod sequence_parallel;
 pub mod watchdog;
 #[cfg(feature = "mpi")]
@@ -27,5 +28,6 @@ mod world;
 #[path = "no_world.rs"]
 mod world;
 
-pub use cluster::{Cluster, ClusterConfig, ClusterProblem};
+pub use cluster::{Cluster, ClusterConfig};
+pub use problem::ClusterProblem;
 pub use sequence_parallel::longnet_sequence_parallel;

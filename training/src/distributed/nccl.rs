@@ -26,7 +26,7 @@ use burn_fusion::FusionTensor;
 use cudarc::driver::result as driver;
 use cudarc::nccl::{result as nccl, sys};
 
-use super::cluster::ClusterProblem;
+use super::problem::ClusterProblem;
 
 /// The inner backend of Burn's fused `Cuda` type.
 type CudaCube = CubeBackend<CudaRuntime, f32, i32, u8>;

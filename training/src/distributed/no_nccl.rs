@@ -5,7 +5,7 @@
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-use super::cluster::ClusterProblem;
+use super::problem::ClusterProblem;
 
 /// The bytes of an NCCL unique id.
 pub type UniqueId = [u8; 128];

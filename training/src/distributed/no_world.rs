@@ -2,7 +2,7 @@
 //! run ([`World::init`] says which feature is missing), so no `World` ever exists and its
 //! calls cannot be reached.
 
-use super::cluster::ClusterProblem;
+use super::problem::ClusterProblem;
 
 /// A world that cannot exist in this build.
 pub(crate) enum World {}

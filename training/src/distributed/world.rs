@@ -14,7 +14,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 
-use super::cluster::ClusterProblem;
+use super::problem::ClusterProblem;
 
 /// This process's place among the processes of the launch.
 pub(crate) struct World {

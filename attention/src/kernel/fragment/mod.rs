@@ -3,7 +3,7 @@
 //! (lavapipe in CI). A kernel calls the functions below with a compile-time [`FragmentPath`]
 //! the host picks ([`FragmentPath::of`]); each function compiles to CubeCL's manual MMA and
 //! plane shuffles on [`FragmentPath::Native`], to plain arithmetic exchanging through shared
-//! memory on [`FragmentPath::Emulated`] (`super::fragment_emulated`).
+//! memory on [`FragmentPath::Emulated`] (`emulated`).
 //!
 //! Both paths hold the same elements in the same lanes: PTX's layout for
 //! `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32` (PTX ISA, "Matrix Fragments
@@ -32,7 +32,7 @@ use cubecl::ir::features::{MmaConfig, Plane};
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind};
 use cubecl::prelude::*;
 
-use super::fragment_emulated as emulated;
+mod emulated;
 
 /// Lanes of a warp, on both paths.
 pub(crate) const LANES: usize = 32;

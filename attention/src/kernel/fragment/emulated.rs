@@ -1,6 +1,6 @@
-//! The emulated path of the fragment seam (`super::fragment`): a warp is 32 units of the cube,
+//! The emulated path of the fragment seam (the parent module): a warp is 32 units of the cube,
 //! each holding its own fragment registers in local arrays, laid out as PTX's `m16n8k16` lays
-//! them (see `super::fragment`). What a warp does across lanes (the products, shuffles) goes
+//! them (see the parent module). What a warp does across lanes (the products, shuffles) goes
 //! through the warp's slice of an exchange buffer in shared memory ([`exchange_words`] f32 words
 //! per warp, the buffer's length split evenly among the cube's warps), between two
 //! `sync_cube`s: every call must be reached by all units of the cube.
@@ -8,7 +8,7 @@
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
-use super::fragment::{K, LANES, M, N, Pair, pairs};
+use super::{K, LANES, M, N, Pair, pairs};
 
 /// f32 words of the exchange buffer per warp for products of up to `products` B fragments
 /// sharing one A: a whole A (16 × 16) and each B (16 × 8). Shuffles use the first 64.
