@@ -23,10 +23,10 @@ use std::time::Instant;
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexDevice;
-use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
 use serde_json::Value;
+use swa_zoo::choice::WeightChoice;
 use swa_zoo::models::Decoder;
 use swa_zoo::models::hf;
 
@@ -62,6 +62,10 @@ struct Options {
     /// The Python that runs `benches/anchors/decode_mistral.py`; without it ours alone.
     #[arg(long)]
     torch: Option<String>,
+    /// The float type the linear weights and the embedding table are kept in (`--weights` of
+    /// the commands); the computation is f32.
+    #[arg(long, value_enum, default_value_t = WeightChoice::F32)]
+    weights: WeightChoice,
 }
 
 fn main() {
@@ -72,13 +76,17 @@ fn main() {
 fn run(options: &Options) {
     swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let device = Default::default();
-    let model = hf::load_decoder::<B>(&options.dir, &device).unwrap_or_else(|e| fail(e));
-    let (_, config) = hf::read_config(&options.dir).unwrap_or_else(|e| fail(e));
+    let (family, config) = hf::read_config(&options.dir).unwrap_or_else(|e| fail(e));
+    let precision = options.weights.precision();
+    let model = hf::load_weights::<B>(&options.dir, family, &config, precision, &device)
+        .unwrap_or_else(|e| fail(e));
     let tokenizer = hf::load_tokenizer(&options.dir, config.vocab_size).unwrap_or_else(|e| fail(e));
     let prompt = tokenizer.encode(&options.prompt, true).unwrap_or_else(|e| fail(format!("{e:?}")));
-    let embedding = config.vocab_size * config.d_model;
-    let weights = model.num_params() * 4;
-    let per_token = if config.tie_embeddings { weights } else { weights - embedding * 4 };
+    let weights = model.weight_bytes();
+    let per_token = match config.tie_embeddings {
+        true => weights,
+        false => weights - model.embedding_bytes(),
+    };
     // A first run before the bandwidth probe's buffer exists: the peak resident memory of
     // loading and decoding.
     let (mut prefill, _, mut tokens) = greedy(&model, &prompt, options.tokens, &device);
@@ -99,7 +107,7 @@ fn run(options: &Options) {
     let ms = swa_zoo::bench::median(decode.clone());
     let bandwidth = swa_zoo::bench::median(bandwidths.clone());
     let bound_ms = per_token as f64 / (bandwidth * 1e9) * 1e3;
-    println!("checkpoint        {}", options.dir.display());
+    println!("checkpoint        {}, weights in {}", options.dir.display(), options.weights.name());
     println!("prompt            {} tokens, prefill {prefill:.1} ms", prompt.len());
     println!(
         "read bandwidth    {bandwidth:.1} GB/s (median; before each run {bandwidths:.1?}; {} threads, best of 5 over 1 GiB)",

@@ -1,10 +1,12 @@
-//! What a job is asked to run on: the backend and the float precision, as the command line and
+//! What a job is asked to run on: the backend and the float precision (and a checkpoint's
+//! weights' float type), as the command line and
 //! the examples' flags name them. Plain values, so that both the runner ([`crate::runtime`]) and
 //! the errors ([`crate::error`]) can name them without depending on each other.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::tensor::DType;
 use clap::ValueEnum;
+use swa_models::hf::WeightPrecision;
 
 /// The backends a build can offer; those not compiled in say how to get them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -29,6 +31,39 @@ pub enum Precision {
     F16,
     /// bfloat16, on CUDA.
     Bf16,
+}
+
+/// The float type of a loaded checkpoint's weights (`--weights`): narrower than the
+/// computation on the CPU backends, which widen the weights as their products read them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WeightChoice {
+    /// 32-bit floats.
+    F32,
+    /// bfloat16, the storage of most published checkpoints: half the memory and half the bytes
+    /// read per decoded token.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+impl WeightChoice {
+    /// The flag's value: `f32`, `bf16` or `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightChoice::F32 => "f32",
+            WeightChoice::Bf16 => "bf16",
+            WeightChoice::F16 => "f16",
+        }
+    }
+
+    /// The library's choice of the same type.
+    pub fn precision(self) -> WeightPrecision {
+        match self {
+            WeightChoice::F32 => WeightPrecision::F32,
+            WeightChoice::Bf16 => WeightPrecision::Bf16,
+            WeightChoice::F16 => WeightPrecision::F16,
+        }
+    }
 }
 
 impl BackendChoice {

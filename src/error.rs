@@ -12,7 +12,7 @@ use swa_models::support::files::EXIT_WRITE_FAILED;
 use swa_training::TrainingError;
 use swa_training::run_lock::{EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
 
-use crate::choice::Precision;
+use crate::choice::{Precision, WeightChoice};
 use crate::report::ReportError;
 
 /// Why a command, benchmark, check or study failed.
@@ -76,6 +76,16 @@ pub enum AppError {
         precision: Precision,
         /// Why it cannot be had.
         problem: String,
+    },
+    /// Weights narrower than the computation were asked for where only the CPU backends keep
+    /// them.
+    Weights {
+        /// The weights' float type asked for.
+        weights: WeightChoice,
+        /// The backend.
+        backend: &'static str,
+        /// The computation's precision.
+        precision: Precision,
     },
     /// A backend's default device does not answer a first tensor operation.
     NoDevice {
@@ -184,6 +194,14 @@ impl fmt::Display for AppError {
             Precision { precision, problem } => {
                 write!(f, "--precision {}: {problem}", precision.name())
             }
+            Weights { weights, backend, precision } => write!(
+                f,
+                "--weights {} with --precision {} on {backend}: weights of another type than \
+                 the computation are a CPU path (--backend flex or ndarray); on {backend}, \
+                 --precision sets the type of the weights too",
+                weights.name(),
+                precision.name()
+            ),
             NoDevice { backend, problem } => write!(f, "no {backend} device answers: {problem}"),
             Panicked { message } => write!(f, "panicked: {message}"),
             Sync(source) => write!(f, "device sync failed: {source:?}"),

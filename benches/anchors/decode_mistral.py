@@ -1,13 +1,16 @@
 """Hugging Face anchor for swa-zoo's decoding speed: one random Mistral-shaped checkpoint that
 both `swa-zoo generate --hf DIR` and transformers load, timed per token on the transformers side.
 
-    python3 benches/anchors/decode_mistral.py make --out DIR [--seed 0]
+    python3 benches/anchors/decode_mistral.py make --out DIR [--seed 0] [--shape 50m|1b]
+        [--dtype float32|bfloat16]
     python3 benches/anchors/decode_mistral.py time --model DIR [--prompt TEXT]
         [--prompt-tokens 64] [--new-tokens 256] [--threads 2] [--runs 3]
 
 `make` writes a complete model directory, built here and never downloaded: a MistralForCausalLM
-(6 layers, hidden 512, 8 heads, 2 KV heads, MLP 1536, sliding window 256, vocabulary 32000,
-untied, float32, about 50.9M parameters) with transformers' own random initialisation under
+(`--shape 50m`: 6 layers, hidden 512, 8 heads, 2 KV heads, MLP 1536, about 50.9M parameters;
+`--shape 1b`: TinyLlama's 22 layers, hidden 2048, 32 heads, 4 KV heads, MLP 5632, about 1.1B;
+both with sliding window 256, vocabulary 32000, untied, stored in `--dtype`, float32 or
+bfloat16, the type most published checkpoints have) with transformers' own random initialisation under
 `torch.manual_seed(seed)`, weights ~ N(0, 0.05²) and norms 1 (config.json, model.safetensors,
 generation_config.json), and its tokenizer (tokenizer.json, tokenizer_config.json), built as
 tests/fixtures/hf/make_fixtures.py builds the fixtures' one: a byte-level BPE trained on
@@ -21,7 +24,8 @@ logit is always exactly 0, far below the largest of 32000 random logits, so gree
 never ends early on either side. It prints the parameter count. It refuses (exit code 2) a
 directory that already holds a config.json.
 
-`time` loads DIR with transformers (eager attention, float32, `--threads` intra-op threads),
+`time` loads DIR with transformers (eager attention, float32 whatever the file's type: a
+bfloat16 checkpoint runs on its rounded weights, `--threads` intra-op threads),
 repeats the prompt text (default: one fixed English sentence), joined by spaces, until it is
 long enough, and cuts it to exactly `--prompt-tokens` tokens, `<bos>` included, checking that
 the cut text encodes to those very tokens. It prints that text to stderr, with the swa-zoo
@@ -59,11 +63,6 @@ PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>"]
 MODEL_CONFIG = dict(
     vocab_size=VOCAB,
-    hidden_size=512,
-    intermediate_size=1536,
-    num_hidden_layers=6,
-    num_attention_heads=8,
-    num_key_value_heads=2,
     sliding_window=256,
     max_position_embeddings=4096,
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
@@ -76,6 +75,13 @@ MODEL_CONFIG = dict(
     bos_token_id=BOS,
     eos_token_id=EOS,
 )
+# The sizes of `--shape` beside MODEL_CONFIG's.
+SHAPES = {
+    "50m": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
+                num_attention_heads=8, num_key_value_heads=2),
+    "1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+               num_attention_heads=32, num_key_value_heads=4),
+}
 # What AutoTokenizer needs beside tokenizer.json to know the special tokens.
 TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>",
                     "eos_token": "<eos>", "pad_token": "<pad>", "model_max_length": 4096}
@@ -125,10 +131,10 @@ def fill_vocabulary(tokenizer):
     return filled
 
 
-def make_model(seed):
-    """The random MistralForCausalLM, with a zero `<eos>` row in its LM head."""
+def make_model(seed, shape):
+    """The random MistralForCausalLM of `shape`, with a zero `<eos>` row in its LM head."""
     torch.manual_seed(seed)
-    config = transformers.MistralConfig(**MODEL_CONFIG)
+    config = transformers.MistralConfig(**{**MODEL_CONFIG, **SHAPES[shape]})
     model = transformers.MistralForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight[EOS].zero_()
@@ -149,7 +155,7 @@ def make(args):
         print(f"{out} already holds a config.json: choose an empty directory", file=sys.stderr)
         sys.exit(2)
     tokenizer = fill_vocabulary(train_tokenizer())
-    model = make_model(args.seed)
+    model = make_model(args.seed, args.shape).to(getattr(torch, args.dtype))
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2) + "\n")
@@ -259,6 +265,8 @@ def main():
     make_args = commands.add_parser("make", help="write the random checkpoint")
     make_args.add_argument("--out", required=True)
     make_args.add_argument("--seed", type=int, default=0)
+    make_args.add_argument("--shape", choices=sorted(SHAPES), default="50m")
+    make_args.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     time_args = commands.add_parser("time", help="time greedy decoding with transformers")
     time_args.add_argument("--model", required=True)
     time_args.add_argument("--prompt", default=SENTENCE)

@@ -9,7 +9,7 @@ use crate::layers::{
 use burn::config::Config;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::{Int, Tensor, backend::Backend};
+use burn::tensor::{DType, Int, Tensor, backend::Backend, get_device_settings};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::{linear, product};
 
@@ -255,6 +255,27 @@ impl<B: Backend> Decoder<B> {
         self.embedding.weight.dims()[0]
     }
 
+    /// Bytes of the parameters as they are held, each in its own float type: with bf16
+    /// weights ([`crate::hf::WeightPrecision`]) about half the bytes of f32.
+    pub fn weight_bytes(&self) -> usize {
+        struct Bytes(usize);
+        impl<B: Backend> ModuleVisitor<B> for Bytes {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let value = param.val();
+                self.0 += value.shape().num_elements() * value.dtype().size();
+            }
+        }
+        let mut bytes = Bytes(0);
+        self.visit(&mut bytes);
+        bytes.0
+    }
+
+    /// Bytes of the embedding table as it is held.
+    pub fn embedding_bytes(&self) -> usize {
+        let table = self.embedding.weight.val();
+        table.shape().num_elements() * table.dtype().size()
+    }
+
     /// An empty decoding state for `batch` sequences. `positions` chooses StreamingLLM's
     /// position shift for sink layers ([`CachePositions::Streaming`]) or absolute positions,
     /// which reproduce [`Decoder::forward`]. Fails, naming the layer, for an encoder layer.
@@ -289,8 +310,13 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]`, scaled if the model says so.
+    /// A table kept in another float type than the backend's (bf16 weights on an f32 backend,
+    /// [`crate::hf::WeightPrecision`]) gives rows in its own type, widened here: only the
+    /// looked-up rows are ever in the backend's type.
     pub(crate) fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let x = self.embedding.forward(tokens);
+        let float: DType = get_device_settings::<B>(&x.device()).float_dtype.into();
+        let x = if x.dtype() == float { x } else { x.cast(float) };
         match self.embedding_scale {
             Some(scale) => x.mul_scalar(scale),
             None => x,

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use burn::tensor::DType;
 use swa_attention::AttentionError;
 
 use crate::hf::HfProblem;
@@ -40,6 +41,12 @@ pub enum ModelError {
     /// A file (weights, a record, an export) could not be written: the file and the operating
     /// system's reason.
     Write(WriteError),
+    /// Weights were asked for in a float type the backend cannot hold tensors of (ndarray has no
+    /// bf16 or f16 tensors; flex has).
+    WeightType {
+        /// The type asked for.
+        dtype: DType,
+    },
     /// A Hugging Face directory could not be read or written (docs/semantics.md §9).
     Checkpoint {
         /// The directory.
@@ -57,6 +64,10 @@ impl fmt::Display for ModelError {
             ModelError::Weights { path, problem, .. } => write!(f, "{}: {problem}", path.display()),
             ModelError::Checkpoint { dir, problem } => write!(f, "{}: {problem}", dir.display()),
             ModelError::Write(error) => error.fmt(f),
+            ModelError::WeightType { dtype } => write!(
+                f,
+                "weights in {dtype:?}: this backend cannot hold tensors of that type (flex can)"
+            ),
         }
     }
 }
@@ -68,7 +79,7 @@ impl std::error::Error for ModelError {
             ModelError::Checkpoint { problem, .. } => Some(problem),
             ModelError::Weights { source, .. } => source.as_deref().map(|source| source as _),
             ModelError::Write(error) => Some(error),
-            ModelError::Config { .. } => None,
+            ModelError::Config { .. } | ModelError::WeightType { .. } => None,
         }
     }
 }

@@ -14,7 +14,7 @@ use swa_attention::ModelBackend;
 use swa_models::{Decoder, DecoderConfig};
 use swa_training::TrainingBackend;
 
-use super::DeviceArgs;
+use super::{DeviceArgs, WeightArgs};
 use crate::error::AppError;
 use crate::report::attention_map::{AttentionFigure, ImageFormat, draw};
 use crate::runtime::{Job, run_on};
@@ -31,6 +31,8 @@ pub struct AttentionMapArgs {
     out: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    weights: WeightArgs,
     /// The prompt.
     #[arg(long, default_value = "In the beginning God created the heaven and the earth.")]
     prompt: String,
@@ -89,7 +91,8 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
             let args = self.0;
             let (config, model, prompt, to) = match (&args.hf, &args.out) {
                 (Some(dir), _) => {
-                    let run = Pretrained::<B::InnerBackend>::load(dir, &device)?;
+                    let weights = args.weights.precision(&args.device)?;
+                    let run = Pretrained::<B::InnerBackend>::load_with(dir, weights, &device)?;
                     let ids = run.encode(&args.prompt, true)?;
                     let text = |&id: &usize| match run.decode(&[id]) {
                         Ok(text) if text.is_empty() => Ok(run.tokenizer.piece(id).unwrap_or(text)),
@@ -114,6 +117,8 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
             draw_maps(&model, &config, prompt, &args, &to, &device)
         }
     }
+    // Refused before any device starts.
+    args.weights.precision(&args.device)?;
     run_on(&args.device.placement(), AttentionMapJob(args))
 }
 

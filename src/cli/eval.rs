@@ -12,7 +12,7 @@ use swa_training::TrainingBackend;
 use swa_training::corpus::bits_per_unit;
 use swa_training::eval::{mean_loss, rebuild, stream_loss, with_eval_window};
 
-use super::DeviceArgs;
+use super::{DeviceArgs, WeightArgs};
 use crate::error::AppError;
 use crate::report::csv::write_csv;
 use crate::report::plot::heat_map;
@@ -37,6 +37,8 @@ pub struct EvalArgs {
     to: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    weights: WeightArgs,
     /// Evaluation lengths (SWAT Table 2: 128 … 16384). Default: the training length × 1, 2, 4,
     /// 8, 16; with --hf, 128, 256, 512.
     #[arg(long, value_delimiter = ',')]
@@ -109,6 +111,8 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
+    // Refused before any device starts.
+    args.weights.precision(&args.device)?;
     run_on(&args.device.placement(), EvalJob(args))
 }
 
@@ -190,7 +194,7 @@ fn eval_hf<B: ModelBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = Pretrained::<B>::load(dir, device)?;
+    let run = Pretrained::<B>::load_with(dir, args.weights.precision(&args.device)?, device)?;
     let path = args.corpus.as_ref().expect("clap requires --corpus with --hf");
     let text = std::fs::read_to_string(path)
         .map_err(|source| AppError::Io { path: path.clone(), source })?;

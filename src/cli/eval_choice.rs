@@ -18,10 +18,10 @@ use swa_attention::ModelBackend;
 use swa_models::Decoder;
 use swa_training::TrainingBackend;
 
-use super::DeviceArgs;
+use super::{DeviceArgs, WeightArgs};
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
-use swa_models::hf::Pretrained;
+use swa_models::hf::{Pretrained, WeightPrecision};
 
 /// Flags of `eval-choice`.
 #[derive(Args, Debug)]
@@ -34,6 +34,8 @@ pub struct EvalChoiceArgs {
     tasks: PathBuf,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    weights: WeightArgs,
 }
 
 /// One question of the tasks file.
@@ -84,14 +86,16 @@ pub struct ChoiceResults {
     pub accuracy: Accuracy,
 }
 
-/// Scores the questions of `tasks` (JSON Lines) with the checkpoint in `dir`.
+/// Scores the questions of `tasks` (JSON Lines) with the checkpoint in `dir`, its weights kept
+/// in `weights`.
 pub fn evaluate<B: ModelBackend>(
     dir: &Path,
     tasks: &Path,
+    weights: WeightPrecision,
     device: &B::Device,
 ) -> Result<ChoiceResults, AppError> {
     let questions = read_questions(tasks)?;
-    let run = Pretrained::<B>::load(dir, device)?;
+    let run = Pretrained::<B>::load_with(dir, weights, device)?;
     let (mut scores, mut answers) = (Vec::new(), Vec::new());
     for question in &questions {
         let context = run.encode(&question.context, true)?;
@@ -115,7 +119,8 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
     impl Job for EvalChoiceJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
-            let results = evaluate::<B::InnerBackend>(&args.hf, &args.tasks, &device)?;
+            let weights = args.weights.precision(&args.device)?;
+            let results = evaluate::<B::InnerBackend>(&args.hf, &args.tasks, weights, &device)?;
             for (q, lls) in results.log_likelihoods.iter().enumerate() {
                 let lls: Vec<String> = lls.iter().map(|ll| format!("{ll:.4}")).collect();
                 let answer = results.answers[q];
@@ -127,6 +132,8 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
+    // Refused before any device starts.
+    args.weights.precision(&args.device)?;
     run_on(&args.device.placement(), EvalChoiceJob(args))
 }
 

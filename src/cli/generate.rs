@@ -14,7 +14,7 @@ use swa_models::layers::CachePositions;
 use swa_training::TrainingBackend;
 use swa_training::corpus::Corpus;
 
-use super::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs, WeightArgs};
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
 use swa_models::hf::Pretrained;
@@ -32,6 +32,8 @@ pub struct GenerateArgs {
     model: ModelArgs,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    weights: WeightArgs,
     /// The prompt.
     #[arg(long, default_value = "In the beginning")]
     prompt: String,
@@ -95,6 +97,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
             Ok(())
         }
     }
+    // Refused before any device starts.
+    args.weights.precision(&args.device)?;
     run_on(&args.device.placement(), GenerateJob(args))
 }
 
@@ -105,7 +109,7 @@ fn generate_hf<B: ModelBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = Pretrained::<B>::load(dir, device)?;
+    let run = Pretrained::<B>::load_with(dir, args.weights.precision(&args.device)?, device)?;
     let prompt = run.encode(&args.prompt, true)?;
     let sampling = args.sampling().with_positions(CachePositions::Absolute);
     let mut stdout = std::io::stdout().lock();

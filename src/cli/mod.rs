@@ -19,8 +19,10 @@ mod train;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use swa_models::hf::WeightPrecision;
 use swa_models::{DecoderConfig, Preset};
 
+use crate::choice::WeightChoice;
 use crate::error::AppError;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
@@ -86,6 +88,32 @@ pub struct DeviceArgs {
     /// training in half precision keeps f32 master weights for AdamW (and scales f16 losses).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
+}
+
+/// The float type of a checkpoint's weights once loaded.
+#[derive(Args, Debug, Clone)]
+pub struct WeightArgs {
+    /// With --hf: keep the checkpoint's linear weights and embedding table in this type (f32,
+    /// bf16, f16), the computation staying in --precision. On flex, bf16 or f16 weights take
+    /// half the memory of f32 and half the bytes per decoded token. Default: --precision.
+    #[arg(long, value_enum, requires = "hf")]
+    weights: Option<WeightChoice>,
+}
+
+impl WeightArgs {
+    /// The library's weight precision for a run on `device`: narrower weights than the
+    /// computation only on the CPU backends.
+    fn precision(&self, device: &DeviceArgs) -> Result<WeightPrecision, AppError> {
+        let Some(weights) = self.weights else {
+            return Ok(WeightPrecision::Compute);
+        };
+        let cpu = matches!(device.backend, BackendChoice::Flex | BackendChoice::Ndarray);
+        if !cpu && weights.name() != device.precision.name() {
+            let (backend, precision) = (device.backend.name(), device.precision);
+            return Err(AppError::Weights { weights, backend, precision });
+        }
+        Ok(weights.precision())
+    }
 }
 
 impl ModelArgs {

@@ -232,7 +232,7 @@ mod on_flex {
         let tensor = |values: Vec<f32>, shape: [usize; 2]| {
             Tensor::<Flex, 2>::from_data(TensorData::new(values, shape), &device)
         };
-        for (rows, k, n) in [(1, 64, 48), (1, 100, 37), (17, 32, 40)] {
+        for (rows, k, n) in [(1, 64, 48), (1, 100, 37), (2, 64, 48), (17, 32, 40), (40, 300, 130)] {
             let x = tensor(rng.values(rows * k), [rows, k]);
             let w = rng.values(k * n);
             let b = Tensor::<Flex, 1>::from_data(TensorData::new(rng.values(n), [n]), &device);

@@ -116,7 +116,10 @@ impl LayerOpsBackend for Flex {
     }
 
     fn fused_linear(x: FlexTensor, w: FlexTensor, b: Option<FlexTensor>) -> Option<FlexTensor> {
-        super::linear::few_rows(&x, &w, b.as_ref()).filter(|_| !fused_ops_off())
+        match fused_ops_off() {
+            true => None,
+            false => super::linear::product(&x, &w, b.as_ref()),
+        }
     }
 }
 

@@ -10,78 +10,66 @@
 //! that case, one row against such columns, [`Dots`] computes them itself: four columns at a
 //! time, as chains of SIMD multiply-adds, it reads the weights at about 54 GB/s on two threads
 //! of the 2-core machine of docs/benchmarks.md where gemm's matrix-vector path reads 48.
-//! [`HalfDots`] does the same for weights kept in bf16 or f16, widened in registers (half the
-//! bytes per decoded token).
+//! Weights kept in bf16 or f16 are read by [`super::half_weights`], over the same split.
 
 use burn::backend::flex::FlexTensor;
-use burn::tensor::{DType, TensorData, TensorMetadata, bf16, f16};
+use std::ops::Range;
+
+use burn::tensor::{DType, TensorData, TensorMetadata};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::layout;
 use super::math::dot;
 use super::matmul::{Mat, matmul};
+use super::{half_weights, layout};
 
 /// Rows of `x` up to which the product runs here; gemm's own threads take larger products.
 pub const MAX_ROWS: usize = 16;
 
 /// Weight elements a thread reads at least.
-const PART: usize = 1 << 15;
+pub(super) const PART: usize = 1 << 15;
 
-/// `x·w (+ b)` for `x: [rows, in]`, `w: [in, out]` (f32, any non-negative strides) and
-/// `b: [out]` → `[rows, out]`; also for one row against bf16 or f16 weights stored as a
-/// checkpoint's `[out, in]` (viewed as `[in, out]`) with an f32 bias or none, widened in
-/// registers ([`HalfDots`]). `None` for no rows or more than [`MAX_ROWS`], an empty weight, or
-/// other dtypes and layouts.
-pub fn few_rows(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Option<FlexTensor> {
+/// `x·w (+ b)` for `x: [rows, in]` (f32), `w: [in, out]` (any non-negative strides) and
+/// `b: [out]` (f32) → `[rows, out]` in f32, where this is faster than Burn's matmul: f32
+/// weights for up to [`MAX_ROWS`] rows; bf16 or f16 weights stored as a checkpoint's
+/// `[out, in]` (viewed as `[in, out]`) for any rows, widened as they are read
+/// ([`half_weights::product`]). `None` for other dtypes and layouts, an empty operand, or more
+/// f32 rows.
+pub fn product(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Option<FlexTensor> {
     let ([rows, k], [_, n]) = (x.shape().dims::<2>(), w.shape().dims::<2>());
     let strides = w.layout().strides();
-    let columns = rows == 1 && strides == [1, k as isize];
-    let half = matches!(w.dtype(), DType::BF16 | DType::F16)
-        && columns
-        && b.is_none_or(|b| b.dtype() == DType::F32);
-    let fits = (1..=MAX_ROWS).contains(&rows)
+    let fits = rows > 0
         && n > 0
         && k > 0
         && x.dtype() == DType::F32
-        && (w.dtype() == DType::F32 || half)
+        && b.is_none_or(|b| b.dtype() == DType::F32)
         && strides.iter().all(|&s| s >= 0);
-    if !fits {
-        return None;
+    let columns = strides == [1, k as isize];
+    match w.dtype() {
+        DType::F32 if fits && rows <= MAX_ROWS => Some(few_rows(x, w, b)),
+        DType::BF16 | DType::F16 if fits && columns => Some(half_weights::product(x, w, b)),
+        _ => None,
     }
-    let start = w.layout().start_offset();
+}
+
+/// [`product`] with f32 weights and at most [`MAX_ROWS`] rows.
+fn few_rows(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> FlexTensor {
+    let ([rows, k], [_, n]) = (x.shape().dims::<2>(), w.shape().dims::<2>());
+    let strides = w.layout().strides();
+    let storage = &w.storage::<f32>()[w.layout().start_offset()..];
     let (xs, bias) = (layout::read(x), b.map(layout::read));
-    let parts = (k * n / PART).clamp(1, rayon::current_num_threads());
-    let width = n.div_ceil(parts).next_multiple_of(4);
-    let mut y_t = vec![0.0f32; n * rows];
-    if columns {
-        y_t.par_chunks_mut(width).enumerate().for_each(|(part, y)| {
-            let range = part * width * k..(part * width + y.len()) * k;
-            let arch = pulp::Arch::new();
-            match w.dtype() {
-                DType::BF16 => {
-                    let w_t = &w.storage::<bf16>()[start..][range.clone()];
-                    arch.dispatch(HalfDots { x: &xs, w_t, y: &mut *y });
-                }
-                DType::F16 => {
-                    let w_t = &w.storage::<f16>()[start..][range.clone()];
-                    arch.dispatch(HalfDots { x: &xs, w_t, y: &mut *y });
-                }
-                _ => {
-                    let w_t = &w.storage::<f32>()[start..][range.clone()];
-                    arch.dispatch(Dots { x: &xs, w_t, y: &mut *y });
-                }
-            }
-            if let Some(bias) = &bias {
-                y.iter_mut().zip(&bias[part * width..]).for_each(|(y, b)| *y += b);
-            }
+    if rows == 1 && strides == [1, k as isize] {
+        return one_row(n, k, bias.as_deref(), |outputs, y| {
+            let w_t = &storage[outputs.start * k..outputs.end * k];
+            pulp::Arch::new().dispatch(Dots { x: &xs, w_t, y });
         });
-        return Some(FlexTensor::from_data(TensorData::new(y_t, [1, n])));
     }
-    let storage = &w.storage::<f32>()[start..];
     let strides = [strides[0] as usize, strides[1] as usize];
     let w_t = Mat::strided(storage, [k, n], strides).t();
     let x_t = Mat::new(&xs, rows, k).t();
+    let parts = (k * n / PART).clamp(1, rayon::current_num_threads());
+    let width = n.div_ceil(parts).next_multiple_of(4);
+    let mut y_t = vec![0.0f32; n * rows];
     y_t.par_chunks_mut(width * rows).enumerate().for_each(|(part, dst)| {
         let first = part * width;
         let outputs = dst.len() / rows;
@@ -92,10 +80,31 @@ pub fn few_rows(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Optio
         }
         matmul(dst, w_t.row_range(first..first + outputs), x_t, 1.0, bias.is_some());
     });
-    Some(match rows {
+    match rows {
         1 => FlexTensor::from_data(TensorData::new(y_t, [1, n])),
         _ => FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1),
-    })
+    }
+}
+
+/// One row's `[1, n]` outputs `y = x·W (+ bias)`, split in parts over the thread pool: `dots`
+/// computes the outputs of a range (a multiple of 4 long, but for the last) into its slice.
+pub(super) fn one_row(
+    n: usize,
+    k: usize,
+    bias: Option<&[f32]>,
+    dots: impl Fn(Range<usize>, &mut [f32]) + Sync,
+) -> FlexTensor {
+    let parts = (k * n / PART).clamp(1, rayon::current_num_threads());
+    let width = n.div_ceil(parts).next_multiple_of(4);
+    let mut y = vec![0.0f32; n];
+    y.par_chunks_mut(width).enumerate().for_each(|(part, y)| {
+        let outputs = part * width..part * width + y.len();
+        dots(outputs.clone(), y);
+        if let Some(bias) = bias {
+            y.iter_mut().zip(&bias[outputs]).for_each(|(y, b)| *y += b);
+        }
+    });
+    FlexTensor::from_data(TensorData::new(y, [1, n]))
 }
 
 /// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ`, each `x.len()` floats, contiguous.
@@ -129,86 +138,6 @@ impl WithSimd for Dots<'_> {
         }
         for (column, y) in columns.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
             *y = dot(x, column);
-        }
-    }
-}
-
-/// A weight element that [`HalfDots`] widens to f32 in registers.
-trait Widen: Copy {
-    fn widen(self) -> f32;
-}
-
-impl Widen for bf16 {
-    /// bf16 is the high half of an f32.
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        f32::from_bits(u32::from(self.to_bits()) << 16)
-    }
-}
-
-impl Widen for f16 {
-    /// Exponent and mantissa moved into f32's places and rescaled by 2¹¹² (exact for normal and
-    /// subnormal values), infinities and NaNs rebuilt, the sign put back: branch-free, so that
-    /// the compiler vectorises it.
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        let h = u32::from(self.to_bits());
-        let magnitude = h & 0x7fff;
-        let finite = f32::from_bits(magnitude << 13) * f32::from_bits(0x7780_0000);
-        let special = f32::from_bits(0x7f80_0000 | (magnitude & 0x3ff) << 13);
-        let value = if magnitude >= 0x7c00 { special } else { finite };
-        f32::from_bits(value.to_bits() | (h & 0x8000) << 16)
-    }
-}
-
-/// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ` in bf16 or f16, each `x.len()` elements,
-/// contiguous: the weights are read at half the bytes of f32 and widened in registers, sums in
-/// f32. Written as plain lanes, which the compiler vectorises under the instruction set that
-/// `pulp` dispatches to.
-struct HalfDots<'a, W> {
-    x: &'a [f32],
-    w_t: &'a [W],
-    y: &'a mut [f32],
-}
-
-impl<W: Widen> WithSimd for HalfDots<'_, W> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) {
-        const LANES: usize = 16;
-        let HalfDots { x, w_t, y } = self;
-        for (column, y) in w_t.chunks_exact(x.len()).zip(y) {
-            let mut lanes = [0.0f32; LANES];
-            let (xs, ws) = (x.chunks_exact(LANES), column.chunks_exact(LANES));
-            let tail: f32 =
-                xs.remainder().iter().zip(ws.remainder()).map(|(a, w)| a * w.widen()).sum();
-            for (x, w) in xs.zip(ws) {
-                for ((lane, a), w) in lanes.iter_mut().zip(x).zip(w) {
-                    *lane += a * w.widen();
-                }
-            }
-            *y = lanes.iter().sum::<f32>() + tail;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Widen;
-    use burn::tensor::{bf16, f16};
-
-    /// Every bf16 and f16 value widens to the f32 the `half` crate gives (NaNs to NaNs).
-    #[test]
-    fn widening_is_exact_for_every_half_value() {
-        for bits in 0..=u16::MAX {
-            for (got, want) in [
-                (bf16::from_bits(bits).widen(), bf16::from_bits(bits).to_f32()),
-                (f16::from_bits(bits).widen(), f16::from_bits(bits).to_f32()),
-            ] {
-                let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
-                assert!(same, "bits {bits:#06x}: widened {got:e}, want {want:e}");
-            }
         }
     }
 }

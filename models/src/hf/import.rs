@@ -21,25 +21,65 @@ use crate::hf::{Family, HfProblem, names, read_config};
 use crate::weights::parameter_shapes;
 use crate::{Decoder, DecoderConfig, ModelError};
 
+/// The float type a loaded model keeps its linear layers' weights and its embedding table in,
+/// whatever the checkpoint's (`--weights`). Norms, biases, activations, caches and every sum
+/// stay in the backend's float type: with bf16 or f16 weights on an f32 backend the weights are
+/// the only values rounded, and the products widen them as they read them
+/// ([`swa_attention::layer_ops::product`]), so a bf16 checkpoint takes its own bytes in memory
+/// and per decoded token rather than twice that.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WeightPrecision {
+    /// The backend's float type, as every other tensor of the model.
+    #[default]
+    Compute,
+    /// 32-bit floats.
+    F32,
+    /// bfloat16: the storage of most published checkpoints.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+impl WeightPrecision {
+    /// The weights' float type on a backend computing in `compute`.
+    pub fn dtype(self, compute: DType) -> DType {
+        match self {
+            WeightPrecision::Compute => compute,
+            WeightPrecision::F32 => DType::F32,
+            WeightPrecision::Bf16 => DType::BF16,
+            WeightPrecision::F16 => DType::F16,
+        }
+    }
+}
+
 /// The model of the Hugging Face directory `dir` (docs/semantics.md §9): `config.json`, and
 /// `model.safetensors` or the shards `model.safetensors.index.json` lists, in f32, f16 or bf16,
 /// cast to the backend's float type. Fails, naming the file or tensor, on a missing or corrupt
 /// file, an unsupported architecture, and a missing, unexpected or misshapen tensor.
 pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
     let (family, config) = read_config(dir)?;
-    load_weights(dir, family, &config, device)
+    load_weights(dir, family, &config, WeightPrecision::Compute, device)
 }
 
 /// [`load_decoder`] with the configuration already read from `dir` by
-/// [`read_config`](crate::hf::read_config): the weights of `dir` into the decoder of `config`.
+/// [`read_config`](crate::hf::read_config), and the weights kept in `weights`: the weights of
+/// `dir` into the decoder of `config`. Each tensor goes from its file's type straight to its
+/// own, so a bf16 checkpoint loaded with bf16 weights is never widened.
 pub fn load_weights<B: Backend>(
     dir: &Path,
     family: Family,
     config: &DecoderConfig,
+    weights: WeightPrecision,
     device: &B::Device,
 ) -> Result<Decoder<B>, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     config.validate()?;
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    let weights = weights.dtype(float);
+    if !B::supports_dtype(device, weights) {
+        return Err(ModelError::WeightType { dtype: weights });
+    }
     let mut files = Vec::new();
     let mut found = BTreeMap::new();
     let mut holder = BTreeMap::new();
@@ -62,8 +102,7 @@ pub fn load_weights<B: Backend>(
     let model = config.init_lazy::<B>(device)?;
     let expected = parameter_shapes(&model);
     check_tensors(&expected, &found, family).map_err(fail)?;
-    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
-    let mut load = Load { files, holder, family, dtype: float, path: Vec::new(), error: None };
+    let mut load = Load { files, holder, family, float, weights, path: Vec::new(), error: None };
     let model = model.map(&mut load);
     match load.error {
         Some(problem) => Err(fail(problem)),
@@ -86,7 +125,9 @@ struct Load {
     holder: BTreeMap<String, usize>,
     family: Family,
     /// The model's float type.
-    dtype: DType,
+    float: DType,
+    /// The float type of the linear layers' weights and the embedding table.
+    weights: DType,
     /// The module path being visited.
     path: Vec<String>,
     error: Option<HfProblem>,
@@ -104,8 +145,13 @@ impl Load {
         let name = names::to_checkpoint(path, self.family).ok_or_else(missing)?;
         let (file, reader) = &mut self.files[*self.holder.get(&name).ok_or_else(missing)?];
         let data = reader.read(&name).map_err(|problem| corrupt(file, problem))?;
-        let tensor = Tensor::<B, D>::from_data(data, (device, self.dtype));
-        Ok(match names::is_linear_weight(path, shape) {
+        let linear = names::is_linear_weight(path, shape);
+        let dtype = match linear || path == names::EMBEDDING {
+            true => self.weights,
+            false => self.float,
+        };
+        let tensor = Tensor::<B, D>::from_data(data, (device, dtype));
+        Ok(match linear {
             true => tensor.transpose(),
             false => tensor,
         })

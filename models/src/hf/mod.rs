@@ -23,7 +23,7 @@ use std::path::Path;
 
 pub use config::parse as parse_config;
 pub use export::export_decoder;
-pub use import::{load_decoder, load_weights};
+pub use import::{WeightPrecision, load_decoder, load_weights};
 pub use pretrained::Pretrained;
 pub use tokenizer::{HfTokenizer, load_tokenizer};
 

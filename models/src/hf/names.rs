@@ -87,10 +87,13 @@ pub fn export_remappings(family: Family) -> Vec<(String, String)> {
     whole.chain(blocks).collect()
 }
 
+/// The model's path of the embedding table.
+pub const EMBEDDING: &str = "embedding.weight";
+
 /// Whether the model's tensor `path` is a linear layer's weight, which a checkpoint stores
 /// transposed (`[out, in]`).
 pub fn is_linear_weight(path: &str, shape: &[usize]) -> bool {
-    shape.len() == 2 && path.ends_with(".weight") && path != "embedding.weight"
+    shape.len() == 2 && path.ends_with(".weight") && path != EMBEDDING
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use burn::tensor::{Int, Tensor};
 use clap::Parser;
 use swa_zoo::attention::ModelBackend;
 use swa_zoo::cli::{Cli, eval_choice};
-use swa_zoo::models::hf::load_decoder;
+use swa_zoo::models::hf::{WeightPrecision, load_decoder};
 
 use crate::{max_abs, to_vec};
 
@@ -75,6 +75,21 @@ fn every_fixture_generates_maps_attention_and_evaluates_under_window_inference()
 }
 
 /// The log-likelihoods and accuracies transformers computed for the questions of
+/// `--weights bf16`: on flex a checkpoint generates with its weights in bf16; on a GPU backend,
+/// weights of another type than `--precision` are refused before any device starts; without
+/// `--hf` the flag is a usage error.
+#[test]
+fn weights_keep_their_type_on_flex_and_are_refused_on_gpus() {
+    let dir = fixtures().join("mistral");
+    let dir = dir.to_str().unwrap();
+    #[cfg(feature = "flex")]
+    cli(&["generate", "--hf", dir, "--tokens", "4", "--weights", "bf16", "--backend", "flex"]);
+    let argv = ["swa-zoo", "generate", "--hf", dir, "--weights", "bf16", "--backend", "wgpu"];
+    let error = swa_zoo::cli::run(Cli::parse_from(argv)).unwrap_err().to_string();
+    assert!(error.contains("--weights bf16 with --precision f32 on wgpu"), "{error}");
+    assert!(Cli::try_parse_from(["swa-zoo", "generate", "--weights", "bf16"]).is_err());
+}
+
 /// `choice/tasks.jsonl` with the llama fixture (`choice/expected.json`), by hand: acc 1 (each
 /// answer has the largest sum), acc_norm ½ (per character, questions 2 and 3 pick another).
 #[test]
@@ -83,6 +98,7 @@ fn multiple_choice_scores_as_transformers_does() {
     let results = eval_choice::evaluate::<NdArray>(
         &fixtures().join("llama"),
         &choice.join("tasks.jsonl"),
+        WeightPrecision::Compute,
         &Default::default(),
     )
     .unwrap();

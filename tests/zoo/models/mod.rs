@@ -13,4 +13,5 @@ mod presets;
 mod pretrained;
 mod records;
 mod transformer_xl;
+mod weight_precision;
 mod weights;
