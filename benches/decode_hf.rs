@@ -12,23 +12,31 @@
 //! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
 //! checkpoint and prompt, and compares speeds and the greedy tokens.
 //!
+//! With `--seven-b DIR`, the checkpoint is instead a 7B-shaped Mistral (Mistral 7B's sizes)
+//! whose random bf16 weights the bench writes tensor by tensor into DIR, beside `--hf`'s config
+//! and tokenizer with the sizes changed: transformers would build such a model in f32 (29 GB)
+//! before saving it. DIR is removed afterwards.
+//!
 //! ```sh
-//! python3 benches/anchors/decode_mistral.py make --out target/mistral-rand
-//! cargo bench --bench decode_hf -- --hf target/mistral-rand --torch python3
+//! python3 benches/anchors/decode_mistral.py make --out target/mistral-rand --dtype bfloat16
+//! cargo bench --bench decode_hf -- --hf target/mistral-rand --weights bf16 --torch python3
+//! cargo bench --bench decode_hf -- --hf target/mistral-rand --weights bf16 --seven-b target/m7b
 //! ```
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexDevice;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData, bf16};
 use clap::Parser;
 use serde_json::Value;
 use swa_zoo::choice::WeightChoice;
 use swa_zoo::models::Decoder;
 use swa_zoo::models::hf;
+use swa_zoo::models::support::SplitMix64;
 
 type B = Flex;
 
@@ -66,6 +74,10 @@ struct Options {
     /// the commands); the computation is f32.
     #[arg(long, value_enum, default_value_t = WeightChoice::F32)]
     weights: WeightChoice,
+    /// Decode a 7B-shaped Mistral with random bf16 weights written into this directory (then
+    /// removed), with `--hf`'s tokenizer and the rest of its config.
+    #[arg(long)]
+    seven_b: Option<PathBuf>,
 }
 
 fn main() {
@@ -76,10 +88,19 @@ fn main() {
 fn run(options: &Options) {
     swa_zoo::runtime::keep_large_buffers_on_the_heap();
     let device = Default::default();
-    let (family, config) = hf::read_config(&options.dir).unwrap_or_else(|e| fail(e));
+    let dir = match &options.seven_b {
+        Some(dir) => {
+            write_seven_b(&options.dir, dir).unwrap_or_else(|e| fail(e));
+            dir.clone()
+        }
+        None => options.dir.clone(),
+    };
+    let loading = Instant::now();
+    let (family, config) = hf::read_config(&dir).unwrap_or_else(|e| fail(e));
     let precision = options.weights.precision();
-    let model = hf::load_weights::<B>(&options.dir, family, &config, precision, &device)
+    let model = hf::load_weights::<B>(&dir, family, &config, precision, &device)
         .unwrap_or_else(|e| fail(e));
+    let loaded_s = loading.elapsed().as_secs_f64();
     let tokenizer = hf::load_tokenizer(&options.dir, config.vocab_size).unwrap_or_else(|e| fail(e));
     let prompt = tokenizer.encode(&options.prompt, true).unwrap_or_else(|e| fail(format!("{e:?}")));
     let weights = model.weight_bytes();
@@ -107,7 +128,8 @@ fn run(options: &Options) {
     let ms = swa_zoo::bench::median(decode.clone());
     let bandwidth = swa_zoo::bench::median(bandwidths.clone());
     let bound_ms = per_token as f64 / (bandwidth * 1e9) * 1e3;
-    println!("checkpoint        {}, weights in {}", options.dir.display(), options.weights.name());
+    println!("checkpoint        {}, weights in {}", dir.display(), options.weights.name());
+    println!("loaded in         {loaded_s:.1} s");
     println!("prompt            {} tokens, prefill {prefill:.1} ms", prompt.len());
     println!(
         "read bandwidth    {bandwidth:.1} GB/s (median; before each run {bandwidths:.1?}; {} threads, best of 5 over 1 GiB)",
@@ -127,6 +149,89 @@ fn run(options: &Options) {
     if let Some(python) = &options.torch {
         compare(python, options, ms, &tokens);
     }
+    if options.seven_b.is_some() {
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
+    }
+}
+
+/// Mistral 7B's sizes, over the template's config.
+const SEVEN_B: [(&str, usize); 6] = [
+    ("hidden_size", 4096),
+    ("intermediate_size", 14336),
+    ("num_hidden_layers", 32),
+    ("num_attention_heads", 32),
+    ("num_key_value_heads", 8),
+    ("head_dim", 128),
+];
+
+/// A 7B-shaped Mistral in `dir`: the config of `template` with [`SEVEN_B`]'s sizes, its
+/// tokenizer, and random bf16 weights (uniform with standard deviation 0.05, norms 1) written
+/// to `model.safetensors` a slice at a time, never whole in memory.
+fn write_seven_b(template: &Path, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(template.join(file), dir.join(file))?;
+    }
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(template.join("config.json"))?)?;
+    for (field, size) in SEVEN_B {
+        config[field] = size.into();
+    }
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    let size = |field: &str| config[field].as_u64().unwrap_or(0) as usize;
+    let (d, mlp, vocab) = (size("hidden_size"), size("intermediate_size"), size("vocab_size"));
+    let head = size("head_dim");
+    let (q, kv) = (size("num_attention_heads") * head, size("num_key_value_heads") * head);
+    let mut tensors = vec![("model.embed_tokens.weight".to_string(), vec![vocab, d])];
+    for l in 0..size("num_hidden_layers") {
+        let name = |part: &str| format!("model.layers.{l}.{part}.weight");
+        tensors.extend([
+            (name("input_layernorm"), vec![d]),
+            (name("self_attn.q_proj"), vec![q, d]),
+            (name("self_attn.k_proj"), vec![kv, d]),
+            (name("self_attn.v_proj"), vec![kv, d]),
+            (name("self_attn.o_proj"), vec![d, q]),
+            (name("post_attention_layernorm"), vec![d]),
+            (name("mlp.gate_proj"), vec![mlp, d]),
+            (name("mlp.up_proj"), vec![mlp, d]),
+            (name("mlp.down_proj"), vec![d, mlp]),
+        ]);
+    }
+    tensors.push(("model.norm.weight".into(), vec![d]));
+    tensors.push(("lm_head.weight".into(), vec![vocab, d]));
+    let mut header = serde_json::Map::new();
+    let mut offset = 0;
+    for (name, shape) in &tensors {
+        let bytes = 2 * shape.iter().product::<usize>();
+        let entry = serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]});
+        header.insert(name.clone(), entry);
+        offset += bytes;
+    }
+    let mut header = serde_json::to_string(&header)?.into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join("model.safetensors"))?);
+    out.write_all(&(header.len() as u64).to_le_bytes())?;
+    out.write_all(&header)?;
+    let mut rng = SplitMix64::new(7);
+    let scale = 0.05 * 3f32.sqrt();
+    for (name, shape) in &tensors {
+        let n: usize = shape.iter().product();
+        let norm = name.ends_with("norm.weight");
+        let mut left = n;
+        while left > 0 {
+            let chunk: Vec<u8> = (0..left.min(1 << 20))
+                .flat_map(|_| {
+                    let value = if norm { 1.0 } else { scale * rng.next_signed_f32() };
+                    bf16::from_f32(value).to_bits().to_le_bytes()
+                })
+                .collect();
+            left -= chunk.len() / 2;
+            out.write_all(&chunk)?;
+        }
+    }
+    out.flush()?;
+    println!("wrote             {} ({:.1} GB of bf16 weights)", dir.display(), offset as f64 / 1e9);
+    Ok(())
 }
 
 /// Ends the bench with a one-line error.
