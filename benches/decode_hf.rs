@@ -10,7 +10,9 @@
 //! summing a 1 GiB buffer, best of 5), and the ratio to the bound is the median of each run's
 //! against its own reading: the machine's bandwidth drifts.
 //! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
-//! checkpoint and prompt, and compares speeds and the greedy tokens.
+//! checkpoint and prompt, and with `--gguf FILE` `benches/anchors/decode_llamacpp.py time` (the
+//! checkpoint converted to GGUF in the same precision) on the prompt's token ids, and compares
+//! speeds and the greedy tokens.
 //!
 //! With `--seven-b DIR`, the checkpoint is instead a 7B-shaped Mistral (Mistral 7B's sizes)
 //! whose random bf16 weights the bench writes tensor by tensor into DIR, beside `--hf`'s config
@@ -74,6 +76,13 @@ struct Options {
     /// the commands); the computation is f32.
     #[arg(long, value_enum, default_value_t = WeightChoice::F32)]
     weights: WeightChoice,
+    /// llama.cpp's anchor on this GGUF file (the checkpoint converted by
+    /// `benches/anchors/decode_llamacpp.py convert`), beside ours on the same prompt ids.
+    #[arg(long)]
+    gguf: Option<PathBuf>,
+    /// The Python that runs `benches/anchors/decode_llamacpp.py` (with llama-cpp-python).
+    #[arg(long, default_value = "python3")]
+    llama_cpp: String,
     /// Decode a 7B-shaped Mistral with random bf16 weights written into this directory (then
     /// removed), with `--hf`'s tokenizer and the rest of its config.
     #[arg(long)]
@@ -148,6 +157,9 @@ fn run(options: &Options) {
     );
     if let Some(python) = &options.torch {
         compare(python, options, ms, &tokens);
+    }
+    if let Some(gguf) = &options.gguf {
+        compare_llama_cpp(&options.llama_cpp, gguf, &prompt, options, (ms, &tokens));
     }
     if options.seven_b.is_some() {
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
@@ -292,20 +304,44 @@ fn read_bandwidth(buffer: &[u64], threads: usize) -> f64 {
 
 /// transformers on the same checkpoint and prompt: its ms/token against ours, and the tokens.
 fn compare(python: &str, options: &Options, ours_ms: f64, ours: &[usize]) {
-    let output = Command::new(python)
-        .arg("benches/anchors/decode_mistral.py")
-        .arg("time")
-        .arg("--model")
-        .arg(&options.dir)
-        .args(["--prompt", &options.prompt])
-        .args(["--new-tokens", &options.tokens.to_string()])
-        .args(["--threads", &options.threads.to_string()])
-        .args(["--runs", &options.runs.to_string()])
-        .output()
-        .expect("the anchor starts");
-    assert!(output.status.success(), "anchor: {}", String::from_utf8_lossy(&output.stderr));
+    let mut command = Command::new(python);
+    command.arg("benches/anchors/decode_mistral.py").arg("time").arg("--model").arg(&options.dir);
+    command.args(["--prompt", &options.prompt]);
+    report("transformers", run_anchor(command, options), ours_ms, ours);
+}
+
+/// llama.cpp on `gguf`, the same checkpoint converted by `decode_llamacpp.py convert`, fed the
+/// prompt's token ids: its ms/token against ours, and the tokens.
+fn compare_llama_cpp(
+    python: &str,
+    gguf: &Path,
+    prompt: &[usize],
+    options: &Options,
+    ours: (f64, &[usize]),
+) {
+    let ids: Vec<String> = prompt.iter().map(usize::to_string).collect();
+    let mut command = Command::new(python);
+    command.arg("benches/anchors/decode_llamacpp.py").arg("time").arg("--gguf").arg(gguf);
+    command.args(["--ids", &ids.join(",")]);
+    report("llama.cpp", run_anchor(command, options), ours.0, ours.1);
+}
+
+/// The JSON line an anchor prints, run with the bench's tokens, threads and runs.
+fn run_anchor(mut command: Command, options: &Options) -> Value {
+    command.args(["--new-tokens", &options.tokens.to_string()]);
+    command.args(["--threads", &options.threads.to_string()]);
+    let output = command.args(["--runs", &options.runs.to_string()]).output();
+    let output = output.unwrap_or_else(|e| fail(format!("the anchor does not start: {e}")));
+    if !output.status.success() {
+        fail(format!("anchor: {}", String::from_utf8_lossy(&output.stderr)));
+    }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Value = serde_json::from_str(stdout.lines().last().expect("a line")).expect("JSON");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| fail(format!("the anchor's JSON line: {e}")))
+}
+
+/// An anchor's speed and peak memory against ours, and how many greedy tokens agree.
+fn report(name: &str, report: Value, ours_ms: f64, ours: &[usize]) {
     let theirs_ms = report["decode_ms_per_token"].as_f64().unwrap_or(f64::NAN);
     let theirs: Vec<usize> = report["tokens"]
         .as_array()
@@ -313,9 +349,13 @@ fn compare(python: &str, options: &Options, ours_ms: f64, ours: &[usize]) {
         .unwrap_or_default();
     let same = theirs.iter().zip(ours).take_while(|(a, b)| a == b).count();
     println!(
-        "transformers      {theirs_ms:.2} ms/token, peak RSS {:.0} MB; ours is {:.2}x its speed",
+        "{name:<17} {theirs_ms:.2} ms/token, prefill {:.1} ms, peak RSS {:.0} MB; ours is {:.2}x its speed",
+        report["prefill_ms"].as_f64().unwrap_or(f64::NAN),
         report["vmhwm_kib"].as_f64().unwrap_or(0.0) / 1e3 * 1.024,
         theirs_ms / ours_ms
     );
-    println!("greedy tokens     {same} of {} identical", ours.len().min(theirs.len()));
+    println!(
+        "greedy tokens     {same} of {} identical with {name}'s",
+        ours.len().min(theirs.len())
+    );
 }
