@@ -157,6 +157,8 @@ mod avx512 {
             }
             return true;
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (x, w_t, y);
         false
     }
 
