@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from peak_memory import vmhwm_kib
+
 
 def convert(args):
     """`convert`: DIR as a GGUF file of `--outtype`."""
@@ -41,14 +43,6 @@ def convert(args):
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
     sys.argv = [str(script), args.hf, "--outtype", args.outtype, "--outfile", args.out]
     runpy.run_path(str(script), run_name="__main__")
-
-
-def vmhwm_kib():
-    """Peak resident memory of this process (VmHWM), in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return None
 
 
 def greedy_run(llm, ids, new_tokens):

@@ -56,6 +56,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from peak_memory import vmhwm_kib
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "kjv.txt"
 VOCAB = 32000
@@ -208,14 +210,6 @@ def greedy_run(model, ids, new_tokens):
     done = time.perf_counter()
     decode = (done - prefilled) / max(new_tokens - 1, 1)
     return prefilled - start, decode, torch.cat(tokens, 1)[0].tolist()
-
-
-def vmhwm_kib():
-    """Peak resident memory of this process (VmHWM), in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return None
 
 
 def time_decode(args):

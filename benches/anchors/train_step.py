@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from peak_memory import vmhwm_kib
+
 REPO = Path(__file__).resolve().parents[2]
 MASK64 = (1 << 64) - 1
 # SplitMix64's increment, and the start of the loader's key fold (training/src/loader.rs).
@@ -315,14 +317,6 @@ class Trainer:
 # Runs and report.
 
 
-def peak_rss_kib():
-    """VmHWM of this process, in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return None
-
-
 def report(spec, args, params, steps, seconds, **extra):
     tokens = spec["batch"] * spec["seq_len"] * steps
     line = {
@@ -332,7 +326,7 @@ def report(spec, args, params, steps, seconds, **extra):
         "params": params,
         "tokens_per_s": tokens / seconds,
         "ms_per_step": seconds * 1e3 / steps,
-        "vmhwm_kib": peak_rss_kib(),
+        "vmhwm_kib": vmhwm_kib(),
         **extra,
     }
     print(json.dumps(line), flush=True)
