@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from peak_memory import vmhwm_kib
+from measure import add_timing_flags, vmhwm_kib
 
 
 def convert(args):
@@ -103,9 +103,7 @@ def main():
     time_args = commands.add_parser("time", help="time greedy decoding with llama.cpp")
     time_args.add_argument("--gguf", required=True)
     time_args.add_argument("--ids", required=True, help="the prompt's token ids, comma-separated")
-    time_args.add_argument("--new-tokens", type=int, default=256)
-    time_args.add_argument("--threads", type=int, default=2)
-    time_args.add_argument("--runs", type=int, default=3)
+    add_timing_flags(time_args)
     args = parser.parse_args()
     convert(args) if args.command == "convert" else time_decode(args)
 

@@ -56,7 +56,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from peak_memory import vmhwm_kib
+from measure import add_timing_flags, positive, vmhwm_kib
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "kjv.txt"
@@ -245,14 +245,6 @@ def time_decode(args):
     }))
 
 
-def positive(value):
-    """An argparse type: an integer of at least 1."""
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -265,9 +257,7 @@ def main():
     time_args.add_argument("--model", required=True)
     time_args.add_argument("--prompt", default=SENTENCE)
     time_args.add_argument("--prompt-tokens", type=positive, default=64)
-    time_args.add_argument("--new-tokens", type=positive, default=256)
-    time_args.add_argument("--threads", type=positive, default=2)
-    time_args.add_argument("--runs", type=positive, default=3)
+    add_timing_flags(time_args)
     args = parser.parse_args()
     make(args) if args.command == "make" else time_decode(args)
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from peak_memory import vmhwm_kib
+from measure import vmhwm_kib
 
 REPO = Path(__file__).resolve().parents[2]
 MASK64 = (1 << 64) - 1
