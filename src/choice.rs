@@ -56,6 +56,16 @@ impl WeightChoice {
         }
     }
 
+    /// Whether the weights are of the computation's type `precision`.
+    pub fn is(self, precision: Precision) -> bool {
+        matches!(
+            (self, precision),
+            (WeightChoice::F32, Precision::F32)
+                | (WeightChoice::Bf16, Precision::Bf16)
+                | (WeightChoice::F16, Precision::F16)
+        )
+    }
+
     /// The library's choice of the same type.
     pub fn precision(self) -> WeightPrecision {
         match self {

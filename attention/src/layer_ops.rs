@@ -147,8 +147,8 @@ pub trait LayerOpsBackend: Backend {
     /// shapes and dtypes; `None` (the default) otherwise, and the caller runs Burn's `linear`.
     /// `w` and `b` may be in another float dtype than `x` (weights kept in bf16 or f16 with f32
     /// activations): this is where a backend reads them without a cast; declining, the caller
-    /// casts them. Flex has a product for a few f32 rows (a decoding step), with f32 weights, or
-    /// for one row with bf16 or f16 weights stored as a checkpoint's `[out, in]`.
+    /// casts them. Flex has a product for a few rows (a decoding step) with f32 weights, and for
+    /// any rows with bf16 or f16 weights stored as a checkpoint's `[out, in]`.
     fn fused_linear(
         _x: FloatTensor<Self>,
         _w: FloatTensor<Self>,

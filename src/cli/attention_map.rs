@@ -18,7 +18,7 @@ use super::{DeviceArgs, WeightArgs};
 use crate::error::AppError;
 use crate::report::attention_map::{AttentionFigure, ImageFormat, draw};
 use crate::runtime::{Job, run_on};
-use swa_models::hf::Pretrained;
+use swa_models::hf::{Pretrained, WeightPrecision};
 
 /// Flags of `attention-map`.
 #[derive(Args, Debug)]
@@ -85,13 +85,12 @@ struct Prompt {
 
 /// `attention-map`.
 pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
-    struct AttentionMapJob(AttentionMapArgs);
+    struct AttentionMapJob(AttentionMapArgs, WeightPrecision);
     impl Job for AttentionMapJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
-            let args = self.0;
+            let (args, weights) = (self.0, self.1);
             let (config, model, prompt, to) = match (&args.hf, &args.out) {
                 (Some(dir), _) => {
-                    let weights = args.weights.precision(&args.device)?;
                     let run = Pretrained::<B::InnerBackend>::load_with(dir, weights, &device)?;
                     let ids = run.encode(&args.prompt, true)?;
                     let text = |&id: &usize| match run.decode(&[id]) {
@@ -118,8 +117,8 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<(), AppError> {
         }
     }
     // Refused before any device starts.
-    args.weights.precision(&args.device)?;
-    run_on(&args.device.placement(), AttentionMapJob(args))
+    let weights = args.weights.precision(&args.device)?;
+    run_on(&args.device.placement(), AttentionMapJob(args, weights))
 }
 
 /// Writes `layer{l}_head{h}.png` (or `.svg`) into `to` for every chosen layer and head.

@@ -17,7 +17,7 @@ use crate::error::AppError;
 use crate::report::csv::write_csv;
 use crate::report::plot::heat_map;
 use crate::runtime::{Job, run_on};
-use swa_models::hf::Pretrained;
+use swa_models::hf::{Pretrained, WeightPrecision};
 
 /// Flags of `eval`.
 #[derive(Args, Debug)]
@@ -65,13 +65,13 @@ pub struct EvalArgs {
 
 /// `eval`.
 pub fn eval(args: EvalArgs) -> Result<(), AppError> {
-    struct EvalJob(EvalArgs);
+    struct EvalJob(EvalArgs, WeightPrecision);
     impl Job for EvalJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
-            let args = self.0;
+            let (args, weights) = (self.0, self.1);
             let Some(out) = &args.out else {
                 let dir = args.hf.clone().expect("clap requires --out or --hf");
-                return eval_hf::<B::InnerBackend>(&args, &dir, &device);
+                return eval_hf::<B::InnerBackend>(&args, &dir, weights, &device);
             };
             let swa_training::TrainedRun { config, model } =
                 swa_training::TrainedRun::<B::InnerBackend>::load(out, &device)?;
@@ -112,8 +112,8 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
         }
     }
     // Refused before any device starts.
-    args.weights.precision(&args.device)?;
-    run_on(&args.device.placement(), EvalJob(args))
+    let weights = args.weights.precision(&args.device)?;
+    run_on(&args.device.placement(), EvalJob(args, weights))
 }
 
 /// The window × length grid of one model: loss, perplexity and bits per unit at every length,
@@ -192,9 +192,10 @@ impl Grid<'_> {
 fn eval_hf<B: ModelBackend>(
     args: &EvalArgs,
     dir: &Path,
+    weights: WeightPrecision,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = Pretrained::<B>::load_with(dir, args.weights.precision(&args.device)?, device)?;
+    let run = Pretrained::<B>::load_with(dir, weights, device)?;
     let path = args.corpus.as_ref().expect("clap requires --corpus with --hf");
     let text = std::fs::read_to_string(path)
         .map_err(|source| AppError::Io { path: path.clone(), source })?;

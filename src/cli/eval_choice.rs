@@ -115,11 +115,10 @@ pub fn evaluate<B: ModelBackend>(
 
 /// `eval-choice`.
 pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
-    struct EvalChoiceJob(EvalChoiceArgs);
+    struct EvalChoiceJob(EvalChoiceArgs, WeightPrecision);
     impl Job for EvalChoiceJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
-            let args = self.0;
-            let weights = args.weights.precision(&args.device)?;
+            let (args, weights) = (self.0, self.1);
             let results = evaluate::<B::InnerBackend>(&args.hf, &args.tasks, weights, &device)?;
             for (q, lls) in results.log_likelihoods.iter().enumerate() {
                 let lls: Vec<String> = lls.iter().map(|ll| format!("{ll:.4}")).collect();
@@ -133,8 +132,8 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
         }
     }
     // Refused before any device starts.
-    args.weights.precision(&args.device)?;
-    run_on(&args.device.placement(), EvalChoiceJob(args))
+    let weights = args.weights.precision(&args.device)?;
+    run_on(&args.device.placement(), EvalChoiceJob(args, weights))
 }
 
 /// The questions of a JSON Lines file, each checked: at least two choices, the answer among

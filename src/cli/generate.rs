@@ -17,7 +17,7 @@ use swa_training::corpus::Corpus;
 use super::{DeviceArgs, ModelArgs, WeightArgs};
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
-use swa_models::hf::Pretrained;
+use swa_models::hf::{Pretrained, WeightPrecision};
 
 /// Flags of `generate`.
 #[derive(Args, Debug)]
@@ -67,12 +67,12 @@ impl GenerateArgs {
 
 /// `generate`.
 pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
-    struct GenerateJob(GenerateArgs);
+    struct GenerateJob(GenerateArgs, WeightPrecision);
     impl Job for GenerateJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
-            let args = self.0;
+            let (args, weights) = (self.0, self.1);
             if let Some(dir) = &args.hf {
-                return generate_hf::<B::InnerBackend>(&args, dir, &device);
+                return generate_hf::<B::InnerBackend>(&args, dir, weights, &device);
             }
             let (corpus, model) = match &args.out {
                 Some(out) => {
@@ -98,8 +98,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
         }
     }
     // Refused before any device starts.
-    args.weights.precision(&args.device)?;
-    run_on(&args.device.placement(), GenerateJob(args))
+    let weights = args.weights.precision(&args.device)?;
+    run_on(&args.device.placement(), GenerateJob(args, weights))
 }
 
 /// A checkpoint's continuation of the prompt, printed token by token: the text decoded so far
@@ -107,9 +107,10 @@ pub fn generate(args: GenerateArgs) -> Result<(), AppError> {
 fn generate_hf<B: ModelBackend>(
     args: &GenerateArgs,
     dir: &Path,
+    weights: WeightPrecision,
     device: &B::Device,
 ) -> Result<(), AppError> {
-    let run = Pretrained::<B>::load_with(dir, args.weights.precision(&args.device)?, device)?;
+    let run = Pretrained::<B>::load_with(dir, weights, device)?;
     let prompt = run.encode(&args.prompt, true)?;
     let sampling = args.sampling().with_positions(CachePositions::Absolute);
     let mut stdout = std::io::stdout().lock();

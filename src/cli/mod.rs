@@ -108,7 +108,7 @@ impl WeightArgs {
             return Ok(WeightPrecision::Compute);
         };
         let cpu = matches!(device.backend, BackendChoice::Flex | BackendChoice::Ndarray);
-        if !cpu && weights.name() != device.precision.name() {
+        if !cpu && !weights.is(device.precision) {
             let (backend, precision) = (device.backend.name(), device.precision);
             return Err(AppError::Weights { weights, backend, precision });
         }

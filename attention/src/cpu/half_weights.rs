@@ -100,6 +100,11 @@ impl Widen for f16 {
     }
 }
 
+/// `x · w` with `w` widened, summed in order: the elements past the kernels' last whole vector.
+fn dot<W: Widen>(x: &[f32], w: &[W]) -> f32 {
+    x.iter().zip(w).map(|(a, w)| a * w.widen()).sum()
+}
+
 /// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ` in bf16 or f16, each `x.len()` elements,
 /// contiguous, sums in f32: where the CPU has no AVX-512. Written as plain lanes, which the
 /// compiler vectorises under the instruction set that `pulp` dispatches to (more lanes, or
@@ -120,8 +125,7 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
         for (column, y) in w_t.chunks_exact(x.len()).zip(y) {
             let mut lanes = [0.0f32; LANES];
             let (xs, ws) = (x.chunks_exact(LANES), column.chunks_exact(LANES));
-            let tail: f32 =
-                xs.remainder().iter().zip(ws.remainder()).map(|(a, w)| a * w.widen()).sum();
+            let tail = dot(xs.remainder(), ws.remainder());
             for (x, w) in xs.zip(ws) {
                 for ((lane, a), w) in lanes.iter_mut().zip(x).zip(w) {
                     *lane += a * w.widen();
@@ -146,15 +150,8 @@ mod avx512 {
     pub fn dots<W: Widen>(x: &[f32], w_t: &[W], y: &mut [f32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: bf16 and f16 are `repr(transparent)` over u16, so the weights' elements
-            // are their bits; the CPU has AVX-512F, checked above.
-            unsafe {
-                let bits = std::slice::from_raw_parts(w_t.as_ptr().cast::<u16>(), w_t.len());
-                match W::BF16 {
-                    true => x86::dots::<true>(x, bits, y),
-                    false => x86::dots::<false>(x, bits, y),
-                }
-            }
+            // SAFETY: the CPU has AVX-512F, checked above.
+            unsafe { x86::dots(x, w_t, y) };
             return true;
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -166,47 +163,39 @@ mod avx512 {
     mod x86 {
         use std::arch::x86_64::*;
 
-        /// 16 weights from `bits` widened to f32: bf16 shifted into an f32's high half, f16
-        /// converted by the hardware (exact).
+        use super::super::{Widen, dot};
+
+        /// The first 16 weights of `w` widened to f32, as [`Widen::widen`] widens each: bf16
+        /// shifted into an f32's high half, f16 converted by the hardware (exact).
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn widen16<const BF16: bool>(bits: &[u16]) -> __m512 {
-            debug_assert!(bits.len() >= 16);
-            // SAFETY: 16 elements of `bits`, checked by the caller's chunking.
-            let half = unsafe { _mm256_loadu_si256(bits.as_ptr().cast()) };
-            match BF16 {
+        unsafe fn widen16<W: Widen>(w: &[W]) -> __m512 {
+            assert!(w.len() >= 16);
+            // SAFETY: 16 elements of `w`, asserted; bf16 and f16 are two bytes each.
+            let half = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
+            match W::BF16 {
                 true => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half))),
                 false => _mm512_cvtph_ps(half),
             }
         }
 
-        /// One widened weight, as [`widen16`] widens it.
-        fn widen<const BF16: bool>(bits: u16) -> f32 {
-            match BF16 {
-                true => f32::from_bits(u32::from(bits) << 16),
-                false => burn::tensor::f16::from_bits(bits).to_f32(),
-            }
-        }
-
-        /// `y[j] = x · w[j]` for the rows `w[j]` (`x.len()` elements each) of `bits`.
+        /// `y[j] = x · w[j]` for the rows `w[j]` (`x.len()` elements each) of `w_t`.
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn dots<const BF16: bool>(x: &[f32], bits: &[u16], y: &mut [f32]) {
+        pub unsafe fn dots<W: Widen>(x: &[f32], w_t: &[W], y: &mut [f32]) {
             let k = x.len();
             let body = k - k % 16;
-            let tail = |row: &[u16]| -> f32 {
-                x[body..].iter().zip(&row[body..]).map(|(a, &w)| a * widen::<BF16>(w)).sum()
-            };
-            let mut fours = bits.chunks_exact(4 * k);
+            let tail = |row: &[W]| dot(&x[body..], &row[body..]);
+            let mut fours = w_t.chunks_exact(4 * k);
             let mut outputs = y.chunks_exact_mut(4);
             for (four, y) in (&mut fours).zip(&mut outputs) {
-                let rows: [&[u16]; 4] = std::array::from_fn(|r| &four[r * k..(r + 1) * k]);
+                let rows: [&[W]; 4] = std::array::from_fn(|r| &four[r * k..(r + 1) * k]);
                 let mut sums = [_mm512_setzero_ps(); 4];
                 for i in (0..body).step_by(16) {
                     // SAFETY: `i + 16 <= body <= k = x.len()`.
                     let xv = unsafe { _mm512_loadu_ps(x.as_ptr().add(i)) };
                     for (sum, row) in sums.iter_mut().zip(&rows) {
                         // SAFETY: as for `x`, each row being `k` long.
-                        let w = unsafe { widen16::<BF16>(&row[i..i + 16]) };
+                        let w = unsafe { widen16(&row[i..i + 16]) };
                         *sum = _mm512_fmadd_ps(xv, w, *sum);
                         // The same place of the next four rows, read next: with rows of a few
                         // kilobytes the hardware's prefetchers do not run far enough ahead.
@@ -221,9 +210,8 @@ mod avx512 {
                 let mut sum = _mm512_setzero_ps();
                 for i in (0..body).step_by(16) {
                     // SAFETY: as above.
-                    let (xv, w) = unsafe {
-                        (_mm512_loadu_ps(x.as_ptr().add(i)), widen16::<BF16>(&row[i..i + 16]))
-                    };
+                    let (xv, w) =
+                        unsafe { (_mm512_loadu_ps(x.as_ptr().add(i)), widen16(&row[i..i + 16])) };
                     sum = _mm512_fmadd_ps(xv, w, sum);
                 }
                 *y = _mm512_reduce_add_ps(sum) + tail(row);
