@@ -296,17 +296,20 @@ impl<B: Backend> Decoder<B> {
 
     /// One decoding step: `tokens: [batch]` at the cache's next position → logits
     /// `[batch, vocab]`, the same as that position's row of [`Decoder::forward`] over the
-    /// whole prefix (with absolute positions).
+    /// whole prefix (with absolute positions). Runs on the backend's own threads
+    /// ([`swa_attention::LayerOpsBackend::on_own_threads`]).
     pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2>
     where
         B: ModelBackend,
     {
-        let mut x = self.embed(tokens.unsqueeze_dim(1));
-        for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
-            x = block.step(x, layer);
-        }
-        cache.len += 1;
-        self.logits(x).squeeze_dim(1)
+        B::on_own_threads(|| {
+            let mut x = self.embed(tokens.unsqueeze_dim(1));
+            for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
+                x = block.step(x, layer);
+            }
+            cache.len += 1;
+            self.logits(x).squeeze_dim(1)
+        })
     }
 
     /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]`, scaled if the model says so.

@@ -12,6 +12,7 @@
 //! decode step ([`super::decode`]) and append ([`super::write_slot`]) are `Flex`'s too.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
@@ -120,6 +121,37 @@ impl LayerOpsBackend for Flex {
             true => None,
             false => super::linear::product(&x, &w, b.as_ref()),
         }
+    }
+
+    /// `work` on a thread of rayon's pool, where Flex's ops and ours split their work, while
+    /// the pool's other threads look for parts to take until it returns: an idle thread of
+    /// rayon's falls asleep within microseconds, and a step's ops are too short to wait for
+    /// its waking (about one wake-up a product otherwise).
+    fn on_own_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+        let done = AtomicBool::new(false);
+        rayon::scope(|scope| {
+            for _ in 1..rayon::current_num_threads() {
+                scope.spawn(|_| {
+                    while !done.load(Ordering::Acquire) {
+                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                });
+            }
+            let _stop = Stop(&done);
+            work()
+        })
+    }
+}
+
+/// Tells the threads that [`LayerOpsBackend::on_own_threads`] keeps looking for work to stop,
+/// when the work returns or panics.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 

@@ -41,10 +41,12 @@ fn weights<W: Widen>(x: &FlexTensor, w_t: &[W], b: Option<&FlexTensor>) -> FlexT
     let (xs, bias) = (layout::read(x), b.map(layout::read));
     let n = w_t.len() / k;
     if rows == 1 {
+        let operand = avx512::Operand::new::<W>(&xs);
         return one_row(n, k, bias.as_deref(), |outputs, y| {
             let w_t = &w_t[outputs.start * k..outputs.end * k];
-            if !avx512::dots(&xs, w_t, y) {
-                pulp::Arch::new().dispatch(HalfDots { x: &xs, w_t, y });
+            match &operand {
+                Some(operand) => operand.dots(w_t, y),
+                None => pulp::Arch::new().dispatch(HalfDots { x: &xs, w_t, y }),
             }
         });
     }
@@ -137,26 +139,63 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
 }
 
 /// The one-row dot products on AVX-512 (Zen 4 and 5, Intel since Skylake-SP): four weight
-/// rows at a time, 16 elements of each widened per instruction, into four chains of fused
-/// multiply-adds: on the 2-core Zen 5 of docs/benchmarks.md an 8192 × 8192 bf16 layer takes
-/// 3.4 ms where [`HalfDots`] takes 3.65 and f32 weights 5.2–5.7 (f16: 3.5 against 5.5). The
-/// compiler does not keep such a kernel's accumulators in registers when written as plain
-/// lanes, hence the intrinsics.
+/// rows at a time, a cache line (32 weights) of each per step, widened in registers into two
+/// chains of fused multiply-adds per row, and the line four rows ahead prefetched. A bf16 line
+/// read as 16 pairs widens with a shift (the even elements) and a mask (the odd ones), so `x`
+/// is reordered once to match (16 even, then 16 odd elements per 32); f16 widens by the
+/// hardware's conversion, in order. The compiler does not keep such a kernel's accumulators in
+/// registers when written as plain lanes, hence the intrinsics. A line a step with one
+/// prefetch, rather than 16 weights and a prefetch per 16, decodes the 1.1B model of
+/// docs/benchmarks.md about 10% faster on its 2-core Zen 5.
 mod avx512 {
+    use std::borrow::Cow;
+
     use super::Widen;
 
-    /// `y[j] = x · w_t[j]` as [`super::HalfDots`] computes it, or `false` where the CPU has
-    /// no AVX-512 (nothing written).
-    pub fn dots<W: Widen>(x: &[f32], w_t: &[W], y: &mut [f32]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, checked above.
-            unsafe { x86::dots(x, w_t, y) };
-            return true;
+    /// `x` as the kernel reads it, for one product: reordered for bf16 (see the module).
+    pub struct Operand<'a> {
+        x: &'a [f32],
+        ordered: Cow<'a, [f32]>,
+    }
+
+    impl<'a> Operand<'a> {
+        /// `x` ready for weights of type `W`, or `None` where the CPU has no AVX-512.
+        pub fn new<W: Widen>(x: &'a [f32]) -> Option<Self> {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                let ordered = match W::BF16 {
+                    true => Cow::Owned(pairs(x)),
+                    false => Cow::Borrowed(x),
+                };
+                return Some(Operand { x, ordered });
+            }
+            let _ = x;
+            None
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (x, w_t, y);
-        false
+
+        /// `y[j] = x · w_t[j]` as [`super::HalfDots`] computes it, for the rows `w_t[j]`
+        /// (`x.len()` elements each) of `w_t`.
+        pub fn dots<W: Widen>(&self, w_t: &[W], y: &mut [f32]) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` found AVX-512F on this CPU.
+            unsafe {
+                x86::dots(self.x, &self.ordered, w_t, y)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (w_t, y);
+        }
+    }
+
+    /// `x`'s whole blocks of 32 with each block's even elements first, then its odd ones: the
+    /// order of a bf16 line widened as pairs.
+    fn pairs(x: &[f32]) -> Vec<f32> {
+        let blocks = x.chunks_exact(32);
+        blocks
+            .flat_map(|block| {
+                let evens = block.iter().step_by(2);
+                evens.chain(block.iter().skip(1).step_by(2)).copied()
+            })
+            .collect()
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -165,56 +204,75 @@ mod avx512 {
 
         use super::super::{Widen, dot};
 
-        /// The first 16 weights of `w` widened to f32, as [`Widen::widen`] widens each: bf16
-        /// shifted into an f32's high half, f16 converted by the hardware (exact).
+        /// The 32 weights at `p` widened to f32 as two vectors, as [`Widen::widen`] widens
+        /// each: for bf16 the even elements, then the odd ones (each shifted into an f32's high
+        /// half, or masked there); for f16 the first 16, then the next (converted by the
+        /// hardware, exact).
+        ///
+        /// # Safety
+        /// 32 elements are readable at `p`, and the CPU has AVX-512F.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn widen16<W: Widen>(w: &[W]) -> __m512 {
-            assert!(w.len() >= 16);
-            // SAFETY: 16 elements of `w`, asserted; bf16 and f16 are two bytes each.
-            let half = unsafe { _mm256_loadu_si256(w.as_ptr().cast()) };
-            match W::BF16 {
-                true => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half))),
-                false => _mm512_cvtph_ps(half),
+        unsafe fn widen32<W: Widen>(p: *const W) -> [__m512; 2] {
+            // SAFETY: 32 elements of two bytes at `p`, by the contract.
+            unsafe {
+                match W::BF16 {
+                    true => {
+                        let line = _mm512_loadu_si512(p.cast());
+                        let odd = _mm512_and_si512(line, _mm512_set1_epi32(-65536));
+                        [_mm512_slli_epi32::<16>(line), odd].map(|v| _mm512_castsi512_ps(v))
+                    }
+                    false => {
+                        [0, 16].map(|at| _mm512_cvtph_ps(_mm256_loadu_si256(p.add(at).cast())))
+                    }
+                }
             }
         }
 
-        /// `y[j] = x · w[j]` for the rows `w[j]` (`x.len()` elements each) of `w_t`.
+        /// `y[j] = x · w[j]` for the rows `w[j]` (`x.len()` elements each) of `w_t`, with
+        /// `ordered` holding the whole blocks of 32 of `x` in [`widen32`]'s order.
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn dots<W: Widen>(x: &[f32], w_t: &[W], y: &mut [f32]) {
+        pub unsafe fn dots<W: Widen>(x: &[f32], ordered: &[f32], w_t: &[W], y: &mut [f32]) {
             let k = x.len();
-            let body = k - k % 16;
+            let body = k - k % 32;
+            assert!(ordered.len() >= body);
             let tail = |row: &[W]| dot(&x[body..], &row[body..]);
             let mut fours = w_t.chunks_exact(4 * k);
             let mut outputs = y.chunks_exact_mut(4);
             for (four, y) in (&mut fours).zip(&mut outputs) {
-                let rows: [&[W]; 4] = std::array::from_fn(|r| &four[r * k..(r + 1) * k]);
-                let mut sums = [_mm512_setzero_ps(); 4];
-                for i in (0..body).step_by(16) {
-                    // SAFETY: `i + 16 <= body <= k = x.len()`.
-                    let xv = unsafe { _mm512_loadu_ps(x.as_ptr().add(i)) };
-                    for (sum, row) in sums.iter_mut().zip(&rows) {
-                        // SAFETY: as for `x`, each row being `k` long.
-                        let w = unsafe { widen16(&row[i..i + 16]) };
-                        *sum = _mm512_fmadd_ps(xv, w, *sum);
-                        // The same place of the next four rows, read next: with rows of a few
+                let mut sums = [[_mm512_setzero_ps(); 2]; 4];
+                for i in (0..body).step_by(32) {
+                    // SAFETY: `i + 32 <= body <= ordered.len()`.
+                    let xs =
+                        [0, 16].map(|at| unsafe { _mm512_loadu_ps(ordered.as_ptr().add(i + at)) });
+                    for (r, sums) in sums.iter_mut().enumerate() {
+                        // SAFETY: 32 elements of row `r` (`k` long, `i + 32 <= k`).
+                        let w = unsafe { widen32(four.as_ptr().add(r * k + i)) };
+                        for ((sum, x), w) in sums.iter_mut().zip(xs).zip(w) {
+                            *sum = _mm512_fmadd_ps(x, w, *sum);
+                        }
+                        // The same line of the next four rows, read next: with rows of a few
                         // kilobytes the hardware's prefetchers do not run far enough ahead.
-                        _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(4 * k + i).cast());
+                        let ahead = four.as_ptr().wrapping_add((4 + r) * k + i);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                     }
                 }
-                for ((y, sum), row) in y.iter_mut().zip(sums).zip(rows) {
-                    *y = _mm512_reduce_add_ps(sum) + tail(row);
+                for ((y, [a, b]), row) in y.iter_mut().zip(sums).zip(four.chunks_exact(k)) {
+                    *y = _mm512_reduce_add_ps(_mm512_add_ps(a, b)) + tail(row);
                 }
             }
             for (row, y) in fours.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
-                let mut sum = _mm512_setzero_ps();
-                for i in (0..body).step_by(16) {
+                let mut sums = [_mm512_setzero_ps(); 2];
+                for i in (0..body).step_by(32) {
                     // SAFETY: as above.
-                    let (xv, w) =
-                        unsafe { (_mm512_loadu_ps(x.as_ptr().add(i)), widen16(&row[i..i + 16])) };
-                    sum = _mm512_fmadd_ps(xv, w, sum);
+                    let w = unsafe { widen32(row.as_ptr().add(i)) };
+                    for ((sum, at), w) in sums.iter_mut().zip([0, 16]).zip(w) {
+                        // SAFETY: as above.
+                        let x = unsafe { _mm512_loadu_ps(ordered.as_ptr().add(i + at)) };
+                        *sum = _mm512_fmadd_ps(x, w, *sum);
+                    }
                 }
-                *y = _mm512_reduce_add_ps(sum) + tail(row);
+                *y = _mm512_reduce_add_ps(_mm512_add_ps(sums[0], sums[1])) + tail(row);
             }
         }
     }
@@ -232,7 +290,7 @@ mod tests {
 
     /// `y[j] = x · w[j]` from each kernel against the sums of the widened weights in f64.
     fn check<W: Widen>(from_f32: fn(f32) -> W) {
-        for k in [1, 15, 16, 17, 64, 100] {
+        for k in [1, 15, 16, 17, 31, 32, 33, 64, 100, 130] {
             for rows in [1, 3, 4, 5, 9] {
                 let x = values(k, 1);
                 let w: Vec<W> = values(rows * k, 2).into_iter().map(from_f32).collect();
@@ -243,7 +301,11 @@ mod tests {
                 let mut portable = vec![0.0; rows];
                 pulp::Arch::new().dispatch(HalfDots { x: &x, w_t: &w, y: &mut portable });
                 let mut wide = vec![f32::NAN; rows];
-                let avx512 = avx512::dots(&x, &w, &mut wide);
+                let operand = avx512::Operand::new::<W>(&x);
+                if let Some(operand) = &operand {
+                    operand.dots(&w, &mut wide);
+                }
+                let avx512 = operand.is_some();
                 for (j, &want) in want.iter().enumerate() {
                     let close = |got: f32| (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
                     assert!(close(portable[j]), "k {k}, row {j}: {} vs {want}", portable[j]);
@@ -255,7 +317,7 @@ mod tests {
 
     /// Both one-row kernels (AVX-512 where the CPU has it, and the portable lanes) give the dot
     /// products of the widened weights, four rows at a time and the rows left over, with the
-    /// elements past the last 16.
+    /// elements past the last whole vector or line.
     #[test]
     fn one_row_kernels_give_the_dot_products_of_the_widened_weights() {
         check(bf16::from_f32);
