@@ -11,8 +11,9 @@
 //! against its own reading: the machine's bandwidth drifts.
 //! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
 //! checkpoint and prompt, and with `--gguf FILE` `benches/anchors/decode_llamacpp.py time` (the
-//! checkpoint converted to GGUF in the same precision) on the prompt's token ids, and compares
-//! speeds and the greedy tokens.
+//! checkpoint converted to GGUF in the same precision) on the prompt's token ids, once right
+//! after each of our runs, so that each pair shares the machine's state; it compares speeds
+//! (llama.cpp's as the median of the pairs' ratios) and the greedy tokens.
 //!
 //! With `--seven-b DIR`, the checkpoint is instead a 7B-shaped Mistral (Mistral 7B's sizes)
 //! whose random bf16 weights the bench writes tensor by tensor into DIR, beside `--hf`'s config
@@ -125,6 +126,7 @@ fn run(options: &Options) {
     // machine's bandwidth drifts (42–65 GB/s over a day here), so readings far apart mislead.
     let probe: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();
     let (mut decode, mut bandwidths, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut llama_cpp = Vec::new();
     for _ in 0..options.runs {
         let bandwidth = read_bandwidth(&probe, options.threads);
         let (prefill_ms, step_ms, run_tokens) = greedy(&model, &prompt, options.tokens, &device);
@@ -133,6 +135,10 @@ fn run(options: &Options) {
         decode.push(step_ms);
         bandwidths.push(bandwidth / 1e9);
         tokens = run_tokens;
+        // llama.cpp right after each of ours, so that each pair shares the machine's state.
+        if let Some(gguf) = &options.gguf {
+            llama_cpp.push(run_llama_cpp(&options.llama_cpp, gguf, &prompt, options));
+        }
     }
     let ms = swa_zoo::bench::median(decode.clone());
     let bandwidth = swa_zoo::bench::median(bandwidths.clone());
@@ -158,8 +164,8 @@ fn run(options: &Options) {
     if let Some(python) = &options.torch {
         compare(python, options, ms, &tokens);
     }
-    if let Some(gguf) = &options.gguf {
-        compare_llama_cpp(&options.llama_cpp, gguf, &prompt, options, (ms, &tokens));
+    if !llama_cpp.is_empty() {
+        report_pairs("llama.cpp", &llama_cpp, &decode, &tokens);
     }
     if options.seven_b.is_some() {
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
@@ -307,30 +313,24 @@ fn compare(python: &str, options: &Options, ours_ms: f64, ours: &[usize]) {
     let mut command = Command::new(python);
     command.arg("benches/anchors/decode_mistral.py").arg("time").arg("--model").arg(&options.dir);
     command.args(["--prompt", &options.prompt]);
-    report("transformers", run_anchor(command, options), ours_ms, ours);
+    report("transformers", run_anchor(command, options, options.runs), ours_ms, ours);
 }
 
-/// llama.cpp on `gguf`, the same checkpoint converted by `decode_llamacpp.py convert`, fed the
-/// prompt's token ids: its ms/token against ours, and the tokens.
-fn compare_llama_cpp(
-    python: &str,
-    gguf: &Path,
-    prompt: &[usize],
-    options: &Options,
-    ours: (f64, &[usize]),
-) {
+/// One run of llama.cpp on `gguf`, the same checkpoint converted by `decode_llamacpp.py
+/// convert`, fed the prompt's token ids: its JSON line.
+fn run_llama_cpp(python: &str, gguf: &Path, prompt: &[usize], options: &Options) -> Value {
     let ids: Vec<String> = prompt.iter().map(usize::to_string).collect();
     let mut command = Command::new(python);
     command.arg("benches/anchors/decode_llamacpp.py").arg("time").arg("--gguf").arg(gguf);
     command.args(["--ids", &ids.join(",")]);
-    report("llama.cpp", run_anchor(command, options), ours.0, ours.1);
+    run_anchor(command, options, 1)
 }
 
-/// The JSON line an anchor prints, run with the bench's tokens, threads and runs.
-fn run_anchor(mut command: Command, options: &Options) -> Value {
+/// The JSON line an anchor prints, run with the bench's tokens and threads, `runs` times.
+fn run_anchor(mut command: Command, options: &Options, runs: usize) -> Value {
     command.args(["--new-tokens", &options.tokens.to_string()]);
     command.args(["--threads", &options.threads.to_string()]);
-    let output = command.args(["--runs", &options.runs.to_string()]).output();
+    let output = command.args(["--runs", &runs.to_string()]).output();
     let output = output.unwrap_or_else(|e| fail(format!("the anchor does not start: {e}")));
     if !output.status.success() {
         fail(format!("anchor: {}", String::from_utf8_lossy(&output.stderr)));
@@ -340,20 +340,49 @@ fn run_anchor(mut command: Command, options: &Options) -> Value {
         .unwrap_or_else(|e| fail(format!("the anchor's JSON line: {e}")))
 }
 
+/// An anchor run once after each of our runs (`runs`, beside our ms/token `ours_ms`): its
+/// median ms/token, and ours against it as the median of the pairs' ratios.
+fn report_pairs(name: &str, runs: &[Value], ours_ms: &[f64], ours: &[usize]) {
+    let ms: Vec<f64> =
+        runs.iter().map(|r| r["decode_ms_per_token"].as_f64().unwrap_or(f64::NAN)).collect();
+    let pairs: Vec<f64> = ms.iter().zip(ours_ms).map(|(theirs, ours)| theirs / ours).collect();
+    let theirs = anchor_tokens(runs.last().expect("a run"));
+    let prefill =
+        runs.iter().filter_map(|r| r["prefill_ms"].as_f64()).fold(f64::INFINITY, f64::min);
+    let peak = runs.iter().filter_map(|r| r["vmhwm_kib"].as_f64()).fold(0.0, f64::max);
+    println!(
+        "{name:<17} {:.2} ms/token (runs {ms:.2?}), prefill {prefill:.1} ms, peak RSS {:.0} MB; ours is {:.2}x its speed (median of the pairs {pairs:.2?})",
+        swa_zoo::bench::median(ms.clone()),
+        peak / 1e3 * 1.024,
+        swa_zoo::bench::median(pairs.clone()),
+    );
+    print_agreement(name, &theirs, ours);
+}
+
 /// An anchor's speed and peak memory against ours, and how many greedy tokens agree.
 fn report(name: &str, report: Value, ours_ms: f64, ours: &[usize]) {
     let theirs_ms = report["decode_ms_per_token"].as_f64().unwrap_or(f64::NAN);
-    let theirs: Vec<usize> = report["tokens"]
-        .as_array()
-        .map(|t| t.iter().filter_map(Value::as_u64).map(|t| t as usize).collect())
-        .unwrap_or_default();
-    let same = theirs.iter().zip(ours).take_while(|(a, b)| a == b).count();
+    let theirs = anchor_tokens(&report);
     println!(
         "{name:<17} {theirs_ms:.2} ms/token, prefill {:.1} ms, peak RSS {:.0} MB; ours is {:.2}x its speed",
         report["prefill_ms"].as_f64().unwrap_or(f64::NAN),
         report["vmhwm_kib"].as_f64().unwrap_or(0.0) / 1e3 * 1.024,
         theirs_ms / ours_ms
     );
+    print_agreement(name, &theirs, ours);
+}
+
+/// The greedy tokens of an anchor's JSON line.
+fn anchor_tokens(report: &Value) -> Vec<usize> {
+    let tokens = report["tokens"].as_array();
+    tokens
+        .map(|t| t.iter().filter_map(Value::as_u64).map(|t| t as usize).collect())
+        .unwrap_or_default()
+}
+
+/// How many of the first greedy tokens an anchor and we agree on.
+fn print_agreement(name: &str, theirs: &[usize], ours: &[usize]) {
+    let same = theirs.iter().zip(ours).take_while(|(a, b)| a == b).count();
     println!(
         "greedy tokens     {same} of {} identical with {name}'s",
         ours.len().min(theirs.len())

@@ -138,9 +138,9 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
     }
 }
 
-/// The one-row dot products on AVX-512 (Zen 4 and 5, Intel since Skylake-SP): four weight
-/// rows at a time, a cache line (32 weights) of each per step, widened in registers into two
-/// chains of fused multiply-adds per row, and the line four rows ahead prefetched. A bf16 line
+/// The one-row dot products on AVX-512 (Zen 4 and 5, Intel since Skylake-SP): a row at a time,
+/// a cache line (32 weights) per step widened in registers, into four chains of fused
+/// multiply-adds (two lines in flight), and the line 2 KB ahead prefetched. A bf16 line
 /// read as 16 pairs widens with a shift (the even elements) and a mask (the odd ones), so `x`
 /// is reordered once to match (16 even, then 16 odd elements per 32); f16 widens by the
 /// hardware's conversion, in order. The compiler does not keep such a kernel's accumulators in
@@ -236,45 +236,48 @@ mod avx512 {
             let k = x.len();
             let body = k - k % 32;
             assert!(ordered.len() >= body);
-            let tail = |row: &[W]| dot(&x[body..], &row[body..]);
-            let mut fours = w_t.chunks_exact(4 * k);
-            let mut outputs = y.chunks_exact_mut(4);
-            for (four, y) in (&mut fours).zip(&mut outputs) {
-                let mut sums = [[_mm512_setzero_ps(); 2]; 4];
-                for i in (0..body).step_by(32) {
-                    // SAFETY: `i + 32 <= body <= ordered.len()`.
-                    let xs =
-                        [0, 16].map(|at| unsafe { _mm512_loadu_ps(ordered.as_ptr().add(i + at)) });
-                    for (r, sums) in sums.iter_mut().enumerate() {
-                        // SAFETY: 32 elements of row `r` (`k` long, `i + 32 <= k`).
-                        let w = unsafe { widen32(four.as_ptr().add(r * k + i)) };
-                        for ((sum, x), w) in sums.iter_mut().zip(xs).zip(w) {
-                            *sum = _mm512_fmadd_ps(x, w, *sum);
-                        }
-                        // The same line of the next four rows, read next: with rows of a few
-                        // kilobytes the hardware's prefetchers do not run far enough ahead.
-                        let ahead = four.as_ptr().wrapping_add((4 + r) * k + i);
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            let two_lines = k - k % 64;
+            for (row, y) in w_t.chunks_exact(k).zip(y) {
+                // Two lines a step, each into two chains; a last single line into the first.
+                let mut sums = [[_mm512_setzero_ps(); 2]; 2];
+                for i in (0..two_lines).step_by(64) {
+                    for (at, sums) in [i, i + 32].into_iter().zip(&mut sums) {
+                        // SAFETY: `at + 32 <= body`; AVX-512F, as this function.
+                        unsafe { line(ordered, row, at, sums) };
+                        // 2 KB ahead in the weights, the next row's first lines at a row's
+                        // end: the hardware's prefetchers alone leave bandwidth unused.
+                        _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(at + AHEAD).cast());
                     }
                 }
-                for ((y, [a, b]), row) in y.iter_mut().zip(sums).zip(four.chunks_exact(k)) {
-                    *y = _mm512_reduce_add_ps(_mm512_add_ps(a, b)) + tail(row);
-                }
-            }
-            for (row, y) in fours.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
-                let mut sums = [_mm512_setzero_ps(); 2];
-                for i in (0..body).step_by(32) {
+                if two_lines < body {
                     // SAFETY: as above.
-                    let w = unsafe { widen32(row.as_ptr().add(i)) };
-                    for ((sum, at), w) in sums.iter_mut().zip([0, 16]).zip(w) {
-                        // SAFETY: as above.
-                        let x = unsafe { _mm512_loadu_ps(ordered.as_ptr().add(i + at)) };
-                        *sum = _mm512_fmadd_ps(x, w, *sum);
-                    }
+                    unsafe { line(ordered, row, two_lines, &mut sums[0]) };
                 }
-                *y = _mm512_reduce_add_ps(_mm512_add_ps(sums[0], sums[1])) + tail(row);
+                let [[a, b], [c, d]] = sums;
+                let sum = _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d));
+                *y = _mm512_reduce_add_ps(sum) + dot(&x[body..], &row[body..]);
             }
         }
+
+        /// `sums += x · w` over the line of 32 weights at `at` of `row`: the two vectors of
+        /// [`widen32`] against `ordered`'s two at `at`.
+        ///
+        /// # Safety
+        /// `at + 32` is at most the lengths of `row` and `ordered`, and the CPU has AVX-512F.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn line<W: Widen>(ordered: &[f32], row: &[W], at: usize, sums: &mut [__m512; 2]) {
+            // SAFETY: by the contract.
+            let w = unsafe { widen32(row.as_ptr().add(at)) };
+            for ((sum, half), w) in sums.iter_mut().zip([0, 16]).zip(w) {
+                // SAFETY: by the contract.
+                let x = unsafe { _mm512_loadu_ps(ordered.as_ptr().add(at + half)) };
+                *sum = _mm512_fmadd_ps(x, w, *sum);
+            }
+        }
+
+        /// Weights read ahead of the one in use: 2 KB of two-byte elements.
+        const AHEAD: usize = 1024;
     }
 }
 
