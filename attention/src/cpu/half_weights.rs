@@ -138,15 +138,17 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
     }
 }
 
-/// The one-row dot products on AVX-512 (Zen 4 and 5, Intel since Skylake-SP): a row at a time,
-/// a cache line (32 weights) per step widened in registers, into four chains of fused
-/// multiply-adds (two lines in flight), and the line 2 KB ahead prefetched. A bf16 line
+/// The one-row dot products on AVX-512 (Zen 4 and 5, Intel since Skylake-SP): two rows at a
+/// time, one from each half of the rows (two sequential streams), a cache line (32 weights) of
+/// each per step widened in registers into two chains of fused multiply-adds, and the line
+/// 3 KB ahead prefetched. A bf16 line
 /// read as 16 pairs widens with a shift (the even elements) and a mask (the odd ones), so `x`
 /// is reordered once to match (16 even, then 16 odd elements per 32); f16 widens by the
 /// hardware's conversion, in order. The compiler does not keep such a kernel's accumulators in
-/// registers when written as plain lanes, hence the intrinsics. A line a step with one
-/// prefetch, rather than 16 weights and a prefetch per 16, decodes the 1.1B model of
-/// docs/benchmarks.md about 10% faster on its 2-core Zen 5.
+/// registers when written as plain lanes, hence the intrinsics. On the 2-core Zen 5 of
+/// docs/benchmarks.md, at 64 GB/s of read bandwidth, the 1.1B model decodes at 1.05–1.1× its
+/// bandwidth bound so, where one stream a thread took 1.3–1.4× and four rows side by side with
+/// 16 weights a step 1.4×.
 mod avx512 {
     use std::borrow::Cow;
 
@@ -230,34 +232,59 @@ mod avx512 {
         }
 
         /// `y[j] = x · w[j]` for the rows `w[j]` (`x.len()` elements each) of `w_t`, with
-        /// `ordered` holding the whole blocks of 32 of `x` in [`widen32`]'s order.
+        /// `ordered` holding the whole blocks of 32 of `x` in [`widen32`]'s order: row `j` of
+        /// the first half beside row `j` of the second, two streams, the odd row last alone.
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dots<W: Widen>(x: &[f32], ordered: &[f32], w_t: &[W], y: &mut [f32]) {
             let k = x.len();
-            let body = k - k % 32;
-            assert!(ordered.len() >= body);
-            let two_lines = k - k % 64;
-            for (row, y) in w_t.chunks_exact(k).zip(y) {
-                // Two lines a step, each into two chains; a last single line into the first.
-                let mut sums = [[_mm512_setzero_ps(); 2]; 2];
-                for i in (0..two_lines).step_by(64) {
-                    for (at, sums) in [i, i + 32].into_iter().zip(&mut sums) {
-                        // SAFETY: `at + 32 <= body`; AVX-512F, as this function.
-                        unsafe { line(ordered, row, at, sums) };
-                        // 2 KB ahead in the weights, the next row's first lines at a row's
-                        // end: the hardware's prefetchers alone leave bandwidth unused.
-                        _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(at + AHEAD).cast());
-                    }
-                }
-                if two_lines < body {
-                    // SAFETY: as above.
-                    unsafe { line(ordered, row, two_lines, &mut sums[0]) };
-                }
-                let [[a, b], [c, d]] = sums;
-                let sum = _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d));
-                *y = _mm512_reduce_add_ps(sum) + dot(&x[body..], &row[body..]);
+            assert!(ordered.len() >= k - k % 32 && w_t.len() >= y.len() * k);
+            let half = y.len() / 2;
+            let (first, second) = w_t[..y.len() * k].split_at(half * k);
+            let (y_first, y_second) = y.split_at_mut(half);
+            let pairs = first.chunks_exact(k).zip(second.chunks_exact(k));
+            for ((a, b), (y_a, y_b)) in pairs.zip(y_first.iter_mut().zip(y_second.iter_mut())) {
+                // SAFETY: rows of `k` elements; AVX-512F, as this function.
+                [*y_a, *y_b] = unsafe { row_dots(x, ordered, [a, b]) };
+            }
+            if let (Some(last), Some(y)) =
+                (second.chunks_exact(k).nth(half), y_second.get_mut(half))
+            {
+                // SAFETY: as above.
+                [*y] = unsafe { row_dots(x, ordered, [last]) };
             }
         }
+
+        /// `x · row` for each of `R` rows (`x.len()` elements each), a line of each per step
+        /// into two chains, each row's line 3 KB ahead prefetched: the hardware's prefetchers
+        /// alone leave bandwidth unused.
+        ///
+        /// # Safety
+        /// `ordered` holds `x`'s whole blocks of 32, and the CPU has AVX-512F.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn row_dots<W: Widen, const R: usize>(
+            x: &[f32],
+            ordered: &[f32],
+            rows: [&[W]; R],
+        ) -> [f32; R] {
+            let k = x.len();
+            let body = k - k % 32;
+            let mut sums = [[_mm512_setzero_ps(); 2]; R];
+            for i in (0..body).step_by(32) {
+                for (row, sums) in rows.iter().zip(&mut sums) {
+                    // SAFETY: `i + 32 <= body <= k`, the rows' and (whole blocks) `ordered`'s length.
+                    unsafe { line(ordered, row, i, sums) };
+                    _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(i + AHEAD).cast());
+                }
+            }
+            std::array::from_fn(|r| {
+                let sum = _mm512_reduce_add_ps(_mm512_add_ps(sums[r][0], sums[r][1]));
+                sum + dot(&x[body..], &rows[r][body..])
+            })
+        }
+
+        /// Weights read ahead of the line in use: 3 KB of two-byte elements.
+        const AHEAD: usize = 1536;
 
         /// `sums += x · w` over the line of 32 weights at `at` of `row`: the two vectors of
         /// [`widen32`] against `ordered`'s two at `at`.
@@ -275,9 +302,6 @@ mod avx512 {
                 *sum = _mm512_fmadd_ps(x, w, *sum);
             }
         }
-
-        /// Weights read ahead of the one in use: 2 KB of two-byte elements.
-        const AHEAD: usize = 1024;
     }
 }
 
