@@ -157,12 +157,12 @@ pub trait LayerOpsBackend: Backend {
         None
     }
 
-    /// Runs `work`, a decoding step's few hundred small ops one after the other, on the
-    /// backend's own CPU threads where it has a pool, so that each op's parallel parts start
-    /// without waking a thread; the default runs `work` here. On Flex, called from outside
-    /// rayon's pool, each op waits for a pool thread to wake: about one wake-up a product
-    /// (`perf stat`), of the 155 products of a 1.1B model's step.
-    fn on_own_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    /// Runs `work`, a decoding step's few hundred small ops one after the other, with the
+    /// backend's CPU threads awake: where it has a pool, its idle threads keep looking for the
+    /// ops' parallel parts until `work` returns, instead of falling asleep between two ops and
+    /// being woken for the next (about one wake-up a product, `perf stat`, each costing more
+    /// than a small op's part). The default runs `work` here.
+    fn with_threads_awake<R: Send>(work: impl FnOnce() -> R + Send) -> R {
         work()
     }
 

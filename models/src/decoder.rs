@@ -296,13 +296,13 @@ impl<B: Backend> Decoder<B> {
 
     /// One decoding step: `tokens: [batch]` at the cache's next position → logits
     /// `[batch, vocab]`, the same as that position's row of [`Decoder::forward`] over the
-    /// whole prefix (with absolute positions). Runs on the backend's own threads
-    /// ([`swa_attention::LayerOpsBackend::on_own_threads`]).
+    /// whole prefix (with absolute positions). Runs with the backend's threads awake
+    /// ([`swa_attention::LayerOpsBackend::with_threads_awake`]).
     pub fn step(&self, tokens: Tensor<B, 1, Int>, cache: &mut DecoderCache<B>) -> Tensor<B, 2>
     where
         B: ModelBackend,
     {
-        B::on_own_threads(|| {
+        B::with_threads_awake(|| {
             let mut x = self.embed(tokens.unsqueeze_dim(1));
             for (block, layer) in self.blocks.iter().zip(&mut cache.layers) {
                 x = block.step(x, layer);

@@ -123,11 +123,12 @@ impl LayerOpsBackend for Flex {
         }
     }
 
-    /// `work` on a thread of rayon's pool, where Flex's ops and ours split their work, while
-    /// the pool's other threads look for parts to take until it returns: an idle thread of
-    /// rayon's falls asleep within microseconds, and a step's ops are too short to wait for
-    /// its waking (about one wake-up a product otherwise).
-    fn on_own_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    /// `work` on a thread of rayon's pool (where it already is when called from a job,
+    /// `runtime::on_cpu_threads`), while the pool's other threads look for parts to take
+    /// (`rayon::yield_now`) until it returns. The lookers are queued before any of `work`'s
+    /// parts and other threads steal the oldest job first, so `work`'s thread, waiting for a
+    /// part that was stolen, never finds a looker in its own queue to run in its stead.
+    fn with_threads_awake<R: Send>(work: impl FnOnce() -> R + Send) -> R {
         let done = AtomicBool::new(false);
         rayon::scope(|scope| {
             for _ in 1..rayon::current_num_threads() {
@@ -145,7 +146,7 @@ impl LayerOpsBackend for Flex {
     }
 }
 
-/// Tells the threads that [`LayerOpsBackend::on_own_threads`] keeps looking for work to stop,
+/// Tells the threads that [`LayerOpsBackend::with_threads_awake`] keeps looking for work to stop,
 /// when the work returns or panics.
 struct Stop<'a>(&'a AtomicBool);
 

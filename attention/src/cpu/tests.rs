@@ -148,3 +148,20 @@ fn write_slot_writes_its_heads_slot_and_nothing_else() {
         }
     }
 }
+
+/// `with_threads_awake` returns what its work returns, runs the work's parallel parts, and
+/// hands a panic of the work on (the pool's looking threads stop: no hang), from outside the
+/// pool and from one of its threads.
+#[test]
+fn threads_kept_awake_return_the_work_and_its_panics() {
+    use crate::LayerOpsBackend;
+    use burn::backend::Flex;
+    use rayon::prelude::*;
+    let sum = || (0..10_000u64).into_par_iter().map(|i| i * i).sum::<u64>();
+    let want = sum();
+    assert_eq!(Flex::with_threads_awake(sum), want);
+    assert_eq!(rayon::scope(|_| Flex::with_threads_awake(sum)), want);
+    let panicked = std::panic::catch_unwind(|| Flex::with_threads_awake(|| panic!("in the work")));
+    assert!(panicked.is_err());
+    assert_eq!(Flex::with_threads_awake(sum), want, "the pool works after a panic");
+}
