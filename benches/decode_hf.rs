@@ -6,9 +6,10 @@
 //! bounded caches on flex, on the CPU pool's threads as `swa-zoo generate` runs: one prefill
 //! of the prompt, then single-token steps. A first run gives the peak resident memory (VmHWM)
 //! against the weights' bytes, before the bandwidth probe's buffer exists. Then `--runs` timed
-//! runs (median ms/token), each right after a reading of the read bandwidth (two threads
+//! runs (median ms/token), each between two readings of the read bandwidth (two threads
 //! summing a 1 GiB buffer, best of 5), and the ratio to the bound is the median of each run's
-//! against its own reading: the machine's bandwidth drifts.
+//! against the reading before it, over the runs whose two readings agree within 10%: the
+//! machine's bandwidth drifts, and switches state within seconds.
 //! With `--torch PYTHON` it runs `benches/anchors/decode_mistral.py time` on the same
 //! checkpoint and prompt, and with `--gguf FILE` `benches/anchors/decode_llamacpp.py time` (the
 //! checkpoint converted to GGUF in the same precision) on the prompt's token ids, once right
@@ -42,6 +43,9 @@ use swa_zoo::models::hf;
 use swa_zoo::models::support::SplitMix64;
 
 type B = Flex;
+
+/// How far apart the bandwidth readings before and after a run may be for the run to count.
+const STEADY: f64 = 0.1;
 
 /// Bytes the bandwidth probe reads per pass.
 const PROBE_BYTES: usize = 1 << 30;
@@ -122,11 +126,12 @@ fn run(options: &Options) {
     // loading and decoding.
     let (mut prefill, _, mut tokens) = greedy(&model, &prompt, options.tokens, &device);
     let peak = swa_zoo::bench::heap::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
-    // Then each timed run right after a bandwidth reading, against which it is compared: the
-    // machine's bandwidth drifts (42–65 GB/s over a day here), so readings far apart mislead.
+    // Then each timed run between two bandwidth readings, against the first of which it is
+    // compared: the machine's bandwidth drifts (42–68 GB/s, switching within seconds here), so
+    // a run counts only where the readings around it agree.
     let probe: Vec<u64> = (0..PROBE_BYTES / 8).map(|i| i as u64).collect();
     let (mut decode, mut bandwidths, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let mut llama_cpp = Vec::new();
+    let (mut llama_cpp, mut steady) = (Vec::new(), Vec::new());
     for _ in 0..options.runs {
         let bandwidth = read_bandwidth(&probe, options.threads);
         let (prefill_ms, step_ms, run_tokens) = greedy(&model, &prompt, options.tokens, &device);
@@ -139,6 +144,8 @@ fn run(options: &Options) {
         if let Some(gguf) = &options.gguf {
             llama_cpp.push(run_llama_cpp(&options.llama_cpp, gguf, &prompt, options));
         }
+        let after = read_bandwidth(&probe, options.threads);
+        steady.push((after / bandwidth - 1.0).abs() <= STEADY);
     }
     let ms = swa_zoo::bench::median(decode.clone());
     let bandwidth = swa_zoo::bench::median(bandwidths.clone());
@@ -151,9 +158,12 @@ fn run(options: &Options) {
         options.threads
     );
     println!("weights per token {:.1} MB -> bound {bound_ms:.2} ms/token", per_token as f64 / 1e6);
+    let kept = steady.iter().filter(|&&s| s).count();
     println!(
-        "decode            {ms:.2} ms/token (runs {decode:.2?}) = {:.2}x the bound (median of each run against its reading {ratios:.2?})",
-        swa_zoo::bench::median(ratios.clone())
+        "decode            {ms:.2} ms/token (runs {decode:.2?}) = {:.2}x the bound (median over the {kept} of {} runs whose readings before and after agree within {:.0}%; each run against its reading {ratios:.2?})",
+        steady_median(&ratios, &steady),
+        options.runs,
+        STEADY * 100.0
     );
     println!(
         "peak RSS          {:.0} MB = {:.2}x the weights' {:.0} MB",
@@ -165,7 +175,7 @@ fn run(options: &Options) {
         compare(python, options, ms, &tokens);
     }
     if !llama_cpp.is_empty() {
-        report_pairs("llama.cpp", &llama_cpp, &decode, &tokens);
+        report_pairs("llama.cpp", &llama_cpp, (&decode, &steady), &tokens);
     }
     if options.seven_b.is_some() {
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
@@ -340,9 +350,10 @@ fn run_anchor(mut command: Command, options: &Options, runs: usize) -> Value {
         .unwrap_or_else(|e| fail(format!("the anchor's JSON line: {e}")))
 }
 
-/// An anchor run once after each of our runs (`runs`, beside our ms/token `ours_ms`): its
-/// median ms/token, and ours against it as the median of the pairs' ratios.
-fn report_pairs(name: &str, runs: &[Value], ours_ms: &[f64], ours: &[usize]) {
+/// An anchor run once after each of our runs (`runs`, beside our ms/token `ours_ms` and whether
+/// the machine's bandwidth held steady over the pair): its median ms/token, and ours against it
+/// as the median of the steady pairs' ratios.
+fn report_pairs(name: &str, runs: &[Value], (ours_ms, steady): (&[f64], &[bool]), ours: &[usize]) {
     let ms: Vec<f64> =
         runs.iter().map(|r| r["decode_ms_per_token"].as_f64().unwrap_or(f64::NAN)).collect();
     let pairs: Vec<f64> = ms.iter().zip(ours_ms).map(|(theirs, ours)| theirs / ours).collect();
@@ -351,12 +362,18 @@ fn report_pairs(name: &str, runs: &[Value], ours_ms: &[f64], ours: &[usize]) {
         runs.iter().filter_map(|r| r["prefill_ms"].as_f64()).fold(f64::INFINITY, f64::min);
     let peak = runs.iter().filter_map(|r| r["vmhwm_kib"].as_f64()).fold(0.0, f64::max);
     println!(
-        "{name:<17} {:.2} ms/token (runs {ms:.2?}), prefill {prefill:.1} ms, peak RSS {:.0} MB; ours is {:.2}x its speed (median of the pairs {pairs:.2?})",
+        "{name:<17} {:.2} ms/token (runs {ms:.2?}), prefill {prefill:.1} ms, peak RSS {:.0} MB; ours is {:.2}x its speed (median of the steady pairs; all pairs {pairs:.2?})",
         swa_zoo::bench::median(ms.clone()),
         peak / 1e3 * 1.024,
-        swa_zoo::bench::median(pairs.clone()),
+        steady_median(&pairs, steady),
     );
     print_agreement(name, &theirs, ours);
+}
+
+/// The median of the `values` of steady runs, or of all where none was.
+fn steady_median(values: &[f64], steady: &[bool]) -> f64 {
+    let kept: Vec<f64> = values.iter().zip(steady).filter(|(_, s)| **s).map(|(v, _)| *v).collect();
+    swa_zoo::bench::median(if kept.is_empty() { values.to_vec() } else { kept })
 }
 
 /// An anchor's speed and peak memory against ours, and how many greedy tokens agree.
