@@ -179,7 +179,18 @@ where
 /// workers take the rest. A decoding step is about a hundred small ops: on the 2-core machine
 /// of docs/benchmarks.md this took a decode step from 4.0 to 3.0 ms and the default training
 /// step from 16.9 to 13.6 ms. Jobs on the CPU backends run here ([`run_on`]).
+///
+/// One job at a time per process (later callers wait their turn; a call from a worker of the
+/// pool runs in place): a worker waiting for a part of one job's op takes whatever is queued,
+/// another job whole included, and Burn's autodiff holds a process-wide lock over a backward
+/// pass whose ops split over the pool, so a second job taken under the first's backward waits
+/// for that lock on a thread the first waits for. Two tests' training jobs deadlocked so.
 pub fn on_cpu_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
+    let _turn = ONE_JOB.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     rayon::scope(|_| work())
 }
 

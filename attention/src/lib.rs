@@ -47,6 +47,10 @@ mod fused_ops;
 mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
+/// CubeCL, the CubeCL backends' compiler and runtime, for its configuration
+/// (`cubecl::config`: profiling logs, compilation and autotune caches).
+#[cfg(feature = "cube")]
+pub use cubecl;
 pub mod layer_ops;
 mod layer_ops_autodiff;
 pub mod layer_support;

@@ -5,6 +5,8 @@
 mod decode;
 mod decoder;
 mod display;
+#[cfg(feature = "wgpu")]
+mod launches;
 mod layer_forward;
 mod layer_reference;
 mod layers;

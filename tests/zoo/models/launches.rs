@@ -1,0 +1,129 @@
+//! Kernel launches of a decoding step on wgpu, bounded so that a change that adds launches
+//! fails here. On a GPU a decoding step of a small model is bound by launching its small ops
+//! (docs/benchmarks.md, the GPU sessions), so launches per layer are the figure to bring down.
+//!
+//! CubeCL's profiling log at its "minimal" level writes a line `Executing <kernel>` for every
+//! launch, without timing it or adding a synchronisation. The log is process-wide and fixed
+//! before the first device is used, and the other tests' launches would mix in, so the count
+//! runs in a process of its own: this test binary again, with one ignored test selected.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use burn::backend::Wgpu;
+use burn::backend::wgpu::WgpuDevice;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use swa_zoo::attention::cubecl::config::{
+    CubeClRuntimeConfig, RuntimeConfig, profiling::ProfilingLogLevel,
+};
+use swa_zoo::models::layers::{AttentionKind, CachePositions};
+
+use crate::models::decode::{config, token_ids};
+
+/// The variable that names the launch log for the counting process.
+const LOG_VARIABLE: &str = "SWA_LAUNCH_LOG";
+
+/// Launches a decoding step may take on wgpu, per layer and outside the layers (embedding,
+/// final norm, head), by attention kind: the counts measured when the bound was set (on
+/// lavapipe, 2026-11-27), which later changes must not exceed.
+const BOUNDS: [(&str, usize, usize); 2] = [("sliding", 25, 4), ("mswa", 25, 4)];
+
+/// Each kind's launches per decoding step, per layer and outside the layers, stay within
+/// [`BOUNDS`].
+#[test]
+fn decoding_launches_per_layer_stay_bounded_on_wgpu() {
+    if crate::wgpu_devices().is_none() {
+        return;
+    }
+    let log = std::env::temp_dir().join(format!("swa-launches-{}.log", std::process::id()));
+    let output = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "models::launches::count_decoding_launches", "--ignored"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(LOG_VARIABLE, &log)
+        .output()
+        .expect("the test binary runs again");
+    let _ = std::fs::remove_file(&log);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let count = |what: &str, kind: &str| {
+        let label = format!("launches {what}, {kind}: ");
+        stdout
+            .lines()
+            .find_map(|line| line.split_once(label.as_str()).map(|(_, count)| count))
+            .and_then(|count| count.trim().parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no count of launches {what} for {kind} in: {stdout}"))
+    };
+    for (kind, per_layer, outside) in BOUNDS {
+        for (what, bound) in [("per layer", per_layer), ("outside the layers", outside)] {
+            let counted = count(what, kind);
+            assert!(
+                counted <= bound,
+                "{kind}: {counted} launches {what} per decoding step, more than the {bound} allowed"
+            );
+        }
+    }
+}
+
+/// The counting process: for each kind, models of 2 and 4 layers decode a few tokens
+/// (autotuning, shader compilation and fusion's plans happen there), then one more step each is
+/// counted between two synchronisations; the difference gives the launches per layer. Prints
+/// `launches per layer, <kind>: <count>` and the launches outside the layers.
+#[test]
+#[ignore = "run in a process of its own by decoding_launches_per_layer_stay_bounded_on_wgpu"]
+fn count_decoding_launches() {
+    let Some(log) = std::env::var_os(LOG_VARIABLE) else {
+        return;
+    };
+    let log = Path::new(&log);
+    let mut runtime = CubeClRuntimeConfig::default();
+    runtime.profiling.logger.level = ProfilingLogLevel::Minimal;
+    runtime.profiling.logger.file = Some(log.to_path_buf());
+    CubeClRuntimeConfig::set(runtime);
+    let device = WgpuDevice::DefaultDevice;
+    let kinds = [
+        ("sliding", AttentionKind::Sliding { window: 4 }),
+        ("mswa", AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] }),
+    ];
+    for (name, kind) in kinds {
+        let [two, four] = [2, 4].map(|layers| launches(vec![kind.clone(); layers], &device, log));
+        println!("launches per layer, {name}: {}", (four - two) / 2);
+        println!("launches outside the layers, {name}: {}", two - (four - two));
+    }
+}
+
+/// The launches of one decoding step of a model of `attention`'s layers, after 11 steps that
+/// autotune, compile and plan.
+fn launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &Path) -> usize {
+    let model = config(attention).init::<Wgpu>(device).unwrap();
+    let mut cache = model.cache(1, CachePositions::Absolute, device).unwrap();
+    let token = |id: i64| Tensor::<Wgpu, 1, Int>::from_data(TensorData::new(vec![id], [1]), device);
+    let ids = token_ids(12);
+    for &id in &ids[..11] {
+        model.step(token(id), &mut cache).into_data();
+    }
+    let next = token(ids[11]);
+    <Wgpu as Backend>::sync(device).expect("the device syncs");
+    let before = settled_count(log);
+    model.step(next, &mut cache).into_data();
+    <Wgpu as Backend>::sync(device).expect("the device syncs");
+    settled_count(log) - before
+}
+
+/// The launches logged so far, once the log's writer (a thread of its own) has caught up.
+fn settled_count(log: &Path) -> usize {
+    let count = || {
+        std::fs::read_to_string(log)
+            .map_or(0, |text| text.lines().filter(|l| l.starts_with("Executing ")).count())
+    };
+    let mut last = count();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = count();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
