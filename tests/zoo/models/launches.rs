@@ -1,6 +1,7 @@
-//! Kernel launches of a decoding step on wgpu, bounded so that a change that adds launches
-//! fails here. On a GPU a decoding step of a small model is bound by launching its small ops
-//! (docs/benchmarks.md, the GPU sessions), so launches per layer are the figure to bring down.
+//! Kernel launches of a decoding step and of a training step on wgpu, bounded so that a change
+//! that adds launches fails here. On a GPU a small model's step is bound by launching its small
+//! ops (docs/benchmarks.md, the GPU sessions), so launches per layer are the figure to bring
+//! down.
 //!
 //! CubeCL's profiling log at its "minimal" level writes a line `Executing <kernel>` for every
 //! launch, without timing it or adding a synchronisation. The log is process-wide and fixed
@@ -11,35 +12,45 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use burn::backend::Wgpu;
 use burn::backend::wgpu::WgpuDevice;
+use burn::backend::{Autodiff, Wgpu};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::cubecl::config::{
     CubeClRuntimeConfig, RuntimeConfig, profiling::ProfilingLogLevel,
 };
 use swa_zoo::models::layers::{AttentionKind, CachePositions};
+use swa_zoo::training::batch::TokenBatch;
+use swa_zoo::training::language_model::LanguageModel;
+use swa_zoo::training::stream_memory::Stream;
 
 use crate::models::decode::{config, token_ids};
 
 /// The variable that names the launch log for the counting process.
 const LOG_VARIABLE: &str = "SWA_LAUNCH_LOG";
 
-/// Launches a decoding step may take on wgpu, per layer and outside the layers (embedding,
-/// final norm, head), by attention kind: the counts measured when the bound was set (on
-/// lavapipe, 2026-11-27), which later changes must not exceed.
-const BOUNDS: [(&str, usize, usize); 2] = [("sliding", 25, 4), ("mswa", 25, 4)];
+/// Launches a step may take on wgpu, per layer and outside the layers (embedding, final norm,
+/// head; for training also the loss and the optimizer's), by attention kind and step: the
+/// counts measured when the bound was set (on lavapipe, 2026-11-27), which later changes must
+/// not exceed. `(kind and step, per layer, outside)`.
+const BOUNDS: [(&str, usize, usize); 4] = [
+    ("sliding decoding", 25, 4),
+    ("mswa decoding", 25, 4),
+    ("sliding training", 97, 41),
+    ("mswa training", 97, 41),
+];
 
-/// Each kind's launches per decoding step, per layer and outside the layers, stay within
-/// [`BOUNDS`].
+/// Each kind's launches per decoding step and per training step, per layer and outside the
+/// layers, stay within [`BOUNDS`].
 #[test]
-fn decoding_launches_per_layer_stay_bounded_on_wgpu() {
+fn launches_per_layer_stay_bounded_on_wgpu() {
     if crate::wgpu_devices().is_none() {
         return;
     }
     let log = std::env::temp_dir().join(format!("swa-launches-{}.log", std::process::id()));
     let output = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "models::launches::count_decoding_launches", "--ignored"])
+        .args(["--exact", "models::launches::count_launches", "--ignored"])
         .args(["--nocapture", "--test-threads=1"])
         .env(LOG_VARIABLE, &log)
         .output()
@@ -60,19 +71,20 @@ fn decoding_launches_per_layer_stay_bounded_on_wgpu() {
             let counted = count(what, kind);
             assert!(
                 counted <= bound,
-                "{kind}: {counted} launches {what} per decoding step, more than the {bound} allowed"
+                "{kind}: {counted} launches {what} per step, more than the {bound} allowed"
             );
         }
     }
 }
 
-/// The counting process: for each kind, models of 2 and 4 layers decode a few tokens
-/// (autotuning, shader compilation and fusion's plans happen there), then one more step each is
-/// counted between two synchronisations; the difference gives the launches per layer. Prints
-/// `launches per layer, <kind>: <count>` and the launches outside the layers.
+/// The counting process: for each kind, models of 2 and 4 layers decode a few tokens and train
+/// a few AdamW steps (autotuning, shader compilation and fusion's plans happen there), then one
+/// more decoding step and one more training step are counted each, between two syncs; the
+/// difference of the two models gives the launches per layer. Prints `launches per layer,
+/// <kind> <step>: <count>` and `launches outside the layers, <kind> <step>: <count>`.
 #[test]
-#[ignore = "run in a process of its own by decoding_launches_per_layer_stay_bounded_on_wgpu"]
-fn count_decoding_launches() {
+#[ignore = "run in a process of its own by launches_per_layer_stay_bounded_on_wgpu"]
+fn count_launches() {
     let Some(log) = std::env::var_os(LOG_VARIABLE) else {
         return;
     };
@@ -87,15 +99,22 @@ fn count_decoding_launches() {
         ("mswa", AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] }),
     ];
     for (name, kind) in kinds {
-        let [two, four] = [2, 4].map(|layers| launches(vec![kind.clone(); layers], &device, log));
-        println!("launches per layer, {name}: {}", (four - two) / 2);
-        println!("launches outside the layers, {name}: {}", two - (four - two));
+        let steps: [(&str, Count); 2] =
+            [("decoding", decoding_launches), ("training", training_launches)];
+        for (step, launches) in steps {
+            let [two, four] =
+                [2, 4].map(|layers| launches(vec![kind.clone(); layers], &device, log));
+            println!("launches per layer, {name} {step}: {}", (four - two) / 2);
+            println!("launches outside the layers, {name} {step}: {}", two - (four - two));
+        }
     }
 }
 
-/// The launches of one decoding step of a model of `attention`'s layers, after 11 steps that
-/// autotune, compile and plan.
-fn launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &Path) -> usize {
+/// Counts the launches of one step of a model of the given layers on a device, in a log.
+type Count = fn(Vec<AttentionKind>, &WgpuDevice, &Path) -> usize;
+
+/// The launches of one decoding step of a model of `attention`'s layers, after 11 steps.
+fn decoding_launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &Path) -> usize {
     let model = config(attention).init::<Wgpu>(device).unwrap();
     let mut cache = model.cache(1, CachePositions::Absolute, device).unwrap();
     let token = |id: i64| Tensor::<Wgpu, 1, Int>::from_data(TensorData::new(vec![id], [1]), device);
@@ -104,9 +123,43 @@ fn launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &Path) -> u
         model.step(token(id), &mut cache).into_data();
     }
     let next = token(ids[11]);
+    counted(device, log, || {
+        model.step(next, &mut cache).into_data();
+    })
+}
+
+/// The launches of one AdamW step (forward, backward, update) of a language model of
+/// `attention`'s layers on a batch of 2 rows of 16 tokens, after 3 steps.
+fn training_launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &Path) -> usize {
+    type A = Autodiff<Wgpu>;
+    let mut model = LanguageModel::new(config(attention).init::<A>(device).unwrap());
+    let mut optim = AdamWConfig::new().init();
+    let ids = Tensor::<A, 2, Int>::from_data(TensorData::new(token_ids(34), [2, 17]), device);
+    let batch = || TokenBatch {
+        inputs: ids.clone().narrow(1, 0, 16),
+        targets: ids.clone().narrow(1, 1, 16),
+        scored: None,
+        stream_start: None,
+    };
+    let mut step = |model: LanguageModel<A>| {
+        let loss = model.loss(batch(), Stream::Train).loss;
+        loss.clone().into_data();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        optim.step(1e-3, model, grads)
+    };
+    for _ in 0..3 {
+        model = step(model);
+    }
+    counted(device, log, || {
+        step(model);
+    })
+}
+
+/// The launches of `work`, between two syncs of `device`.
+fn counted(device: &WgpuDevice, log: &Path, work: impl FnOnce()) -> usize {
     <Wgpu as Backend>::sync(device).expect("the device syncs");
     let before = settled_count(log);
-    model.step(next, &mut cache).into_data();
+    work();
     <Wgpu as Backend>::sync(device).expect("the device syncs");
     settled_count(log) - before
 }
