@@ -26,12 +26,11 @@ tests.
 import argparse
 import json
 import runpy
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from measure import add_timing_flags, vmhwm_kib
+from measure import add_timing_flags, decode_report
 
 
 def convert(args):
@@ -78,18 +77,7 @@ def time_decode(args):
                 n_threads=args.threads, n_threads_batch=args.threads, logits_all=False,
                 verbose=False)
     runs = [greedy_run(llm, ids, args.new_tokens) for _ in range(args.runs)]
-    decode_ms = [1e3 * decode for _, decode, _ in runs]
-    print(json.dumps({
-        "gguf": args.gguf,
-        "threads": args.threads,
-        "prompt_tokens": len(ids),
-        "new_tokens": args.new_tokens,
-        "prefill_ms": min(1e3 * prefill for prefill, _, _ in runs),
-        "decode_ms_per_token": statistics.median(decode_ms),
-        "decode_ms_per_token_runs": decode_ms,
-        "tokens": runs[-1][2],
-        "vmhwm_kib": vmhwm_kib(),
-    }))
+    print(json.dumps({"gguf": args.gguf, **decode_report(args, len(ids), runs)}))
 
 
 def main():

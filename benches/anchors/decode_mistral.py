@@ -47,7 +47,6 @@ import itertools
 import json
 import math
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,7 +55,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from measure import add_timing_flags, positive, vmhwm_kib
+from measure import add_timing_flags, decode_report, positive
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "kjv.txt"
@@ -227,21 +226,13 @@ def time_decode(args):
     if EOS in tokens:
         print(f"warning: <eos> at new token {tokens.index(EOS)}: swa-zoo stops there",
               file=sys.stderr)
-    decode_ms = [1e3 * decode for _, decode, _ in runs]
     print(json.dumps({
         "model": args.model,
         "params": sum(p.numel() for p in model.parameters()),
-        "threads": args.threads,
-        "prompt_tokens": len(ids),
-        "new_tokens": args.new_tokens,
-        "prefill_ms": min(1e3 * prefill for prefill, _, _ in runs),
-        "decode_ms_per_token": statistics.median(decode_ms),
-        "decode_ms_per_token_runs": decode_ms,
+        **decode_report(args, len(ids), runs),
         "weight_bytes_per_token": weight_bytes_per_token(model),
-        "tokens": tokens,
         "text": tokenizer.decode(tokens, skip_special_tokens=True),
         "prompt": prompt,
-        "vmhwm_kib": vmhwm_kib(),
     }))
 
 

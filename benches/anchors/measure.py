@@ -1,7 +1,9 @@
 """What the anchors share to measure: the peak resident memory they report beside their times,
-and the timing flags that `benches/decode_hf.rs` passes to every decoding anchor. Python 3,
+the timing flags that `benches/decode_hf.rs` passes to every decoding anchor, and the fields of
+its JSON line that every decoding anchor reports alike. Python 3,
 standard library only."""
 
+import statistics
 from pathlib import Path
 
 
@@ -26,3 +28,20 @@ def add_timing_flags(parser):
     parser.add_argument("--new-tokens", type=positive, default=256)
     parser.add_argument("--threads", type=positive, default=2)
     parser.add_argument("--runs", type=positive, default=3)
+
+
+def decode_report(args, prompt_tokens, runs):
+    """The fields every decoding anchor's JSON line shares, from its greedy runs (each
+    (prefill seconds, decode seconds per token, new ids)): the best prefill, the median and
+    every run's ms per token, the last run's new ids and the peak resident memory."""
+    decode_ms = [1e3 * decode for _, decode, _ in runs]
+    return {
+        "threads": args.threads,
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": args.new_tokens,
+        "prefill_ms": min(1e3 * prefill for prefill, _, _ in runs),
+        "decode_ms_per_token": statistics.median(decode_ms),
+        "decode_ms_per_token_runs": decode_ms,
+        "tokens": runs[-1][2],
+        "vmhwm_kib": vmhwm_kib(),
+    }

@@ -156,8 +156,9 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HalfDots, Widen, avx512};
-    use burn::tensor::{bf16, f16};
+    use super::{HalfDots, Widen, avx512, layout, weights};
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::{TensorData, bf16, f16};
 
     /// Values in [−1, 1) that no two neighbours share.
     fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -200,35 +201,36 @@ mod tests {
         check(f16::from_f32);
     }
 
-    /// `y_t[j][r] += x[r] · w[j]` from the AVX-512 tiles against the sums of the widened
-    /// weights in f64: rows and outputs past whole tiles, elements past whole lines and across
-    /// cache blocks of `x` (rows and elements).
-    fn check_tiles<W: Widen>(from_f32: fn(f32) -> W) {
+    /// The product of several rows, `x·w + b`, against the sums of the widened weights in f64,
+    /// on whichever path the CPU takes (AVX-512's register tiles, else widened panels through
+    /// gemm): rows and outputs past whole tiles, elements past whole lines and across cache
+    /// blocks of `x` (rows and elements).
+    fn check_rows<W: Widen>(from_f32: fn(f32) -> W) {
         for (rows, k, outputs) in [(2, 33, 9), (5, 32, 4), (7, 100, 3), (12, 1, 5), (103, 1100, 6)]
         {
-            let x = values(rows * k, 3);
+            let (x, bias) = (values(rows * k, 3), values(outputs, 5));
             let w: Vec<W> = values(outputs * k, 4).into_iter().map(from_f32).collect();
-            let Some(operand) = avx512::Operand::new::<W>(&x, rows, k) else { return };
-            let mut y_t = vec![0.5; outputs * rows];
-            operand.tiles(&w, &mut y_t);
-            for (j, w) in w.chunks_exact(k).enumerate() {
-                for (r, x) in x.chunks_exact(k).enumerate() {
-                    let want = 0.5
-                        + w.iter().zip(x).map(|(w, &a)| w.widen() as f64 * a as f64).sum::<f64>();
-                    let got = y_t[j * rows + r] as f64;
+            let tensor = |values: &[f32], shape: Vec<usize>| {
+                FlexTensor::from_data(TensorData::new(values.to_vec(), shape))
+            };
+            let y = weights(&tensor(&x, vec![rows, k]), &w, Some(&tensor(&bias, vec![outputs])));
+            let y = layout::read(&y);
+            for (r, x) in x.chunks_exact(k).enumerate() {
+                for (j, w) in w.chunks_exact(k).enumerate() {
+                    let dot: f64 = w.iter().zip(x).map(|(w, &a)| w.widen() as f64 * a as f64).sum();
+                    let (got, want) = (y[r * outputs + j] as f64, bias[j] as f64 + dot);
                     let close = (got - want).abs() <= 1e-5 * (1.0 + want.abs());
-                    assert!(close, "rows {rows}, k {k}: output {j}, row {r}: {got} vs {want}");
+                    assert!(close, "rows {rows}, k {k}: row {r}, output {j}: {got} vs {want}");
                 }
             }
         }
     }
 
-    /// The AVX-512 tiles of several rows (where the CPU has AVX-512) add the dot products of
-    /// the widened weights.
+    /// A product of several rows (a prefill) gives the widened weights' products plus the bias.
     #[test]
-    fn tiles_add_the_dot_products_of_the_widened_weights() {
-        check_tiles(bf16::from_f32);
-        check_tiles(f16::from_f32);
+    fn several_rows_give_the_products_of_the_widened_weights() {
+        check_rows(bf16::from_f32);
+        check_rows(f16::from_f32);
     }
 
     /// Every bf16 and f16 value widens to the f32 the `half` crate gives (NaNs to NaNs).
