@@ -172,7 +172,7 @@ mod on_wgpu {
     use swa_zoo::attention::kernel::{forward_emulated, grads_emulated};
 
     use super::host::{Grads, all_cases, check_grads, run_cases};
-    use crate::common::{Case, values};
+    use crate::common::{Case, heads_inner, values};
     use crate::wgpu_devices::wgpu_devices;
 
     /// Burn's wgpu backend without the fusion wrapper.
@@ -188,13 +188,22 @@ mod on_wgpu {
         Some(device)
     }
 
-    /// `forward_emulated` on `device` in f16.
+    /// `forward_emulated` on `device` in f16, the inputs in the projections' layout (`[batch, N,
+    /// H, d]` memory viewed as `[batch, H, N, d]`) when the case says so.
     fn emulated(
         device: &WgpuDevice,
         case: &Case,
         [q, k, v]: [TensorData; 3],
     ) -> Result<[Vec<f32>; 2], String> {
-        let half = |d: TensorData| Tensor::<Cube, 4>::from_data(d, (device, DType::F16));
+        let half = |d: TensorData| match case.heads_inner {
+            true => {
+                let [b, h, n, dim] = d.shape.dims();
+                let values = heads_inner(&d.to_vec::<f32>().unwrap(), [b, h, n, dim]);
+                let stored = TensorData::new(values, [b, n, h, dim]);
+                Tensor::<Cube, 4>::from_data(stored, (device, DType::F16)).swap_dims(1, 2)
+            }
+            false => Tensor::<Cube, 4>::from_data(d, (device, DType::F16)),
+        };
         let (o, lse) = forward_emulated(half(q), half(k), half(v), &case.spec, &case.opts)?;
         Ok([values(o), values(lse)])
     }
@@ -217,6 +226,8 @@ mod on_wgpu {
         };
         let mut cases = all_cases(64);
         cases.retain(|(label, case)| in_ci_variants(label, case));
+        // Every other case in the projections' layout: strided reads and writes.
+        cases.iter_mut().step_by(2).for_each(|(_, case)| case.heads_inner = true);
         let kernel = |case: &Case, inputs| emulated(&device, case, inputs);
         run_cases("FlashAttention-2 forward, emulated, d = 64", &cases, DType::F16, &kernel);
     }

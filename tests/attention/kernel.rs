@@ -83,12 +83,19 @@ mod on_wgpu {
     /// without fusion every op of the test's loss compiles on its own, which lavapipe does
     /// slowly (seconds per new shape), so one shape covers this route. On the tests' second
     /// device, so that its shaders compile beside the other wgpu tests' (`crate::wgpu_devices`).
+    /// Inputs come as a layer's projections give them (`[batch, N, H, d]` memory viewed as
+    /// `[batch, H, N, d]`), which the kernels read in place and whose order their outputs and
+    /// gradients keep.
     #[test]
     fn kernel_gradients_on_cube_backend_match_dense() {
         let Some([_, device]) = wgpu_devices() else {
             return;
         };
-        let (name, cases) = ("kernel on Autodiff<CubeBackend<Wgpu>>", kernel_cases(65, 8));
+        let cases: Vec<_> = kernel_cases(65, 8)
+            .into_iter()
+            .map(|(label, case)| (label, Case { batch: 2, heads_inner: true, ..case }))
+            .collect();
+        let name = "kernel on Autodiff<CubeBackend<Wgpu>>, [batch, N, H, d] inputs";
         check_kernel_cases::<Autodiff<Cube>>(name, &cases, Path::Dispatch, F32, &device);
     }
 

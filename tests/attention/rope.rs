@@ -45,27 +45,29 @@ fn scores_depend_only_on_relative_position_and_offset_matches() {
     assert!(RopeConfig::new(7).init().is_err(), "odd head dimension is rejected");
 }
 
-/// The fused rotation of `Autodiff<Flex>` (forward and its backward, the opposite rotation)
-/// against the tensor ops, on awkward shapes, the projections' `[batch, N, H, d]` layout,
-/// offsets, scaled frequencies and f16 (turned in f32, so compared with the f32 tensor ops on
-/// the f16 values, within F16's output tolerance; f32 within 1e-6).
-#[cfg(feature = "flex")]
-#[test]
-fn the_fused_rotation_on_flex_matches_the_tensor_ops() {
-    use burn::backend::{Autodiff, Flex};
+/// The fused rotation (forward and its backward, the opposite rotation) of an autodiff backend
+/// against the tensor ops, on awkward shapes (rows past a cube's 8, more than 32 pairs), the
+/// projections' `[batch, N, H, d]` layout, offsets, scaled frequencies and f16 (turned in f32,
+/// so compared with the f32 tensor ops on the f16 values, within F16's output tolerance; f32
+/// within 1e-6).
+#[cfg(any(feature = "flex", feature = "wgpu"))]
+fn fused_rotation_matches_the_tensor_ops<F>(device: &F::Device)
+where
+    F: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::RopeBackend,
+{
     use burn::tensor::{DType, f16};
     use swa_zoo::attention::{RopeScaling, rotate_tensor_ops};
 
     use crate::common::{F16, errors, heads_inner as heads_inner_order};
 
-    type F = Autodiff<Flex>;
-    let device = Default::default();
+    assert!(F::rope_kernel().is_some(), "the backend has a fused rotation");
     let linear = Some(RopeScaling::Linear { factor: 4.0 });
     let shapes = [
         ([1, 1, 1, 2], false, DType::F32, 0, None),
         ([3, 2, 5, 8], true, DType::F32, 7, None),
         ([2, 4, 17, 16], true, DType::F32, 0, linear),
         ([1, 3, 9, 6], false, DType::F32, 100, None),
+        ([1, 2, 11, 80], true, DType::F32, 5, None),
         ([2, 2, 33, 32], true, DType::F16, 3, None),
     ];
     let mut rng = Rng::new(29);
@@ -81,14 +83,14 @@ fn the_fused_rotation_on_flex_matches_the_tensor_ops() {
             let t = match heads_inner {
                 true => {
                     let stored = TensorData::new(heads_inner_order(&x, shape), [b, n, h, d]);
-                    Tensor::<F, 4>::from_data(stored, &device).swap_dims(1, 2)
+                    Tensor::<F, 4>::from_data(stored, device).swap_dims(1, 2)
                 }
-                false => Tensor::<F, 4>::from_data(TensorData::new(x.clone(), shape), &device),
+                false => Tensor::<F, 4>::from_data(TensorData::new(x.clone(), shape), device),
             };
             t.cast(dtype).require_grad()
         };
         let positions: Vec<usize> = (offset..offset + n).collect();
-        let gradient = Tensor::<F, 4>::from_data(TensorData::new(g.clone(), shape), &device);
+        let gradient = Tensor::<F, 4>::from_data(TensorData::new(g.clone(), shape), device);
         let run = |fused: bool| {
             let x = leaf(if fused { dtype } else { DType::F32 });
             let y = match fused {
@@ -106,4 +108,29 @@ fn the_fused_rotation_on_flex_matches_the_tensor_ops() {
             assert!(max <= tol, "{shape:?} {dtype:?}: {what} max error {max} > {tol}");
         }
     }
+}
+
+#[cfg(feature = "flex")]
+#[test]
+fn the_fused_rotation_on_flex_matches_the_tensor_ops() {
+    use burn::backend::{Autodiff, Flex};
+    fused_rotation_matches_the_tensor_ops::<Autodiff<Flex>>(&Default::default());
+}
+
+/// The CubeCL kernel (`swa_attention::kernel::rope`) on wgpu, inside fusion (Burn's `Wgpu`, as
+/// a custom op of the stream) and on the bare `CubeBackend`.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_fused_rotation_on_wgpu_matches_the_tensor_ops() {
+    use burn::backend::wgpu::{CubeBackend, WgpuRuntime};
+    use burn::backend::{Autodiff, Wgpu};
+
+    use crate::wgpu_devices::wgpu_devices;
+
+    let Some([device, second]) = wgpu_devices() else {
+        return;
+    };
+    fused_rotation_matches_the_tensor_ops::<Autodiff<Wgpu>>(&device);
+    type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+    fused_rotation_matches_the_tensor_ops::<Autodiff<Cube>>(&second);
 }

@@ -20,7 +20,7 @@ use super::backward_queries::query_grads_kernel;
 use super::backward_queries_cmma::query_grads_cmma_kernel;
 use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
-use super::config::{LaunchArgs, ROWS, placeholder, upload};
+use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
 use super::flash::{
     KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, head_order,
     max_shared,
@@ -32,7 +32,7 @@ use crate::backend::{KernelBackward, KernelGradients};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the backward kernels and returns the gradients of `q, k, v` (and of the relative scores
-/// when the call has them), shaped as them. A missing `∂L/∂lse` is zeros (one f32 per query
+/// when the call has them), shaped as them and stored in their physical order. A missing `∂L/∂lse` is zeros (one f32 per query
 /// row).
 pub(crate) fn backward<R, B>(
     inputs: KernelBackward<B>,
@@ -51,10 +51,8 @@ where
     layout.variant.relative = relative.is_some();
     let zeros = |shape, dtype| zeros_client(client.clone(), device.clone(), shape, dtype);
     let d_relative = relative.as_ref().map(|t| zeros(t.shape(), t.dtype));
-    let empty =
-        |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
     let d_lse = d_lse.unwrap_or_else(|| zeros(lse.shape(), DType::F32));
-    let (dq, dk, dv) = (empty(q.shape(), dtype), empty(k.shape(), dtype), empty(v.shape(), dtype));
+    let (dq, dk, dv) = (empty_like(&q), empty_like(&k), empty_like(&v));
     let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
     let placeholder = || placeholder(&client, &device, dtype);
     let grads = Grads {
@@ -321,7 +319,7 @@ fn launch_key_grads_flash<R: CubeRuntime>(
 /// fragment path, on any device (the tests run them on lavapipe): the forward
 /// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then dQ and dK/dV.
 /// `q, d_o: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (d = 64 or 128) in f16 or bf16 →
-/// (`dq`, `dk`, `dv`) shaped as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the
+/// (`dq`, `dk`, `dv`) shaped and stored as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the
 /// kernels do not take (their shared memory past the device's: d = 128 on lavapipe).
 pub fn grads_emulated<R, F, I, BT>(
     [q, k, v, d_o]: [Tensor<CubeBackend<R, F, I, BT>, 4>; 4],
@@ -350,8 +348,7 @@ where
     let layout = LaunchArgs::new(&client, &device, spec, opts, dim, keys);
     let d_lse = zeros_client(client.clone(), device.clone(), lse.shape(), DType::F32);
     let terms = row_terms([o, d_o.clone(), lse, d_lse], &layout);
-    let empty = |shape: Shape| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
-    let (dq, dk, dv) = (empty(q.shape()), empty(k.shape()), empty(v.shape()));
+    let (dq, dk, dv) = (empty_like(&q), empty_like(&k), empty_like(&v));
     let placeholder = || placeholder(&client, &device, dtype);
     let grads = Grads {
         q,

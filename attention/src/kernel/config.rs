@@ -5,6 +5,7 @@
 use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::permute;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
@@ -156,6 +157,23 @@ fn beta(opts: &ScoreOptions) -> f32 {
         ScoreFn::Softmax => 0.0,
         ScoreFn::Sigmoid { beta } => beta,
     }
+}
+
+/// An empty tensor of `x`'s shape and dtype whose axes lie in memory in the order of `x`'s
+/// (largest stride outermost), contiguous in that order: a kernel's output written where its
+/// input lies (e.g. `[batch, N, H, d]` memory viewed as `[batch, H, N, d]`), so that the heads
+/// merge back with a reshape that moves nothing.
+pub(crate) fn empty_like<R: CubeRuntime>(x: &CubeTensor<R>) -> CubeTensor<R> {
+    let (shape, strides) = (x.meta.shape(), x.meta.strides());
+    let mut order: Vec<usize> = (0..shape.num_dims()).collect();
+    order.sort_by_key(|&axis| std::cmp::Reverse(strides[axis]));
+    let stored = Shape::from(order.iter().map(|&axis| shape[axis]).collect::<Vec<_>>());
+    let out = empty_device_dtype(x.client.clone(), x.device.clone(), stored, x.dtype);
+    let mut back = vec![0; order.len()];
+    for (place, &axis) in order.iter().enumerate() {
+        back[axis] = place;
+    }
+    permute(out, &back)
 }
 
 /// A one-element `[1, 1, 1, 1]` tensor of `dtype`, passed where a kernel's variant reads no

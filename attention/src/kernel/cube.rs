@@ -1,5 +1,5 @@
-//! The kernels as the windowed core, the fused decode step and the fused append of
-//! `CubeBackend`, on every CubeCL runtime (wgpu, CUDA, …).
+//! The kernels as the windowed core, the fused decode step, the fused append and the fused
+//! RoPE of `CubeBackend`, on every CubeCL runtime (wgpu, CUDA, …).
 
 use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
@@ -10,13 +10,14 @@ use super::backward_launch::backward;
 use super::cache_write_launch::cache_write;
 use super::decode_launch::decode;
 use super::forward_launch::forward;
+use super::rope::rotate;
 use crate::backend::{
     KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, DecodeKernel};
 use crate::layer_ops::LayerOpsBackend;
-use crate::rope::RopeBackend;
+use crate::rope::{RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Largest head dimension the kernels take: each thread keeps a few rows of `d` floats in
@@ -98,7 +99,7 @@ where
     }
 }
 
-/// RoPE runs as tensor ops on the CubeCL backends.
+/// RoPE as one launch (`super::rope`).
 impl<R, F, I, BT> RopeBackend for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -106,6 +107,9 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        Some(rotate::<R>)
+    }
 }
 
 /// The layer ops run as tensor ops on the CubeCL backends.

@@ -29,6 +29,7 @@ use super::forward_flash::forward_flash_kernel;
 use super::fragment::{FragmentPath, LANES};
 use super::fragment_probe::fragment_probe_kernel;
 use super::mma::Mma;
+use super::rope::{PAIRS, ROWS as ROPE_ROWS, rope_kernel};
 
 /// A kernel's definition.
 type Def = KernelDefinition;
@@ -316,6 +317,18 @@ pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def
     let table = array::<u32>(&mut b);
     cache_write_kernel::expand::<F>(&mut b.scope, new_keys, new_values, keys, values, table, dtype);
     (b.build(settings("cache_write_kernel", WRITE_THREADS)), WRITE_THREADS)
+}
+
+/// RoPE (`super::rope`): a cube of [`ROPE_ROWS`] rows × [`PAIRS`] dimension pairs.
+pub(super) fn rope(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
+    use rope_kernel::F;
+    let mut b = builder(device);
+    b.scope.register_type::<F>(dtype);
+    let (x, out, angles) = (input::<F>(&mut b), output::<F>(&mut b), array::<f32>(&mut b));
+    rope_kernel::expand::<F>(&mut b.scope, x, out, angles, dtype);
+    let threads = PAIRS * ROPE_ROWS;
+    let cube = CubeDim::new_2d(PAIRS as u32, ROPE_ROWS as u32);
+    (b.build(settings("rope_kernel", threads).cube_dim(cube)), threads)
 }
 
 /// The fragment seam's probe (`super::fragment_probe`) of two warps on `path`: every operation

@@ -84,6 +84,8 @@ enum Kernel {
     KeyGradsFlash,
     Decode,
     CacheWrite,
+    /// RoPE (`super::rope`).
+    Rope,
     /// The fragment seam's probe on the native path (`super::fragment_probe`).
     FragmentProbe,
 }
@@ -103,6 +105,7 @@ impl Kernel {
             Kernel::KeyGradsFlash => "key_grads_flash",
             Kernel::Decode => "decode",
             Kernel::CacheWrite => "cache_write",
+            Kernel::Rope => "rope",
             Kernel::FragmentProbe => "fragment_probe",
         }
     }
@@ -123,11 +126,13 @@ impl Kernel {
     /// Cubes per multiprocessor the kernel needs: a one-warp tensor-core cube needs 8 (8 warps,
     /// two per scheduler), a 32-thread portable cube as many; FlashAttention-2's four-warp cubes
     /// need 2 (8 warps, as FlashAttention-2 runs at d = 128); the row terms and the append are
-    /// memory-bound passes that need 16; the probe (one cube, a test) states none.
+    /// memory-bound passes that need 16; RoPE (256-thread cubes, also memory-bound) needs 4,
+    /// half of an SM's threads; the probe (one cube, a test) states none.
     fn floor(self) -> u32 {
         match self {
             Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash => 2,
             Kernel::RowTerms | Kernel::CacheWrite => 16,
+            Kernel::Rope => 4,
             Kernel::FragmentProbe => 0,
             _ => 8,
         }
@@ -143,13 +148,16 @@ impl Kernel {
     }
 
     fn hot(self) -> bool {
-        !matches!(self, Kernel::RowTerms | Kernel::CacheWrite | Kernel::FragmentProbe)
+        !matches!(
+            self,
+            Kernel::RowTerms | Kernel::CacheWrite | Kernel::Rope | Kernel::FragmentProbe
+        )
     }
 }
 
 /// The list: every kernel at bf16, d = 64 and 128, softmax, causal; the tensor-core kernels also
 /// in f16 and with each scoring option (sigmoid with ALiBi, softcap, bidirectional); the
-/// decode step with one and two branches (LongNet); the fragment seam's probe, native, in bf16
+/// decode step with one and two branches (LongNet); the append and RoPE; the fragment seam's probe, native, in bf16
 /// and f16 (the path an sm_90 device gets). Sinks and windows are run-time values: every variant
 /// takes them.
 pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
@@ -192,6 +200,7 @@ pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
     }
     out.push(expand(&device, Kernel::Decode, DType::BF16, 64, Options { branches: 2, ..base })?);
     out.push(expand(&device, Kernel::CacheWrite, DType::BF16, 64, base)?);
+    out.push(expand(&device, Kernel::Rope, DType::BF16, 128, base)?);
     for dtype in [DType::BF16, DType::F16] {
         out.push(expand(&device, Kernel::FragmentProbe, dtype, 16, base)?);
     }
@@ -324,6 +333,7 @@ fn expand(
             definitions::decode(device, variant, options.branches, storage)
         }
         Kernel::CacheWrite => definitions::cache_write(device, storage),
+        Kernel::Rope => definitions::rope(device, storage),
         Kernel::FragmentProbe => match flash_path_for(device, dtype) {
             Some(path) => definitions::fragment_probe(device, path, storage),
             None => return Err(format!("fragment_probe {words}: not native")),

@@ -8,16 +8,16 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, TensorMetadata};
 use burn_cubecl::CubeRuntime;
-use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::config::{Variant, decode_call, narrow, upload, window_words};
+use super::config::{Variant, decode_call, empty_like, narrow, upload, window_words};
 use super::decode::{ROW_WORDS, SectionsLaunch, THREADS, decode_kernel};
 use crate::decode::{CachedBuffer, DecodeStep};
 
 /// The fused decode step on a CubeCL backend (`crate::decode::DecodeKernel`): `q: [batch, H, 1,
-/// d]` against every buffer → `o: [batch, H, 1, d]`, in `q`'s dtype.
+/// d]` against every buffer → `o: [batch, H, 1, d]`, in `q`'s dtype, stored in `q`'s physical
+/// order.
 pub(crate) fn decode<R, B>(
     q: CubeTensor<R>,
     buffers: &[CachedBuffer<'_, B>],
@@ -30,7 +30,7 @@ where
     let [batch, heads, _, dim] = q.shape().dims();
     let spec = &step.specs[0];
     let (client, device, dtype) = (q.client.clone(), q.device.clone(), q.dtype);
-    let out = empty_device_dtype(client.clone(), device.clone(), q.shape(), dtype);
+    let out = empty_like(&q);
     let host_mask = step.specs.iter().any(|s| !s.globals().is_empty());
     let (table, sections) = step_table(buffers, step, heads, host_mask);
     decode_kernel::launch::<R>(

@@ -10,7 +10,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::config::{LaunchArgs, ROWS, placeholder, upload};
+use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
 use super::flash::{self, UNITS, flash_path, head_order};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
@@ -22,7 +22,8 @@ use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and the
 /// relative scores `[batch, H, N_q, L]` when given → (`o: [batch, H, N_q, d]` in the inputs'
-/// dtype, `lse: [batch, H, N_q]` f32). Inputs may have any strides. The tensor-core kernel
+/// dtype, stored in `q`'s physical order, `lse: [batch, H, N_q]` f32). Inputs may have any
+/// strides. The tensor-core kernel
 /// reads no relative scores: calls with them run the portable kernel.
 pub(crate) fn forward<R: CubeRuntime>(
     q: CubeTensor<R>,
@@ -39,7 +40,7 @@ pub(crate) fn forward<R: CubeRuntime>(
     layout.variant.relative = relative.is_some();
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
-    let o = empty(q.meta.shape().clone(), q.dtype);
+    let o = empty_like(&q);
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     let dtype = q.dtype;
     if let Some(path) = flash_path(&client, dtype, dim, relative.is_some()) {
@@ -178,7 +179,7 @@ where
     let layout = LaunchArgs::new(&client, &q.device, spec, opts, dim, keys);
     let empty =
         |shape: Shape, dtype| empty_device_dtype(client.clone(), q.device.clone(), shape, dtype);
-    let o = empty(q.meta.shape().clone(), q.dtype);
+    let o = empty_like(&q);
     let lse = empty(Shape::new([batch, heads, q_len]), DType::F32);
     launch_flash([q, k, v], [&o, &lse], &layout, spec, FragmentPath::Emulated);
     let wrap = |t| TensorPrimitive::Float(t);

@@ -1,4 +1,4 @@
-//! The kernels, the decode step and the append inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
+//! The kernels, the decode step, the append and RoPE inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
 //! types), after `burn-vision`'s custom ops: each kernel is registered in the fusion stream as a
 //! [`CustomOpIr`], and runs the inner backend's kernel when the stream executes it. Fusion
 //! cannot fuse into a custom op; it treats it as a boundary and fuses the ops around it.
@@ -17,7 +17,7 @@ use crate::backend::{
 };
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::layer_ops::LayerOpsBackend;
-use crate::rope::RopeBackend;
+use crate::rope::{RopeAngles, RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 impl<B: FusionBackend + WindowedKernelBackend> WindowedKernelBackend for Fusion<B> {
@@ -107,8 +107,41 @@ where
     }
 }
 
-/// RoPE runs as tensor ops, which fusion fuses itself.
-impl<B: FusionBackend> RopeBackend for Fusion<B> {}
+/// The inner backend's fused RoPE, as one custom op of the stream.
+impl<B: FusionBackend + RopeBackend> RopeBackend for Fusion<B> {
+    fn rope_kernel() -> Option<RotateKernel<Self>> {
+        B::rope_kernel().map(|_| rotate::<B> as RotateKernel<Self>)
+    }
+}
+
+/// Registers the inner backend's rotation: `[x]` → `[x turned]`.
+fn rotate<B: FusionBackend + RopeBackend>(
+    x: FloatTensor<Fusion<B>>,
+    angles: &RopeAngles,
+) -> FloatTensor<Fusion<B>> {
+    let client = x.client.clone();
+    let out = TensorIr::uninit(client.create_empty_handle(), x.shape.clone(), x.dtype);
+    let streams = OperationStreams::with_inputs([&x]);
+    let desc = CustomOpIr::new("swa_rope", &[x.into_ir()], &[out]);
+    let op = RopeOp::<B> { desc: desc.clone(), angles: angles.clone(), backend: PhantomData };
+    client.register(streams, OperationIr::Custom(desc), op).output()
+}
+
+/// A registered rotation: its tensors and its angles.
+#[derive(Clone, Debug)]
+struct RopeOp<B> {
+    desc: CustomOpIr,
+    angles: RopeAngles,
+    backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + RopeBackend> Operation<B::FusionRuntime> for RopeOp<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let rotate = B::rope_kernel().expect("registered only when the inner backend has one");
+        let x = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, rotate(x, &self.angles));
+    }
+}
 
 /// The layer ops run as tensor ops, which fusion fuses itself.
 impl<B: FusionBackend> LayerOpsBackend for Fusion<B> {}

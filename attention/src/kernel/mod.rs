@@ -27,6 +27,7 @@
 //!   `fragment_probe`: every operation of it on a device, for the tests.
 //! - `decode` and `decode_launch`: the fused decode step of the bounded caches;
 //!   `cache_write` and `cache_write_launch`: their fused append.
+//! - `rope`: RoPE as one launch (kernel and host side).
 //! - `cuda_source` and `cuda_definitions` (feature `cuda-check`): the kernels' CUDA C++, made
 //!   without a device, for the offline CUDA check (`.ci/cuda-check`).
 //! - `cube`: the kernels as `CubeBackend`'s core (`crate::autodiff` makes them one
@@ -63,6 +64,7 @@ mod mma;
 mod probe;
 mod prologue;
 mod reach;
+mod rope;
 mod score;
 mod tile;
 mod visibility;

@@ -1,0 +1,77 @@
+//! RoPE as one CubeCL launch (docs/semantics.md §4; reference: the tensor ops,
+//! [`crate::rope::rotate_tensor_ops`]). As tensor ops a rotation is two narrows, a
+//! concatenation (two slice-assigns) and a fused product: five launches for q and five for k in
+//! every layer of every decoding step and training pass; here it is one each. Each row is read
+//! where it lies (any strides, e.g. the `[batch, N, H, d]` memory of a projection viewed as
+//! `[batch, H, N, d]`) and written, turned, to the same place of a new buffer stored in the
+//! input's physical order, so that the heads merge back without a copy. Half precision is
+//! turned in f32 and rounded once.
+
+use burn::tensor::{DType, TensorMetadata};
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use super::config::{empty_like, upload};
+use super::prologue::offset;
+use crate::rope::RopeAngles;
+
+/// Threads per cube along a row's dimension pairs (a row of more pairs loops).
+pub(crate) const PAIRS: usize = 32;
+
+/// Rows per cube.
+pub(crate) const ROWS: usize = 8;
+
+/// `x: [batch, H, N, d]` → `out` of the same shape: pair `k` of row `n` (dimensions `k` and
+/// `k + d/2`) turned by `angles`, `[2, N, d/2]` f32 (every `cos θ`, then every `sin θ`). Grid:
+/// (row blocks of [`ROWS`], H, batch).
+#[cube(launch)]
+pub(crate) fn rope_kernel<F: Float>(
+    x: &Tensor<F>,
+    out: &mut Tensor<F>,
+    angles: &Array<f32>,
+    #[define(F)] _dtype: StorageType,
+) {
+    let rows = x.shape(2);
+    let row = CUBE_POS_X as usize * ROWS + UNIT_POS_Y as usize;
+    if row < rows {
+        let half = x.shape(3) / 2;
+        let (batch, head) = (CUBE_POS_Z as usize, CUBE_POS_Y as usize);
+        let from = offset(x, batch, head, row);
+        let to = offset(out, batch, head, row);
+        let (step_x, step_out) = (x.stride(3), out.stride(3));
+        let (cosines, sines) = (row * half, (rows + row) * half);
+        for round in 0..half.div_ceil(PAIRS) {
+            let k = UNIT_POS_X as usize + round * PAIRS;
+            if k < half {
+                let (cos, sin) = (angles[cosines + k], angles[sines + k]);
+                let first = f32::cast_from(x[from + k * step_x]);
+                let second = f32::cast_from(x[from + (k + half) * step_x]);
+                out[to + k * step_out] = F::cast_from(first * cos - second * sin);
+                out[to + (k + half) * step_out] = F::cast_from(second * cos + first * sin);
+            }
+        }
+    }
+}
+
+/// The fused rotation on a CubeCL backend ([`crate::rope::RotateKernel`]): `x: [batch, H, N,
+/// d]`, row `n` turned by `angles` row `n` → the same shape and dtype, stored in `x`'s physical
+/// order.
+pub(crate) fn rotate<R: CubeRuntime>(x: CubeTensor<R>, angles: &RopeAngles) -> CubeTensor<R> {
+    let [batch, heads, rows, dim] = x.shape().dims();
+    assert_eq!(dim, 2 * angles.half, "RoPE built for head_dim {} got {dim}", 2 * angles.half);
+    assert_eq!(rows, angles.rows, "RoPE got {} positions for {rows} rows", angles.rows);
+    let (client, device, dtype) = (x.client.clone(), x.device.clone(), x.dtype);
+    let out = empty_like(&x);
+    let table: Vec<f32> = angles.cos.iter().chain(&angles.sin).copied().collect();
+    rope_kernel::launch::<R>(
+        &client,
+        CubeCount::Static(rows.div_ceil(ROWS) as u32, heads as u32, batch as u32),
+        CubeDim::new_2d(PAIRS as u32, ROWS as u32),
+        x.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        upload(&client, &device, f32::as_bytes(&table), DType::F32).into_array_arg(),
+        dtype.into(),
+    );
+    out
+}
