@@ -106,6 +106,14 @@ pub enum AppError {
         /// What does not fit.
         problem: String,
     },
+    /// A benchmark's anchor (a script of `benches/anchors/`) did not start, failed or printed
+    /// no result.
+    Anchor {
+        /// The script.
+        script: String,
+        /// What went wrong: its error output, or why its line could not be read.
+        problem: String,
+    },
     /// A study's corpus cannot be read.
     StudyCorpus {
         /// Why the corpus could not be read.
@@ -206,6 +214,7 @@ impl fmt::Display for AppError {
             Panicked { message } => write!(f, "panicked: {message}"),
             Sync(source) => write!(f, "device sync failed: {source:?}"),
             BenchSettings { problem } => write!(f, "{problem}"),
+            Anchor { script, problem } => write!(f, "the anchor {script} failed: {problem}"),
             StudyCorpus { source } => {
                 write!(f, "{source} (pass --corpus PATH for another text, or --corpus embedded)")
             }

@@ -5,6 +5,8 @@ both `swa-zoo generate --hf DIR` and transformers load, timed per token on the t
         [--dtype float32|bfloat16]
     python3 benches/anchors/decode_mistral.py time --model DIR [--prompt TEXT]
         [--prompt-tokens 64] [--new-tokens 256] [--threads 2] [--runs 3]
+        [--device cpu|cuda] [--dtype float32|bfloat16] [--batch 1] [--cache dynamic|static]
+        [--compile]
 
 `make` writes a complete model directory, built here and never downloaded: a MistralForCausalLM
 (`--shape 50m`: 6 layers, hidden 512, 8 heads, 2 KV heads, MLP 1536, about 50.9M parameters;
@@ -25,7 +27,8 @@ never ends early on either side. It prints the parameter count. It refuses (exit
 directory that already holds a config.json.
 
 `time` loads DIR with transformers (eager attention, float32 whatever the file's type: a
-bfloat16 checkpoint runs on its rounded weights, `--threads` intra-op threads),
+bfloat16 checkpoint runs on its rounded weights, `--threads` intra-op threads; on `--device
+cuda`, SDPA attention in `--dtype`, what a user of transformers gets there),
 repeats the prompt text (default: one fixed English sentence), joined by spaces, until it is
 long enough, and cuts it to exactly `--prompt-tokens` tokens, `<bos>` included, checking that
 the cut text encodes to those very tokens. It prints that text to stderr, with the swa-zoo
@@ -33,7 +36,12 @@ command that receives the same tokens. Then, `--runs` times, it times a greedy g
 `--new-tokens` tokens in a manual loop: the prefill (one forward pass over the prompt with the
 cache and, as `generate` does, the logits of its last position only, up to the argmax of the
 first new token) and the decode (every further single-token step with the cached keys and
-values, argmax included), never stopping at `<eos>`. It prints ONE JSON line on stdout:
+values, argmax included), never stopping at `<eos>`. `--batch` rows decode the same prompt
+at once (ms per step, not per row). `--cache static` decodes with transformers' StaticCache
+(every step of one shape), and `--compile` (which implies it) runs the model's forward under
+`torch.compile(mode="reduce-overhead")`, CUDA graphs included on CUDA; the first run (the
+compilation's) is then left out of the medians. On CUDA every time is taken after a
+synchronisation. It prints ONE JSON line on stdout:
     {"model", "params", "threads", "prompt_tokens", "new_tokens", "prefill_ms" (best run),
      "decode_ms_per_token" (median run), "decode_ms_per_token_runs", "weight_bytes_per_token"
      (f32 bytes of every parameter but the input embedding table: what one decode step reads),
@@ -43,6 +51,7 @@ Used only for benchmarks, never by the build or the tests.
 """
 
 import argparse
+import inspect
 import itertools
 import json
 import math
@@ -194,19 +203,43 @@ def weight_bytes_per_token(model):
     return 4 * sum(p.numel() for p in model.parameters() if tied or p is not table)
 
 
+def cache_keyword(model):
+    """The name the model's forward takes its cache under: `cache` from transformers 5.24,
+    `past_key_values` before (the GPU machines' 5.17)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def clock(device):
+    """Seconds now, once the device's queued work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 @torch.inference_mode()
-def greedy_run(model, ids, new_tokens):
-    """One greedy generation: (prefill seconds, decode seconds per token, new ids)."""
-    start = time.perf_counter()
-    out = model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
+def greedy_run(model, ids, new_tokens, batch=1, static=False):
+    """One greedy generation of `batch` copies of the prompt: (prefill seconds, decode seconds
+    per step, the first row's new ids)."""
+    device, keyword = model.device, cache_keyword(model)
+    prompt = torch.tensor([ids] * batch, device=device)
+    kwargs = {"use_cache": True}
+    if static:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=len(ids) + new_tokens)
+        kwargs |= {keyword: cache, "cache_position": torch.arange(len(ids), device=device)}
+    start = clock(device)
+    out = model(input_ids=prompt, logits_to_keep=1, **kwargs)
     token = out.logits[:, -1].argmax(-1, keepdim=True)
-    prefilled = time.perf_counter()
+    prefilled = clock(device)
     tokens = [token]
-    for _ in range(new_tokens - 1):
-        out = model(input_ids=token, cache=out.cache, use_cache=True)
+    for step in range(new_tokens - 1):
+        if static:
+            kwargs["cache_position"] = torch.tensor([len(ids) + step], device=device)
+        else:
+            kwargs[keyword] = getattr(out, "cache", None) or out.past_key_values
+        out = model(input_ids=token, **kwargs)
         token = out.logits[:, -1].argmax(-1, keepdim=True)
         tokens.append(token)
-    done = time.perf_counter()
+    done = clock(device)
     decode = (done - prefilled) / max(new_tokens - 1, 1)
     return prefilled - start, decode, torch.cat(tokens, 1)[0].tolist()
 
@@ -219,15 +252,27 @@ def time_decode(args):
     print(f"prompt ({len(ids)} tokens with <bos>): {prompt}\nthe same tokens in swa-zoo:\n"
           f"  swa-zoo generate --hf {shlex.quote(args.model)} --prompt {shlex.quote(prompt)} "
           f"--tokens {args.new_tokens} --temperature 0", file=sys.stderr)
+    cuda = args.device == "cuda"
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=torch.float32, attn_implementation="eager").eval()
-    runs = [greedy_run(model, ids, args.new_tokens) for _ in range(args.runs)]
+        args.model, dtype=getattr(torch, args.dtype),
+        attn_implementation="sdpa" if cuda else "eager").to(args.device).eval()
+    static = args.cache == "static" or args.compile
+    if args.compile:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    run = lambda: greedy_run(model, ids, args.new_tokens, args.batch, static)
+    if args.compile:
+        run()
+    runs = [run() for _ in range(args.runs)]
     tokens = runs[-1][2]
     if EOS in tokens:
         print(f"warning: <eos> at new token {tokens.index(EOS)}: swa-zoo stops there",
               file=sys.stderr)
     print(json.dumps({
         "model": args.model,
+        "device": args.device,
+        "dtype": args.dtype,
+        "batch": args.batch,
+        "mode": "compile" if args.compile else args.cache,
         "params": sum(p.numel() for p in model.parameters()),
         **decode_report(args, len(ids), runs),
         "weight_bytes_per_token": weight_bytes_per_token(model),
@@ -248,6 +293,11 @@ def main():
     time_args.add_argument("--model", required=True)
     time_args.add_argument("--prompt", default=SENTENCE)
     time_args.add_argument("--prompt-tokens", type=positive, default=64)
+    time_args.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    time_args.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    time_args.add_argument("--batch", type=positive, default=1)
+    time_args.add_argument("--cache", choices=["dynamic", "static"], default="dynamic")
+    time_args.add_argument("--compile", action="store_true")
     add_timing_flags(time_args)
     args = parser.parse_args()
     make(args) if args.command == "make" else time_decode(args)

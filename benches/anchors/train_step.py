@@ -9,17 +9,27 @@ the Book of Genesis exactly as training/src/loader.rs draws them.
 
     python3 benches/anchors/train_step.py --spec SPEC.json [--compile] [--threads 2]
         [--warmup 3] [--steps 20] [--full-run] [--show-first-offsets]
+        [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--attention sdpa|flex]
 
 SPEC.json is written by the Rust bench (keys: name, vocab, d_model, layers, heads, kv_heads,
 mlp_hidden, windows[layer][head], seq_len, batch, lr, min_lr_ratio, warmup_steps, total_steps,
 weight_decay, grad_clip, adam_eps, beta1, beta2, norm_eps, rope_base, seed, checkpoint_every,
 valid_batches, corpus, params).
 
+On `--device cuda` the model and batches live on the card and every time is taken after a
+synchronisation. `--dtype bfloat16` (or float16) trains under torch.autocast in that type with
+f32 weights, gradients and AdamW state (what swa-zoo's mixed precision keeps; float16 with
+torch's dynamic GradScaler). `--attention flex` runs the windowed attention with FlexAttention:
+one block mask per layer built at start (the layer's per-head windows as its mask_mod), and
+`flex_attention` compiled on its own, as its users run it (uncompiled it is a reference
+implementation); with `--compile` the whole loss is compiled around it.
+
 Throughput mode (default) runs `--warmup` untimed steps, then `--steps` timed training steps
 (batch, forward, loss, backward, clipping, AdamW, learning rate, zero_grad), and prints one JSON
 line on stdout:
     {"name", "mode": "eager"|"compile", "threads", "params", "tokens_per_s", "ms_per_step",
-     "vmhwm_kib"}
+     "vmhwm_kib", "first_step_s" (from the process's start to the end of the first step),
+     "gpu_peak_mib" (torch.cuda.max_memory_allocated; null on the CPU)}
 `--full-run` trains the run's steps in the order swa-zoo's Learner does (progress on stderr every
 100 steps), then scores the validation split with the final weights, and prints the same line
 with "valid_loss" (mean cross-entropy, nats) and "wall_s" (the whole run) added; its
@@ -153,11 +163,38 @@ def sliding_mask(windows_of_heads, seq_len):
     return ((j <= i) & (j > i - w)).unsqueeze(0)
 
 
+def flex_block_mask(windows_of_heads, seq_len, device):
+    """FlexAttention's block mask of a layer: head h's query i sees key j when
+    i − W_h + 1 ≤ j ≤ i (the rule of `sliding_mask`)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    widths = torch.tensor(windows_of_heads, device=device)
+
+    def visible(b, h, i, j):
+        return (j <= i) & (j > i - widths[h])
+
+    return create_block_mask(visible, B=None, H=len(windows_of_heads), Q_LEN=seq_len,
+                             KV_LEN=seq_len, device=device)
+
+
+FLEX_ATTENTION = None
+
+
+def flex_attention():
+    """`flex_attention` compiled once for the process."""
+    global FLEX_ATTENTION
+    if FLEX_ATTENTION is None:
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
+        FLEX_ATTENTION = torch.compile(flex)
+    return FLEX_ATTENTION
+
+
 class Attention(nn.Module):
     """q, k, v, o without bias; RoPE on q and k; softmax at scale 1/√d_h under the layer's
-    mask."""
+    mask (a dense boolean mask for SDPA, or FlexAttention's block mask)."""
 
-    def __init__(self, spec, windows_of_heads):
+    def __init__(self, spec, windows_of_heads, flex=False, device="cpu"):
         super().__init__()
         d, self.heads, self.kv_heads = spec["d_model"], spec["heads"], spec["kv_heads"]
         self.head_dim = d // self.heads
@@ -165,7 +202,12 @@ class Attention(nn.Module):
         self.key = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
         self.value = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
         self.output = nn.Linear(self.heads * self.head_dim, d, bias=False)
-        mask = sliding_mask(windows_of_heads, spec["seq_len"])
+        self.block_mask = None
+        if flex:
+            self.block_mask = flex_block_mask(windows_of_heads, spec["seq_len"], device)
+            mask = torch.zeros(0, dtype=torch.bool)
+        else:
+            mask = sliding_mask(windows_of_heads, spec["seq_len"])
         self.register_buffer("mask", mask, persistent=False)
 
     def split(self, x, heads):
@@ -176,9 +218,11 @@ class Attention(nn.Module):
         q = rotate_half(self.split(self.query(x), self.heads), cos, sin)
         k = rotate_half(self.split(self.key(x), self.kv_heads), cos, sin)
         v = self.split(self.value(x), self.kv_heads)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=self.mask, enable_gqa=self.heads != self.kv_heads
-        )
+        gqa = self.heads != self.kv_heads
+        if self.block_mask is not None:
+            out = flex_attention()(q, k, v, block_mask=self.block_mask, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, enable_gqa=gqa)
         return self.output(out.transpose(1, 2).flatten(2))
 
 
@@ -198,10 +242,10 @@ class GatedMlp(nn.Module):
 class Block(nn.Module):
     """Transformer++: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, spec, windows_of_heads):
+    def __init__(self, spec, windows_of_heads, flex=False, device="cpu"):
         super().__init__()
         self.attention_norm = RmsNorm(spec["d_model"], spec["norm_eps"])
-        self.attention = Attention(spec, windows_of_heads)
+        self.attention = Attention(spec, windows_of_heads, flex, device)
         self.mlp_norm = RmsNorm(spec["d_model"], spec["norm_eps"])
         self.mlp = GatedMlp(spec["d_model"], spec["mlp_hidden"])
 
@@ -213,11 +257,11 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """Embedding, the blocks, a final RMSNorm and the untied LM head: `[batch, N]` → logits."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, flex=False, device="cpu"):
         super().__init__()
         d = spec["d_model"]
         self.embedding = nn.Embedding(spec["vocab"], d)
-        self.blocks = nn.ModuleList(Block(spec, w) for w in spec["windows"])
+        self.blocks = nn.ModuleList(Block(spec, w, flex, device) for w in spec["windows"])
         self.norm = RmsNorm(d, spec["norm_eps"])
         self.head = nn.Linear(d, spec["vocab"], bias=False)
         cos, sin = rope_tables(spec["seq_len"], d // spec["heads"], spec["rope_base"])
@@ -277,15 +321,21 @@ def adamw(spec, params):
 
 
 class Trainer:
-    """The model, its loss (compiled or not), the optimizer and the update count."""
+    """The model, its loss (compiled or not) under autocast in `dtype` when that is a half
+    type, the optimizer and the update count."""
 
-    def __init__(self, spec, compile_loss):
+    def __init__(self, spec, args):
         torch.manual_seed(spec["seed"])
-        self.spec = spec
-        self.model = Decoder(spec)
+        self.spec, self.device = spec, torch.device(args.device)
+        flex = args.attention == "flex"
+        self.model = Decoder(spec, flex, self.device).to(self.device)
         self.params = list(self.model.parameters())
-        self.loss = torch.compile(mean_cross_entropy) if compile_loss else mean_cross_entropy
+        self.loss = torch.compile(mean_cross_entropy) if args.compile else mean_cross_entropy
         self.optimizer = adamw(spec, self.params)
+        self.dtype = getattr(torch, args.dtype)
+        half = self.dtype != torch.float32
+        self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=half)
+        self.scaler = torch.amp.GradScaler(enabled=self.dtype == torch.float16)
         self.updates = 0
 
     def param_count(self):
@@ -294,22 +344,26 @@ class Trainer:
     def step(self, tokens, epoch, step):
         """One training step on batch `step` of loader epoch `epoch`; returns the loss tensor."""
         keys = train_keys(self.spec, epoch, step)
-        inputs, targets = windows(tokens, self.spec["seq_len"], keys)
-        loss = self.loss(self.model, inputs, targets)
-        loss.backward()
+        inputs, targets = (t.to(self.device) for t in windows(tokens, self.spec["seq_len"], keys))
+        with self.autocast:
+            loss = self.loss(self.model, inputs, targets)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
         clip_each_gradient(self.params, self.spec["grad_clip"])
         self.updates += 1
         for group in self.optimizer.param_groups:
             group["lr"] = warmup_cosine(self.spec, self.updates)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.optimizer.zero_grad()
         return loss
 
     @torch.no_grad()
     def valid_loss(self, tokens):
         """Mean of the per-batch mean losses over the validation batches, eagerly."""
-        losses = [mean_cross_entropy(self.model, i, t).item()
-                  for i, t in valid_batches(self.spec, tokens)]
+        with self.autocast:
+            losses = [mean_cross_entropy(self.model, i.to(self.device), t.to(self.device)).item()
+                      for i, t in valid_batches(self.spec, tokens)]
         return sum(losses) / len(losses)
 
 
@@ -317,16 +371,28 @@ class Trainer:
 # Runs and report.
 
 
+def clock(device):
+    """Seconds now, once the device's queued work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def report(spec, args, params, steps, seconds, **extra):
     tokens = spec["batch"] * spec["seq_len"] * steps
+    cuda = args.device == "cuda"
     line = {
         "name": spec["name"],
         "mode": "compile" if args.compile else "eager",
+        "device": args.device,
+        "dtype": args.dtype,
+        "attention": args.attention,
         "threads": args.threads,
         "params": params,
         "tokens_per_s": tokens / seconds,
         "ms_per_step": seconds * 1e3 / steps,
         "vmhwm_kib": vmhwm_kib(),
+        "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         **extra,
     }
     print(json.dumps(line), flush=True)
@@ -342,14 +408,18 @@ def show_first_offsets(spec, tokens, count=3):
                   file=sys.stderr)
 
 
-def throughput(spec, args, trainer, train):
+def throughput(spec, args, trainer, train, began):
     order = training_order(spec, args.warmup + args.steps)
+    first_step_s = None
     for epoch, step in order[: args.warmup]:
         trainer.step(train, epoch, step)
-    start = time.perf_counter()
+        if first_step_s is None:
+            first_step_s = clock(trainer.device) - began
+    start = clock(trainer.device)
     for epoch, step in order[args.warmup :]:
         trainer.step(train, epoch, step)
-    report(spec, args, trainer.param_count(), args.steps, time.perf_counter() - start)
+    seconds = clock(trainer.device) - start
+    report(spec, args, trainer.param_count(), args.steps, seconds, first_step_s=first_step_s)
 
 
 def full_run(spec, args, trainer, train, valid, began):
@@ -382,6 +452,9 @@ def parse_args():
     parser.add_argument("--show-first-offsets", action="store_true",
                         help="print the first training windows' offsets on stderr")
     parser.add_argument("--max-steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    parser.add_argument("--attention", choices=["sdpa", "flex"], default="sdpa")
     return parser.parse_args()
 
 
@@ -402,14 +475,14 @@ def main():
     train, valid = split_corpus(spec["corpus"])
     if args.show_first_offsets:
         show_first_offsets(spec, train)
-    trainer = Trainer(spec, args.compile)
+    trainer = Trainer(spec, args)
     if trainer.param_count() != spec["params"]:
         sys.exit(f"train_step.py: the torch model has {trainer.param_count()} parameters, "
                  f"the spec says {spec['params']}")
     if args.full_run:
         full_run(spec, args, trainer, train, valid, began)
     else:
-        throughput(spec, args, trainer, train)
+        throughput(spec, args, trainer, train, began)
 
 
 if __name__ == "__main__":
