@@ -102,6 +102,7 @@ fn launch<B: TrainingBackend>(
         ExecutionStrategy::DistributedDataParallel { devices, .. } => devices.as_slice(),
         _ => main,
     };
+    keep_compiled_kernels();
     for device in devices {
         let int = <B::IntElem as burn::tensor::Element>::dtype();
         match burn::tensor::set_default_dtypes::<B>(device, precision.dtype(), int) {
@@ -119,6 +120,25 @@ fn launch<B: TrainingBackend>(
         }
     }
     job.run_with(strategy)
+}
+
+/// Turns on CubeCL's on-disk cache of compiled kernels (CUDA's PTX, Vulkan's SPIR-V) unless a
+/// `cubecl.toml` says where to keep it, before the first device reads CubeCL's configuration: a
+/// second start of the same model then skips NVRTC, which is most of a cold start on CUDA
+/// (docs/benchmarks.md, the GPU sessions). The cache sits in the `target` folder of the
+/// project run from (`~/.cache/cubecl` outside one), beside CubeCL's autotune cache, which is
+/// on disk by default. The rest of the configuration is CubeCL's own: its files and
+/// environment variables. Nothing happens where the configuration was already read.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn keep_compiled_kernels() {
+    use swa_attention::cubecl::config::cache::CacheConfig;
+    use swa_attention::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+    let mut state = CubeClRuntimeConfig::storage().lock();
+    if state.is_none() {
+        let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
+        config.compilation.cache.get_or_insert(CacheConfig::Target);
+        *state = Some(std::sync::Arc::new(config));
+    }
 }
 
 /// wgpu devices: index 0 is the default adapter, `n` the n-th discrete GPU. Several run under

@@ -1,5 +1,6 @@
 //! Kernel launches of a decoding step and of a training step on wgpu, bounded so that a change
-//! that adds launches fails here. On a GPU a small model's step is bound by launching its small
+//! that adds launches fails here; and the kernels compiled on the way, which must not grow with
+//! the model's depth (a cold start on CUDA is mostly NVRTC compiling them). On a GPU a small model's step is bound by launching its small
 //! ops (docs/benchmarks.md, the GPU sessions), so launches per layer are the figure to bring
 //! down.
 //!
@@ -18,6 +19,7 @@ use burn::backend::{Autodiff, Wgpu};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use swa_zoo::attention::cubecl::config::compilation::CompilationLogLevel;
 use swa_zoo::attention::cubecl::config::{
     CubeClRuntimeConfig, RuntimeConfig, profiling::ProfilingLogLevel,
 };
@@ -57,6 +59,7 @@ fn launches_per_layer_stay_bounded_on_wgpu() {
         .output()
         .expect("the test binary runs again");
     let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(log.with_extension("compiled"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     let count = |what: &str, kind: &str| {
@@ -76,6 +79,12 @@ fn launches_per_layer_stay_bounded_on_wgpu() {
                  {stdout}"
             );
         }
+        // Kernels are shared by the layers: a deeper model compiles nothing new (a kernel
+        // variant or an autotune key per layer would multiply a cold start with the depth).
+        let deeper = format!("kernels compiled, {kind}: ");
+        let more = stdout.lines().find_map(|line| line.split_once(deeper.as_str()));
+        let more = more.and_then(|(_, counts)| counts.split(", then ").nth(1));
+        assert_eq!(more, Some("0 more"), "{kind}: the deeper model compiled kernels\n{stdout}");
     }
 }
 
@@ -83,8 +92,11 @@ fn launches_per_layer_stay_bounded_on_wgpu() {
 /// a few AdamW steps (autotuning, shader compilation and fusion's plans happen there), then one
 /// more decoding step and one more training step are counted each, between two syncs; the
 /// difference of the two models gives the launches per layer. Prints `launches per layer,
-/// <kind> <step>: <count>`, `launches outside the layers, <kind> <step>: <count>` and the
-/// launches per layer by kernel (which the failure message shows).
+/// <kind> <step>: <count>`, `launches outside the layers, <kind> <step>: <count>`, the
+/// launches per layer by kernel (which the failure message shows), and `kernels compiled,
+/// <kind> <step>: <by the 2-layer model>, then <by the 4-layer one> more` (CubeCL's
+/// compilation log, `[Compiling kernel] <name>` per compilation: shader compiles, NVRTC on
+/// CUDA, autotune candidates included).
 #[test]
 #[ignore = "run in a process of its own by launches_per_layer_stay_bounded_on_wgpu"]
 fn count_launches() {
@@ -92,9 +104,12 @@ fn count_launches() {
         return;
     };
     let log = Path::new(&log);
+    let compile_log = log.with_extension("compiled");
     let mut runtime = CubeClRuntimeConfig::default();
     runtime.profiling.logger.level = ProfilingLogLevel::Minimal;
     runtime.profiling.logger.file = Some(log.to_path_buf());
+    runtime.compilation.logger.level = CompilationLogLevel::Basic;
+    runtime.compilation.logger.file = Some(compile_log.clone());
     CubeClRuntimeConfig::set(runtime);
     let device = WgpuDevice::DefaultDevice;
     let kinds = [
@@ -105,8 +120,12 @@ fn count_launches() {
         let steps: [(&str, Count); 2] =
             [("decoding", decoding_launches), ("training", training_launches)];
         for (step, launches) in steps {
-            let [two, four] =
-                [2, 4].map(|layers| launches(vec![kind.clone(); layers], &device, log));
+            let [(two, compiled_two), (four, compiled_four)] = [2, 4].map(|layers| {
+                let before = settled_lines(&compile_log, COMPILING).len();
+                let counts = launches(vec![kind.clone(); layers], &device, log);
+                (counts, settled_lines(&compile_log, COMPILING).len() - before)
+            });
+            println!("kernels compiled, {name} {step}: {compiled_two}, then {compiled_four} more");
             let total = |counts: &Kernels| counts.values().sum::<usize>();
             let (two_total, four_total) = (total(&two), total(&four));
             println!("launches per layer, {name} {step}: {}", (four_total - two_total) / 2);
@@ -171,22 +190,26 @@ fn training_launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &P
 /// The launches of `work` by kernel, between two syncs of `device`.
 fn counted(device: &WgpuDevice, log: &Path, work: impl FnOnce()) -> Kernels {
     <Wgpu as Backend>::sync(device).expect("the device syncs");
-    let before = settled_launches(log).len();
+    let before = settled_lines(log, EXECUTING).len();
     work();
     <Wgpu as Backend>::sync(device).expect("the device syncs");
     let mut kernels = Kernels::new();
-    for kernel in &settled_launches(log)[before..] {
+    for kernel in &settled_lines(log, EXECUTING)[before..] {
         *kernels.entry(kernel.clone()).or_default() += 1;
     }
     kernels
 }
 
-/// The kernels launched so far (the name of each `Executing <kernel>` line, without its
+/// How the profiling log starts a launch's line, and the compilation log a compilation's.
+const EXECUTING: &str = "Executing ";
+const COMPILING: &str = "[Compiling kernel] ";
+
+/// The kernels named so far by the lines of `log` that start with `prefix` (without their
 /// generic arguments), once the log's writer (a thread of its own) has caught up.
-fn settled_launches(log: &Path) -> Vec<String> {
+fn settled_lines(log: &Path, prefix: &str) -> Vec<String> {
     let read = || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let names = text.lines().filter_map(|line| line.strip_prefix("Executing "));
+        let names = text.lines().filter_map(|line| line.strip_prefix(prefix));
         names.map(|name| name.split(['<', ' ']).next().unwrap_or(name).to_string()).collect()
     };
     let mut last: Vec<String> = read();
