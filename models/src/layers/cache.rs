@@ -94,21 +94,29 @@ impl<B: Backend> KvCache<B> {
         self.len == 0
     }
 
-    /// Bytes held by the cached keys and values.
+    /// Bytes of the cached keys and values of the positions held. A growing ring also holds
+    /// empty slots reserved for the next positions (at most as many as it holds, none once
+    /// full), which this leaves out: it is what the cache keeps, as a ring grown one slot at a
+    /// time would hold it.
     pub fn bytes(&self) -> usize {
-        let bytes = |t: &Option<Tensor<B, 4>>| {
-            t.as_ref().map_or(0, |t| t.shape().num_elements() * t.dtype().size())
+        let bytes = |b: &Buffer<B>, t: &Option<Tensor<B, 4>>| {
+            t.as_ref().map_or(0, |t| {
+                let [batch, heads, _, d] = t.dims();
+                batch * heads * b.held() * d * t.dtype().size()
+            })
         };
-        self.buffers.iter().map(|b| bytes(&b.keys) + bytes(&b.values)).sum()
+        self.buffers.iter().map(|b| bytes(b, &b.keys) + bytes(b, &b.values)).sum()
     }
 
     /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE;
     /// `rope` is the layer's rotation, `None` for a layer without RoPE.
     ///
-    /// Once every buffer's ring is full, a backend with a fused append
-    /// ([`swa_attention::WindowedAttentionBackend::windowed_cache_write`]) writes all of them in one op (unless
-    /// [`swa_attention::FUSED_OPS_VARIABLE`] turns the fused ops off); otherwise each buffer writes its
-    /// slot with tensor ops.
+    /// Under absolute positions a ring with no slot for the position first grows by doubling
+    /// (`Buffer::reserve`); then a backend with a fused append
+    /// ([`swa_attention::WindowedAttentionBackend::windowed_cache_write`]) writes every buffer
+    /// in one op (unless [`swa_attention::FUSED_OPS_VARIABLE`] turns the fused ops off);
+    /// otherwise each buffer writes its slot with tensor ops (under StreamingLLM's positions,
+    /// whose slots must be in order, a growing ring grows by one slot).
     pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
         B: ModelBackend,
@@ -121,11 +129,18 @@ impl<B: Backend> KvCache<B> {
             (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
             _ => k,
         };
+        if self.positions == CachePositions::Absolute {
+            for buffer in &mut self.buffers {
+                if buffer.reusable_slot(pinned).is_none() {
+                    buffer.reserve(pinned, &select_heads(k.clone(), &buffer.kv_heads));
+                }
+            }
+        }
         let write = B::windowed_cache_write().filter(|_| !fused_ops_off());
         let slots: Option<Vec<usize>> =
             self.buffers.iter().map(|buffer| buffer.reusable_slot(pinned)).collect();
         match (write, slots) {
-            (Some(write), Some(slots)) => self.write_fused(write, k, v, &slots),
+            (Some(write), Some(slots)) => self.write_fused(write, k, v, &slots, pinned),
             _ => {
                 for buffer in &mut self.buffers {
                     let (k, v) = (
@@ -139,17 +154,18 @@ impl<B: Backend> KvCache<B> {
         self.len += 1;
     }
 
-    /// The backend's fused append: the next position into `slots`, one per buffer, every
-    /// buffer's ring full (the steady state of decoding).
+    /// The backend's fused append: the next position into `slots`, one per buffer (an empty
+    /// slot, or the oldest recent one of a full ring).
     fn write_fused(
         &mut self,
         write: CacheWrite<B>,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
         slots: &[usize],
+        pinned: bool,
     ) {
         let primitive = |x: &mut Option<Tensor<B, 4>>| {
-            x.take().expect("a full ring holds keys").into_primitive().tensor()
+            x.take().expect("a ring with a slot holds keys").into_primitive().tensor()
         };
         let writes: Vec<SlotWrite<B>> = self
             .buffers
@@ -164,10 +180,10 @@ impl<B: Backend> KvCache<B> {
             .collect();
         let written = write(k.into_primitive().tensor(), v.into_primitive().tensor(), writes);
         let position = self.len;
-        for (buffer, [keys, values]) in self.buffers.iter_mut().zip(written) {
+        for ((buffer, [keys, values]), &slot) in self.buffers.iter_mut().zip(written).zip(slots) {
             let tensor = |x| Tensor::from_primitive(TensorPrimitive::Float(x));
             (buffer.keys, buffer.values) = (Some(tensor(keys)), Some(tensor(values)));
-            buffer.reuse(position);
+            buffer.occupy(slot, position, pinned);
         }
     }
 
