@@ -1,9 +1,12 @@
 """What the anchors share to measure: the peak resident memory they report beside their times,
+the device memory they hold on a GPU,
 the timing flags that `benches/decode_hf.rs` passes to every decoding anchor, and the fields of
 its JSON line that every decoding anchor reports alike. Python 3,
 standard library only."""
 
+import os
 import statistics
+import subprocess
 from pathlib import Path
 
 
@@ -12,6 +15,23 @@ def vmhwm_kib():
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
+    return None
+
+
+def gpu_used_mib():
+    """Device memory this process holds now, in MiB, as nvidia-smi reports it (the caching
+    allocator's pages and the CUDA context): the same reading for every side of a GPU bench.
+    None without nvidia-smi or when it does not list this process."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for line in out.splitlines():
+        pid, _, used = line.partition(",")
+        if pid.strip() == str(os.getpid()):
+            return float(used)
     return None
 
 

@@ -29,7 +29,8 @@ Throughput mode (default) runs `--warmup` untimed steps, then `--steps` timed tr
 line on stdout:
     {"name", "mode": "eager"|"compile", "threads", "params", "tokens_per_s", "ms_per_step",
      "vmhwm_kib", "first_step_s" (from the process's start to the end of the first step),
-     "gpu_peak_mib" (torch.cuda.max_memory_allocated; null on the CPU)}
+     "gpu_mib" (device memory the process holds after the timed steps, as nvidia-smi lists
+     it, the reading swa-zoo's side takes too; null on the CPU)}
 `--full-run` trains the run's steps in the order swa-zoo's Learner does (progress on stderr every
 100 steps), then scores the validation split with the final weights, and prints the same line
 with "valid_loss" (mean cross-entropy, nats) and "wall_s" (the whole run) added; its
@@ -49,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from measure import vmhwm_kib
+from measure import gpu_used_mib, vmhwm_kib
 
 REPO = Path(__file__).resolve().parents[2]
 MASK64 = (1 << 64) - 1
@@ -392,7 +393,7 @@ def report(spec, args, params, steps, seconds, **extra):
         "tokens_per_s": tokens / seconds,
         "ms_per_step": seconds * 1e3 / steps,
         "vmhwm_kib": vmhwm_kib(),
-        "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+        "gpu_mib": gpu_used_mib() if cuda else None,
         **extra,
     }
     print(json.dumps(line), flush=True)

@@ -20,7 +20,8 @@
 //! On a GPU (`--backend cuda`, `--precision bf16`): ours trains in mixed precision (f32 master
 //! weights, as `train` does), PyTorch under bf16 autocast on the same card, its windowed
 //! attention by FlexAttention (block masks built once; `flex_attention` compiled alone in the
-//! eager mode, the whole model with `--compile`); both report their peak GPU memory.
+//! eager mode, the whole model with `--compile`); both report the device memory they hold
+//! after the timed steps (nvidia-smi's reading of each process).
 //!
 //! ```sh
 //! cargo bench --bench train_step -- --torch python3 --compile --threads 2 \
@@ -228,6 +229,22 @@ fn timed_steps<B: TrainingBackend, O: Optimizer<LanguageModel<B>, B>>(
         "name": size.name, "mode": "swa-zoo", "params": model.num_params(), "processes": processes,
         "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3 / steps as f64,
         "vmhwm_kib": swa_zoo::bench::heap::peak_rss_kib(), "first_step_s": first_step_s,
+        "gpu_mib": gpu_used_mib(),
+    })
+}
+
+/// Device memory this process holds now, in MiB, as nvidia-smi lists it (CubeCL's memory
+/// pools and the CUDA context), the reading the anchor takes too; `None` without nvidia-smi or
+/// a listing of this process (wgpu's devices, the CPU).
+fn gpu_used_mib() -> Option<f64> {
+    let output = Command::new("nvidia-smi")
+        .args(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+        .output()
+        .ok()?;
+    let pid = std::process::id().to_string();
+    String::from_utf8_lossy(&output.stdout).lines().find_map(|line| {
+        let (id, used) = line.split_once(',')?;
+        (id.trim() == pid).then(|| used.trim().parse().ok()).flatten()
     })
 }
 

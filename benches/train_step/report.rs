@@ -14,7 +14,7 @@ pub struct Row {
     vmhwm_mib: f64,
     /// Seconds from the process's start to the end of its first step.
     first_step_s: f64,
-    /// Peak GPU memory (PyTorch's allocator; not known for ours).
+    /// Device memory the process holds after its timed steps (nvidia-smi), in MiB.
     gpu_mib: f64,
 }
 
@@ -32,7 +32,7 @@ impl Row {
             ms_per_step: field("ms_per_step"),
             vmhwm_mib: field("vmhwm_kib") / 1024.0,
             first_step_s: field("first_step_s"),
-            gpu_mib: field("gpu_peak_mib"),
+            gpu_mib: field("gpu_mib"),
         }
     }
 }
@@ -42,7 +42,7 @@ pub fn report(rows: &[Row], options: &Options) {
     let ours = |size: &str| rows.iter().find(|r| r.size == size && r.mode == "swa-zoo");
     let mut csv = String::from(
         "backend,precision,size,side,params,tokens_per_s,ms_per_step,vmhwm_mib,first_step_s,\
-         gpu_peak_mib,ours_over_side\n",
+         gpu_mib,ours_over_side\n",
     );
     println!(
         "{:<8} {:<14} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}",
