@@ -14,7 +14,12 @@ the Book of Genesis exactly as training/src/loader.rs draws them.
 SPEC.json is written by the Rust bench (keys: name, vocab, d_model, layers, heads, kv_heads,
 mlp_hidden, windows[layer][head], seq_len, batch, lr, min_lr_ratio, warmup_steps, total_steps,
 weight_decay, grad_clip, adam_eps, beta1, beta2, norm_eps, rope_base, seed, checkpoint_every,
-valid_batches, corpus, params).
+valid_batches, corpus, params; and, optional, scores[layer] = {"rope": bool, "sigmoid_beta":
+β or null, "alibi": slopes per head or null}, for SWAT's layers: sigmoid scores σ(s + β)
+without normalisation, ALiBi's −m_h·(i − j) added to the score, RoPE or not; without it every
+layer is softmax with RoPE). A sigmoid layer runs a dense masked product (FlexAttention
+always normalises with softmax); softmax layers with ALiBi add it in FlexAttention's score_mod
+or to SDPA's float mask.
 
 On `--device cuda` the model and batches live on the card and every time is taken after a
 synchronisation. `--dtype bfloat16` (or float16) trains under torch.autocast in that type with
@@ -191,11 +196,30 @@ def flex_attention():
     return FLEX_ATTENTION
 
 
-class Attention(nn.Module):
-    """q, k, v, o without bias; RoPE on q and k; softmax at scale 1/√d_h under the layer's
-    mask (a dense boolean mask for SDPA, or FlexAttention's block mask)."""
+def alibi_bias(slopes, seq_len):
+    """`[1, H, N, N]` f32: −m_h · (i − j), ALiBi's term of the score (docs/semantics.md §4)."""
+    i = torch.arange(seq_len, dtype=torch.float32)[:, None]
+    j = torch.arange(seq_len, dtype=torch.float32)[None, :]
+    return (-torch.tensor(slopes, dtype=torch.float32)[:, None, None] * (i - j)).unsqueeze(0)
 
-    def __init__(self, spec, windows_of_heads, flex=False, device="cpu"):
+
+def sigmoid_attention(q, k, v, mask, bias, beta):
+    """Σ_j σ(q·k_j/√d + bias + β) v_j over the visible keys, without normalisation (SWAT's
+    sigmoid scores, docs/semantics.md §1), densely; GQA by repeating k and v."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + beta
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    return (torch.sigmoid(scores) * mask) @ v
+
+
+class Attention(nn.Module):
+    """q, k, v, o without bias; RoPE on q and k (unless the layer's scores say not); softmax at
+    scale 1/√d_h under the layer's mask (a dense boolean mask for SDPA, or FlexAttention's
+    block mask), with ALiBi when the layer has slopes, or SWAT's sigmoid scores."""
+
+    def __init__(self, spec, windows_of_heads, scores=None, flex=False, device="cpu"):
         super().__init__()
         d, self.heads, self.kv_heads = spec["d_model"], spec["heads"], spec["kv_heads"]
         self.head_dim = d // self.heads
@@ -203,27 +227,49 @@ class Attention(nn.Module):
         self.key = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
         self.value = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
         self.output = nn.Linear(self.heads * self.head_dim, d, bias=False)
+        scores = scores or {}
+        self.rope, self.beta = scores.get("rope", True), scores.get("sigmoid_beta")
+        slopes = scores.get("alibi")
+        bias = alibi_bias(slopes, spec["seq_len"]) if slopes else None
+        self.register_buffer("bias", bias, persistent=False)
         self.block_mask = None
-        if flex:
+        if flex and self.beta is None:
             self.block_mask = flex_block_mask(windows_of_heads, spec["seq_len"], device)
             mask = torch.zeros(0, dtype=torch.bool)
         else:
             mask = sliding_mask(windows_of_heads, spec["seq_len"])
         self.register_buffer("mask", mask, persistent=False)
 
+    def attend(self, q, k, v):
+        """The layer's attention of rotated q, k and v `[batch, heads, N, d_h]`."""
+        gqa = self.heads != self.kv_heads
+        if self.beta is not None:
+            return sigmoid_attention(q, k, v, self.mask, self.bias, self.beta)
+        if self.block_mask is not None:
+            score_mod = None
+            if self.bias is not None:
+                bias = self.bias[0]
+
+                def score_mod(score, b, h, i, j):
+                    return score + bias[h, i, j]
+
+            return flex_attention()(q, k, v, score_mod=score_mod, block_mask=self.block_mask,
+                                    enable_gqa=gqa)
+        mask = self.mask
+        if self.bias is not None:
+            mask = self.bias.to(q.dtype).masked_fill(~self.mask, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
     def split(self, x, heads):
         batch, n, _ = x.shape
         return x.view(batch, n, heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x, cos, sin):
-        q = rotate_half(self.split(self.query(x), self.heads), cos, sin)
-        k = rotate_half(self.split(self.key(x), self.kv_heads), cos, sin)
-        v = self.split(self.value(x), self.kv_heads)
-        gqa = self.heads != self.kv_heads
-        if self.block_mask is not None:
-            out = flex_attention()(q, k, v, block_mask=self.block_mask, enable_gqa=gqa)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, enable_gqa=gqa)
+        q = self.split(self.query(x), self.heads)
+        k = self.split(self.key(x), self.kv_heads)
+        if self.rope:
+            q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+        out = self.attend(q, k, self.split(self.value(x), self.kv_heads))
         return self.output(out.transpose(1, 2).flatten(2))
 
 
@@ -243,10 +289,10 @@ class GatedMlp(nn.Module):
 class Block(nn.Module):
     """Transformer++: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, spec, windows_of_heads, flex=False, device="cpu"):
+    def __init__(self, spec, windows_of_heads, scores=None, flex=False, device="cpu"):
         super().__init__()
         self.attention_norm = RmsNorm(spec["d_model"], spec["norm_eps"])
-        self.attention = Attention(spec, windows_of_heads, flex, device)
+        self.attention = Attention(spec, windows_of_heads, scores, flex, device)
         self.mlp_norm = RmsNorm(spec["d_model"], spec["norm_eps"])
         self.mlp = GatedMlp(spec["d_model"], spec["mlp_hidden"])
 
@@ -262,7 +308,9 @@ class Decoder(nn.Module):
         super().__init__()
         d = spec["d_model"]
         self.embedding = nn.Embedding(spec["vocab"], d)
-        self.blocks = nn.ModuleList(Block(spec, w, flex, device) for w in spec["windows"])
+        scores = spec.get("scores") or [None] * len(spec["windows"])
+        self.blocks = nn.ModuleList(Block(spec, w, sc, flex, device)
+                                    for w, sc in zip(spec["windows"], scores))
         self.norm = RmsNorm(d, spec["norm_eps"])
         self.head = nn.Linear(d, spec["vocab"], bias=False)
         cos, sin = rope_tables(spec["seq_len"], d // spec["heads"], spec["rope_base"])

@@ -1,7 +1,7 @@
-//! The whole training step side by side with PyTorch: the same MSWA decoder (parameter count,
-//! init rules, AdamW, warmup + cosine, per-parameter clipping, the loader's windows of the
+//! The whole training step side by side with PyTorch: the same decoder, MSWA or SWAT (parameter
+//! count, init rules, AdamW, warmup + cosine, per-parameter clipping, the loader's windows of the
 //! embedded corpus) on `Autodiff<Flex>` (or the `--backend` asked for) and in
-//! `benches/anchors/train_step.py` (eager, and under `torch.compile` with `--compile`), at four
+//! `benches/anchors/train_step.py` (eager, and under `torch.compile` with `--compile`), at five
 //! sizes:
 //!
 //! - `default`: the `train` command's preset, `mswa-table2-mswa-tiny` (4 layers, d 64, 4 heads,
@@ -9,7 +9,9 @@
 //! - `medium`: 6 layers, d 256, 8 heads, sequence 512, base window 128, batch 8;
 //! - `larger`: 12 layers, d 512, 8 heads, sequence 1024, base window 256, batch 4;
 //! - `table2`: MSWA's Table 2 model, `mswa-table2-mswa` (12 layers, d 512, 38.8M parameters),
-//!   sequence 1024, batch 16: the GPU comparison's size.
+//!   sequence 1024, batch 16: the GPU comparison's size;
+//! - `swat-340m`: SWAT's model (24 layers, d 1024, 16 heads, sigmoid scores, balanced ALiBi and
+//!   RoPE, W = 256), sequence 1024 (4W, its training length), batch 8.
 //!
 //! Every measurement is its own process (so its peak resident memory, VmHWM, is its own): this
 //! binary runs itself with `--child SIZE` for ours, and the anchor script for PyTorch's, in
@@ -69,7 +71,7 @@ struct Options {
     /// What `cargo bench` passes to every bench; ignored.
     #[arg(long, hide = true)]
     bench: bool,
-    /// The sizes to run: default, medium, larger, table2.
+    /// The sizes to run: default, medium, larger, table2, swat-340m.
     #[arg(long, value_delimiter = ',', default_value = "default,medium,larger")]
     sizes: Vec<String>,
     /// The backend ours trains on (PyTorch runs on the CUDA card for `cuda`, else the CPU).

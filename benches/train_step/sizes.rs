@@ -4,6 +4,7 @@
 use burn::backend::Flex;
 use burn::module::Module;
 use serde_json::{Value, json};
+use swa_zoo::attention::ScoreFn;
 use swa_zoo::models::layers::AttentionKind;
 use swa_zoo::models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 use swa_zoo::models::{DecoderConfig, Preset};
@@ -27,7 +28,7 @@ pub struct Size {
 }
 
 /// The sizes, as the module documentation of `main.rs` lists them.
-const SIZES: [Size; 4] = [
+const SIZES: [Size; 5] = [
     Size {
         name: "default",
         preset: Some("mswa-table2-mswa-tiny"),
@@ -68,12 +69,24 @@ const SIZES: [Size; 4] = [
         window: 256,
         batch: 16,
     },
+    Size {
+        name: "swat-340m",
+        preset: Some("swat-340m"),
+        layers: 24,
+        d_model: 1024,
+        heads: 16,
+        seq_len: 1024,
+        window: 256,
+        batch: 8,
+    },
 ];
 
 /// The size called `name`; exits with a one-line error naming the sizes otherwise.
 pub fn size(name: &str) -> &'static Size {
     SIZES.iter().find(|s| s.name == name).unwrap_or_else(|| {
-        eprintln!("train_step: no size {name}; the sizes are default, medium, larger, table2");
+        eprintln!(
+            "train_step: no size {name}; the sizes are default, medium, larger, table2, swat-340m"
+        );
         std::process::exit(2)
     })
 }
@@ -104,7 +117,7 @@ impl Size {
     pub fn default_steps(&self) -> usize {
         match self.name {
             "default" => 200,
-            "medium" | "table2" => 20,
+            "medium" | "table2" | "swat-340m" => 20,
             _ => 6,
         }
     }
@@ -112,13 +125,29 @@ impl Size {
     /// The run as the anchor script reads it (`benches/anchors/train_step.py`).
     pub fn spec(&self, config: &DecoderConfig) -> Value {
         let train = TrainConfig::new(config.clone(), self.seq_len).with_batch_size(self.batch);
-        let windows: Vec<Vec<usize>> = (0..self.layers)
-            .map(|l| config.kind_of(l).windows().expect("MSWA layers").to_vec())
+        let heads = config.heads;
+        let windows: Vec<Vec<usize>> = (0..config.layers)
+            .map(|l| match config.kind_of(l).windows().expect("windowed layers") {
+                one if one.len() == 1 => vec![one[0]; heads],
+                each => each,
+            })
+            .collect();
+        let scores: Vec<Value> = (0..config.layers)
+            .map(|l| {
+                let kind = config.kind_of(l);
+                let opts = kind.score_options(heads).expect("valid score options");
+                assert!(opts.softcap.is_none(), "the anchor has no softcap");
+                let beta = match opts.score_fn {
+                    ScoreFn::Sigmoid { beta } => Some(beta),
+                    _ => None,
+                };
+                json!({ "rope": kind.rotates(), "sigmoid_beta": beta, "alibi": opts.alibi })
+            })
             .collect();
         json!({
             "name": self.name, "vocab": config.vocab_size, "d_model": config.d_model,
-            "layers": config.layers, "heads": config.heads, "kv_heads": config.kv_heads(),
-            "mlp_hidden": config.mlp().hidden_width(), "windows": windows,
+            "layers": config.layers, "heads": heads, "kv_heads": config.kv_heads(),
+            "mlp_hidden": config.mlp().hidden_width(), "windows": windows, "scores": scores,
             "seq_len": self.seq_len, "batch": self.batch, "lr": train.learning_rate,
             "min_lr_ratio": train.min_lr_ratio, "warmup_steps": train.warmup_steps,
             "total_steps": train.steps, "weight_decay": train.weight_decay,
