@@ -46,7 +46,8 @@ fn scores_depend_only_on_relative_position_and_offset_matches() {
 }
 
 /// The fused rotation (forward and its backward, the opposite rotation) of an autodiff backend
-/// against the tensor ops, on awkward shapes (rows past a cube's 8, more than 32 pairs), the
+/// against the tensor ops, on awkward shapes (rows past a cube's 8, half rows of 1, 3, 6 and
+/// 132 pairs: element, 2-wide and 4-wide vectors, more vectors than a cube's 32 threads), the
 /// projections' `[batch, N, H, d]` layout, offsets, scaled frequencies and f16 (turned in f32,
 /// so compared with the f32 tensor ops on the f16 values, within F16's output tolerance; f32
 /// within 1e-6).
@@ -68,6 +69,8 @@ where
         ([2, 4, 17, 16], true, DType::F32, 0, linear),
         ([1, 3, 9, 6], false, DType::F32, 100, None),
         ([1, 2, 11, 80], true, DType::F32, 5, None),
+        ([2, 3, 4, 12], true, DType::F32, 1, None),
+        ([1, 1, 3, 264], true, DType::F32, 2, None),
         ([2, 2, 33, 32], true, DType::F16, 3, None),
     ];
     let mut rng = Rng::new(29);

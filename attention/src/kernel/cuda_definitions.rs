@@ -321,11 +321,14 @@ pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def
 
 /// RoPE (`super::rope`): a cube of [`ROPE_ROWS`] rows × [`PAIRS`] dimension pairs.
 pub(super) fn rope(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
-    use rope_kernel::F;
+    use rope_kernel::{F, N};
     let mut b = builder(device);
     b.scope.register_type::<F>(dtype);
-    let (x, out, angles) = (input::<F>(&mut b), output::<F>(&mut b), array::<f32>(&mut b));
-    rope_kernel::expand::<F>(&mut b.scope, x, out, angles, dtype);
+    b.scope.register_size::<N>(VECTOR);
+    let x = vectors(&mut b);
+    let out = output::<Vector<F, N>>(&mut b);
+    let angles = array::<f32>(&mut b);
+    rope_kernel::expand::<F, N>(&mut b.scope, VECTOR, x, out, angles, dtype);
     let threads = PAIRS * ROPE_ROWS;
     let cube = CubeDim::new_2d(PAIRS as u32, ROPE_ROWS as u32);
     (b.build(settings("rope_kernel", threads).cube_dim(cube)), threads)
