@@ -48,7 +48,7 @@ fn scores_depend_only_on_relative_position_and_offset_matches() {
 /// The fused rotation (forward and its backward, the opposite rotation) of an autodiff backend
 /// against the tensor ops, on awkward shapes (rows past a cube's 8, half rows of 1, 3, 6 and
 /// 132 pairs: element, 2-wide and 4-wide vectors, more vectors than a cube's 32 threads), the
-/// projections' `[batch, N, H, d]` layout, offsets, scaled frequencies and f16 (turned in f32,
+/// projections' `[batch, N, H, d]` layout and strided rows, offsets, scaled frequencies and f16 (turned in f32,
 /// so compared with the f32 tensor ops on the f16 values, within F16's output tolerance; f32
 /// within 1e-6).
 #[cfg(any(feature = "flex", feature = "wgpu"))]
@@ -62,19 +62,28 @@ where
     use crate::common::{F16, errors, heads_inner as heads_inner_order};
 
     assert!(F::rope_kernel().is_some(), "the backend has a fused rotation");
+    /// How `x` lies in memory.
+    #[derive(Clone, Copy)]
+    enum Layout {
+        Plain,
+        /// `[batch, N, H, d]`, as the projections give it.
+        HeadsInner,
+        /// `[batch, H, d, N]`: rows strided.
+        Transposed,
+    }
     let linear = Some(RopeScaling::Linear { factor: 4.0 });
     let shapes = [
-        ([1, 1, 1, 2], false, DType::F32, 0, None),
-        ([3, 2, 5, 8], true, DType::F32, 7, None),
-        ([2, 4, 17, 16], true, DType::F32, 0, linear),
-        ([1, 3, 9, 6], false, DType::F32, 100, None),
-        ([1, 2, 11, 80], true, DType::F32, 5, None),
-        ([2, 3, 4, 12], true, DType::F32, 1, None),
-        ([1, 1, 3, 264], true, DType::F32, 2, None),
-        ([2, 2, 33, 32], true, DType::F16, 3, None),
+        ([1, 1, 1, 2], Layout::Plain, DType::F32, 0, None),
+        ([3, 2, 5, 8], Layout::HeadsInner, DType::F32, 7, None),
+        ([2, 4, 17, 16], Layout::HeadsInner, DType::F32, 0, linear),
+        ([1, 3, 9, 6], Layout::Plain, DType::F32, 100, None),
+        ([1, 2, 11, 80], Layout::HeadsInner, DType::F32, 5, None),
+        ([2, 3, 4, 12], Layout::Transposed, DType::F32, 1, None),
+        ([1, 1, 3, 264], Layout::HeadsInner, DType::F32, 2, None),
+        ([2, 2, 33, 32], Layout::HeadsInner, DType::F16, 3, None),
     ];
     let mut rng = Rng::new(29);
-    for (shape, heads_inner, dtype, offset, scaling) in shapes {
+    for (shape, layout, dtype, offset, scaling) in shapes {
         let [b, h, n, d] = shape;
         let rope = RopeConfig::new(d).with_scaling(scaling).init().unwrap();
         let mut x = rng.values(b * h * n * d);
@@ -83,12 +92,23 @@ where
             x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
         }
         let leaf = |dtype: DType| {
-            let t = match heads_inner {
-                true => {
+            let t = match layout {
+                Layout::Plain => {
+                    Tensor::<F, 4>::from_data(TensorData::new(x.clone(), shape), device)
+                }
+                Layout::HeadsInner => {
                     let stored = TensorData::new(heads_inner_order(&x, shape), [b, n, h, d]);
                     Tensor::<F, 4>::from_data(stored, device).swap_dims(1, 2)
                 }
-                false => Tensor::<F, 4>::from_data(TensorData::new(x.clone(), shape), device),
+                Layout::Transposed => {
+                    let rows: Vec<&[f32]> = x.chunks(d).collect();
+                    let columns = (0..b * h).flat_map(|m| {
+                        let rows = &rows[m * n..(m + 1) * n];
+                        (0..d).flat_map(move |c| rows.iter().map(move |row| row[c]))
+                    });
+                    let stored = TensorData::new(columns.collect(), [b, h, d, n]);
+                    Tensor::<F, 4>::from_data(stored, device).swap_dims(2, 3)
+                }
             };
             t.cast(dtype).require_grad()
         };

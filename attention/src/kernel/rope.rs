@@ -44,12 +44,14 @@ pub(crate) fn rope_kernel<F: Float, N: Size>(
         let from = offset(x, batch, head, row);
         let to = offset(out, batch, head, row);
         let (cosines, sines) = (row * half, (rows + row) * half);
+        // Unit strides wherever the vectors are wider than one element.
+        let (step_x, step_out) = (x.stride(3), out.stride(3));
         let vectors = half / width;
         for round in 0..vectors.div_ceil(PAIRS) {
             let k = (UNIT_POS_X as usize + round * PAIRS) * width;
             if k < half {
-                let first = x[(from + k) / width];
-                let second = x[(from + k + half) / width];
+                let first = x[(from + k * step_x) / width];
+                let second = x[(from + (k + half) * step_x) / width];
                 let mut turned_first = Vector::<F, N>::empty();
                 let mut turned_second = Vector::<F, N>::empty();
                 #[unroll]
@@ -59,8 +61,8 @@ pub(crate) fn rope_kernel<F: Float, N: Size>(
                     turned_first[i] = F::cast_from(a * cos - b * sin);
                     turned_second[i] = F::cast_from(b * cos + a * sin);
                 }
-                out[(to + k) / width] = turned_first;
-                out[(to + k + half) / width] = turned_second;
+                out[(to + k * step_out) / width] = turned_first;
+                out[(to + (k + half) * step_out) / width] = turned_second;
             }
         }
     }
