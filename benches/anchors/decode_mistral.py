@@ -57,14 +57,13 @@ import json
 import math
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from measure import add_timing_flags, decode_report, positive
+from measure import add_timing_flags, clock, decode_report, positive
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "kjv.txt"
@@ -207,13 +206,6 @@ def cache_keyword(model):
     """The name the model's forward takes its cache under: `cache` from transformers 5.24,
     `past_key_values` before (the GPU machines' 5.17)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def clock(device):
-    """Seconds now, once the device's queued work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 @torch.inference_mode()

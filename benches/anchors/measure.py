@@ -1,5 +1,5 @@
 """What the anchors share to measure: the peak resident memory they report beside their times,
-the device memory they hold on a GPU,
+the device memory they hold on a GPU, a clock that waits for the device,
 the timing flags that `benches/decode_hf.rs` passes to every decoding anchor, and the fields of
 its JSON line that every decoding anchor reports alike. Python 3,
 standard library only."""
@@ -7,6 +7,7 @@ standard library only."""
 import os
 import statistics
 import subprocess
+import time
 from pathlib import Path
 
 
@@ -33,6 +34,17 @@ def gpu_used_mib():
         if pid.strip() == str(os.getpid()):
             return float(used)
     return None
+
+
+def clock(device):
+    """Seconds now, once the queued work of `device` (a torch.device) is done: what the GPU
+    anchors time with (torch is the caller's; this module imports nothing but the standard
+    library)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def positive(value):

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from measure import gpu_used_mib, vmhwm_kib
+from measure import clock, gpu_used_mib, vmhwm_kib
 
 REPO = Path(__file__).resolve().parents[2]
 MASK64 = (1 << 64) - 1
@@ -418,13 +418,6 @@ class Trainer:
 
 # ---------------------------------------------------------------------------------------------
 # Runs and report.
-
-
-def clock(device):
-    """Seconds now, once the device's queued work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def report(spec, args, params, steps, seconds, **extra):
