@@ -9,7 +9,7 @@
 //! | `blocks.{l}.mlp.gate_up.weight`, `[d, 2F]` | `blocks.{l}.mlp.gate.weight`, `blocks.{l}.mlp.up.weight`, `[d, F]` |
 //!
 //! A joined parameter is its parts side by side along its output axis (the last in Burn's
-//! `[in, out]` layout). Exporting ([`write`]) splits it; importing ([`Load`]) joins the parts.
+//! `[in, out]` layout). Exporting ([`write()`]) splits it; importing ([`Load`]) joins the parts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

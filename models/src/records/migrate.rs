@@ -1,5 +1,5 @@
 //! Records saved before a format change, rewritten into today's format as they are read: the
-//! mixer enum (below) and the joined q|k|v and gate|up parameters ([`super::join`]).
+//! mixer enum (below) and the joined q|k|v and gate|up parameters (`records/join.rs`).
 //!
 //! # When the per-layer weights became one `Mixer` enum
 //!
