@@ -79,18 +79,14 @@ impl<'a> StridedRows<'a> {
 }
 
 /// The physical order of `t`'s four dimensions, outermost first: [`HEADS_INNER`] for a
-/// `swap_dims(1, 2)` view of `[B, N, H', d]` memory holding its H heads among H' ≥ H (the
-/// projections' heads, or one part of the joined q|k|v product), [`HEADS_OUTER`] for anything
-/// else (contiguous or not), so that outputs and gradients come back in the order their input
-/// had.
+/// `swap_dims(1, 2)` view of contiguous `[B, N, H, d]` memory, [`HEADS_OUTER`] for anything
+/// else (contiguous or not), so that gradients come back in the order their input had.
 pub fn order_of(t: &FlexTensor) -> [usize; 4] {
     let [b, h, n, d] = t.shape().dims::<4>();
-    let &[sb, sh, sn, sd] = t.layout().strides() else { return HEADS_OUTER };
-    let row = sn.max(0) as usize;
-    let matches = (sd == 1 || d == 1)
-        && sh == d as isize
-        && row >= h * d
-        && (b == 1 || sb.max(0) as usize >= n * row);
+    let strides = t.layout().strides();
+    let heads_inner = [n * h * d, d, h * d, 1].map(|s| s as isize);
+    let size_one = [b, h, n, d].map(|size| size == 1);
+    let matches = (0..4).all(|i| size_one[i] || strides[i] == heads_inner[i]);
     match matches && h > 1 && n > 1 {
         true => HEADS_INNER,
         false => HEADS_OUTER,

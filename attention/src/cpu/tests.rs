@@ -1,6 +1,6 @@
 //! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
 //! vectorised `exp`, the decode step's two schedules (threads or one thread), and the fused
-//! append, the layout of heads. The kernel's outputs and gradients are tested against the dense reference through the
+//! append. The kernel's outputs and gradients are tested against the dense reference through the
 //! backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random specs, f16;
 //! `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
 
@@ -164,22 +164,4 @@ fn threads_kept_awake_return_the_work_and_its_panics() {
     let panicked = std::panic::catch_unwind(|| Flex::with_threads_awake(|| panic!("in the work")));
     assert!(panicked.is_err());
     assert_eq!(Flex::with_threads_awake(sum), want, "the pool works after a panic");
-}
-
-/// The heads of the projections' `[B, N, H, d]` memory, alone or one part of a wider product
-/// (q of q|k|v), are heads-inner; a contiguous `[B, H, N, d]` tensor is heads-outer.
-#[test]
-fn views_of_heads_in_rows_keep_their_order() {
-    use crate::cpu::layout::{HEADS_INNER, HEADS_OUTER, order_of};
-    use burn::backend::flex::FlexTensor;
-    let (b, n, d) = (2, 3, 4);
-    let rows = |heads: usize| {
-        let values: Vec<f32> = (0..b * n * heads * d).map(|i| i as f32).collect();
-        FlexTensor::from_data(burn::tensor::TensorData::new(values, [b, n, heads, d]))
-    };
-    let heads_of =
-        |t: FlexTensor, first: usize, count: usize| t.narrow(2, first, count).transpose(1, 2);
-    assert_eq!(order_of(&heads_of(rows(2), 0, 2)), HEADS_INNER);
-    assert_eq!(order_of(&heads_of(rows(4), 1, 2)), HEADS_INNER, "k of q|k|v");
-    assert_eq!(order_of(&rows(2)), HEADS_OUTER);
 }

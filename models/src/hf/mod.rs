@@ -10,6 +10,7 @@ mod export;
 mod import;
 mod names;
 mod pretrained;
+mod safetensors;
 #[cfg(test)]
 mod tests;
 mod tokenizer;
