@@ -13,12 +13,12 @@ use swa_zoo::attention::{ScoreOptions, WindowSpec, alibi};
 use swa_zoo::models::layers::{CachePositions, KvCache, branch_specs};
 
 use crate::common::{F32, Rng, errors, values};
-use crate::wgpu_devices::wgpu_devices;
+use crate::wgpu_devices::lease;
 
 /// Appends `steps` random positions to a cache on each backend and compares every step's
 /// attention output: max-abs within F32's output tolerance.
 fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usize, steps: usize) {
-    let Some([_, device]) = wgpu_devices() else {
+    let Some(device) = lease() else {
         return;
     };
     let (heads, kv_heads) = (specs[0].num_heads(), specs[0].kv_heads());
@@ -36,7 +36,7 @@ fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usiz
         let (q, k, v) = (draw(heads), draw(kv_heads), draw(kv_heads));
         let on_reference =
             |d: &TensorData| Tensor::<NdArray, 4>::from_data(d.clone(), &Default::default());
-        let on_kernel = |d: &TensorData| Tensor::<Wgpu, 4>::from_data(d.clone(), &device);
+        let on_kernel = |d: &TensorData| Tensor::<Wgpu, 4>::from_data(d.clone(), &*device);
         reference.append(on_reference(&k), on_reference(&v), None);
         kernel.append(on_kernel(&k), on_kernel(&v), None);
         let want = values(reference.attend(on_reference(&q), None));

@@ -173,14 +173,14 @@ mod on_wgpu {
 
     use super::host::{Grads, all_cases, check_grads, run_cases};
     use crate::common::{Case, heads_inner, values};
-    use crate::wgpu_devices::wgpu_devices;
+    use crate::wgpu_devices::{Lease, lease};
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 
-    /// The device, or `None` (after saying why) without an adapter or f16 shaders.
-    fn device() -> Option<WgpuDevice> {
-        let [device, _] = wgpu_devices()?;
+    /// A leased device, or `None` (after saying why) without an adapter or f16 shaders.
+    fn device() -> Option<Lease> {
+        let device = lease()?;
         if !Cube::supports_dtype(&device, DType::F16) {
             eprintln!("skipped: this wgpu adapter has no f16 shaders");
             return None;
@@ -208,28 +208,48 @@ mod on_wgpu {
         Ok([values(o), values(lse)])
     }
 
-    /// Is `case` in one of the three compiled variants CI runs: softmax without softcap or ALiBi,
-    /// causal and bidirectional (every window kind: they are run-time values), and causal
-    /// softmax with softcap and ALiBi ("everything but globals")? lavapipe compiles each variant
-    /// in about a minute (the emulated products are unrolled code with dozens of barriers);
-    /// sigmoid's variants, the slowest to compile, run in the ignored test and on CUDA.
-    fn in_ci_variants(label: &str, case: &Case) -> bool {
-        case.opts == ScoreOptions::softmax() || label.starts_with("everything")
+    /// Which of the three compiled variants CI runs `case` is in, or `None`: `0` softmax without
+    /// softcap or ALiBi, causal, `1` the same bidirectional (every window kind: they are run-time
+    /// values), `2` causal softmax with softcap and ALiBi ("everything but globals"). lavapipe
+    /// compiles each variant in minutes (the emulated products are unrolled code with dozens of
+    /// barriers); sigmoid's variants, the slowest to compile, run in the ignored test and on CUDA.
+    fn ci_variant(label: &str, case: &Case) -> Option<usize> {
+        if case.opts == ScoreOptions::softmax() {
+            Some(usize::from(!case.spec.is_causal()))
+        } else {
+            label.starts_with("everything").then_some(2)
+        }
     }
 
-    /// The cases of [`in_ci_variants`] at d = 64. d = 128 needs 52 KB of shared memory for its
-    /// `Q`, `K` and `V` tiles, more than lavapipe's 32 KB: it runs natively on CUDA.
-    #[test]
-    fn flash_forward_emulated_matches_dense() {
+    /// The cases of [`ci_variant`] `variant` at d = 64, on a leased device: a test per variant,
+    /// so that two variants compile at once, one per device. d = 128 needs 52 KB of shared memory
+    /// for its `Q`, `K` and `V` tiles, more than lavapipe's 32 KB: it runs natively on CUDA.
+    fn forward_in_variant(variant: usize, name: &str) {
         let Some(device) = device() else {
             return;
         };
         let mut cases = all_cases(64);
-        cases.retain(|(label, case)| in_ci_variants(label, case));
+        cases.retain(|(label, case)| ci_variant(label, case) == Some(variant));
         // Every other case in the projections' layout: strided reads and writes.
         cases.iter_mut().step_by(2).for_each(|(_, case)| case.heads_inner = true);
         let kernel = |case: &Case, inputs| emulated(&device, case, inputs);
-        run_cases("FlashAttention-2 forward, emulated, d = 64", &cases, DType::F16, &kernel);
+        let name = format!("FlashAttention-2 forward, emulated, d = 64, {name}");
+        run_cases(&name, &cases, DType::F16, &kernel);
+    }
+
+    #[test]
+    fn flash_forward_emulated_matches_dense_causal() {
+        forward_in_variant(0, "causal softmax");
+    }
+
+    #[test]
+    fn flash_forward_emulated_matches_dense_bidirectional() {
+        forward_in_variant(1, "bidirectional softmax");
+    }
+
+    #[test]
+    fn flash_forward_emulated_matches_dense_with_softcap_and_alibi() {
+        forward_in_variant(2, "causal softmax, softcap and ALiBi");
     }
 
     /// The FlashAttention-2 backward (`grads_emulated`: dQ and dK/dV) on the causal softmax
@@ -301,7 +321,7 @@ mod on_wgpu {
             return;
         };
         let mut cases = all_cases(64);
-        cases.retain(|(label, case)| !in_ci_variants(label, case));
+        cases.retain(|(label, case)| ci_variant(label, case).is_none());
         let kernel = |case: &Case, inputs| emulated(&device, case, inputs);
         run_cases(
             "FlashAttention-2 forward, emulated, other variants",

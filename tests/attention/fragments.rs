@@ -115,7 +115,7 @@ fn fragments_on_wgpu_match_host_product() {
         use burn::tensor::{DType, f16};
         use host::{check, inputs};
         use swa_zoo::attention::kernel::{FragmentPath, probe_fragments};
-        let Some([device, _]) = crate::wgpu_devices::wgpu_devices() else {
+        let Some(device) = crate::wgpu_devices::lease() else {
             return;
         };
         if !Wgpu::<f16>::supports_dtype(&device, DType::F16) {

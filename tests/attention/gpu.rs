@@ -49,7 +49,7 @@ fn matrix_cases(lengths: &[usize]) -> impl Iterator<Item = Case> + '_ {
 #[test]
 fn core_on_wgpu_matches_dense_on_ndarray() {
     #[cfg(feature = "wgpu")]
-    if let Some([device, _]) = crate::wgpu_devices::wgpu_devices() {
+    if let Some(device) = crate::wgpu_devices::lease() {
         check_backend::<burn::backend::Autodiff<burn::backend::Wgpu>>(
             "wgpu",
             matrix_cases(&[65]).filter(|case| !case.spec.globals().is_empty()),

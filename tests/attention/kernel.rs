@@ -14,14 +14,14 @@ mod on_wgpu {
 
     use crate::cases::{LENGTHS, kernel_cases, matrix, random_case, relative_cases};
     use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};
-    use crate::wgpu_devices::wgpu_devices;
+    use crate::wgpu_devices::lease;
 
     /// Burn's wgpu backend without the fusion wrapper.
     type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 
     #[test]
     fn kernel_visibility_is_window_spec_visible() {
-        let Some([device, _]) = wgpu_devices() else {
+        let Some(device) = lease() else {
             return;
         };
         let mut specs: Vec<(WindowSpec, usize, usize)> = Vec::new();
@@ -81,14 +81,13 @@ mod on_wgpu {
     /// two blocks. The same kernels behind Burn's fusion, the type users get, are checked at
     /// every length and head dim below; the two differ only in how the launch is reached, and
     /// without fusion every op of the test's loss compiles on its own, which lavapipe does
-    /// slowly (seconds per new shape), so one shape covers this route. On the tests' second
-    /// device, so that its shaders compile beside the other wgpu tests' (`crate::wgpu_devices`).
+    /// slowly (seconds per new shape), so one shape covers this route.
     /// Inputs come as a layer's projections give them (`[batch, N, H, d]` memory viewed as
     /// `[batch, H, N, d]`), which the kernels read in place and whose order their outputs and
     /// gradients keep.
     #[test]
     fn kernel_gradients_on_cube_backend_match_dense() {
-        let Some([_, device]) = wgpu_devices() else {
+        let Some(device) = lease() else {
             return;
         };
         let cases: Vec<_> = kernel_cases(65, 8)
@@ -101,7 +100,7 @@ mod on_wgpu {
 
     #[test]
     fn kernel_gradients_on_fusion_wgpu_match_dense() {
-        let Some([device, _]) = wgpu_devices() else {
+        let Some(device) = lease() else {
             return;
         };
         let (name, cases) = ("kernel on Autodiff<Wgpu> (fusion)", gradient_cases(&LENGTHS));
@@ -112,7 +111,7 @@ mod on_wgpu {
     /// (fusion): outputs and the gradients of q, k, v and the table.
     #[test]
     fn relative_scores_on_fusion_wgpu_match_dense() {
-        let Some([device, _]) = wgpu_devices() else {
+        let Some(device) = lease() else {
             return;
         };
         // The kernels take no global tokens (their cases run on the blocked path elsewhere).
@@ -130,7 +129,7 @@ mod on_wgpu {
     #[test]
     fn kernel_in_f16_matches_dense() {
         type Half = Wgpu<f16, i32>;
-        let Some([_, device]) = wgpu_devices() else {
+        let Some(device) = lease() else {
             return;
         };
         if !Half::supports_dtype(&device, DType::F16) {

@@ -148,9 +148,10 @@ fn the_fused_rotation_on_wgpu_matches_the_tensor_ops() {
     use burn::backend::wgpu::{CubeBackend, WgpuRuntime};
     use burn::backend::{Autodiff, Wgpu};
 
-    use crate::wgpu_devices::wgpu_devices;
+    use crate::wgpu_devices::lease;
 
-    let Some([device, second]) = wgpu_devices() else {
+    // A lease for each backend: with no other test holding one, the two devices.
+    let (Some(device), Some(second)) = (lease(), lease()) else {
         return;
     };
     fused_rotation_matches_the_tensor_ops::<Autodiff<Wgpu>>(&device);

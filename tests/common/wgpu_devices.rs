@@ -4,11 +4,15 @@
 //! shaders of one Vulkan device one at a time; compiling is most of the wgpu tests' time there,
 //! so on one device they queue behind each other while the machine's other core idles. Where
 //! the default adapter is a CPU one, the tests therefore run on two Vulkan devices of it: the
-//! default device and a second one of their own.
+//! default device and a second one of their own. A test takes one through [`lease`], which
+//! hands out the device fewer running tests hold: the harness runs as many tests at once as
+//! the machine has cores, in an order of its own, and with a fixed device per test two long
+//! ones could queue on one device while the other idled.
 
 use std::collections::HashSet;
+use std::ops::Deref;
 use std::panic::catch_unwind;
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Mutex, Once, OnceLock, PoisonError};
 
 use burn::backend::Wgpu;
 use burn::backend::wgpu::graphics::AutoGraphicsApi;
@@ -52,6 +56,48 @@ pub fn wgpu_devices() -> Option<[WgpuDevice; 2]> {
         count_skip();
     }
     devices.clone()
+}
+
+/// How many running tests hold each of [`wgpu_devices`] through a [`Lease`].
+static HELD: Mutex<[usize; 2]> = Mutex::new([0, 0]);
+
+/// A wgpu device held by the calling test until the lease drops; it derefs to the device.
+pub struct Lease {
+    index: usize,
+    device: WgpuDevice,
+}
+
+/// The one of [`wgpu_devices`] that fewer running tests hold (the default device on a tie), or
+/// `None` as [`wgpu_devices`] says: two wgpu tests running at once compile on different devices.
+pub fn lease() -> Option<Lease> {
+    let devices = wgpu_devices()?;
+    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    let index = usize::from(held[1] < held[0]);
+    held[index] += 1;
+    Some(Lease { index, device: devices[index].clone() })
+}
+
+/// The default device (which the library's own jobs use), held as [`lease`] holds one, or `None`
+/// as [`wgpu_devices`] says.
+#[allow(dead_code, reason = "only the zoo binary has a test on the default device")]
+pub fn lease_default() -> Option<Lease> {
+    let devices = wgpu_devices()?;
+    HELD.lock().unwrap_or_else(PoisonError::into_inner)[0] += 1;
+    Some(Lease { index: 0, device: devices[0].clone() })
+}
+
+impl Deref for Lease {
+    type Target = WgpuDevice;
+
+    fn deref(&self) -> &WgpuDevice {
+        &self.device
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        HELD.lock().unwrap_or_else(PoisonError::into_inner)[self.index] -= 1;
+    }
 }
 
 /// The tests of this binary that skipped for want of a wgpu adapter, by name (the harness runs

@@ -8,7 +8,7 @@ mod mutations;
 mod training;
 #[cfg(feature = "wgpu")]
 #[path = "../common/wgpu_devices.rs"]
-mod wgpu_devices;
+pub mod wgpu_devices;
 
 #[cfg(feature = "wgpu")]
 pub use wgpu_devices::wgpu_devices;

@@ -33,12 +33,12 @@ fn every_attention_kind_on_flex_matches_ndarray() {
     every_kind_matches_the_reference(Candidate::Flex);
 }
 
-/// On the default wgpu device, registered beside the second device of the tests that run next
-/// to this one (`crate::wgpu_devices`).
+/// On the default wgpu device (the check's own), held while it runs so that the tests running
+/// beside this one take the second (`crate::wgpu_devices::lease`).
 #[test]
 fn every_attention_kind_on_wgpu_matches_ndarray() {
     #[cfg(feature = "wgpu")]
-    crate::wgpu_devices();
+    let _held = crate::wgpu_devices::lease_default();
     every_kind_matches_the_reference(Candidate::Wgpu);
 }
 

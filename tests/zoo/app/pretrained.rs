@@ -137,15 +137,14 @@ fn every_family_on_the_fused_cpu_kernel_computes_transformers_logits() {
     }
 }
 
-/// The families with windowed layers on the CubeCL kernels through wgpu (lavapipe in CI), on
-/// the tests' wgpu device `index` (`crate::wgpu_devices`).
+/// The families with windowed layers on the CubeCL kernels through wgpu (lavapipe in CI).
 #[cfg(feature = "wgpu")]
-fn on_the_cubecl_kernels(families: &[&str], index: usize) {
-    let Some(devices) = crate::wgpu_devices() else {
+fn on_the_cubecl_kernels(families: &[&str]) {
+    let Some(device) = crate::wgpu_devices::lease() else {
         return;
     };
     for family in families {
-        let error = logit_error::<burn::backend::Wgpu>(family, &devices[index]);
+        let error = logit_error::<burn::backend::Wgpu>(family, &device);
         assert!(error <= LOGIT_TOLERANCE, "{family} on wgpu: logits differ by {error}");
     }
 }
@@ -153,13 +152,13 @@ fn on_the_cubecl_kernels(families: &[&str], index: usize) {
 #[cfg(feature = "wgpu")]
 #[test]
 fn mistral_and_qwen2_on_the_cubecl_kernels_compute_transformers_logits() {
-    on_the_cubecl_kernels(&["mistral", "qwen2"], 0);
+    on_the_cubecl_kernels(&["mistral", "qwen2"]);
 }
 
 #[cfg(feature = "wgpu")]
 #[test]
 fn gemma2_and_gemma3_on_the_cubecl_kernels_compute_transformers_logits() {
-    on_the_cubecl_kernels(&["gemma2", "gemma3"], 1);
+    on_the_cubecl_kernels(&["gemma2", "gemma3"]);
 }
 
 /// A run trained here: its attention maps, and its export as a Mistral directory that reads

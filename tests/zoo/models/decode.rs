@@ -131,11 +131,11 @@ fn the_fused_decode_step_reproduces_the_forward_pass() {
 }
 
 /// wgpu: the CubeCL decode kernel and append (`swa_attention::kernel`) inside fusion, against
-/// the forward pass through the windowed kernels. On the tests' second device (`crate::wgpu_devices`).
+/// the forward pass through the windowed kernels.
 #[cfg(feature = "wgpu")]
 #[test]
 fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
-    let Some([_, device]) = crate::wgpu_devices() else {
+    let Some(device) = crate::wgpu_devices::lease() else {
         return;
     };
     check_decoding::<burn::backend::Wgpu>("wgpu", &device);
@@ -145,7 +145,7 @@ fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_forked_cache_decodes_independently_under_the_kernels_on_wgpu() {
-    let Some([_, device]) = crate::wgpu_devices() else {
+    let Some(device) = crate::wgpu_devices::lease() else {
         return;
     };
     forked_caches_decode_independently::<burn::backend::Wgpu>(&device);

@@ -100,11 +100,11 @@ mod on_wgpu {
     use swa_zoo::models::Preset;
 
     use super::check;
-    use crate::wgpu_devices;
+    use crate::wgpu_devices::lease;
 
-    /// Preset `name` on the default wgpu device (`crate::wgpu_devices`).
+    /// Preset `name` on a wgpu device (`crate::wgpu_devices::lease`).
     fn on_wgpu(name: &str) {
-        if let Some([device, _]) = wgpu_devices() {
+        if let Some(device) = lease() {
             let preset = Preset::by_name(name, 256).expect("preset exists");
             check::<Autodiff<Wgpu>>(&preset, "wgpu", &device);
         }
