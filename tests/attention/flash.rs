@@ -230,6 +230,7 @@ mod on_wgpu {
         };
         let mut cases = all_cases(64);
         cases.retain(|(label, case)| ci_variant(label, case) == Some(variant));
+        assert!(!cases.is_empty(), "no case of {name} among the flash cases");
         // Every other case in the projections' layout: strided reads and writes.
         cases.iter_mut().step_by(2).for_each(|(_, case)| case.heads_inner = true);
         let kernel = |case: &Case, inputs| emulated(&device, case, inputs);

@@ -70,20 +70,23 @@ pub struct Lease {
 /// The one of [`wgpu_devices`] that fewer running tests hold (the default device on a tie), or
 /// `None` as [`wgpu_devices`] says: two wgpu tests running at once compile on different devices.
 pub fn lease() -> Option<Lease> {
-    let devices = wgpu_devices()?;
-    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-    let index = usize::from(held[1] < held[0]);
-    held[index] += 1;
-    Some(Lease { index, device: devices[index].clone() })
+    hold(|held| usize::from(held[1] < held[0]))
 }
 
 /// The default device (which the library's own jobs use), held as [`lease`] holds one, or `None`
 /// as [`wgpu_devices`] says.
 #[allow(dead_code, reason = "only the zoo binary has a test on the default device")]
 pub fn lease_default() -> Option<Lease> {
+    hold(|_| 0)
+}
+
+/// Holds the device that `choose` picks from the counts of [`HELD`], counted under one lock.
+fn hold(choose: impl FnOnce(&[usize; 2]) -> usize) -> Option<Lease> {
     let devices = wgpu_devices()?;
-    HELD.lock().unwrap_or_else(PoisonError::into_inner)[0] += 1;
-    Some(Lease { index: 0, device: devices[0].clone() })
+    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    let index = choose(&held);
+    held[index] += 1;
+    Some(Lease { index, device: devices[index].clone() })
 }
 
 impl Deref for Lease {
