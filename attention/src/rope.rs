@@ -142,18 +142,9 @@ impl Rope {
     /// Rotates `x: [batch, heads, seq, head_dim]`, row `n` sitting at `positions[n]`; used for
     /// StreamingLLM's cache-slot positions (docs/semantics.md §7). Returns the same shape.
     ///
-    /// Runs the backend's fused rotation ([`RopeBackend::rope_kernel`]) where it
-    /// has one, unless [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off
-    /// ([`rotate_tensor_ops`]).
+    /// Runs as [`rotate`] does.
     pub fn forward_at<B: RopeBackend>(&self, x: Tensor<B, 4>, positions: &[usize]) -> Tensor<B, 4> {
-        let angles = self.angles(positions);
-        match B::rope_kernel().filter(|_| !fused_ops_off()) {
-            Some(rotate) => {
-                let rotated = rotate(x.into_primitive().tensor(), &angles);
-                Tensor::from_primitive(TensorPrimitive::Float(rotated))
-            }
-            None => rotate_tensor_ops(x, &angles),
-        }
+        rotate(x, &self.angles(positions))
     }
 
     /// The angles of rows at `positions`, in f64 and then rounded to f32.
@@ -190,6 +181,19 @@ impl RopeAngles {
     /// The opposite rotation, `−θ`: a rotation's transpose, so the backward of a rotation.
     pub fn inverse(&self) -> Self {
         Self { sin: self.sin.iter().map(|s| -s).collect(), ..self.clone() }
+    }
+}
+
+/// Rotates `x: [batch, heads, N, d]`, row `n` by `angles` row `n` → the same shape: the
+/// backend's fused rotation ([`RopeBackend::rope_kernel`]) where it has one, unless
+/// [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off ([`rotate_tensor_ops`]).
+pub fn rotate<B: RopeBackend>(x: Tensor<B, 4>, angles: &RopeAngles) -> Tensor<B, 4> {
+    match B::rope_kernel().filter(|_| !fused_ops_off()) {
+        Some(rotate) => {
+            let rotated = rotate(x.into_primitive().tensor(), angles);
+            Tensor::from_primitive(TensorPrimitive::Float(rotated))
+        }
+        None => rotate_tensor_ops(x, angles),
     }
 }
 

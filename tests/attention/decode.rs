@@ -4,19 +4,21 @@
 //! rings wrap (from there on the append is the kernel's): one buffer
 //! and several (MSWA's window groups), GQA, sinks, LongNet's branches, globals (the host's
 //! mask), ALiBi with a softcap, sigmoid, head dims below, at and above a multiple of the cube's
-//! 32 threads, two batch rows.
+//! 32 threads, two batch rows; RoPE, which both kernels turn their row by, at every even head
+//! dim, and none at the odd one.
 
 use burn::backend::NdArray;
 use burn::backend::wgpu::Wgpu;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::{ScoreOptions, WindowSpec, alibi};
+use swa_zoo::attention::{RopeConfig, ScoreOptions, WindowSpec, alibi};
 use swa_zoo::models::layers::{CachePositions, KvCache, branch_specs};
 
 use crate::common::{F32, Rng, errors, values};
 use crate::wgpu_devices::lease;
 
 /// Appends `steps` random positions to a cache on each backend and compares every step's
-/// attention output: max-abs within F32's output tolerance.
+/// attention output: max-abs within F32's output tolerance. Keys and queries are rotated by
+/// RoPE when `dim` is even (by the cache's tensor ops on the reference).
 fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usize, steps: usize) {
     let Some(device) = lease() else {
         return;
@@ -28,6 +30,8 @@ fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usiz
     let mut kernel = KvCache::<Wgpu>::new(specs, opts, absolute).unwrap();
     let mut rng = Rng::new(what.len() as u64 * 7919 + dim as u64);
     let mut worst = 0f32;
+    let rope = dim.is_multiple_of(2).then(|| RopeConfig::new(dim).init().expect("even dim"));
+    let rope = rope.as_ref();
     for step in 0..steps {
         let mut draw = |heads: usize| {
             let shape = [batch, heads, 1, dim];
@@ -37,10 +41,10 @@ fn decode_case(what: &str, specs: Vec<WindowSpec>, opts: ScoreOptions, dim: usiz
         let on_reference =
             |d: &TensorData| Tensor::<NdArray, 4>::from_data(d.clone(), &Default::default());
         let on_kernel = |d: &TensorData| Tensor::<Wgpu, 4>::from_data(d.clone(), &*device);
-        reference.append(on_reference(&k), on_reference(&v), None);
-        kernel.append(on_kernel(&k), on_kernel(&v), None);
-        let want = values(reference.attend(on_reference(&q), None));
-        let got = values(kernel.attend(on_kernel(&q), None));
+        reference.append(on_reference(&k), on_reference(&v), rope);
+        kernel.append(on_kernel(&k), on_kernel(&v), rope);
+        let want = values(reference.attend(on_reference(&q), rope));
+        let got = values(kernel.attend(on_kernel(&q), rope));
         let (error, _) = errors(&got, &want);
         assert!(
             error <= F32.out,

@@ -10,9 +10,12 @@
 //! `swa_models::layers::longnet::mix_branches` mixes them (docs/semantics.md §5). [`write_slot`] is
 //! the fused append that keeps those buffers: the new position into every buffer's slot at once.
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use super::math::{dot, exp, max, sigmoid, sum};
+use super::rope::turned;
 use crate::decode::DecodeStep;
 use crate::{ScoreFn, WindowSpec};
 
@@ -29,7 +32,7 @@ pub struct DecodeBuffer<'a> {
     pub positions: &'a [usize],
 }
 
-/// `o: [batch, H, d]` for the queries `q: [batch, H, d]` (rotated at `step.position`), each
+/// `o: [batch, H, d]` for the queries `q: [batch, H, d]`, turned by `step.rope` if given, each
 /// head against the slots of the buffer that holds its kv head. Rows that see no key get 0.
 pub fn decode(
     q: &[f32],
@@ -51,6 +54,7 @@ pub fn decode(
     if dim == 0 {
         return out;
     }
+    let q = turned(Cow::Borrowed(q), step.rope);
     let attend_row = |(row, o): (usize, &mut [f32])| {
         let (b, h) = (row / heads, row % heads);
         let (index, local) = home[h / group];

@@ -19,6 +19,7 @@ use burn::backend::flex::FlexTensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
 
+use super::rope::turned;
 use super::{
     BackwardInputs, DecodeBuffer, Dims, Relative, backward, decode, forward, layout, write_slot,
 };
@@ -29,7 +30,7 @@ use crate::backend::{
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::fused_ops::fused_ops_off;
 use crate::layer_ops::{LayerKernels, LayerOpsBackend};
-use crate::rope::{RopeBackend, RotateKernel};
+use crate::rope::{RopeAngles, RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
 
 const CHECKED: &str = "inputs are checked by windowed_attention before they reach a backend";
@@ -156,14 +157,16 @@ impl Drop for Stop<'_> {
     }
 }
 
-/// [`write_slot`] on the cache's tensors, for keys and values of every buffer.
+/// [`write_slot`] on the cache's tensors, for keys (turned by `rope` if given) and values of
+/// every buffer.
 fn cache_write(
     k: FlexTensor,
     v: FlexTensor,
+    rope: Option<&RopeAngles>,
     writes: Vec<SlotWrite<'_, Flex>>,
 ) -> Vec<[FlexTensor; 2]> {
     let batch = k.shape().dims::<4>()[0];
-    let (k, v) = (f32s(&k), f32s(&v));
+    let (k, v) = (turned(f32s(&k), rope), f32s(&v));
     writes
         .into_iter()
         .map(|w| {

@@ -110,7 +110,8 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
     let all_heads: Vec<usize> = (0..heads).collect();
     let buffer =
         DecodeBuffer { keys: &keys, values: &values, kv_heads: &all_heads, positions: &positions };
-    let step = DecodeStep { specs: std::slice::from_ref(&spec), opts: &opts, position: t };
+    let step =
+        DecodeStep { specs: std::slice::from_ref(&spec), opts: &opts, position: t, rope: None };
     let together = decode(&q, &[buffer], 1, dim, &step);
     for h in 0..heads {
         let one = WindowSpec::new(vec![spec.heads()[h]], 1).expect("a valid spec");
@@ -121,7 +122,8 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
             kv_heads: &[0],
             positions: &positions,
         };
-        let step = DecodeStep { specs: std::slice::from_ref(&one), opts: &opts, position: t };
+        let (specs, rope) = (std::slice::from_ref(&one), None);
+        let step = DecodeStep { specs, opts: &opts, position: t, rope };
         let alone = decode(&q[h * dim..(h + 1) * dim], &[buffer], 1, dim, &step);
         assert_eq!(alone, together[h * dim..(h + 1) * dim], "head {h}");
     }

@@ -11,12 +11,15 @@ use cubecl::prelude::*;
 use super::cache_write::{HEAD_WORDS, THREADS, cache_write_kernel};
 use super::config::{narrow, upload};
 use crate::decode::SlotWrite;
+use crate::rope::RopeAngles;
 
 /// The fused append on a CubeCL backend (`crate::decode::CacheWrite`): `k, v: [batch, H_kv, 1,
-/// d]` into each buffer's slot → each buffer's keys and values, in order.
+/// d]` into each buffer's slot, the key turned by `rope` if given → each buffer's keys and
+/// values, in order.
 pub(crate) fn cache_write<R, B>(
     k: CubeTensor<R>,
     v: CubeTensor<R>,
+    rope: Option<&RopeAngles>,
     writes: Vec<SlotWrite<'_, B>>,
 ) -> Vec<[CubeTensor<R>; 2]>
 where
@@ -24,7 +27,7 @@ where
     B: Backend<FloatTensorPrimitive = CubeTensor<R>>,
 {
     let batch = k.meta.shape()[0];
-    let table: Vec<u32> = writes
+    let mut table: Vec<u32> = writes
         .iter()
         .enumerate()
         .flat_map(|(index, write)| {
@@ -33,6 +36,9 @@ where
         })
         .collect();
     let rows = table.len() / HEAD_WORDS;
+    if let Some(angles) = rope {
+        table.extend(angles.cos.iter().chain(&angles.sin).map(|x| x.to_bits()));
+    }
     let buffers: Vec<[CubeTensor<R>; 2]> =
         writes.into_iter().map(|w| [exclusive(w.keys), exclusive(w.values)]).collect();
     let (client, dtype) = (k.client.clone(), k.dtype);
@@ -45,6 +51,7 @@ where
         buffers.iter().map(|[keys, _]| keys.clone().into_tensor_arg()).collect(),
         buffers.iter().map(|[_, values]| values.clone().into_tensor_arg()).collect(),
         upload(&client, &k.device, u32::as_bytes(&table), DType::U32).into_array_arg(),
+        rope.is_some(),
         dtype.into(),
     );
     buffers

@@ -269,8 +269,9 @@ pub(super) fn key_grads_cmma(
     b.build(settings("key_grads_cmma_kernel", mma.plane))
 }
 
-/// The decode step (`super::decode`) over one ring buffer, with `branches` branches and the
-/// windows decided on the device (no host mask).
+/// The decode step (`super::decode`) over one ring buffer, with `branches` branches, the windows
+/// decided on the device (no host mask) and the query turned by RoPE, as a RoPE model's layers
+/// run it.
 pub(super) fn decode(
     device: &DeviceProperties,
     variant: Variant,
@@ -285,7 +286,8 @@ pub(super) fn decode(
     let keys = <Sequence<Tensor<F>> as LaunchArg>::expand(&buffers, &mut b);
     let values = <Sequence<Tensor<F>> as LaunchArg>::expand(&buffers, &mut b);
     let (out, table) = (output::<F>(&mut b), array::<u32>(&mut b));
-    let sections = SectionsCompilationArg { heads: (), slopes: (), rows: (), positions: () };
+    let sections =
+        SectionsCompilationArg { heads: (), slopes: (), rows: (), positions: (), angles: () };
     let sections = <Sections as LaunchArg>::expand(&sections, &mut b);
     let call = call(&mut b);
     decode_kernel::expand::<F>(
@@ -300,12 +302,13 @@ pub(super) fn decode(
         variant,
         branches,
         false,
+        true,
         dtype,
     );
     (b.build(settings("decode_kernel", DECODE_THREADS)), DECODE_THREADS)
 }
 
-/// The cache append (`super::cache_write`) into one ring buffer.
+/// The cache append (`super::cache_write`) into one ring buffer, the key turned by RoPE.
 pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
     use cache_write_kernel::F;
     let mut b = builder(device);
@@ -315,7 +318,8 @@ pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def
     let keys = <Sequence<Tensor<F>> as LaunchArg>::expand_output(&buffers, &mut b);
     let values = <Sequence<Tensor<F>> as LaunchArg>::expand_output(&buffers, &mut b);
     let table = array::<u32>(&mut b);
-    cache_write_kernel::expand::<F>(&mut b.scope, new_keys, new_values, keys, values, table, dtype);
+    let scope = &mut b.scope;
+    cache_write_kernel::expand::<F>(scope, new_keys, new_values, keys, values, table, true, dtype);
     (b.build(settings("cache_write_kernel", WRITE_THREADS)), WRITE_THREADS)
 }
 

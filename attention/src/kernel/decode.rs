@@ -43,6 +43,9 @@ pub(crate) struct Sections {
     pub rows: u32,
     /// The positions the slots hold, buffer after buffer.
     pub positions: u32,
+    /// The query's rotation (`rotate` only): `cos θ`, then `sin θ`, of each of the `d/2`
+    /// dimension pairs, as f32 bits.
+    pub angles: u32,
 }
 
 /// A cube's row: its query head and batch element, and where its buffer's slots are described.
@@ -61,7 +64,8 @@ struct Row {
 
 /// `q: [batch, H, 1, d]`, `keys, values`: each buffer's `[batch, its kv heads, slots, d]` →
 /// `out: [batch, H, 1, d]`. `table`: the step's words ([`Sections`]). `call.query_offset` is the
-/// query's position `t`, `call.kv_len` is `t + 1`. Grid: (H, batch).
+/// query's position `t`, `call.kv_len` is `t + 1`. With `rotate` the query is turned by RoPE at
+/// `t` first, in f32. Grid: (H, batch).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_kernel<F: Float>(
@@ -75,6 +79,7 @@ pub(crate) fn decode_kernel<F: Float>(
     #[comptime] variant: Variant,
     #[comptime] branches: usize,
     #[comptime] host_mask: bool,
+    #[comptime] rotate: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let dim = variant.head_dim;
@@ -101,6 +106,10 @@ pub(crate) fn decode_kernel<F: Float>(
         }
     }
     sync_cube();
+    if rotate {
+        turn(&mut query, table, sections.angles as usize, dim);
+        sync_cube();
+    }
 
     let mut outs = Array::<f32>::new(branches * columns);
     let mut lses = Array::<f32>::new(branches);
@@ -118,6 +127,23 @@ pub(crate) fn decode_kernel<F: Float>(
         }
     }
     write_mixed(&outs, &lses, out, row, &call, dim, branches);
+}
+
+/// Turns the query's pair `k` (dimensions `k` and `k + d/2`) by the angle whose cosine is
+/// `table[angles + k]` and sine `table[angles + d/2 + k]`: RoPE, each thread its own pairs.
+#[cube]
+fn turn(query: &mut SharedMemory<f32>, table: &Array<u32>, angles: usize, #[comptime] dim: usize) {
+    let half = comptime![dim / 2];
+    for round in 0..comptime![half.div_ceil(THREADS)] {
+        let k = UNIT_POS_X as usize + round * THREADS;
+        if k < half {
+            let cos = f32::reinterpret(table[angles + k]);
+            let sin = f32::reinterpret(table[angles + half + k]);
+            let (a, b) = (query[k], query[k + half]);
+            query[k] = a * cos - b * sin;
+            query[k + half] = b * cos + a * sin;
+        }
+    }
 }
 
 /// Which branch a pass is, of a spec with `heads` query heads.

@@ -47,6 +47,7 @@ where
         Variant::new(spec, step.opts, dim, 1),
         step.specs.len(),
         host_mask,
+        step.rope.is_some(),
         dtype.into(),
     );
     out
@@ -54,7 +55,8 @@ where
 
 /// The step's table and where its sections sit: the windows of every branch (at 0), the slopes,
 /// a row per query head ([`ROW_WORDS`]: head, buffer, local kv head, first position, first mask
-/// word), the positions of every buffer's slots, then the host masks (`host_mask` only).
+/// word), the positions of every buffer's slots, the host masks (`host_mask` only), then the
+/// query's rotation (when the step has one).
 fn step_table<R: CubeRuntime, B: Backend>(
     buffers: &[CachedBuffer<'_, B>],
     step: &DecodeStep<'_>,
@@ -91,11 +93,16 @@ fn step_table<R: CubeRuntime, B: Backend>(
         table.extend(buffer.positions.iter().map(|&j| narrow(j)));
     }
     table.extend(mask);
+    let angles_at = table.len();
+    if let Some(angles) = step.rope {
+        table.extend(angles.cos.iter().chain(&angles.sin).map(|x| x.to_bits()));
+    }
     let sections = SectionsLaunch::new(
         narrow(heads),
         narrow(slopes_at),
         narrow(rows_at),
         narrow(positions_at),
+        narrow(angles_at),
     );
     (table, sections)
 }

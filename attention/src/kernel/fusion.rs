@@ -152,6 +152,7 @@ impl<B: FusionBackend> LayerOpsBackend for Fusion<B> {}
 fn cache_write<B>(
     k: FloatTensor<Fusion<B>>,
     v: FloatTensor<Fusion<B>>,
+    rope: Option<&RopeAngles>,
     writes: Vec<SlotWrite<'_, Fusion<B>>>,
 ) -> Vec<[FloatTensor<Fusion<B>>; 2]>
 where
@@ -168,16 +169,19 @@ where
     let streams = OperationStreams::with_inputs(&given);
     let inputs: Vec<_> = given.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new("swa_cache_write", &inputs, &outputs);
-    let op = CacheWriteOp::<B> { desc: desc.clone(), buffers, backend: PhantomData };
+    let rope = rope.cloned();
+    let op = CacheWriteOp::<B> { desc: desc.clone(), buffers, rope, backend: PhantomData };
     let mut written = client.register(streams, OperationIr::Custom(desc), op).into_iter();
     std::iter::from_fn(|| Some([written.next()?, written.next()?])).collect()
 }
 
-/// A registered fused append: its tensors, and each buffer's kv heads and slot.
+/// A registered fused append: its tensors, each buffer's kv heads and slot, and the key's
+/// rotation.
 #[derive(Clone, Debug)]
 struct CacheWriteOp<B> {
     desc: CustomOpIr,
     buffers: Vec<(Vec<usize>, usize)>,
+    rope: Option<RopeAngles>,
     backend: PhantomData<B>,
 }
 
@@ -200,7 +204,7 @@ where
                 slot: *slot,
             })
             .collect();
-        let written = write(k, v, writes).into_iter().flatten();
+        let written = write(k, v, self.rope.as_ref(), writes).into_iter().flatten();
         for (output, tensor) in self.desc.outputs.iter().zip(written) {
             handles.register_float_tensor::<B>(&output.id, tensor);
         }
@@ -230,13 +234,14 @@ where
         specs: step.specs.to_vec(),
         opts: step.opts.clone(),
         position: step.position,
+        rope: step.rope.cloned(),
         backend: PhantomData,
     };
     client.register(streams, OperationIr::Custom(desc), op).output()
 }
 
 /// A registered decode step: its tensors, each buffer's kv heads and slot positions, and the
-/// step.
+/// step's specs, options, position and rotation.
 #[derive(Clone, Debug)]
 struct DecodeOp<B> {
     desc: CustomOpIr,
@@ -244,6 +249,7 @@ struct DecodeOp<B> {
     specs: Vec<WindowSpec>,
     opts: ScoreOptions,
     position: usize,
+    rope: Option<RopeAngles>,
     backend: PhantomData<B>,
 }
 
@@ -265,7 +271,12 @@ where
                 positions,
             })
             .collect();
-        let step = DecodeStep { specs: &self.specs, opts: &self.opts, position: self.position };
+        let step = DecodeStep {
+            specs: &self.specs,
+            opts: &self.opts,
+            position: self.position,
+            rope: self.rope.as_ref(),
+        };
         handles.register_float_tensor::<B>(&self.desc.outputs[0].id, decode(q, &buffers, &step));
     }
 }

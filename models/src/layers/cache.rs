@@ -18,6 +18,7 @@ use swa_attention::layer_support::expand_kv;
 use swa_attention::layer_support::fused_ops_off;
 use swa_attention::layer_support::{Alibi, attend};
 use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::rope::{RopeAngles, rotate};
 use swa_attention::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).
@@ -124,10 +125,11 @@ impl<B: Backend> KvCache<B> {
         let position = self.len;
         let spec = &self.specs[0];
         let pinned = position < spec.sinks() || spec.is_global(position);
-        // Rotated once for every buffer: RoPE acts on each head alone.
-        let k = match (self.positions, rope) {
-            (CachePositions::Absolute, Some(rope)) => rope.forward(k, position),
-            _ => k,
+        // Keys are kept rotated at their absolute positions, turned once for every buffer (RoPE
+        // acts on each head alone): by the fused append, or here.
+        let rotation = match (self.positions, rope) {
+            (CachePositions::Absolute, Some(rope)) => Some(rope.angles(&[position])),
+            _ => None,
         };
         if self.positions == CachePositions::Absolute {
             for buffer in &mut self.buffers {
@@ -140,8 +142,14 @@ impl<B: Backend> KvCache<B> {
         let slots: Option<Vec<usize>> =
             self.buffers.iter().map(|buffer| buffer.reusable_slot(pinned)).collect();
         match (write, slots) {
-            (Some(write), Some(slots)) => self.write_fused(write, k, v, &slots, pinned),
+            (Some(write), Some(slots)) => {
+                self.write_fused(write, [k, v], rotation.as_ref(), &slots, pinned)
+            }
             _ => {
+                let k = match &rotation {
+                    Some(angles) => rotate(k, angles),
+                    None => k,
+                };
                 for buffer in &mut self.buffers {
                     let (k, v) = (
                         select_heads(k.clone(), &buffer.kv_heads),
@@ -154,13 +162,13 @@ impl<B: Backend> KvCache<B> {
         self.len += 1;
     }
 
-    /// The backend's fused append: the next position into `slots`, one per buffer (an empty
-    /// slot, or the oldest recent one of a full ring).
+    /// The backend's fused append: the next position's `[k, v]` into `slots`, one per buffer (an
+    /// empty slot, or the oldest recent one of a full ring), the key turned by `rotation`.
     fn write_fused(
         &mut self,
         write: CacheWrite<B>,
-        k: Tensor<B, 4>,
-        v: Tensor<B, 4>,
+        [k, v]: [Tensor<B, 4>; 2],
+        rotation: Option<&RopeAngles>,
         slots: &[usize],
         pinned: bool,
     ) {
@@ -178,7 +186,8 @@ impl<B: Backend> KvCache<B> {
                 slot,
             })
             .collect();
-        let written = write(k.into_primitive().tensor(), v.into_primitive().tensor(), writes);
+        let (k, v) = (k.into_primitive().tensor(), v.into_primitive().tensor());
+        let written = write(k, v, rotation, writes);
         let position = self.len;
         for ((buffer, [keys, values]), &slot) in self.buffers.iter_mut().zip(written).zip(slots) {
             let tensor = |x| Tensor::from_primitive(TensorPrimitive::Float(x));
@@ -294,7 +303,8 @@ impl<B: Backend> KvCache<B> {
         Some(index_tensor::<B>(inverse, device))
     }
 
-    /// The backend's fused decode step over every buffer, the query rotated at its position.
+    /// The backend's fused decode step over every buffer, which turns the query by RoPE at its
+    /// position.
     fn attend_fused(
         &self,
         decode: DecodeKernel<B>,
@@ -305,10 +315,7 @@ impl<B: Backend> KvCache<B> {
         B: ModelBackend,
     {
         let t = self.len - 1;
-        let q = match rope {
-            Some(rope) => rope.forward_at(q, &[t]),
-            None => q,
-        };
+        let rotation = rope.map(|rope| rope.angles(&[t]));
         let primitive = |x: &Option<Tensor<B, 4>>| {
             x.clone().expect("append comes before attend").into_primitive().tensor()
         };
@@ -322,7 +329,12 @@ impl<B: Backend> KvCache<B> {
                 positions: &buffer.slots,
             })
             .collect();
-        let step = DecodeStep { specs: &self.specs, opts: &self.opts, position: t };
+        let step = DecodeStep {
+            specs: &self.specs,
+            opts: &self.opts,
+            position: t,
+            rope: rotation.as_ref(),
+        };
         let o = decode(q.into_primitive().tensor(), &buffers, &step);
         Tensor::from_primitive(TensorPrimitive::Float(o))
     }
