@@ -1,5 +1,6 @@
 //! The fused ops of the layers around the core: RMSNorm (docs/semantics.md §8), the gated MLP's
-//! gate `act(a)·b` (SwiGLU's SiLU, Gemma's tanh GELU) and the cross-entropy of logits, each as one op forward and one op backward
+//! gate `act(a)·b` of its joined gate and up product `[a | b]` (SwiGLU's SiLU, Gemma's tanh
+//! GELU) and the cross-entropy of logits, each as one op forward and one op backward
 //! where the backend has kernels for them ([`LayerKernels`], offered by
 //! [`LayerOpsBackend::layer_kernels`]), and as tensor ops otherwise. The tensor ops are
 //! also the kernels' test reference. The cross-entropy never materialises the softmax: its
@@ -18,6 +19,7 @@ use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::fused_ops::fused_ops_off;
+use crate::split::split;
 
 /// How an RMSNorm scales: `x / √(mean(x²) + ε) · γ` with `γ = w`, or `γ = 1 + w` under
 /// `unit_offset` (Gemma's form, docs/semantics.md §9).
@@ -49,8 +51,9 @@ pub struct LayerKernels<B: Backend> {
     pub rms_norm: RmsNormKernel<B>,
     /// RMSNorm's backward.
     pub rms_norm_backward: RmsNormBackward<B>,
-    /// `a, b` of one shape → `act(a)·b`.
-    pub gate: fn(FloatTensor<B>, FloatTensor<B>, MlpActivation) -> FloatTensor<B>,
+    /// `[a | b]`, the gate and up halves joined along the last axis, `[..., 2F]` → `act(a)·b`,
+    /// `[..., F]`.
+    pub gate: fn(FloatTensor<B>, MlpActivation) -> FloatTensor<B>,
     /// The gate's backward.
     pub gate_backward: GateBackward<B>,
     /// The cross-entropy's forward.
@@ -72,9 +75,8 @@ pub type RmsNormBackward<B> = fn(
     RmsOptions,
 ) -> [FloatTensor<B>; 2];
 
-/// `a`, `b` and `∂L/∂z` → `[∂L/∂a, ∂L/∂b]`.
-pub type GateBackward<B> =
-    fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, MlpActivation) -> [FloatTensor<B>; 2];
+/// `[a | b]` and `∂L/∂z` → `∂L/∂[a | b]`, the two halves' gradients side by side.
+pub type GateBackward<B> = fn(FloatTensor<B>, FloatTensor<B>, MlpActivation) -> FloatTensor<B>;
 
 /// `logits: [rows, V]`, `targets: [rows]` (ints in `0..V`) → (`−log softmax(logits)[target]`
 /// per row, `[rows]`; the log-normaliser `log Σ exp(logits)` per row, `[rows]` f32). A target
@@ -101,8 +103,8 @@ impl<B: Backend> std::fmt::Debug for LayerKernels<B> {
 }
 
 /// A Burn backend that may run the layers' ops fused: RMSNorm, the MLP's gate, the cross-entropy
-/// (each forward and backward) and a linear layer's product. Every method defaults to the
-/// tensor ops.
+/// (each forward and backward), a linear layer's product, and the split of a joined product
+/// into its parts. Every method defaults to the tensor ops.
 pub trait LayerOpsBackend: Backend {
     /// The backend's fused RMSNorm of `x: [..., D]` with weight `w: [D]` → the shape of `x`
     /// ([`crate::layer_ops::rms_norm`]), or `None` where it has none and the caller runs the
@@ -117,15 +119,11 @@ pub trait LayerOpsBackend: Backend {
         Some(y)
     }
 
-    /// The backend's fused gate `act(a)·b` for `a, b` of one shape
+    /// The backend's fused gate `act(a)·b` of `both = [a | b]: [..., 2F]` → `[..., F]`
     /// ([`crate::layer_ops::gate`]), or `None` where it has none and the caller runs the
     /// tensor ops. The default runs the backend's kernel ([`Self::layer_kernels`]).
-    fn gate(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        activation: MlpActivation,
-    ) -> Option<FloatTensor<Self>> {
-        chosen::<Self>().map(|kernels| (kernels.gate)(a, b, activation))
+    fn gate(both: FloatTensor<Self>, activation: MlpActivation) -> Option<FloatTensor<Self>> {
+        chosen::<Self>().map(|kernels| (kernels.gate)(both, activation))
     }
 
     /// The backend's fused cross-entropy of `logits: [rows, V]` against `targets: [rows]` →
@@ -164,6 +162,13 @@ pub trait LayerOpsBackend: Backend {
     /// than a small op's part). The default runs `work` here.
     fn with_threads_awake<R: Send>(work: impl FnOnce() -> R + Send) -> R {
         work()
+    }
+
+    /// `x` cut along `dim` into consecutive parts of `sizes` ([`crate::split::split`]): views
+    /// of `x` by default; `Autodiff<B>` differentiates the parts as one op, their gradients
+    /// written side by side (`crate::split`).
+    fn split_parts(x: FloatTensor<Self>, dim: usize, sizes: &[usize]) -> Vec<FloatTensor<Self>> {
+        crate::split::views::<Self>(x, dim, sizes)
     }
 
     /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the MLP's gate and the
@@ -205,17 +210,16 @@ pub fn rms_norm<B: LayerOpsBackend, const N: usize>(
     }
 }
 
-/// `act(a)·b` for `a, b` of one shape → that shape: the backend's fused op
-/// ([`LayerOpsBackend::gate`]) where it has one.
+/// `act(a)·b` of `both = [a | b]: [..., 2F]` (a joined gate and up product) → `[..., F]`: the
+/// backend's fused op ([`LayerOpsBackend::gate`]) where it has one, reading the halves where
+/// they lie and writing their gradients side by side.
 pub fn gate<B: LayerOpsBackend, const N: usize>(
-    a: Tensor<B, N>,
-    b: Tensor<B, N>,
+    both: Tensor<B, N>,
     activation: MlpActivation,
 ) -> Tensor<B, N> {
-    let primitive = |t: Tensor<B, N>| t.into_primitive().tensor();
-    match B::gate(primitive(a.clone()), primitive(b.clone()), activation) {
+    match B::gate(both.clone().into_primitive().tensor(), activation) {
         Some(z) => Tensor::from_primitive(TensorPrimitive::Float(z)),
-        None => gate_tensor_ops(a, b, activation),
+        None => gate_tensor_ops(both, activation),
     }
 }
 
@@ -310,12 +314,15 @@ pub fn rms_norm_tensor_ops<B: Backend, const N: usize>(
     x * scale * gamma.unsqueeze()
 }
 
-/// `act(a)·b` as tensor ops on any backend.
-pub fn gate_tensor_ops<B: Backend, const N: usize>(
-    a: Tensor<B, N>,
-    b: Tensor<B, N>,
+/// `act(a)·b` of `both = [a | b]: [..., 2F]` as tensor ops on any backend, the halves cut by
+/// [`split`] (so that `Autodiff<B>` writes their gradients side by side).
+pub fn gate_tensor_ops<B: LayerOpsBackend, const N: usize>(
+    both: Tensor<B, N>,
     activation: MlpActivation,
 ) -> Tensor<B, N> {
+    let width = both.dims()[N - 1] / 2;
+    let [a, b]: [Tensor<B, N>; 2] =
+        split(both, N - 1, &[width, width]).try_into().expect("two halves");
     match activation {
         MlpActivation::Silu => silu(a) * b,
         MlpActivation::GeluTanh => gelu_tanh(a) * b,

@@ -1,6 +1,7 @@
 //! The inner backend's layer kernels ([`crate::layer_ops::LayerKernels`]) as differentiable
-//! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the MLP's gate with parents `a` and
-//! `b`, the cross-entropy with parent `logits`, each backward one kernel call. Without kernels,
+//! ops of `Autodiff<B>`: RMSNorm with parents `x` and `w`, the MLP's gate with parent `[a | b]`
+//! (the joined gate and up product), the cross-entropy with parent `logits`, each backward one
+//! kernel call; and the split of a joined product (`crate::split`). Without kernels,
 //! or when [`crate::FUSED_OPS_VARIABLE`] turns the fused ops off, they return `None`: the
 //! caller's tensor ops run on `Autodiff<B>` and are differentiated op by op.
 
@@ -23,12 +24,8 @@ impl<B: LayerOpsBackend, C: CheckpointStrategy> LayerOpsBackend for Autodiff<B, 
         rms_norm::<B, C>(x, w, options)
     }
 
-    fn gate(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        activation: MlpActivation,
-    ) -> Option<FloatTensor<Self>> {
-        gate::<B, C>(a, b, activation)
+    fn gate(both: FloatTensor<Self>, activation: MlpActivation) -> Option<FloatTensor<Self>> {
+        gate::<B, C>(both, activation)
     }
 
     fn cross_entropy(
@@ -36,6 +33,10 @@ impl<B: LayerOpsBackend, C: CheckpointStrategy> LayerOpsBackend for Autodiff<B, 
         targets: IntTensor<Self>,
     ) -> Option<FloatTensor<Self>> {
         cross_entropy::<B, C>(logits, targets)
+    }
+
+    fn split_parts(x: FloatTensor<Self>, dim: usize, sizes: &[usize]) -> Vec<FloatTensor<Self>> {
+        crate::split::tracked::<B, C>(x, dim, sizes)
     }
 }
 
@@ -59,16 +60,15 @@ fn rms_norm<B: LayerOpsBackend, C: CheckpointStrategy>(
 
 /// The MLP's gate on `Autodiff<B>`: the inner kernel, tracked, or `None` without one.
 fn gate<B: LayerOpsBackend, C: CheckpointStrategy>(
-    a: FloatTensor<Autodiff<B, C>>,
-    b: FloatTensor<Autodiff<B, C>>,
+    both: FloatTensor<Autodiff<B, C>>,
     activation: MlpActivation,
 ) -> Option<FloatTensor<Autodiff<B, C>>> {
     let kernels = layer_ops::chosen::<B>()?;
-    let prepared = GateOp.prepare::<C>([a.node.clone(), b.node.clone()]);
-    let z = (kernels.gate)(a.primitive.clone(), b.primitive.clone(), activation);
+    let prepared = GateOp.prepare::<C>([both.node.clone()]);
+    let z = (kernels.gate)(both.primitive.clone(), activation);
     match prepared.compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
-            let state = GateState { kernels, a: a.primitive, b: b.primitive, activation };
+            let state = GateState { kernels, both: both.primitive, activation };
             Some(prep.finish(state, z))
         }
         OpsKind::UnTracked(prep) => Some(prep.finish(z)),
@@ -125,26 +125,22 @@ impl<B: LayerOpsBackend> Backward<B, 2> for RmsNormOp {
 #[derive(Debug)]
 struct GateOp;
 
-/// What the gate's backward reads: its inputs and activation.
+/// What the gate's backward reads: its input `[a | b]` and activation.
 #[derive(Clone, Debug)]
 struct GateState<B: LayerOpsBackend> {
     kernels: LayerKernels<B>,
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
+    both: FloatTensor<B>,
     activation: MlpActivation,
 }
 
-impl<B: LayerOpsBackend> Backward<B, 2> for GateOp {
+impl<B: LayerOpsBackend> Backward<B, 1> for GateOp {
     type State = GateState<B>;
 
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let gradient = grads.consume::<B>(&ops.node);
-        let GateState { kernels, a, b, activation } = ops.state;
-        let gradients = (kernels.gate_backward)(a, b, gradient, activation);
-        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, gradient);
-            }
+        let GateState { kernels, both, activation } = ops.state;
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, (kernels.gate_backward)(both, gradient, activation));
         }
     }
 }

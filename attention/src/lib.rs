@@ -63,6 +63,7 @@ mod relative;
 pub mod rope;
 mod rope_op;
 mod scores;
+pub mod split;
 pub mod window;
 
 pub use backend::{

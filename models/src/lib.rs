@@ -37,8 +37,10 @@ mod memory;
 mod mlp;
 pub mod presets;
 pub mod records;
+pub mod safetensors;
 pub mod sampling;
 mod sizes;
+pub mod stored;
 pub mod support;
 pub mod weights;
 

@@ -34,30 +34,31 @@ impl GatedMlpConfig {
         let (d, hidden) = (self.d_model, self.hidden_width());
         let linear = |a, b| LinearConfig::new(a, b).with_bias(false).init(device);
         GatedMlp {
-            gate: linear(d, hidden),
-            up: linear(d, hidden),
+            gate_up: linear(d, 2 * hidden),
             down: linear(hidden, d),
             activation: self.activation,
         }
     }
 }
 
-/// `down(act(gate(x)) ∘ up(x))`.
+/// `down(act(gate(x)) ∘ up(x))`, the gate and up projections one linear layer, so that a
+/// single product gives both (one launch on a GPU rather than two).
 #[derive(Module, Debug)]
 #[module(custom_display)]
 pub struct GatedMlp<B: Backend> {
-    gate: Linear<B>,
-    up: Linear<B>,
+    /// `[W_gate | W_up]`, `[d, 2F]`: the gate's columns, then the up projection's.
+    gate_up: Linear<B>,
+    /// `[F, d]`.
     down: Linear<B>,
     activation: MlpActivation,
 }
 
 impl<B: ModelBackend> GatedMlp<B> {
-    /// `x: [batch, N, d]` → `[batch, N, d]`; the gate `act(gate)·up` as one fused op where the
-    /// backend has one ([`swa_attention::layer_ops::gate`]).
+    /// `x: [batch, N, d]` → `[batch, N, d]`; one product for the gate and up projections, whose
+    /// halves the gate `act(gate)·up` reads where they lie, as one fused op where the backend has
+    /// one ([`swa_attention::layer_ops::gate`]).
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let (a, b) = (linear(&self.gate, x.clone()), linear(&self.up, x));
-        linear(&self.down, gate(a, b, self.activation))
+        linear(&self.down, gate(linear(&self.gate_up, x), self.activation))
     }
 }
 
@@ -68,7 +69,7 @@ impl<B: Backend> ModuleDisplay for GatedMlp<B> {
     }
 
     fn custom_content(&self, content: Content) -> Option<Content> {
-        let [d_model, hidden] = self.gate.weight.shape().dims();
+        let [hidden, d_model] = self.down.weight.shape().dims();
         content
             .add("d_model", &d_model)
             .add("hidden", &hidden)

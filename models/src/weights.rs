@@ -16,11 +16,14 @@
 //!
 //! # Tensor names
 //!
-//! A weight's name is its module path. `{l}` is the block index from 0; `d` the model width,
-//! `d_h = d/H` the head width, `F` the hidden width of the MLP, `d_f` the feature dimension of
-//! linear attention. A linear layer's weight is stored as Burn keeps it, `[d_in, d_out]` (the
-//! transpose of PyTorch's), and has no bias. Tensors keep the backend's float type (f32 on the
-//! reference backend).
+//! A weight's name is its module path, with one exception: the model computes q, k and v with
+//! one product, and the MLP's gate and up projections with another, so its parameters
+//! `….qkv.weight` and `mlp.gate_up.weight` are each several of the tensors below, which files
+//! hold apart under the names they have always had ([`crate::stored`]). `{l}` is the block
+//! index from 0; `d` the model width, `d_h = d/H` the head width, `F` the hidden width of the
+//! MLP, `d_f` the feature dimension of linear attention. A linear layer's weight is stored as
+//! Burn keeps it, `[d_in, d_out]` (the transpose of PyTorch's), and has no bias. Tensors keep
+//! the backend's float type (f32 on the reference backend).
 //!
 //! | name | shape | present |
 //! |------|-------|---------|
@@ -52,13 +55,14 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::record::{BurnRecord, FullPrecisionSettings, Record, Recorder, RecorderError};
-use burn::store::{ModuleSnapshot, ModuleStore, SafetensorsStore, SafetensorsStoreError};
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{DType, Tensor, backend::Backend};
 
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::layers::MixerRecord;
 use crate::records::{MigratingRecorder, RECORD_EXTENSION, write_record_item};
+use crate::safetensors::SafetensorsFile;
+use crate::stored::{self, Layout, Load, LoadProblem};
 use crate::support::panics::without_panics;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
@@ -90,15 +94,18 @@ pub fn load_record<B: Backend>(
     check_record_structure(&record, config, &expected).map_err(fail)?;
     // Burn's `load_record` takes every tensor as it is; the shapes are checked afterwards.
     let model = model.load_record(record);
-    compare_shapes(&expected, &parameter_shapes(&model)).map_err(fail)?;
+    let stored = |shapes: &Shapes| stored_shapes(shapes, (config.heads, config.kv_heads()));
+    compare_shapes(&stored(&expected), &stored(&parameter_shapes(&model))).map_err(fail)?;
     Ok(model)
 }
 
 /// Writes the weights of `model` to the safetensors file `path`, under the names of the module
 /// documentation.
 pub fn export_safetensors<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<(), ModelError> {
+    let heads = model.blocks().first().map_or((1, 1), |b| b.attention().head_counts());
+    let metadata = [("format", "burn"), ("producer", "swa-zoo")];
     write_atomically(path, |temp| {
-        model.save_into(&mut SafetensorsStore::from_file(temp)).map_err(store_write_error)
+        stored::write(model, heads, &stable_layout(), None, &metadata, temp)
     })
 }
 
@@ -109,17 +116,48 @@ pub fn import_safetensors<B: Backend>(
     device: &B::Device,
 ) -> Result<Decoder<B>, ModelError> {
     let fail = |problem| weights_error(path, problem);
-    let mut model = config.init::<B>(device)?;
-    let mut store = SafetensorsStore::from_file(path);
-    let found = store
-        .get_all_snapshots()
-        .map_err(|e| weights_error_from(path, safetensors_problem(&e), e))?
-        .iter()
-        .map(|(name, tensor)| (name.clone(), tensor.shape.to_vec()))
-        .collect();
-    compare_shapes(&parameter_shapes(&model), &found).map_err(fail)?;
-    model.load_from(&mut store).map_err(|e| weights_error_from(path, e.to_string(), e))?;
-    Ok(model)
+    let unreadable = |problem: String| {
+        let text = format!("not a readable safetensors file: {problem}");
+        weights_error_from(path, text, std::io::Error::other(problem))
+    };
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(weights_error_from(path, format!("cannot read: {e}"), e));
+    }
+    let file = SafetensorsFile::open(path).map_err(unreadable)?;
+    let found = file.tensors.iter().map(|(name, t)| (name.clone(), t.shape.clone())).collect();
+    let model = config.init_lazy::<B>(device)?;
+    let heads = (config.heads, config.kv_heads());
+    compare_shapes(&stored_shapes(&parameter_shapes(&model), heads), &found).map_err(fail)?;
+    let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
+    let holder = file.tensors.keys().map(|name| (name.clone(), 0)).collect();
+    let mut load = Load {
+        files: vec![(path.to_path_buf(), file)],
+        holder,
+        layout: stable_layout(),
+        heads,
+        dtype: &|_, _| float,
+        path: Vec::new(),
+        error: None,
+    };
+    let model = model.map(&mut load);
+    match load.error {
+        None => Ok(model),
+        Some(LoadProblem::Missing(name)) => {
+            Err(fail(format!("weight `{name}` is missing from the file")))
+        }
+        Some(LoadProblem::Unreadable(_, problem)) => Err(unreadable(problem)),
+    }
+}
+
+/// Our safetensors files: every tensor under its stable name, in Burn's layout.
+fn stable_layout() -> Layout<'static> {
+    Layout { name: &|part| Some(part.to_string()), transposed: false }
+}
+
+/// `shapes` (by module path) under the stable names of weight files, the joined products
+/// split ([`crate::stored`]), for a model of `heads` (query, key/value).
+pub fn stored_shapes(shapes: &Shapes, heads: (usize, usize)) -> Shapes {
+    stable_layout().file_shapes(shapes, heads)
 }
 
 /// Burn's named MessagePack recorder at full precision, reading old records too.
@@ -153,13 +191,6 @@ pub fn recorder_problem(error: &RecorderError) -> String {
     }
 }
 
-fn safetensors_problem(error: &SafetensorsStoreError) -> String {
-    match error {
-        SafetensorsStoreError::Io(e) => format!("cannot read: {e}"),
-        e => format!("not a readable safetensors file: {e}"),
-    }
-}
-
 /// [`crate::support::files::write_atomically`], its failure a [`ModelError::Write`].
 pub(crate) fn write_atomically(
     target: &Path,
@@ -168,16 +199,7 @@ pub(crate) fn write_atomically(
     crate::support::files::write_atomically(target, write).map_err(ModelError::Write)
 }
 
-/// The I/O error behind a safetensors store's failure to write (the operating system's, where
-/// it has one).
-pub(crate) fn store_write_error(error: SafetensorsStoreError) -> std::io::Error {
-    match error {
-        SafetensorsStoreError::Io(e) => e,
-        e => std::io::Error::other(e.to_string()),
-    }
-}
-
-/// Parameter shapes by dotted module path, the safetensors names.
+/// Parameter shapes by dotted module path.
 type Shapes = BTreeMap<String, Vec<usize>>;
 
 /// Collects [`Shapes`] without initialising lazily initialised parameters.

@@ -15,7 +15,7 @@ use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::AppError;
 
-/// A tensor's values under its module path (`blocks.0.attention.mixer.Windowed.local.query.weight`).
+/// A tensor's values under its module path (`blocks.0.attention.mixer.Windowed.local.qkv.weight`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Named {
     /// The module path.

@@ -24,3 +24,4 @@ mod reference;
 mod rope;
 mod schedule;
 mod spec;
+mod split;

@@ -77,34 +77,39 @@ fn gamma(w: &FlexTensor, options: RmsOptions) -> Vec<f32> {
     }
 }
 
-/// `act(a)·b`.
-fn gate(a: FlexTensor, b: FlexTensor, activation: MlpActivation) -> FlexTensor {
-    let (shape, dtype) = (a.shape(), a.dtype());
-    let (a, b) = (layout::read(&a), layout::read(&b));
-    let mut z = vec![0.0f32; a.len()];
-    let tasks = z.par_chunks_mut(TASK).zip(a.par_chunks(TASK)).zip(b.par_chunks(TASK));
-    tasks.for_each(|((z, a), b)| {
-        vectorised(Chunk::Gate { a, b, z, activation });
-    });
+/// `act(a)·b` of `[a | b]`, `both: [..., 2F]` → `[..., F]`.
+fn gate(both: FlexTensor, activation: MlpActivation) -> FlexTensor {
+    let (mut shape, dtype) = (both.shape(), both.dtype());
+    let last = shape.num_dims() - 1;
+    let width = shape[last] / 2;
+    shape[last] = width;
+    let both = layout::read(&both);
+    let mut z = vec![0.0f32; both.len() / 2];
+    if width > 0 {
+        let rows = (TASK / (2 * width)).max(1);
+        let tasks = z.par_chunks_mut(rows * width).zip(both.par_chunks(2 * rows * width));
+        tasks.for_each(|(z, both)| {
+            vectorised(Chunk::Gate { both, z, width, activation });
+        });
+    }
     tensor(z, shape, dtype)
 }
 
-/// `∂L/∂a = g·b·act′(a)` and `∂L/∂b = g·act(a)`.
-fn gate_backward(
-    a: FlexTensor,
-    b: FlexTensor,
-    d_z: FlexTensor,
-    activation: MlpActivation,
-) -> [FlexTensor; 2] {
-    let (shape, dtype) = (a.shape(), a.dtype());
-    let (a, b, d_z) = (layout::read(&a), layout::read(&b), layout::read(&d_z));
-    let (mut d_a, mut d_b) = (vec![0.0f32; a.len()], vec![0.0f32; a.len()]);
-    let outputs = d_a.par_chunks_mut(TASK).zip(d_b.par_chunks_mut(TASK));
-    let inputs = a.par_chunks(TASK).zip(b.par_chunks(TASK)).zip(d_z.par_chunks(TASK));
-    outputs.zip(inputs).for_each(|((d_a, d_b), ((a, b), d_z))| {
-        vectorised(Chunk::GateBackward { a, b, d_z, d_a, d_b, activation });
-    });
-    [tensor(d_a, shape.clone(), dtype), tensor(d_b, shape, dtype)]
+/// `∂L/∂[a | b]` `= [g·b·act′(a) | g·act(a)]` for `both: [..., 2F]` and `∂L/∂z = g: [..., F]`.
+fn gate_backward(both: FlexTensor, d_z: FlexTensor, activation: MlpActivation) -> FlexTensor {
+    let (shape, dtype) = (both.shape(), both.dtype());
+    let width = shape[shape.num_dims() - 1] / 2;
+    let (both, d_z) = (layout::read(&both), layout::read(&d_z));
+    let mut d_both = vec![0.0f32; both.len()];
+    if width > 0 {
+        let rows = (TASK / (2 * width)).max(1);
+        let outputs = d_both.par_chunks_mut(2 * rows * width);
+        let inputs = both.par_chunks(2 * rows * width).zip(d_z.par_chunks(rows * width));
+        outputs.zip(inputs).for_each(|(d_both, (both, d_z))| {
+            vectorised(Chunk::GateBackward { both, d_z, d_both, width, activation });
+        });
+    }
+    tensor(d_both, shape, dtype)
 }
 
 /// One task's share of a kernel, run under pulp's dispatch by [`vectorised`]. The loops are
@@ -126,18 +131,14 @@ enum Chunk<'a> {
         gamma: &'a [f32],
         d_x: &'a mut [f32],
     },
-    Gate {
-        a: &'a [f32],
-        b: &'a [f32],
-        z: &'a mut [f32],
-        activation: MlpActivation,
-    },
+    /// Rows of `[a | b]`, `2·width` each, into rows of `z`.
+    Gate { both: &'a [f32], z: &'a mut [f32], width: usize, activation: MlpActivation },
+    /// Rows of `[a | b]` and of `∂L/∂z` into rows of `∂L/∂[a | b]`.
     GateBackward {
-        a: &'a [f32],
-        b: &'a [f32],
+        both: &'a [f32],
         d_z: &'a [f32],
-        d_a: &'a mut [f32],
-        d_b: &'a mut [f32],
+        d_both: &'a mut [f32],
+        width: usize,
         activation: MlpActivation,
     },
 }
@@ -161,38 +162,62 @@ impl WithSimd for Chunk<'_> {
             Chunk::RmsNormBackward { x, d_y, inverse, gamma, d_x } => {
                 rms_rows_backward(x, d_y, inverse, gamma, d_x)
             }
-            Chunk::Gate { a, b, z, activation: MlpActivation::Silu } => {
-                for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
-                    *z = a * b / (1.0 + exp(-a));
+            Chunk::Gate { both, z, width, activation } => {
+                for (both, z) in both.chunks_exact(2 * width).zip(z.chunks_exact_mut(width)) {
+                    gate_row(both, z, activation);
                 }
                 Vec::new()
             }
-            Chunk::Gate { a, b, z, activation: MlpActivation::GeluTanh } => {
-                for ((z, &a), &b) in z.iter_mut().zip(a).zip(b) {
-                    *z = gelu_tanh(a)[0] * b;
+            Chunk::GateBackward { both, d_z, d_both, width, activation } => {
+                let rows = both.chunks_exact(2 * width).zip(d_z.chunks_exact(width));
+                for ((both, d_z), d_both) in rows.zip(d_both.chunks_exact_mut(2 * width)) {
+                    gate_row_backward(both, d_z, d_both, activation);
                 }
                 Vec::new()
             }
-            Chunk::GateBackward { a, b, d_z, d_a, d_b, activation } => {
-                let inputs = a.iter().zip(b).zip(d_z);
-                let outputs = d_a.iter_mut().zip(d_b.iter_mut());
-                match activation {
-                    MlpActivation::Silu => {
-                        for ((d_a, d_b), ((&a, &b), &g)) in outputs.zip(inputs) {
-                            let s = 1.0 / (1.0 + exp(-a));
-                            *d_a = g * b * s * (1.0 + a * (1.0 - s));
-                            *d_b = g * a * s;
-                        }
-                    }
-                    MlpActivation::GeluTanh => {
-                        for ((d_a, d_b), ((&a, &b), &g)) in outputs.zip(inputs) {
-                            let [value, slope] = gelu_tanh(a);
-                            *d_a = g * b * slope;
-                            *d_b = g * value;
-                        }
-                    }
-                }
-                Vec::new()
+        }
+    }
+}
+
+/// One row: `z = act(a)·b` for `both = [a | b]`. Indexed over slices of one length, which the
+/// compiler vectorises (zipped iterators over a row's halves it left scalar).
+#[inline(always)]
+fn gate_row(both: &[f32], z: &mut [f32], activation: MlpActivation) {
+    let n = z.len();
+    let (a, b) = (&both[..n], &both[n..2 * n]);
+    match activation {
+        MlpActivation::Silu => {
+            for i in 0..n {
+                z[i] = a[i] * b[i] / (1.0 + exp(-a[i]));
+            }
+        }
+        MlpActivation::GeluTanh => {
+            for i in 0..n {
+                z[i] = gelu_tanh(a[i])[0] * b[i];
+            }
+        }
+    }
+}
+
+/// One row: `∂L/∂[a | b]` for `both = [a | b]` and `∂L/∂z = d_z`, indexed as [`gate_row`].
+#[inline(always)]
+fn gate_row_backward(both: &[f32], d_z: &[f32], d_both: &mut [f32], activation: MlpActivation) {
+    let n = d_z.len();
+    let (a, b) = (&both[..n], &both[n..2 * n]);
+    let (d_a, d_b) = d_both[..2 * n].split_at_mut(n);
+    match activation {
+        MlpActivation::Silu => {
+            for i in 0..n {
+                let s = 1.0 / (1.0 + exp(-a[i]));
+                d_a[i] = d_z[i] * b[i] * s * (1.0 + a[i] * (1.0 - s));
+                d_b[i] = d_z[i] * a[i] * s;
+            }
+        }
+        MlpActivation::GeluTanh => {
+            for i in 0..n {
+                let [value, slope] = gelu_tanh(a[i]);
+                d_a[i] = d_z[i] * b[i] * slope;
+                d_b[i] = d_z[i] * value;
             }
         }
     }

@@ -1,5 +1,5 @@
-//! Moving 4-D tensors between `Flex`'s strided layouts and the kernels' contiguous row-major
-//! f32 buffers, a row of the last dimension at a time.
+//! Moving tensors between `Flex`'s strided layouts and the kernels' contiguous row-major f32
+//! buffers, a row of the last dimension at a time (reading any rank, writing 4-D).
 //!
 //! A layer's q, k, v come out of its projections as `[batch, N, H, d]` memory viewed as
 //! `[batch, H, N, d]` (a `swap_dims`), and it merges the heads of `o` back from that same order.
@@ -21,23 +21,41 @@ pub const HEADS_OUTER: [usize; 4] = [0, 1, 2, 3];
 pub const HEADS_INNER: [usize; 4] = [0, 2, 1, 3];
 
 /// The tensor's elements in logical row-major order as f32: borrowed when it is a contiguous
-/// f32 tensor, copied a row at a time when it is an f32 view with a unit-strided last dimension
-/// and non-negative strides, else converted through Burn's data path (half precision, flips).
+/// f32 tensor, copied a row at a time when it is an f32 view of any rank with a unit-strided
+/// last dimension and non-negative strides (e.g. one half of a joined gate|up product), else
+/// converted through Burn's data path (half precision, flips).
 pub fn read(t: &FlexTensor) -> Cow<'_, [f32]> {
     if let Some(slice) = t.as_slice::<f32>() {
         return Cow::Borrowed(slice);
     }
-    let Some(rows) = StridedRows::of(t) else {
+    let (shape, strides) = (t.shape(), t.layout().strides());
+    let rows_fit = t.dtype() == DType::F32
+        && strides.last().is_some_and(|&s| s == 1)
+        && strides.iter().all(|&s| s >= 0);
+    if !rows_fit {
         let data = t.clone().into_data().convert::<f32>();
         return Cow::Owned(data.into_vec::<f32>().expect("converted to f32"));
-    };
-    let [b, h, n, d] = rows.shape;
-    let mut out = Vec::with_capacity(b * h * n * d);
-    for bi in 0..b {
-        for hi in 0..h {
-            for ni in 0..n {
-                out.extend_from_slice(rows.row(bi, hi, ni));
+    }
+    let (storage, d) = (t.storage::<f32>(), shape[shape.num_dims() - 1]);
+    let leading: Vec<(usize, usize)> =
+        (0..shape.num_dims() - 1).map(|axis| (shape[axis], strides[axis] as usize)).collect();
+    let rows: usize = leading.iter().map(|&(extent, _)| extent).product();
+    if rows * d == 0 {
+        return Cow::Owned(Vec::new());
+    }
+    let mut out = Vec::with_capacity(rows * d);
+    // The row's index along each leading axis, last axis fastest.
+    let mut index = vec![0; leading.len()];
+    for _ in 0..rows {
+        let at = t.layout().start_offset()
+            + index.iter().zip(&leading).map(|(&i, &(_, stride))| i * stride).sum::<usize>();
+        out.extend_from_slice(&storage[at..at + d]);
+        for (i, &(extent, _)) in index.iter_mut().zip(&leading).rev() {
+            *i += 1;
+            if *i < extent {
+                break;
             }
+            *i = 0;
         }
     }
     Cow::Owned(out)
@@ -79,14 +97,18 @@ impl<'a> StridedRows<'a> {
 }
 
 /// The physical order of `t`'s four dimensions, outermost first: [`HEADS_INNER`] for a
-/// `swap_dims(1, 2)` view of contiguous `[B, N, H, d]` memory, [`HEADS_OUTER`] for anything
-/// else (contiguous or not), so that gradients come back in the order their input had.
+/// `swap_dims(1, 2)` view of `[B, N, H', d]` memory holding its H heads among H' ≥ H (the
+/// projections' heads, or one part of the joined q|k|v product), [`HEADS_OUTER`] for anything
+/// else (contiguous or not), so that outputs and gradients come back in the order their input
+/// had.
 pub fn order_of(t: &FlexTensor) -> [usize; 4] {
     let [b, h, n, d] = t.shape().dims::<4>();
-    let strides = t.layout().strides();
-    let heads_inner = [n * h * d, d, h * d, 1].map(|s| s as isize);
-    let size_one = [b, h, n, d].map(|size| size == 1);
-    let matches = (0..4).all(|i| size_one[i] || strides[i] == heads_inner[i]);
+    let &[sb, sh, sn, sd] = t.layout().strides() else { return HEADS_OUTER };
+    let row = sn.max(0) as usize;
+    let matches = (sd == 1 || d == 1)
+        && sh == d as isize
+        && row >= h * d
+        && (b == 1 || sb.max(0) as usize >= n * row);
     match matches && h > 1 && n > 1 {
         true => HEADS_INNER,
         false => HEADS_OUTER,

@@ -1,6 +1,6 @@
 //! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
 //! vectorised `exp`, the decode step's two schedules (threads or one thread), and the fused
-//! append. The kernel's outputs and gradients are tested against the dense reference through the
+//! append, the layout of heads and the reading of strided views. The kernel's outputs and gradients are tested against the dense reference through the
 //! backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random specs, f16;
 //! `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
 
@@ -166,4 +166,45 @@ fn threads_kept_awake_return_the_work_and_its_panics() {
     let panicked = std::panic::catch_unwind(|| Flex::with_threads_awake(|| panic!("in the work")));
     assert!(panicked.is_err());
     assert_eq!(Flex::with_threads_awake(sum), want, "the pool works after a panic");
+}
+
+/// The heads of the projections' `[B, N, H, d]` memory, alone or one part of a wider product
+/// (q of q|k|v), are heads-inner; a contiguous `[B, H, N, d]` tensor is heads-outer.
+#[test]
+fn views_of_heads_in_rows_keep_their_order() {
+    use crate::cpu::layout::{HEADS_INNER, HEADS_OUTER, order_of};
+    use burn::backend::flex::FlexTensor;
+    let (b, n, d) = (2, 3, 4);
+    let rows = |heads: usize| {
+        let values: Vec<f32> = (0..b * n * heads * d).map(|i| i as f32).collect();
+        FlexTensor::from_data(burn::tensor::TensorData::new(values, [b, n, heads, d]))
+    };
+    let heads_of =
+        |t: FlexTensor, first: usize, count: usize| t.narrow(2, first, count).transpose(1, 2);
+    assert_eq!(order_of(&heads_of(rows(2), 0, 2)), HEADS_INNER);
+    assert_eq!(order_of(&heads_of(rows(4), 1, 2)), HEADS_INNER, "k of q|k|v");
+    assert_eq!(order_of(&rows(2)), HEADS_OUTER);
+}
+
+/// Strided views of every rank read as their logical row-major values: a half of a joined
+/// gate|up product (3-D), a part of the q|k|v heads seen heads-first (4-D), and a view with a
+/// zero-length axis.
+#[test]
+fn strided_views_read_in_logical_order() {
+    use crate::cpu::layout::read;
+    use burn::backend::flex::FlexTensor;
+    let values = |n: usize| (0..n).map(|i| i as f32).collect::<Vec<_>>();
+    let tensor = |n: usize, shape: Vec<usize>| {
+        FlexTensor::from_data(burn::tensor::TensorData::new(values(n), shape))
+    };
+    let logical = |t: &FlexTensor| t.clone().into_data().into_vec::<f32>().expect("f32");
+    let both = tensor(2 * 3 * 10, vec![2, 3, 10]);
+    for half in [both.clone().narrow(2, 0, 5), both.narrow(2, 5, 5)] {
+        assert_eq!(read(&half).into_owned(), logical(&half), "a half of gate|up");
+    }
+    let qkv = tensor(2 * 3 * 4 * 2, vec![2, 3, 4, 2]);
+    let k = qkv.narrow(2, 2, 1).transpose(1, 2);
+    assert_eq!(read(&k).into_owned(), logical(&k), "k of q|k|v");
+    let empty = tensor(0, vec![2, 0, 4]).narrow(2, 1, 2);
+    assert!(read(&empty).is_empty());
 }

@@ -5,17 +5,17 @@
 use std::fs;
 use std::path::Path;
 
-use crate::layers::AttentionKind;
-use burn::store::{ModuleSnapshot, SafetensorsStore};
+use burn::tensor::DType;
 use burn::tensor::backend::Backend;
-use burn_store::BurnToPyTorchAdapter;
 use serde_json::{Value, json};
 use swa_attention::RopeScaling;
 
 use crate::hf::{Family, HfProblem, names};
+use crate::layers::AttentionKind;
 use crate::mlp::MlpActivation;
+use crate::stored::{self, Layout};
 use crate::support::files::WriteError;
-use crate::weights::{store_write_error, write_atomically};
+use crate::weights::write_atomically;
 use crate::{Decoder, DecoderConfig, ModelError};
 
 /// Writes `model` (built from `config`) into the new directory `dir` as `config.json` and
@@ -36,16 +36,13 @@ pub fn export_decoder<B: Backend>(
     }
     fs::create_dir_all(dir)
         .map_err(|source| ModelError::Write(WriteError { path: dir.to_path_buf(), source }))?;
+    let heads = (config.heads, config.kv_heads());
+    let name = |part: &str| names::to_checkpoint(part, family);
+    let layout = Layout { name: &name, transposed: true };
+    // transformers 4.x refuses a safetensors file whose `format` is not a framework's name.
+    let metadata = [("format", "pt")];
     write_atomically(&dir.join("model.safetensors"), |temp| {
-        // transformers 4.x refuses a safetensors file whose `format` is not a framework's
-        // name; burn-store writes "safetensors".
-        let mut store = SafetensorsStore::from_file(temp)
-            .with_to_adapter(BurnToPyTorchAdapter)
-            .metadata("format", "pt");
-        for (from, to) in names::export_remappings(family) {
-            store = store.with_key_remapping(from, to);
-        }
-        model.save_into(&mut store).map_err(store_write_error)
+        stored::write(model, heads, &layout, Some(DType::F32), &metadata, temp)
     })?;
     let text = serde_json::to_string_pretty(&json).expect("a JSON value prints");
     write_atomically(&dir.join("config.json"), |temp| fs::write(temp, text + "\n"))?;

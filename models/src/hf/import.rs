@@ -2,22 +2,25 @@
 //! `config.json`. Every tensor's name and shape is checked against the configuration before
 //! anything is loaded, so an error names the checkpoint's tensor. Then each parameter is read
 //! from its file on its own ([`SafetensorsFile`]) into a model whose parameters were never
-//! drawn, so loading takes the weights' memory and one tensor's more at most. A linear layer's
+//! drawn, so loading takes the weights' memory and one parameter's more at most (twice that
+//! for a joined one). A linear layer's
 //! weight keeps the checkpoint's `[out, in]` storage and becomes its transposed view, the
 //! `[in, out]` Burn's `Linear` expects: no transposing copy, and a decoding step's
-//! one-row products then read each output's weights contiguously.
+//! one-row products then read each output's weights contiguously. The q, k, v projections and
+//! the MLP's gate and up projections are joined as they are read ([`crate::stored`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::Module;
+use burn::tensor::DType;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor};
 use serde_json::Value;
 
-use crate::hf::safetensors::SafetensorsFile;
 use crate::hf::{Family, HfProblem, names, read_config};
+use crate::safetensors::SafetensorsFile;
+use crate::stored::{EMBEDDING, Layout, Load, LoadProblem, is_linear_weight};
 use crate::weights::parameter_shapes;
 use crate::{Decoder, DecoderConfig, ModelError};
 
@@ -100,13 +103,23 @@ pub fn load_weights<B: Backend>(
         return Err(fail(HfProblem::BadField { field: "sizes", problem }));
     }
     let model = config.init_lazy::<B>(device)?;
-    let expected = parameter_shapes(&model);
-    check_tensors(&expected, &found, family).map_err(fail)?;
-    let mut load = Load { files, holder, family, float, weights, path: Vec::new(), error: None };
+    let heads = (config.heads, config.kv_heads());
+    let name = |part: &str| names::to_checkpoint(part, family);
+    let layout = Layout { name: &name, transposed: true };
+    let expected = layout.file_shapes(&parameter_shapes(&model), heads);
+    check_tensors(&expected, &found).map_err(fail)?;
+    let dtype =
+        |path: &str, shape: &[usize]| match is_linear_weight(path, shape) || path == EMBEDDING {
+            true => weights,
+            false => float,
+        };
+    let mut load =
+        Load { files, holder, layout, heads, dtype: &dtype, path: Vec::new(), error: None };
     let model = model.map(&mut load);
     match load.error {
-        Some(problem) => Err(fail(problem)),
         None => Ok(model),
+        Some(LoadProblem::Missing(name)) => Err(fail(HfProblem::MissingTensor { name })),
+        Some(LoadProblem::Unreadable(file, problem)) => Err(fail(corrupt(&file, problem))),
     }
 }
 
@@ -114,75 +127,6 @@ pub fn load_weights<B: Backend>(
 fn corrupt(file: &Path, problem: String) -> HfProblem {
     let file = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     HfProblem::CorruptFile { file, problem }
-}
-
-/// Replaces every float parameter by its checkpoint tensor, read when it is reached. The first
-/// failure is kept and the parameters after it are left as they are.
-struct Load {
-    /// The weight files, each with its path.
-    files: Vec<(PathBuf, SafetensorsFile)>,
-    /// The index in `files` of the file holding each checkpoint tensor.
-    holder: BTreeMap<String, usize>,
-    family: Family,
-    /// The model's float type.
-    float: DType,
-    /// The float type of the linear layers' weights and the embedding table.
-    weights: DType,
-    /// The module path being visited.
-    path: Vec<String>,
-    error: Option<HfProblem>,
-}
-
-impl Load {
-    /// The checkpoint's tensor for the parameter at `path` of shape `shape`, on `device`.
-    fn tensor<B: Backend, const D: usize>(
-        &mut self,
-        path: &str,
-        shape: &[usize],
-        device: &B::Device,
-    ) -> Result<Tensor<B, D>, HfProblem> {
-        let missing = || HfProblem::MissingTensor { name: path.to_string() };
-        let name = names::to_checkpoint(path, self.family).ok_or_else(missing)?;
-        let (file, reader) = &mut self.files[*self.holder.get(&name).ok_or_else(missing)?];
-        let data = reader.read(&name).map_err(|problem| corrupt(file, problem))?;
-        let linear = names::is_linear_weight(path, shape);
-        let dtype = match linear || path == names::EMBEDDING {
-            true => self.weights,
-            false => self.float,
-        };
-        let tensor = Tensor::<B, D>::from_data(data, (device, dtype));
-        Ok(match linear {
-            true => tensor.transpose(),
-            false => tensor,
-        })
-    }
-}
-
-impl<B: Backend> ModuleMapper<B> for Load {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        if self.error.is_some() {
-            return param;
-        }
-        let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
-        match self.tensor::<B, D>(&path, &shape, &param.lazy_device()) {
-            Ok(tensor) => {
-                let id = param.id;
-                param.transform_for_load(tensor, id)
-            }
-            Err(problem) => {
-                self.error = Some(problem);
-                param
-            }
-        }
-    }
 }
 
 /// The safetensors files of `dir`: `model.safetensors`, or every shard its index lists.
@@ -211,34 +155,22 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, HfProblem> {
         .collect()
 }
 
-/// Checks the checkpoint's tensors (`found`, by name, with their shapes) against the model's
-/// parameters (`expected`, by path): the first missing, unexpected or misshapen tensor, named
-/// as the checkpoint names it, with shapes in the checkpoint's layout.
+/// Checks the checkpoint's tensors (`found`) against those the model's parameters make
+/// (`expected`), both by the checkpoint's names with shapes in its `[out, in]` layout: the first
+/// missing, unexpected or misshapen tensor.
 fn check_tensors(
     expected: &BTreeMap<String, Vec<usize>>,
     found: &BTreeMap<String, Vec<usize>>,
-    family: Family,
 ) -> Result<(), HfProblem> {
-    let mut seen = BTreeSet::new();
     for (name, shape) in found.iter().filter(|(name, _)| !names::is_ignored(name)) {
-        let unexpected = || HfProblem::UnexpectedTensor { name: name.clone() };
-        let path = names::to_model(name, family).ok_or_else(unexpected)?;
-        let ours = expected.get(&path).ok_or_else(unexpected)?;
-        let mut want = ours.clone();
-        if names::is_linear_weight(&path, ours) {
-            want.reverse();
-        }
-        if *shape != want {
-            let (file, expected) = (shape.clone(), want);
+        let want = expected.get(name).ok_or(HfProblem::UnexpectedTensor { name: name.clone() })?;
+        if shape != want {
+            let (file, expected) = (shape.clone(), want.clone());
             return Err(HfProblem::ShapeMismatch { name: name.clone(), file, expected });
         }
-        seen.insert(path);
     }
-    match expected.keys().find(|path| !seen.contains(*path)) {
-        Some(path) => {
-            let name = names::to_checkpoint(path, family).unwrap_or_else(|| path.clone());
-            Err(HfProblem::MissingTensor { name })
-        }
+    match expected.keys().find(|name| !found.contains_key(*name)) {
+        Some(name) => Err(HfProblem::MissingTensor { name: name.clone() }),
         None => Ok(()),
     }
 }

@@ -10,7 +10,6 @@ mod export;
 mod import;
 mod names;
 mod pretrained;
-mod safetensors;
 #[cfg(test)]
 mod tests;
 mod tokenizer;

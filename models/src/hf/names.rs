@@ -1,6 +1,6 @@
-//! One table of tensor names, a checkpoint's against the model's, read both ways: importing
-//! maps `model.layers.{l}.self_attn.q_proj.weight` to
-//! `blocks.{l}.attention.mixer.Windowed.local.query.weight`, exporting the reverse. Gemma's
+//! One table of tensor names, a checkpoint's against the model's stable ones ([`crate::stored`]):
+//! `blocks.{l}.attention.mixer.Windowed.local.query.weight` is
+//! `model.layers.{l}.self_attn.q_proj.weight`, for importing and exporting alike. Gemma's
 //! blocks name their norms otherwise than Llama's. (Pretrained families have windowed layers
 //! only: the attention's weights are under the `Windowed` variant of its mixer.)
 
@@ -54,18 +54,8 @@ fn block(family: Family) -> Vec<(&'static str, &'static str)> {
     common.chain(norms).copied().collect()
 }
 
-/// The model's name of the checkpoint's tensor `name`, `None` if the family has no such tensor.
-pub fn to_model(name: &str, family: Family) -> Option<String> {
-    if let Some((_, ours)) = MODEL.iter().find(|(hf, _)| *hf == name) {
-        return Some(ours.to_string());
-    }
-    let (layer, suffix) = name.strip_prefix("model.layers.")?.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (_, ours) = block(family).into_iter().find(|(hf, _)| *hf == suffix)?;
-    Some(format!("blocks.{layer}.{ours}"))
-}
-
-/// The checkpoint's name of the model's tensor `path`, `None` if the family has no such tensor.
+/// The checkpoint's name of the model's tensor `path` (a stable name: q, k, v and gate, up
+/// apart, [`crate::stored`]), `None` if the family has no such tensor.
 pub fn to_checkpoint(path: &str, family: Family) -> Option<String> {
     if let Some((hf, _)) = MODEL.iter().find(|(_, ours)| *ours == path) {
         return Some(hf.to_string());
@@ -76,43 +66,32 @@ pub fn to_checkpoint(path: &str, family: Family) -> Option<String> {
     Some(format!("model.layers.{layer}.{hf}"))
 }
 
-/// Key remappings (regular expression, replacement) from the model's names to the
-/// checkpoint's, for burn-store's `SafetensorsStore` when exporting.
-pub fn export_remappings(family: Family) -> Vec<(String, String)> {
-    let escape = |s: &str| s.replace('.', r"\.");
-    let whole = MODEL.iter().map(|&(hf, ours)| (format!("^{}$", escape(ours)), hf.to_string()));
-    let blocks = block(family).into_iter().map(|(hf, ours)| {
-        (format!(r"^blocks\.(\d+)\.{}$", escape(ours)), format!("model.layers.$1.{hf}"))
-    });
-    whole.chain(blocks).collect()
-}
-
-/// The model's path of the embedding table.
-pub const EMBEDDING: &str = "embedding.weight";
-
-/// Whether the model's tensor `path` is a linear layer's weight, which a checkpoint stores
-/// transposed (`[out, in]`).
-pub fn is_linear_weight(path: &str, shape: &[usize]) -> bool {
-    shape.len() == 2 && path.ends_with(".weight") && path != EMBEDDING
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn names_map_both_ways_and_gemma_names_its_norms() {
+    fn names_map_one_to_one_and_gemma_names_its_norms() {
         for family in [Family::Llama, Family::Gemma2] {
-            for (hf, _) in block(family) {
-                let name = format!("model.layers.3.{hf}");
-                let ours = to_model(&name, family).unwrap();
-                assert_eq!(to_checkpoint(&ours, family).as_deref(), Some(name.as_str()));
+            let table = block(family);
+            let mut checkpoint: Vec<_> = table.iter().map(|(hf, _)| *hf).collect();
+            checkpoint.sort();
+            checkpoint.dedup();
+            assert_eq!(checkpoint.len(), table.len(), "{family:?}: one model name each");
+            for (hf, ours) in table {
+                let name = to_checkpoint(&format!("blocks.3.{ours}"), family);
+                assert_eq!(name, Some(format!("model.layers.3.{hf}")));
             }
         }
-        let name = "model.layers.0.post_attention_layernorm.weight";
-        assert_eq!(to_model(name, Family::Mistral).unwrap(), "blocks.0.mlp_norm.gamma");
-        assert_eq!(to_model(name, Family::Gemma3).unwrap(), "blocks.0.post_attention_norm.gamma");
-        assert_eq!(to_model("model.layers.0.self_attn.rotary_emb.x", Family::Llama), None);
+        let norm = "blocks.0.mlp_norm.gamma";
+        let mistral = "model.layers.0.post_attention_layernorm.weight";
+        assert_eq!(to_checkpoint(norm, Family::Mistral).as_deref(), Some(mistral));
+        let gemma = "model.layers.0.pre_feedforward_layernorm.weight";
+        assert_eq!(to_checkpoint(norm, Family::Gemma3).as_deref(), Some(gemma));
+        assert_eq!(
+            to_checkpoint("blocks.0.attention.mixer.Linear.query.weight", Family::Llama),
+            None
+        );
         assert!(is_ignored("model.layers.0.self_attn.rotary_emb.inv_freq"));
     }
 }

@@ -303,10 +303,10 @@ impl<B: ModelBackend> SelfAttention<B> {
             unreachable!("matched above")
         };
         self.check_segment(n, *start)?;
-        let (q, k, v) = self.project(&mixer.local, x.clone());
         if *start == 0 {
             // The stream's first segment: the layer's own forward, Longformer's global rows
             // included (they lie in it).
+            let (q, k, v) = self.project(&mixer.local, x.clone());
             let globals = mixer.global.as_ref().map(|global| self.project(global, x.clone()));
             let out = self.attend(q, k, v, globals)?;
             memory.remember(x);
@@ -321,13 +321,13 @@ impl<B: ModelBackend> SelfAttention<B> {
             globals: Some(globals.collect()),
         };
         placement.positions.extend(*start..*start + n);
-        let (k, v) = match rows {
-            Some(rows) => {
-                let (k_kept, v_kept) = self.project_keys(&mixer.local, rows.clone());
-                (Tensor::cat(vec![k_kept, k], 2), Tensor::cat(vec![v_kept, v], 2))
-            }
-            None => (k, v),
+        // The kept rows and the segment's in one product; the kept rows' queries are dropped.
+        let (rows, kept) = match rows {
+            Some(rows) => (Tensor::cat(vec![rows.clone(), x.clone()], 1), rows.dims()[1]),
+            None => (x.clone(), 0),
         };
+        let (q, k, v) = self.project(&mixer.local, rows);
+        let q = q.narrow(2, kept, n);
         let out = self.attend_placed(q, k, v, &placement)?;
         memory.remember(x);
         Ok(self.merge(mixer, out))

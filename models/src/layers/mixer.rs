@@ -4,7 +4,7 @@
 //! assume that an optional part is present.
 //!
 //! The variant is a segment of every tensor name below it (Burn's derive enters a module named
-//! after the variant): `attention.mixer.Windowed.local.query.weight`,
+//! after the variant): `attention.mixer.Windowed.local.qkv.weight`,
 //! `attention.mixer.Linear.query.weight`.
 
 use burn::module::{Module, Param};
@@ -13,26 +13,24 @@ use burn::tensor::backend::Backend;
 
 use crate::layers::linear::LinearAttention;
 
-/// The q, k, v projections of one set of heads (biases only under
-/// [`LayerOptions::qkv_bias`](crate::layers::LayerOptions::qkv_bias)).
+/// The q, k, v projections of one set of heads as one linear layer, so that a single product
+/// gives all three (one launch on a GPU rather than three); biases only under
+/// [`LayerOptions::qkv_bias`](crate::layers::LayerOptions::qkv_bias).
 #[derive(Module, Debug)]
 pub struct Projections<B: Backend> {
-    /// `W_q`, `[d, H·d_h]` as Burn stores it.
-    pub(crate) query: Linear<B>,
-    /// `W_k`, `[d, H_kv·d_h]`.
-    pub(crate) key: Linear<B>,
-    /// `W_v`, `[d, H_kv·d_h]`.
-    pub(crate) value: Linear<B>,
+    /// `[W_q | W_k | W_v]`, `[d, (H + 2·H_kv)·d_h]` as Burn stores it: the columns of q, then
+    /// those of k, then those of v.
+    pub(crate) qkv: Linear<B>,
 }
 
 impl<B: Backend> Projections<B> {
     /// A copy with its own parameters (new ids), so that it trains separately.
     pub(crate) fn copy(&self) -> Self {
-        let copy = |l: &Linear<B>| Linear {
-            weight: Param::from_tensor(l.weight.val()),
-            bias: l.bias.as_ref().map(|b| Param::from_tensor(b.val())),
+        let qkv = Linear {
+            weight: Param::from_tensor(self.qkv.weight.val()),
+            bias: self.qkv.bias.as_ref().map(|b| Param::from_tensor(b.val())),
         };
-        Self { query: copy(&self.query), key: copy(&self.key), value: copy(&self.value) }
+        Self { qkv }
     }
 }
 

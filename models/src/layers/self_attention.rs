@@ -17,6 +17,7 @@ use crate::layers::transformer_xl::RelativePositions;
 use crate::layers::{AttentionKind, longformer, longnet};
 use swa_attention::layer_ops::linear;
 use swa_attention::layer_support::distances_needed;
+use swa_attention::split::split;
 use swa_attention::{
     AttentionError, ModelBackend, Rope, RopeConfig, ScoreFn, ScoreOptions,
     windowed_attention_relative,
@@ -178,13 +179,9 @@ impl SelfAttentionConfig {
         device: &B::Device,
     ) -> WindowedMixer<B> {
         let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
-        let linear =
-            |out: usize, bias: bool| LinearConfig::new(d, out).with_bias(bias).init(device);
-        let local = Projections {
-            query: linear(heads * head_dim, options.qkv_bias),
-            key: linear(kv_heads * head_dim, options.qkv_bias),
-            value: linear(kv_heads * head_dim, options.qkv_bias),
-        };
+        let width = (heads + 2 * kv_heads) * head_dim;
+        let qkv = LinearConfig::new(d, width).with_bias(options.qkv_bias).init(device);
+        let local = Projections { qkv };
         // Longformer's global rows have projections of their own.
         let global = (!self.kind.global_positions().is_empty()).then(|| local.copy());
         let output = LinearConfig::new(heads * head_dim, d).with_bias(false).init(device);
@@ -376,46 +373,37 @@ impl<B: ModelBackend> SelfAttention<B> {
         &self.mixer
     }
 
-    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]`, q and k normalised per head if
-    /// the layer says so, before RoPE.
+    /// q `[batch, H, N, d_h]` and k, v `[batch, H_kv, N, d_h]` of `x: [batch, N, d_model]`,
+    /// from one product and three views of its heads; q and k normalised per head if the
+    /// layer says so, before RoPE.
     pub(crate) fn project(
         &self,
         p: &Projections<B>,
         x: Tensor<B, 3>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [batch, n, _] = x.dims();
-        let split = |t: Tensor<B, 3>, heads: usize| {
-            t.reshape([batch, n, heads, self.head_dim]).swap_dims(1, 2)
-        };
+        let (heads, kv_heads) = (self.heads, self.kv_heads);
+        // Heads first, then the parts: a reshape of the contiguous product moves nothing, where
+        // one of a part (a strided view) may copy it.
+        let qkv = linear(&p.qkv, x).reshape([batch, n, heads + 2 * kv_heads, self.head_dim]);
+        let mut parts = split(qkv, 2, &[heads, kv_heads, kv_heads]).into_iter();
+        let mut next = || parts.next().expect("three parts").swap_dims(1, 2);
         let norm = |t: Tensor<B, 4>, norm: &Option<RmsNorm<B>>| match norm {
             Some(norm) => norm.forward(t),
             None => t,
         };
-        let q = norm(split(linear(&p.query, x.clone()), self.heads), &self.query_norm);
-        let (k, v) = self.project_keys(p, x);
-        (q, k, v)
-    }
-
-    /// k, v `[batch, H_kv, N, d_h]` of `x: [batch, N, d_model]`, k normalised per head if the
-    /// layer says so, before RoPE.
-    pub(crate) fn project_keys(
-        &self,
-        p: &Projections<B>,
-        x: Tensor<B, 3>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let [batch, n, _] = x.dims();
-        let split =
-            |t: Tensor<B, 3>| t.reshape([batch, n, self.kv_heads, self.head_dim]).swap_dims(1, 2);
-        let k = split(linear(&p.key, x.clone()));
-        let k = match &self.key_norm {
-            Some(norm) => norm.forward(k),
-            None => k,
-        };
-        (k, split(linear(&p.value, x)))
+        let q = norm(next(), &self.query_norm);
+        let k = norm(next(), &self.key_norm);
+        (q, k, next())
     }
 }
 
 impl<B: Backend> SelfAttention<B> {
+    /// The query heads `H` and key/value heads `H_kv`.
+    pub(crate) fn head_counts(&self) -> (usize, usize) {
+        (self.heads, self.kv_heads)
+    }
+
     /// Whether the layer scores positions with Transformer-XL's relative terms.
     pub fn has_relative_positions(&self) -> bool {
         self.relative.is_some()

@@ -1,4 +1,5 @@
-//! Records saved before a format change, rewritten into today's format as they are read.
+//! Records saved before a format change, rewritten into today's format as they are read: the
+//! mixer enum (below) and the joined q|k|v and gate|up parameters (`records/join.rs`).
 //!
 //! # When the per-layer weights became one `Mixer` enum
 //!
@@ -20,6 +21,7 @@
 
 use serde::de::DeserializeOwned;
 
+use crate::records::join::{join_layers, join_state};
 use crate::records::value::Value;
 
 /// The fields of an old `SelfAttention` record that the mixer replaced.
@@ -30,10 +32,38 @@ const OLD_FIELDS: [&str; 4] = ["local", "global", "output", "linear"];
 /// rewrite, or do not decode as `I` even so.
 pub fn migrated<I: DeserializeOwned>(bytes: &[u8]) -> Option<I> {
     let mut value: Value = rmp_serde::from_slice(bytes).ok()?;
-    if !upgrade(&mut value) {
+    let mixer = upgrade(&mut value);
+    if !mixer & join_layers(&mut value).is_empty() {
         return None;
     }
-    let encoded = rmp_serde::to_vec_named(&value).ok()?;
+    decode(&value)
+}
+
+/// The optimizer record that `optimizer` reads, saved with the model record `model` (the same
+/// checkpoint's) before q|k|v and gate|up were joined, decoded as `I` with the states of the
+/// joined parameters joined. `None` when `model` holds no parameters to join (a record of
+/// today's format: it has the field `gate_up`, which this looks for first, before reading the
+/// optimizer's record) or the rewrite fails.
+pub fn migrated_optimizer<I: DeserializeOwned>(
+    optimizer: impl FnOnce() -> Option<Vec<u8>>,
+    model: &[u8],
+) -> Option<I> {
+    const JOINED: &[u8] = b"\xa7gate_up";
+    if model.windows(JOINED.len()).any(|w| w == JOINED) {
+        return None;
+    }
+    let mut model: Value = rmp_serde::from_slice(model).ok()?;
+    let groups = join_layers(&mut model);
+    let mut value: Value = rmp_serde::from_slice(&optimizer()?).ok()?;
+    match join_state(&mut value, &groups) {
+        true => decode(&value),
+        false => None,
+    }
+}
+
+/// `value` encoded and decoded as `I`.
+fn decode<I: DeserializeOwned>(value: &Value) -> Option<I> {
+    let encoded = rmp_serde::to_vec_named(value).ok()?;
     rmp_serde::decode::from_read(encoded.as_slice()).ok()
 }
 

@@ -4,6 +4,7 @@
 //! ([`migrate`]). [`crate::weights`] and the training crate's checkpoints (the Learner's
 //! checkpointer and `--resume`) read through it, so every `.mpk` of the zoo loads the same way.
 
+mod join;
 pub mod migrate;
 mod value;
 

@@ -66,6 +66,16 @@ pub fn input(batch: usize, n: usize, d: usize) -> (Tensor<B, 3>, Vec<f64>) {
     (x, data.into_iter().map(f64::from).collect())
 }
 
+/// The q, k and v weights of a layer's joined projection `[d, (H + 2·H_kv)·d_h]`: its columns
+/// in that order.
+fn split_qkv(qkv: &Param<Tensor<B, 2>>, heads: usize, kv_heads: usize) -> [Param<Tensor<B, 2>>; 3] {
+    let w = qkv.val();
+    let head = w.dims()[1] / (heads + 2 * kv_heads);
+    let (q, kv) = (heads * head, kv_heads * head);
+    [(0, q), (q, kv), (q + kv, kv)]
+        .map(|(start, width)| Param::from_tensor(w.clone().narrow(1, start, width)))
+}
+
 /// `rows · W` for `rows: [r, d_in]` and a Burn `Linear` weight `W: [d_in, d_out]` → `[r, d_out]`.
 fn project(rows: &[f64], weight: &Param<Tensor<B, 2>>) -> Vec<f64> {
     let [d_in, d_out] = weight.val().dims();
@@ -255,16 +265,17 @@ pub fn reference(
     // RoPE on q and k (docs/semantics.md §4), for every kind but SWAT with ALiBi alone.
     let rope = !matches!(kind, AttentionKind::Swat { positions: SwatPositions::Alibi, .. });
     let rotate = |heads: Heads| if rope { heads.rotated() } else { heads };
-    let local = record.local;
-    let q = rotate(Heads::new(x, &local.query.weight, n, heads));
-    let k = rotate(Heads::new(x, &local.key.weight, n, kv_heads));
-    let v = Heads::new(x, &local.value.weight, n, kv_heads);
+    let [wq, wk, wv] = split_qkv(&record.local.qkv.weight, heads, kv_heads);
+    let q = rotate(Heads::new(x, &wq, n, heads));
+    let k = rotate(Heads::new(x, &wk, n, kv_heads));
+    let v = Heads::new(x, &wv, n, kv_heads);
     // Longformer's global rows (docs/semantics.md §2): the global projections over every key, causal
     // in a decoder.
     let global = record.global.map(|g| {
-        let q = rotate(Heads::new(x, &g.query.weight, n, heads));
-        let k = rotate(Heads::new(x, &g.key.weight, n, kv_heads));
-        (q, k, Heads::new(x, &g.value.weight, n, kv_heads))
+        let [wq, wk, wv] = split_qkv(&g.qkv.weight, heads, kv_heads);
+        let q = rotate(Heads::new(x, &wq, n, heads));
+        let k = rotate(Heads::new(x, &wk, n, kv_heads));
+        (q, k, Heads::new(x, &wv, n, kv_heads))
     });
     let (globals, causal) = match &kind {
         AttentionKind::Longformer { globals, causal, .. } => (globals.clone(), *causal),

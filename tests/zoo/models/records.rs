@@ -1,6 +1,7 @@
 //! Burn records saved before a format change still load, with the outputs they had: the
 //! fixture `tests/fixtures/records/pre-mixer.mpk` was saved before the attention layer's
-//! weights became one `Mixer` enum, with the logits it gave then
+//! weights became one `Mixer` enum, and before q|k|v and gate|up became one parameter each, with
+//! the logits it gave then
 //! (`pre-mixer.logits.json`; `README.md` there says how both were made).
 
 use std::path::{Path, PathBuf};
@@ -56,8 +57,9 @@ fn a_record_from_before_the_mixer_enum_loads_with_its_logits() {
     assert_eq!(logits(&again, &tokens), expected);
     let names = parameter_shapes(&again);
     for name in [
-        "blocks.0.attention.mixer.Windowed.local.query.weight",
-        "blocks.1.attention.mixer.Windowed.global.key.weight",
+        "blocks.0.attention.mixer.Windowed.local.qkv.weight",
+        "blocks.1.attention.mixer.Windowed.global.qkv.weight",
+        "blocks.1.mlp.gate_up.weight",
         "blocks.1.attention.mixer.Windowed.output.weight",
         "blocks.2.attention.mixer.Linear.output.weight",
         "blocks.0.attention.query_norm.gamma",

@@ -3,7 +3,7 @@
 //! with its reason and the run resumes from the previous complete one, ending where the
 //! uninterrupted run ends; a run with no usable checkpoint is a one-line error naming each; a
 //! run killed before its first checkpoint starts afresh; a checkpoint of another layer mixer is
-//! a mismatch, not a panic.
+//! a mismatch, not a panic; a checkpoint of an older format resumes.
 
 use std::path::Path;
 
@@ -139,4 +139,23 @@ fn a_checkpoint_of_another_mixer_is_a_mismatch() {
         other => panic!("expected a checkpoint mismatch, got {other:?}"),
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run checkpointed before q|k|v and gate|up became one parameter each resumes with its
+/// parts' weights and AdamW moments joined, and ends where that version's uninterrupted run
+/// ended: the fixture `tests/fixtures/records/pre-join-run` is step 2 of `tiny(4)` and the
+/// logits of its step 4 (`README.md` there says how it was made).
+#[test]
+fn a_checkpoint_from_before_the_joined_projections_resumes_where_it_was() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/records/pre-join-run");
+    let run = copy_run(&fixture, "pre-join");
+    let corpus = Corpus::embedded();
+    let resumed = train::<B>(&tiny(4), &corpus, &run, true, &Default::default()).unwrap();
+    let text = std::fs::read_to_string(fixture.join("logits.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected: Vec<f32> =
+        json["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let error = max_abs(&logits(&resumed.model), &expected);
+    assert!(error < 1e-5, "the resumed run differs from the old one by {error}");
+    let _ = std::fs::remove_dir_all(run);
 }

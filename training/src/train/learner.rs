@@ -15,7 +15,6 @@ use burn::train::{
     ExecutionStrategy, Learner, LearningComponentsTypes, SupervisedTraining, TrainingStrategy,
 };
 use swa_models::Decoder;
-use swa_models::records::MigratingRecorder;
 use swa_models::support::panics::without_panics;
 use swa_models::weights::recorder_problem;
 
@@ -209,7 +208,7 @@ fn checkpoint_part<B: Backend, R: Record<B>>(
 ) -> Result<R, TrainingError> {
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let recorder = MigratingRecorder;
+    let recorder = CheckpointRecorder::default();
     without_panics("Burn's record loader", || Recorder::<B>::load(&recorder, path.into(), device))
         .map_err(unreadable)?
         .map_err(|e| unreadable(recorder_problem(&e)))

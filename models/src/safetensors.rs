@@ -1,7 +1,8 @@
-//! A safetensors file read one tensor at a time: the header (names, dtypes, shapes, byte
-//! ranges) when it is opened, then each tensor's bytes on request, through a small buffer. The
-//! checkpoint is never mapped or held whole, so importing a model takes its weights' memory and
-//! little more (docs/benchmarks.md, "Decoding").
+//! Safetensors files read and written one tensor at a time. Reading takes the header (names,
+//! dtypes, shapes, byte ranges) when the file is opened, then each tensor's bytes on request,
+//! through a small buffer: the checkpoint is never mapped or held whole, so importing a model
+//! takes its weights' memory and little more (docs/benchmarks.md, "Decoding"). Writing takes
+//! the header first, then each tensor's data in its order.
 //!
 //! The format: an 8-byte little-endian header length, a JSON header mapping each tensor's name
 //! to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets relative to the end of the
@@ -9,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use burn::tensor::{DType, TensorData, bf16, f16};
@@ -84,6 +85,69 @@ impl SafetensorsFile {
             }
         };
         Ok(data)
+    }
+}
+
+/// A safetensors file being written: the header is written when it is created, then each
+/// tensor's data by [`SafetensorsWriter::append`], in the header's order.
+pub struct SafetensorsWriter {
+    file: BufWriter<File>,
+    /// The byte length still expected of each tensor, in order.
+    expected: std::vec::IntoIter<usize>,
+}
+
+impl SafetensorsWriter {
+    /// Creates `path` with the header of `tensors` (name, dtype, shape; F32, F16 or BF16) and
+    /// `metadata`, their data to follow in that order. The header is padded with spaces to a
+    /// multiple of 8 bytes, as the format's own writer does.
+    pub fn create(
+        path: &Path,
+        tensors: &[(String, DType, Vec<usize>)],
+        metadata: &[(&str, &str)],
+    ) -> io::Result<Self> {
+        let mut header = serde_json::Map::new();
+        let metadata = metadata.iter().map(|(k, v)| (k.to_string(), Value::from(*v)));
+        header.insert("__metadata__".into(), Value::Object(metadata.collect()));
+        let (mut offset, mut expected) = (0, Vec::new());
+        for (name, dtype, shape) in tensors {
+            let (tag, size) = match dtype {
+                DType::F32 => ("F32", 4),
+                DType::F16 => ("F16", 2),
+                DType::BF16 => ("BF16", 2),
+                other => return Err(io::Error::other(format!("{name}: {other:?} is not written"))),
+            };
+            let bytes = size * shape.iter().product::<usize>();
+            let entry = serde_json::json!({
+                "dtype": tag, "shape": shape, "data_offsets": [offset, offset + bytes],
+            });
+            header.insert(name.clone(), entry);
+            expected.push(bytes);
+            offset += bytes;
+        }
+        let mut text = Value::Object(header).to_string();
+        text.push_str(&" ".repeat(text.len().next_multiple_of(8) - text.len()));
+        let mut file = BufWriter::new(File::create(path)?);
+        file.write_all(&(text.len() as u64).to_le_bytes())?;
+        file.write_all(text.as_bytes())?;
+        Ok(Self { file, expected: expected.into_iter() })
+    }
+
+    /// Writes the next tensor's data, which must have the header's dtype and shape, in the
+    /// machine's byte order (little-endian on every target Burn's backends run on).
+    pub fn append(&mut self, data: &TensorData) -> io::Result<()> {
+        let bytes = data.as_bytes();
+        match self.expected.next() {
+            Some(expected) if expected == bytes.len() => self.file.write_all(bytes),
+            _ => Err(io::Error::other("a tensor's data differs from the header")),
+        }
+    }
+
+    /// Flushes the file, once every tensor of the header is written.
+    pub fn finish(mut self) -> io::Result<()> {
+        if self.expected.next().is_some() {
+            return Err(io::Error::other("tensors of the header were not written"));
+        }
+        self.file.flush()
     }
 }
 

@@ -1,0 +1,281 @@
+//! How a model's parameters lie in weight files (safetensors, ours and Hugging Face's): each
+//! under its module path ([`crate::weights`]' table), except the two products that one
+//! launch computes, which files hold as the separate tensors they are in every earlier version
+//! and in other tools:
+//!
+//! | parameter | in files |
+//! |---|---|
+//! | `….{local,global}.qkv.{weight,bias}`, `[d, (H + 2·H_kv)·d_h]` | `….query.*` `[d, H·d_h]`, `….key.*`, `….value.*` `[d, H_kv·d_h]` |
+//! | `blocks.{l}.mlp.gate_up.weight`, `[d, 2F]` | `blocks.{l}.mlp.gate.weight`, `blocks.{l}.mlp.up.weight`, `[d, F]` |
+//!
+//! A joined parameter is its parts side by side along its output axis (the last in Burn's
+//! `[in, out]` layout). Exporting ([`write()`]) splits it; importing ([`Load`]) joins the parts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor};
+
+use crate::safetensors::{SafetensorsFile, SafetensorsWriter};
+
+/// One tensor of a file that is all or part of a parameter: its stable name (a module path
+/// with the joined products split) and its columns `start .. start + width` of the
+/// parameter's output axis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The stable name, before any file's own naming.
+    pub name: String,
+    /// The first column of the output axis.
+    pub start: usize,
+    /// The columns.
+    pub width: usize,
+}
+
+/// The parts of the parameter at `path` of `shape` in a model of `heads` query heads and
+/// `kv_heads` key/value heads: three for q|k|v, two for gate|up, the parameter itself
+/// otherwise.
+pub fn parts(path: &str, shape: &[usize], heads: usize, kv_heads: usize) -> Vec<Part> {
+    let out = shape.last().copied().unwrap_or(0);
+    let split = |prefix: &str, suffix: &str, names: &[&str], widths: &[usize]| {
+        let mut start = 0;
+        let parts = names.iter().zip(widths).map(|(name, &width)| {
+            let part = Part { name: format!("{prefix}{name}{suffix}"), start, width };
+            start += width;
+            part
+        });
+        parts.collect()
+    };
+    if let Some((prefix, suffix)) = path.split_once(".qkv.") {
+        let head = out / (heads + 2 * kv_heads).max(1);
+        let widths = [heads * head, kv_heads * head, kv_heads * head];
+        return split(&format!("{prefix}."), &format!(".{suffix}"), &QKV, &widths);
+    }
+    if let Some(prefix) = path.strip_suffix("mlp.gate_up.weight") {
+        return split(&format!("{prefix}mlp."), ".weight", &GATE_UP, &[out / 2, out / 2]);
+    }
+    vec![Part { name: path.to_string(), start: 0, width: out }]
+}
+
+/// The parts of q|k|v, in order.
+const QKV: [&str; 3] = ["query", "key", "value"];
+
+/// The parts of gate|up, in order.
+const GATE_UP: [&str; 2] = ["gate", "up"];
+
+/// How one file format names and lays out the parts.
+pub struct Layout<'a> {
+    /// The file's name of a part's stable name; `None`: the format has no such tensor.
+    pub name: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether the file holds linear weights `[out, in]` (PyTorch's) rather than `[in, out]`.
+    pub transposed: bool,
+}
+
+impl Layout<'_> {
+    /// Whether the tensor `path` of `shape` is stored transposed: a linear layer's weight in a
+    /// transposed layout.
+    fn transposes(&self, path: &str, shape: &[usize]) -> bool {
+        self.transposed && is_linear_weight(path, shape)
+    }
+
+    /// Every tensor the file holds for parameters of `shapes` (by module path): its file name
+    /// and its shape there. A part the format does not name is left out.
+    pub fn file_shapes(
+        &self,
+        shapes: &BTreeMap<String, Vec<usize>>,
+        (heads, kv_heads): (usize, usize),
+    ) -> BTreeMap<String, Vec<usize>> {
+        let mut files = BTreeMap::new();
+        for (path, shape) in shapes {
+            for part in parts(path, shape, heads, kv_heads) {
+                let Some(name) = (self.name)(&part.name) else { continue };
+                let mut shape = shape.clone();
+                *shape.last_mut().expect("a parameter has an axis") = part.width;
+                if self.transposes(path, &shape) {
+                    shape.reverse();
+                }
+                files.insert(name, shape);
+            }
+        }
+        files
+    }
+}
+
+/// The module path of the embedding table.
+pub const EMBEDDING: &str = "embedding.weight";
+
+/// Whether the parameter `path` of `shape` is a linear layer's weight (2-D, named `weight`),
+/// which PyTorch stores transposed, `[out, in]`; the embedding table is not one.
+pub fn is_linear_weight(path: &str, shape: &[usize]) -> bool {
+    shape.len() == 2 && path.ends_with(".weight") && path != EMBEDDING
+}
+
+/// Writes every float parameter of `module` (of `heads` query and `kv_heads` key/value heads)
+/// into the safetensors file `path` under `layout`, with `metadata`: each part in its
+/// parameter's dtype, or in `dtype` when set. The data are read and written one part at a
+/// time.
+pub fn write<B: Backend, M: Module<B>>(
+    module: &M,
+    heads: (usize, usize),
+    layout: &Layout,
+    dtype: Option<DType>,
+    metadata: &[(&str, &str)],
+    path: &Path,
+) -> std::io::Result<()> {
+    let mut walk = Walk { heads, layout, dtype, path: Vec::new(), header: Vec::new(), out: None };
+    module.visit(&mut walk);
+    let mut writer = SafetensorsWriter::create(path, &walk.header, metadata)?;
+    walk.out = Some((&mut writer, Ok(())));
+    module.visit(&mut walk);
+    let (_, written) = walk.out.take().expect("set above");
+    written?;
+    writer.finish()
+}
+
+/// The two walks of [`write`]: the first lists each part's name, dtype and shape (`header`),
+/// the second, with `out` set, writes each part's data in the same order.
+struct Walk<'a, 'w> {
+    heads: (usize, usize),
+    layout: &'a Layout<'a>,
+    dtype: Option<DType>,
+    path: Vec<String>,
+    header: Vec<(String, DType, Vec<usize>)>,
+    out: Option<(&'w mut SafetensorsWriter, std::io::Result<()>)>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for Walk<'_, '_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
+        let (heads, kv_heads) = self.heads;
+        for part in parts(&path, &shape, heads, kv_heads) {
+            let Some(name) = (self.layout.name)(&part.name) else { continue };
+            let tensor = param.val().narrow(D - 1, part.start, part.width);
+            let tensor = match self.layout.transposes(&path, &shape) {
+                true => tensor.transpose(),
+                false => tensor,
+            };
+            let dtype = self.dtype.unwrap_or(tensor.dtype());
+            match &mut self.out {
+                None => self.header.push((name, dtype, tensor.dims().to_vec())),
+                Some((writer, written @ Ok(()))) => {
+                    *written = writer.append(&tensor.into_data().convert_dtype(dtype));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// Replaces every float parameter of a model by its tensors from safetensors files, read when
+/// it is reached and joined where the parameter is several ([`parts`]). The first failure is
+/// kept and the parameters after it are left as they are.
+pub struct Load<'a> {
+    /// The weight files, each with its path.
+    pub files: Vec<(PathBuf, SafetensorsFile)>,
+    /// The index in `files` of the file holding each tensor.
+    pub holder: BTreeMap<String, usize>,
+    /// How the files name and lay out the tensors.
+    pub layout: Layout<'a>,
+    /// The model's query and key/value heads.
+    pub heads: (usize, usize),
+    /// The float type of each parameter, by module path and shape.
+    pub dtype: &'a dyn Fn(&str, &[usize]) -> DType,
+    /// The module path being visited.
+    pub path: Vec<String>,
+    /// The first failure: the file's tensor and what is wrong, or a missing tensor's name.
+    pub error: Option<LoadProblem>,
+}
+
+/// Why [`Load`] stopped.
+#[derive(Debug)]
+pub enum LoadProblem {
+    /// The files have no tensor of this name (the file's name where the format has one).
+    Missing(String),
+    /// The file at this path could not be read: why.
+    Unreadable(PathBuf, String),
+}
+
+impl Load<'_> {
+    /// The tensors of the parameter at `path` of `shape`, joined, on `device`.
+    fn tensor<B: Backend, const D: usize>(
+        &mut self,
+        path: &str,
+        shape: &[usize],
+        device: &B::Device,
+    ) -> Result<Tensor<B, D>, LoadProblem> {
+        let (heads, kv_heads) = self.heads;
+        let (dtype, transposed) = ((self.dtype)(path, shape), self.layout.transposes(path, shape));
+        let mut pieces = Vec::new();
+        for part in parts(path, shape, heads, kv_heads) {
+            let missing = || LoadProblem::Missing(part.name.clone());
+            let name = (self.layout.name)(&part.name).ok_or_else(missing)?;
+            let index = *self.holder.get(&name).ok_or(LoadProblem::Missing(name.clone()))?;
+            let (file, reader) = &mut self.files[index];
+            let data = reader.read(&name).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
+            pieces.push(Tensor::<B, D>::from_data(data, (device, dtype)));
+        }
+        // `[out, in]` parts stack along their first axis: the joined storage stays `[out, in]`
+        // and the parameter is its transposed view, as one part's would be.
+        Ok(match transposed {
+            true => Tensor::cat(pieces, 0).transpose(),
+            false => Tensor::cat(pieces, D - 1),
+        })
+    }
+}
+
+impl<B: Backend> ModuleMapper<B> for Load<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if self.error.is_some() {
+            return param;
+        }
+        let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
+        match self.tensor::<B, D>(&path, &shape, &param.lazy_device()) {
+            Ok(tensor) => {
+                let id = param.id;
+                param.transform_for_load(tensor, id)
+            }
+            Err(problem) => {
+                self.error = Some(problem);
+                param
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joined_parameters_split_into_their_parts() {
+        let names = |parts: Vec<Part>| -> Vec<(String, usize, usize)> {
+            parts.into_iter().map(|p| (p.name, p.start, p.width)).collect()
+        };
+        let qkv = parts("blocks.1.attention.mixer.Windowed.global.qkv.bias", &[32], 4, 2);
+        let at = |name: &str| format!("blocks.1.attention.mixer.Windowed.global.{name}.bias");
+        let expected = vec![(at("query"), 0, 16), (at("key"), 16, 8), (at("value"), 24, 8)];
+        assert_eq!(names(qkv), expected);
+        let mlp = parts("blocks.0.mlp.gate_up.weight", &[16, 128], 4, 2);
+        let gate = ("blocks.0.mlp.gate.weight".to_string(), 0, 64);
+        assert_eq!(names(mlp), vec![gate, ("blocks.0.mlp.up.weight".to_string(), 64, 64)]);
+        let other = parts("blocks.0.mlp.down.weight", &[64, 16], 4, 2);
+        assert_eq!(names(other), vec![("blocks.0.mlp.down.weight".to_string(), 0, 16)]);
+    }
+}
