@@ -5,8 +5,8 @@
 //! slice-assign, and an add per part after the first (for q, k, v that is eight passes over the
 //! product's gradient instead of one).
 //!
-//! A Burn autodiff op has one output, so each part is an op of its own ([`PartOp`]) whose parent
-//! is a [`JoinOp`] that hands the tensor on unchanged. The backward visits children before
+//! A Burn autodiff op has one output, so each part is an op of its own (`PartOp`) whose parent
+//! is a `JoinOp` that hands the tensor on unchanged. The backward visits children before
 //! their parent: each part's step leaves its gradient in a cell the parts and the join share,
 //! and the join's step concatenates them (zeros for a part the loss does not reach) into the
 //! tensor's gradient. The join's step needs a gradient of its own to be run, so the first part
