@@ -45,26 +45,18 @@ fn check<B: AutodiffBackend + LayerOpsBackend, const D: usize>(
     };
     let x_split = x.clone().require_grad();
     let parts = split(x_split.clone(), dim, sizes);
-    let mut start = 0;
-    let narrows: Vec<Tensor<B, D>> = sizes
-        .iter()
-        .map(|&size| {
-            start += size;
-            x.clone().require_grad().narrow(dim, start - size, size)
-        })
-        .collect();
-    for (i, (part, narrow)) in parts.iter().zip(&narrows).enumerate() {
-        assert_eq!(values(part.clone()), values(narrow.clone()), "{what}: part {i}");
-    }
     let x_narrow = x.require_grad();
     let mut start = 0;
-    let narrows = sizes
+    let narrows: Vec<Tensor<B, D>> = sizes
         .iter()
         .map(|&size| {
             start += size;
             x_narrow.clone().narrow(dim, start - size, size)
         })
         .collect();
+    for (i, (part, narrow)) in parts.iter().zip(&narrows).enumerate() {
+        assert_eq!(values(part.clone()), values(narrow.clone()), "{what}: part {i}");
+    }
     let (got, want) = (run(parts), run(narrows));
     let got = x_split.grad(&got).expect("x reaches the loss");
     let want = x_narrow.grad(&want).expect("x reaches the loss");
