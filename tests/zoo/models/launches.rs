@@ -1,28 +1,36 @@
 //! Kernel launches of a decoding step and of a training step on wgpu, bounded so that a change
 //! that adds launches fails here; and the kernels compiled on the way, which must not grow with
-//! the model's depth (a cold start on CUDA is mostly NVRTC compiling them). On a GPU a small model's step is bound by launching its small
-//! ops (docs/benchmarks.md, the GPU sessions), so launches per layer are the figure to bring
-//! down.
+//! the model's depth (a cold start on CUDA is mostly NVRTC compiling them). On a GPU a small
+//! model's step is bound by launching its small ops (docs/benchmarks.md, the GPU sessions), so
+//! launches per layer are the figure to bring down.
 //!
 //! CubeCL's profiling log at its "minimal" level writes a line `Executing <kernel>` for every
 //! launch, without timing it or adding a synchronisation. The log is process-wide and fixed
 //! before the first device is used, and the other tests' launches would mix in, so the count
 //! runs in a process of its own: this test binary again, with one ignored test selected.
+//!
+//! The logs are written by a thread of CubeCL's own, fed through a queue, and may lag behind the
+//! launches by any time on a loaded machine. So each count is bounded by a marker: a kernel of
+//! this file's, launched after a sync, whose line in the log says that every launch and
+//! compilation before it has been written.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use burn::backend::wgpu::WgpuDevice;
+use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::backend::{Autodiff, Wgpu};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use swa_zoo::attention::cubecl;
 use swa_zoo::attention::cubecl::config::compilation::CompilationLogLevel;
 use swa_zoo::attention::cubecl::config::{
     CubeClRuntimeConfig, RuntimeConfig, profiling::ProfilingLogLevel,
 };
+use swa_zoo::attention::cubecl::prelude::*;
 use swa_zoo::models::layers::{AttentionKind, CachePositions};
 use swa_zoo::training::batch::TokenBatch;
 use swa_zoo::training::language_model::LanguageModel;
@@ -124,9 +132,11 @@ fn count_launches() {
             [("decoding", decoding_launches), ("training", training_launches)];
         for (step, launches) in steps.into_iter().filter(|(step, _)| train || *step == "decoding") {
             let [(two, compiled_two), (four, compiled_four)] = [2, 4].map(|layers| {
-                let before = settled_lines(&compile_log, COMPILING).len();
+                mark(&device, log);
+                let before = named_lines(&compile_log, COMPILING).len();
                 let counts = launches(vec![kind.clone(); layers], &device, log);
-                (counts, settled_lines(&compile_log, COMPILING).len() - before)
+                mark(&device, log);
+                (counts, named_lines(&compile_log, COMPILING).len() - before)
             });
             println!("kernels compiled, {name} {step}: {compiled_two}, then {compiled_four} more");
             let total = |counts: &Kernels| counts.values().sum::<usize>();
@@ -193,11 +203,13 @@ fn training_launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &P
 /// The launches of `work` by kernel, between two syncs of `device`.
 fn counted(device: &WgpuDevice, log: &Path, work: impl FnOnce()) -> Kernels {
     <Wgpu as Backend>::sync(device).expect("the device syncs");
-    let before = settled_lines(log, EXECUTING).len();
+    mark(device, log);
+    let before = named_lines(log, EXECUTING).len();
     work();
     <Wgpu as Backend>::sync(device).expect("the device syncs");
+    mark(device, log);
     let mut kernels = Kernels::new();
-    for kernel in &settled_lines(log, EXECUTING)[before..] {
+    for kernel in &named_lines(log, EXECUTING)[before..] {
         *kernels.entry(kernel.clone()).or_default() += 1;
     }
     kernels
@@ -207,21 +219,56 @@ fn counted(device: &WgpuDevice, log: &Path, work: impl FnOnce()) -> Kernels {
 const EXECUTING: &str = "Executing ";
 const COMPILING: &str = "[Compiling kernel] ";
 
-/// The kernels named so far by the lines of `log` that start with `prefix` (without their
-/// generic arguments), once the log's writer (a thread of its own) has caught up.
-fn settled_lines(log: &Path, prefix: &str) -> Vec<String> {
-    let read = || {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let names = text.lines().filter_map(|line| line.strip_prefix(prefix));
-        names.map(|name| name.split(['<', ' ']).next().unwrap_or(name).to_string()).collect()
-    };
-    let mut last: Vec<String> = read();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = read();
-        if now.len() == last.len() {
-            return now;
-        }
-        last = now;
+/// The marker's kernel: one thread writes one word, so that its launch shows in the log.
+#[cube(launch)]
+fn launch_log_marker(flag: &mut Array<u32>) {
+    if ABSOLUTE_POS == 0 {
+        flag[0] = 1;
     }
+}
+
+/// The marker's name in the logs.
+const MARKER: &str = "LaunchLogMarker";
+
+/// Markers launched so far by this process.
+static MARKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Launches a marker on `device` and waits until `log` shows it: every launch and compilation
+/// before it is then written, in `log` and in the compilation log next to it (the same writer
+/// fills both, in order).
+fn mark(device: &WgpuDevice, log: &Path) {
+    let client = WgpuRuntime::client(device);
+    let flag = client.empty(size_of::<u32>());
+    // SAFETY: the handle holds one u32, the length given.
+    let flag = unsafe { ArrayArg::from_raw_parts(flag, 1) };
+    let (one, single) = (CubeCount::new_single(), CubeDim::new_1d(1));
+    launch_log_marker::launch::<WgpuRuntime>(&client, one, single, flag);
+    client.flush().expect("the marker is submitted");
+    let markers = MARKERS.fetch_add(1, Ordering::Relaxed) + 1;
+    let started = Instant::now();
+    let logged = || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        text.lines().filter(|line| named(line, EXECUTING) == Some(MARKER)).count()
+    };
+    while logged() < markers {
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(300),
+            "marker {markers} not in {log:?} after {waited:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The kernels named so far by the lines of `path` that start with `prefix`, markers left out.
+fn named_lines(path: &Path, prefix: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let names = text.lines().filter_map(|line| named(line, prefix));
+    names.filter(|&name| name != MARKER).map(str::to_string).collect()
+}
+
+/// The kernel a log line that starts with `prefix` names, without its generic arguments.
+fn named<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
+    let name = line.strip_prefix(prefix)?;
+    name.split(['<', ' ']).next()
 }
