@@ -57,6 +57,7 @@ pub mod renderer;
 mod resume_logs;
 pub mod run;
 pub mod run_lock;
+mod run_log;
 pub mod schedule;
 pub mod stop;
 pub mod stream_memory;

@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::train::{ApplicationLoggerInstaller, ExecutionStrategy, FileApplicationLoggerInstaller};
+use burn::train::ExecutionStrategy;
 use swa_models::Decoder;
 use swa_models::support::SplitMix64;
 use swa_models::support::files::{WriteError, remove_leftovers, write_bytes_atomically};
@@ -39,6 +39,7 @@ use crate::language_model::LanguageModel;
 use crate::loader::{LoaderConfig, Sampling, WindowLoader};
 use crate::resume_logs::cut_logs;
 use crate::run_lock::RunLock;
+use crate::run_log::RunLog;
 use crate::schedule::WarmupCosine;
 use crate::stream_memory::StreamMemory;
 
@@ -125,7 +126,8 @@ fn train_run<B: TrainingBackend>(
     let _lock = lock_run(out, cluster)?;
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
     check_several_devices(config, start, &strategy)?;
-    let logs = open_logs(out, rank)?;
+    let (logs, _log) = open_logs(out, rank)?;
+    tracing::info!("training {} from step {start} to step {}", out.display(), config.steps);
     if let Some(cluster) = &cluster {
         agree_on_start(cluster, config, start)?;
     }
@@ -189,6 +191,7 @@ fn train_run<B: TrainingBackend>(
     };
     if rank == 0 {
         swa_models::weights::save_record(&model, &out.join("model.mpk"))?;
+        tracing::info!("saved {}", out.join("model.mpk").display());
     }
     Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
 }
@@ -315,18 +318,19 @@ fn starting_checkpoint<B: Backend>(
 }
 
 /// Makes the folder process `rank` writes its logs to (the run's folder for rank 0, `rank-r`
-/// in it for the others) and installs the Learner's log file there.
-fn open_logs(out: &Path, rank: usize) -> Result<PathBuf, TrainingError> {
+/// in it for the others) and opens the run's `experiment.log` there, for as long as the
+/// returned [`RunLog`] lives.
+fn open_logs(out: &Path, rank: usize) -> Result<(PathBuf, RunLog), TrainingError> {
     let logs = match rank {
         0 => out.to_path_buf(),
         r => out.join(format!("rank-{r}")),
     };
     std::fs::create_dir_all(&logs).map_err(write_error(&logs))?;
-    // Installed here, where each rank's log has its own folder (the Learner is told to install
-    // none). A process that already has one (a second run in a test) keeps it, as the Learner
-    // would.
-    let _ = FileApplicationLoggerInstaller::new(logs.join("experiment.log")).install();
-    Ok(logs)
+    // Opened here, where each rank's log has its own folder (the Learner is told to install
+    // no logger).
+    let path = logs.join("experiment.log");
+    let log = RunLog::open(&path).map_err(write_error(&path))?;
+    Ok((logs, log))
 }
 
 /// Writes `config` to the run's `train.json`, atomically.
