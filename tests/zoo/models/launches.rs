@@ -131,11 +131,10 @@ fn count_launches() {
         let steps: [(&str, Count); 2] =
             [("decoding", decoding_launches), ("training", training_launches)];
         for (step, launches) in steps.into_iter().filter(|(step, _)| train || *step == "decoding") {
+            // A count ends on a marker ([`counted`]): the compilation log is complete here.
             let [(two, compiled_two), (four, compiled_four)] = [2, 4].map(|layers| {
-                mark(&device, log);
                 let before = named_lines(&compile_log, COMPILING).len();
                 let counts = launches(vec![kind.clone(); layers], &device, log);
-                mark(&device, log);
                 (counts, named_lines(&compile_log, COMPILING).len() - before)
             });
             println!("kernels compiled, {name} {step}: {compiled_two}, then {compiled_four} more");
@@ -200,7 +199,7 @@ fn training_launches(attention: Vec<AttentionKind>, device: &WgpuDevice, log: &P
     })
 }
 
-/// The launches of `work` by kernel, between two syncs of `device`.
+/// The launches of `work` by kernel, between two syncs of `device`, each followed by a marker.
 fn counted(device: &WgpuDevice, log: &Path, work: impl FnOnce()) -> Kernels {
     <Wgpu as Backend>::sync(device).expect("the device syncs");
     mark(device, log);
@@ -267,8 +266,9 @@ fn named_lines(path: &Path, prefix: &str) -> Vec<String> {
     names.filter(|&name| name != MARKER).map(str::to_string).collect()
 }
 
-/// The kernel a log line that starts with `prefix` names, without its generic arguments.
+/// The kernel a log line that starts with `prefix` names, without its module path (which the
+/// compilation log writes and the launch log does not) and its generic arguments.
 fn named<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
-    let name = line.strip_prefix(prefix)?;
-    name.split(['<', ' ']).next()
+    let name = line.strip_prefix(prefix)?.split(['<', ' ']).next()?;
+    name.rsplit("::").next()
 }
