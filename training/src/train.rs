@@ -123,7 +123,7 @@ fn train_run<B: TrainingBackend>(
     let device = &strategy.main_device().clone();
     let scheduler_steps = scheduler_steps(config, &strategy);
     let (rank, processes) = cluster.as_ref().map_or((0, 1), |c| (c.rank(), c.nodes()));
-    let _lock = lock_run(out, cluster)?;
+    let _lock = lock_run(out, resume, cluster)?;
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
     check_several_devices(config, start, &strategy)?;
     let (logs, _log) = open_logs(out, rank)?;
@@ -197,15 +197,21 @@ fn train_run<B: TrainingBackend>(
 }
 
 /// Takes the run folder's lock ([`RunLock`]) before anything is written there: rank 0 takes
-/// it (making the folder first) and the other processes of `cluster` wait for the outcome, so
-/// that they write nothing (their logs, a resume's clean-up) unless rank 0 holds it.
-fn lock_run(out: &Path, cluster: Option<&Cluster>) -> Result<Option<RunLock>, TrainingError> {
+/// it (making the folder first, and refusing a fresh run where one is saved before the lock's
+/// file is written) and the other processes of `cluster` wait for the outcome, so that they
+/// write nothing (their logs, a resume's clean-up) unless rank 0 holds it.
+fn lock_run(
+    out: &Path,
+    resume: bool,
+    cluster: Option<&Cluster>,
+) -> Result<Option<RunLock>, TrainingError> {
     let rank = cluster.map_or(0, Cluster::rank);
-    let lock = (rank == 0)
-        .then(|| {
-            std::fs::create_dir_all(out).map_err(write_error(out)).and_then(|()| RunLock::take(out))
-        })
-        .transpose();
+    let take = || {
+        std::fs::create_dir_all(out).map_err(write_error(out))?;
+        refuse_overwrite(out, resume)?;
+        RunLock::take(out)
+    };
+    let lock = (rank == 0).then(take).transpose();
     if let Some(cluster) = cluster {
         // Every process says 1 but a rank 0 that could not take the lock (and says why itself).
         if let Err(problem) = cluster.agree(u64::from(lock.is_ok()), "run folder's lock") {
@@ -294,7 +300,8 @@ fn scheduler_steps<B: AutodiffBackend>(
 
 /// Makes the run's folder `out` and finds the checkpoint the run starts from (0 for a fresh
 /// start), checking that it holds `config`'s model. A fresh run of rank 0 fails where a run
-/// already is.
+/// already is ([`refuse_overwrite`] again: a run may have ended between the first ask and the
+/// lock).
 fn starting_checkpoint<B: Backend>(
     config: &TrainConfig,
     out: &Path,
@@ -307,14 +314,23 @@ fn starting_checkpoint<B: Backend>(
         true => resume_point(out)?,
         false => 0,
     };
-    if !resume && rank == 0 && out.join("train.json").exists() {
-        return Err(TrainingError::RunExists { out: out.to_path_buf() });
+    if rank == 0 {
+        refuse_overwrite(out, resume)?;
     }
     if start > 0 {
         let checkpoint = out.join("checkpoint").join(format!("model-{start}.mpk"));
         check_model_checkpoint::<B>(&config.model, &checkpoint, device)?;
     }
     Ok(start)
+}
+
+/// A new run never overwrites a saved one: a fresh run (not `resume`) fails where `out` holds
+/// a `train.json`.
+fn refuse_overwrite(out: &Path, resume: bool) -> Result<(), TrainingError> {
+    match !resume && out.join("train.json").exists() {
+        true => Err(TrainingError::RunExists { out: out.to_path_buf() }),
+        false => Ok(()),
+    }
 }
 
 /// Makes the folder process `rank` writes its logs to (the run's folder for rank 0, `rank-r`

@@ -124,6 +124,9 @@ fn a_fresh_run_never_overwrites_a_saved_run() {
     let dir = run_dir("fresh");
     train::<B>(&tiny(16), &Corpus::embedded(), &dir, false, &Default::default()).unwrap();
     let before = (bytes_of(&dir), bytes_of(&dir.join("checkpoint")));
+    // A second later: a refused run that took the lock would leave its own start time in
+    // run.lock (to the second), which the comparison below would see.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let error = train::<B>(&tiny(16), &Corpus::embedded(), &dir, false, &Default::default())
         .err()
         .unwrap()
