@@ -102,10 +102,10 @@ fn launches_per_layer_stay_bounded_on_wgpu() {
 /// The counting process: for each kind, models of 2 and 4 layers decode a few tokens and train
 /// a few AdamW steps (autotuning, shader compilation and fusion's plans happen there), then more
 /// decoding steps and training steps are counted, each between two syncs, until their launches
-/// settle ([`settled`]); the difference of the two models gives the launches per layer. Prints `launches per layer,
-/// <kind> <step>: <count>`, `launches outside the layers, <kind> <step>: <count>`, the
-/// launches per layer by kernel (which the failure message shows), and `kernels compiled,
-/// <kind> <step>: <by the 2-layer model>, then <by the 4-layer one> more` (CubeCL's
+/// settle ([`settled`]); the difference of the two models gives the launches per layer. Prints
+/// `launches per layer, <kind> <step>: <count>`, `launches outside the layers, <kind> <step>:
+/// <count>`, the launches per layer by kernel (which the failure message shows), and `kernels
+/// compiled, <kind> <step>: <by the 2-layer model>, then <by the 4-layer one> more` (CubeCL's
 /// compilation log, `[Compiling kernel] <name>` per compilation: shader compiles, NVRTC on
 /// CUDA, autotune candidates included).
 #[test]
