@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+import sass_paths
+
 ARCHES = ("sm_90a", "sm_80")
 # Per-SM limits used by the occupancy estimate (CUDA occupancy calculator rules).
 LIMITS = {
@@ -165,24 +167,6 @@ def parse_ptxas(text, entry):
     return stats
 
 
-def parse_sass(text, entry):
-    """Return [(address, opcode, operands)] of `entry`'s SASS from cuobjdump -sass output."""
-    instrs, inside = [], False
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            inside = m.group(1) == entry
-            continue
-        m = inside and re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
-        if m:
-            body = re.sub(r"^@!?U?P\w+\s+", "", m.group(2))  # drop the predicate guard
-            op, _, operands = body.partition(" ")
-            instrs.append((int(m.group(1), 16), op, operands))
-    if not instrs:
-        raise ToolError(f"no SASS found for {entry}")
-    return instrs
-
-
 def is_work(op):
     """True for the instructions that make a loop the hot one: global loads and tensor-core ops."""
     base = op.split(".")[0]
@@ -198,15 +182,13 @@ def main_loop(instrs):
     Returns (start, end) addresses or None when the function has no backward branch.
     """
     ends = {}
-    for addr, op, operands in instrs:
-        if op.split(".")[0] in ("BRA", "JMP"):
-            targets = re.findall(r"0x([0-9a-f]+)", operands)
-            if targets and int(targets[-1], 16) < addr:
-                start = int(targets[-1], 16)
-                ends[start] = max(ends.get(start, 0), addr)
+    for ins in instrs:
+        t = sass_paths.target(ins)
+        if t is not None and t < ins.addr:
+            ends[t] = max(ends.get(t, 0), ins.addr)
     best, best_key = None, None
     for start, end in ends.items():
-        body = [op for a, op, _ in instrs if start <= a <= end]
+        body = [i.op for i in instrs if start <= i.addr <= end]
         key = (sum(map(is_work, body)), len(body))
         if best_key is None or key > best_key:
             best, best_key = (start, end), key
@@ -227,9 +209,9 @@ def load_width(op):
 
 def inspect_loop(instrs, loop):
     """Count tensor-core/LDSM instructions and find global-load widths inside the loop."""
-    body = [i for i in instrs if loop is None or loop[0] <= i[0] <= loop[1]]
+    body = [i.op for i in instrs if loop is None or loop[0] <= i.addr <= loop[1]]
     counts, widths, generic = {}, [], 0
-    for _, op, _ in body:
+    for op in body:
         base = op.split(".")[0]
         if base in TC_OPS or base == "LDSM" or base.startswith("UTMALDG"):
             counts[base] = counts.get(base, 0) + 1
@@ -284,14 +266,18 @@ def analyse(job, tk, nvrtc, extra_opts, keep):
         for ext in (".ptx", ".cubin"):
             os.remove(stem + ext)
         os.rmdir(work)
-    instrs = parse_sass(sass, name)
+    instrs = sass_paths.parse_sass(sass, name)
+    if not instrs:
+        raise ToolError(f"no SASS found for {name}")
     # A manifest entry with "whole": true (a probe: straight-line code around its copies) is
     # judged over its whole function, as one without a loop is.
     loop = inspect_loop(instrs, None if entry.get("whole") else main_loop(instrs))
     shared = stats["smem"] + entry.get("shared_bytes", 0)
     by_regs, by_smem = occupancy(stats["regs"], entry["threads"], shared, arch)
-    return dict(entry=entry, arch=arch, name=name, shared=shared,
-                by_regs=by_regs, by_smem=by_smem, **stats, **loop)
+    tc_loops = sass_paths.loop_figures(instrs)
+    return dict(entry=entry, arch=arch, name=name, shared=shared, by_regs=by_regs,
+                by_smem=by_smem, tc_loops=tc_loops,
+                per_mma=sass_paths.kernel_figures(tc_loops), **stats, **loop)
 
 
 def violations(r):
@@ -310,6 +296,15 @@ def violations(r):
     if r["scalar"]:
         out.append((f"{who}: scalar loads", f"{who}: scalar 1/2-byte global loads in main "
                     f"loop: {', '.join(r['scalar'])}"))
+    ceiling, (whole, masked) = e.get("max_per_mma"), r["per_mma"]
+    if ceiling and (whole is None or whole > ceiling[0] or masked > ceiling[1]):
+        out.append((f"{who}: instructions per HMMA", f"{who}: {figure(whole)} / "
+                    f"{figure(masked)} SASS instructions per HMMA on the whole-tile / masked "
+                    f"path, over the ceiling of {ceiling[0]} / {ceiling[1]}"))
+    narrow = sum(loop["narrow_shared"] for loop in r["tc_loops"])
+    if e.get("native_fragments") and narrow:
+        out.append((f"{who}: narrow shared loads", f"{who}: {narrow} 1- or 2-byte shared "
+                    f"loads in its tensor-core loops (fragments not loaded by ldmatrix)"))
     cubes = min(r["by_regs"], r["by_smem"])
     if cubes < e.get("min_cubes_per_sm", 0):
         out.append((f"{who}: occupancy", f"{who}: {cubes} cubes/SM (regs {r['by_regs']}, "
@@ -352,11 +347,35 @@ def judge(results, known, varying):
     return len(new) + len(stale)
 
 
+def figure(x):
+    """A per-HMMA figure in a cell: two decimals, or a dash where the kernel has none."""
+    return "–" if x is None else f"{x:.2f}"
+
+
+def loop_table(results):
+    """The tensor-core loops of every kernel with a ceiling on its instructions per HMMA: both
+    paths' figures and what they issue."""
+    head = ["kernel", "variant", "arch", "loop", "per HMMA: whole tile", "masked",
+            "HMMA", "whole-tile path issues", "masked path issues"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        if not r["entry"].get("max_per_mma"):
+            continue
+        for loop in r["tc_loops"]:
+            whole, masked = loop["whole"], loop["masked"]
+            cells = [r["entry"]["kernel"], r["entry"]["variant"], r["arch"],
+                     f"{loop['start']:#x}–{loop['end']:#x}", figure(whole["per_tc"]),
+                     figure(masked["per_tc"]), f"{whole['tc']:g}",
+                     sass_paths.describe(whole["hist"]), sass_paths.describe(masked["hist"])]
+            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def table(results):
     """Render all results as one markdown table."""
     head = ["kernel", "variant", "arch", "regs", "spill (bytes st/ld)", "stack", "shared/cube",
             "cubes/SM by regs", "by shared", "TC instr in main loop",
-            "widest global load in main loop"]
+            "widest global load in main loop", "per HMMA: whole tile / masked"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         tc = " ".join(f"{op}×{n}" for op, n in sorted(r["counts"].items())) or "none"
@@ -371,7 +390,8 @@ def table(results):
             wide += f" (+{r['generic']} generic LD)"
         cells = [r["entry"]["kernel"], r["entry"]["variant"], r["arch"], r["regs"],
                  f"{r['spill_st']}/{r['spill_ld']}", r["stack"], f"{r['shared']} B",
-                 r["by_regs"], r["by_smem"], f"{tc} ({where})", wide]
+                 r["by_regs"], r["by_smem"], f"{tc} ({where})", wide,
+                 f"{figure(r['per_mma'][0])} / {figure(r['per_mma'][1])}"]
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -412,7 +432,7 @@ def main(argv=None):
     except (ToolError, OSError, KeyError, ValueError) as err:
         print(f"cuda-check: error: {err}", file=sys.stderr)
         return 2
-    md = table(results)
+    md = table(results) + "\n" + loop_table(results)
     print(md)
     if args.markdown:
         with open(args.markdown, "w") as f:

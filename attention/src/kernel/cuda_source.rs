@@ -64,6 +64,12 @@ pub struct KernelSource {
     /// The fewest cubes per multiprocessor the kernel needs to hide its latencies (the floor
     /// of the check's occupancy: registers and shared memory must allow at least this many).
     pub min_cubes_per_sm: u32,
+    /// Ceilings on the SASS instructions its tensor-core loops issue per `m16n8k16` product,
+    /// on the whole-tile path and on the masked path (`.ci/cuda-check/sass_paths.py`).
+    pub max_per_mma: Option<[f64; 2]>,
+    /// Its fragments come through the native fragment seam: no 1- or 2-byte shared loads in
+    /// its tensor-core loops (fragments by `ldmatrix`).
+    pub native_fragments: bool,
 }
 
 /// The kernels of the list, with the floors they state.
@@ -147,6 +153,18 @@ impl Kernel {
         }
     }
 
+    /// The ceilings of [`KernelSource::max_per_mma`]: FlashAttention-2's forward within 6.5
+    /// instructions per product on a whole tile and 9 on a cut one, its backward within 5 and
+    /// 9 (Triton's FlashAttention-2 issues 4.6–5.7 and 3.1–3.6 on whole tiles:
+    /// `benches/anchors/triton_flash.py`).
+    fn max_per_mma(self) -> Option<[f64; 2]> {
+        match self {
+            Kernel::ForwardFlash => Some([6.5, 9.0]),
+            Kernel::QueryGradsFlash | Kernel::KeyGradsFlash => Some([5.0, 9.0]),
+            _ => None,
+        }
+    }
+
     fn hot(self) -> bool {
         !matches!(
             self,
@@ -222,7 +240,8 @@ pub fn write_cuda_sources(dir: &Path) -> Result<usize, String> {
             manifest,
             "  {{\"kernel\": \"{}\", \"variant\": \"{}\", \"file\": \"{file}\", \"entry\": \"{}\", \
              \"threads\": {}, \"shared_bytes\": {}, \"tensor_core\": {}, \"hot\": {}, \
-             \"whole\": {}, \"min_cubes_per_sm\": {}}}{comma}",
+             \"whole\": {}, \"min_cubes_per_sm\": {}, \"max_per_mma\": {}, \
+             \"native_fragments\": {}}}{comma}",
             s.kernel,
             s.variant,
             s.entry,
@@ -231,7 +250,9 @@ pub fn write_cuda_sources(dir: &Path) -> Result<usize, String> {
             s.tensor_core,
             s.hot,
             s.whole,
-            s.min_cubes_per_sm
+            s.min_cubes_per_sm,
+            s.max_per_mma.map_or("null".into(), |[w, m]| format!("[{w}, {m}]")),
+            s.native_fragments
         );
     }
     manifest.push_str("]\n");
@@ -351,6 +372,11 @@ fn expand(
         hot: kernel.hot(),
         whole: matches!(kernel, Kernel::FragmentProbe),
         min_cubes_per_sm: kernel.floor(),
+        max_per_mma: kernel.max_per_mma(),
+        native_fragments: matches!(
+            kernel,
+            Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash
+        ),
     })
 }
 
