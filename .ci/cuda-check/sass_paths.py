@@ -196,7 +196,9 @@ def histogram(path):
 
 def loop_figures(instrs):
     """Per tensor-core loop: its span, both paths' instruction counts, tensor-core counts,
-    histograms, and the narrow (1- or 2-byte) shared loads anywhere in the loop."""
+    histograms, and the narrow (1- or 2-byte) shared loads anywhere in the loop. A backward
+    branch from out-of-line code (an mbarrier wait's retry) that no path through the range
+    closes is no loop of the kernel's and is left out."""
     out = []
     for start, end in tensor_core_loops(instrs):
         paths = {name: best_path(instrs, start, end, longest)
@@ -209,7 +211,8 @@ def loop_figures(instrs):
             tc = sum(map(products, path))
             figures[name] = dict(instrs=len(path), tc=tc, hist=histogram(path),
                                  per_tc=len(path) / tc if tc else None)
-        out.append(figures)
+        if figures["whole"]["instrs"]:
+            out.append(figures)
     return out
 
 

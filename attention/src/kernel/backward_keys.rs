@@ -93,7 +93,14 @@ pub(crate) fn key_grads_kernel<F: Float, N: Size>(
                         let i = i0 + r;
                         let position = call.query_offset + i as u32;
                         if i < q_len
-                            && visible(&window, position, key as u32, &call, variant.causal)
+                            && visible(
+                                &window,
+                                position,
+                                key as u32,
+                                &call,
+                                variant.causal,
+                                variant.plain,
+                            )
                         {
                             let mut dot = 0.0f32;
                             let mut d_p = 0.0f32;

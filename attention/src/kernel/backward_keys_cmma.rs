@@ -170,7 +170,7 @@ fn key_row<F: Float>(
         let cell = at.lane * n + r;
         let mut w = 0.0f32;
         let mut d_raw = 0.0f32;
-        if i < q_len && visible(window, position, at.key, call, variant.causal) {
+        if i < q_len && visible(window, position, at.key, call, variant.causal, variant.plain) {
             let s = score(s_s[cell], position, at.key, at.slope, call, variant);
             let pair = weight(s.value, lse_s[r], call, variant);
             w = pair.value;

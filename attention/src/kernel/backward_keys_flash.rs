@@ -12,11 +12,13 @@
 //! - `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` in registers;
 //! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain · scale`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
-//!   products, 0 where a query does not see the key; tiles whose every pair is visible
-//!   ([`sees_whole_tile`]) skip the rule;
+//!   products, 0 where a query does not see the key; tiles whose every pair is visible run
+//!   first, in a loop of their own without the rule ([`whole_first`]), the others ask it (one
+//!   span per key where the windows are plain, [`key_span`]);
 //! - `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, the weights rounded to the input type as FlashAttention
 //!   rounds them, each becoming an A fragment where it lies.
 //!
+//! Each query tile comes by [`copy_rows`] (`cp.async` on CUDA) and lands before its products.
 //! Each cube writes its own keys' gradients: no atomics. Keys past `kv_len` get zeros. At
 //! d = 64 `K` and `V` reach the registers through the tile buffers, which then hold each query
 //! tile's `Q` and `dO`: the kernel fits lavapipe's 32 KB. The launch runs it where
@@ -28,15 +30,15 @@ use cubecl::prelude::*;
 use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, STAGED_DIM, UNITS, WARPS, block_row, fetch, products, sees_whole_tile, stash,
-    write_rows,
+    KEYS, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileOrder, UNITS, WARPS, block_row, copy_rows,
+    cut_from, land, landing, products, tile_at, whole_first, write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::offset;
-use super::reach::{nth_tile, query_tiles};
+use super::reach::{Tiles, query_tiles};
 use super::score::{score, weight};
-use super::visibility::{Window, load_window, visible};
+use super::visibility::{Span, Window, in_span, key_span, load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dk, dv: [batch, H_kv,
@@ -66,8 +68,8 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     let block = CUBE_POS_X as usize * KEYS;
     let group = q.shape(1) / k.shape(1);
     let warp_rows = UNIT_POS as usize / LANES * M * stride;
-    let mut q_s = SharedMemory::<F>::new(ROWS * stride);
-    let mut g_s = SharedMemory::<F>::new(ROWS * stride);
+    let mut q_s = SharedMemory::<F>::new_aligned(ROWS * stride, ROW_ALIGN);
+    let mut g_s = SharedMemory::<F>::new_aligned(ROWS * stride, ROW_ALIGN);
     let mut lse_s = SharedMemory::<f32>::new(ROWS);
     let mut coefficient_s = SharedMemory::<f32>::new(ROWS);
     let mut exchange =
@@ -76,18 +78,18 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     // At d = 64 `K` and `V` pass through the tile buffers into registers; at d = 128
     // ([`STAGED_DIM`]) they stay in buffers of their own, their fragments loaded per step.
     let own = comptime![if dim > STAGED_DIM { KEYS * stride } else { 1 }];
-    let mut k_s = SharedMemory::<F>::new(own);
-    let mut v_s = SharedMemory::<F>::new(own);
-    let k_rows = fetch(k, offset(k, batch, kv_head, 0), block, kv_len, KEYS, dim);
-    let v_rows = fetch(v, offset(v, batch, kv_head, 0), block, kv_len, KEYS, dim);
+    let mut k_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
+    let mut v_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
+    let landing = landing(path);
+    let (k_base, v_base) = (offset(k, batch, kv_head, 0), offset(v, batch, kv_head, 0));
     if comptime![dim > STAGED_DIM] {
-        stash(&k_rows, &mut k_s, KEYS, dim, stride);
-        stash(&v_rows, &mut v_s, KEYS, dim, stride);
+        copy_rows(k, k_base, block, kv_len, &mut k_s, KEYS, dim, stride, path);
+        copy_rows(v, v_base, block, kv_len, &mut v_s, KEYS, dim, stride, path);
     } else {
-        stash(&k_rows, &mut q_s, KEYS, dim, stride);
-        stash(&v_rows, &mut g_s, KEYS, dim, stride);
+        copy_rows(k, k_base, block, kv_len, &mut q_s, KEYS, dim, stride, path);
+        copy_rows(v, v_base, block, kv_len, &mut g_s, KEYS, dim, stride, path);
     }
-    sync_cube();
+    land(&landing);
     let mut k_fragments = Sequence::<Array<Pair<F>>>::new();
     let mut v_fragments = Sequence::<Array<Pair<F>>>::new();
     if comptime![dim <= STAGED_DIM] {
@@ -107,8 +109,6 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
         dk_acc.push(zeros());
         dv_acc.push(zeros());
     }
-    let parts = comptime![if dim > STAGED_DIM { 2 } else { 1 }];
-    let blocks = comptime![ROWS / N / parts];
     let first_key = block as u32;
     let last_key = (min(block + KEYS, max(kv_len, 1)) - 1) as u32;
     let live = block < kv_len;
@@ -117,44 +117,71 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
         let window = load_window(windows, head);
         let tiles =
             query_tiles(&window, first_key, last_key, q_len as u32, &call, ROWS, variant.causal);
-        let (q_base, g_base) = (offset(q, batch, head, 0), offset(d_o, batch, head, 0));
-        let t_base = offset(terms, batch, head, 0);
-        for t in 0..tiles.count {
-            let i0 = nth_tile(&tiles, t) as usize * ROWS;
-            stash(&fetch(q, q_base, i0, q_len, ROWS, dim), &mut q_s, ROWS, dim, stride);
-            stash(&fetch(d_o, g_base, i0, q_len, ROWS, dim), &mut g_s, ROWS, dim, stride);
-            let rows = RowRange { start: UNIT_POS as usize, step: UNITS };
-            load_row_terms(terms, t_base, i0, q_len, rows, &mut lse_s, &mut coefficient_s, ROWS);
-            sync_cube();
-
-            let at = KeyTile { block, i0, q_len, slope: slopes[head] };
-            let tile = WholeTile { at, whole: whole_tile(&window, at, &call, variant) };
-            let (lse, coefficients) = (&lse_s, &coefficient_s);
-            // The tile's queries in `parts` of `blocks × 8` (two of 32 at d = 128, so that a
-            // warp's products fit its registers beside `dK` and `dV`).
-            for part in 0..parts {
-                let first = part * blocks * N;
-                let mut p =
-                    row_products(&k_fragments, &k_s, &q_s, first, &mut exchange, blocks, dim, path);
-                let mut ds =
-                    row_products(&v_fragments, &v_s, &g_s, first, &mut exchange, blocks, dim, path);
-                part_weights(
-                    &mut p,
-                    &mut ds,
-                    lse,
-                    coefficients,
-                    &window,
-                    tile,
-                    first,
+        let visit = whole_first(&tiles, &window, block, q_len, &call, variant.causal, true);
+        let steps = QuerySteps {
+            tiles,
+            visit,
+            q_base: offset(q, batch, head, 0),
+            g_base: offset(d_o, batch, head, 0),
+            t_base: offset(terms, batch, head, 0),
+            block,
+            q_len,
+            slope: slopes[head],
+            window,
+        };
+        // The tiles seen whole, then the cut ones: two small loops, the first without the rule
+        // (emulated, one: [`cut_from`]).
+        if comptime![path == FragmentPath::Native] {
+            for u in 0..visit.whole {
+                query_step(
+                    &k_fragments,
+                    &v_fragments,
+                    &k_s,
+                    &v_s,
+                    &mut q_s,
+                    &mut g_s,
+                    &mut lse_s,
+                    &mut coefficient_s,
+                    q,
+                    d_o,
+                    terms,
+                    &steps,
+                    &landing,
+                    u,
+                    true,
+                    &mut dk_acc,
+                    &mut dv_acc,
                     &call,
                     variant,
-                    blocks,
+                    &mut exchange,
                     path,
                 );
-                accumulate(&p, &g_s, first, &mut dv_acc, &mut exchange, blocks, dim, path);
-                accumulate(&ds, &q_s, first, &mut dk_acc, &mut exchange, blocks, dim, path);
             }
-            sync_cube();
+        }
+        for u in cut_from(&visit, path)..tiles.before + tiles.count {
+            query_step(
+                &k_fragments,
+                &v_fragments,
+                &k_s,
+                &v_s,
+                &mut q_s,
+                &mut g_s,
+                &mut lse_s,
+                &mut coefficient_s,
+                q,
+                d_o,
+                terms,
+                &steps,
+                &landing,
+                u,
+                false,
+                &mut dk_acc,
+                &mut dv_acc,
+                &call,
+                variant,
+                &mut exchange,
+                path,
+            );
         }
     }
 
@@ -169,86 +196,110 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     write_rows(&g_s, dv, offset(dv, batch, kv_head, 0), block, keys, KEYS, dim, stride);
 }
 
-/// Does every query of the tile see every key of the cube's block ([`sees_whole_tile`]), the
-/// tile holding valid queries only? Padding queries (zero rows of `Q` and `dO`) are masked,
-/// since their weights could overflow under ALiBi.
-#[cube]
-fn whole_tile(window: &Window, at: KeyTile, call: &Call, #[comptime] variant: Variant) -> bool {
-    let whole = sees_whole_tile(window, at.i0, at.q_len, at.block, call, variant.causal);
-    at.i0 + ROWS <= at.q_len && whole
-}
-
-/// Where a cube's keys stand in a query tile.
+/// A cube's walk over the query tiles of one query head of its kv head's group: the list, the
+/// order it visits it in ([`TileOrder`]), where the head's `Q`, `dO` and row terms start, and
+/// what the per-pair rule needs (the cube's first key, `N_q`, the head's slope and window).
 #[derive(CubeType, Clone, Copy)]
-struct KeyTile {
+struct QuerySteps {
+    tiles: Tiles,
+    visit: TileOrder,
+    q_base: usize,
+    g_base: usize,
+    t_base: usize,
     /// The cube's first key.
     block: usize,
-    /// The tile's first query row.
-    i0: usize,
     /// Query rows `N_q`.
     q_len: usize,
     /// The query head's ALiBi slope.
     slope: f32,
+    window: Window,
 }
 
-/// A tile's place ([`KeyTile`]) and whether its every pair is visible ([`whole_tile`]).
-#[derive(CubeType, Clone, Copy)]
-struct WholeTile {
-    at: KeyTile,
-    whole: bool,
-}
-
-/// [`key_weights`] on a part of the tile, asking the per-pair rule only where the tile is not
-/// whole.
+/// Step `step` of the visit, on a query tile seen `whole` (every query of it sees every key of
+/// the cube, [`whole_first`]) or cut: its `Q`, `dO` and row terms copied in and landed, then in
+/// `parts` (two of 32 queries at d = 128, so that a warp's products fit its registers beside
+/// `dK` and `dV`) `Sᵀ = K·Qᵀ`, `dPᵀ = V·dOᵀ`, the weights (the per-pair rule only on a cut
+/// tile), `dV += Pᵀ·dO` and `dK += dSᵀ·Q`; a landing at the end frees the buffers.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn part_weights(
-    p: &mut Sequence<Array<Pair<f32>>>,
-    ds: &mut Sequence<Array<Pair<f32>>>,
-    lse_s: &SharedMemory<f32>,
-    coefficient_s: &SharedMemory<f32>,
-    window: &Window,
-    tile: WholeTile,
-    first: usize,
+fn query_step<F: Float, NV: Size>(
+    k_fragments: &Sequence<Array<Pair<F>>>,
+    v_fragments: &Sequence<Array<Pair<F>>>,
+    k_s: &SharedMemory<F>,
+    v_s: &SharedMemory<F>,
+    q_s: &mut SharedMemory<F>,
+    g_s: &mut SharedMemory<F>,
+    lse_s: &mut SharedMemory<f32>,
+    coefficient_s: &mut SharedMemory<f32>,
+    q: &Tensor<Vector<F, NV>>,
+    d_o: &Tensor<Vector<F, NV>>,
+    terms: &Tensor<f32>,
+    steps: &QuerySteps,
+    landing: &Landing,
+    step: u32,
+    #[comptime] whole: bool,
+    dk_acc: &mut Sequence<Array<Pair<f32>>>,
+    dv_acc: &mut Sequence<Array<Pair<f32>>>,
     call: &Call,
     #[comptime] variant: Variant,
-    #[comptime] blocks: usize,
+    exchange: &mut SharedMemory<f32>,
     #[comptime] path: FragmentPath,
 ) {
-    let (at, lse, coefficients) = (tile.at, lse_s, coefficient_s);
-    if tile.whole {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let q_len = steps.q_len;
+    let i0 = tile_at(&steps.tiles, &steps.visit, step) as usize * ROWS;
+    copy_rows(q, steps.q_base, i0, q_len, q_s, ROWS, dim, stride, path);
+    copy_rows(d_o, steps.g_base, i0, q_len, g_s, ROWS, dim, stride, path);
+    let rows = RowRange { start: UNIT_POS as usize, step: UNITS };
+    load_row_terms(terms, steps.t_base, i0, q_len, rows, lse_s, coefficient_s, ROWS);
+    land(landing);
+
+    let parts = comptime![if dim > STAGED_DIM { 2 } else { 1 }];
+    let blocks = comptime![ROWS / N / parts];
+    for part in 0..parts {
+        let first = part * blocks * N;
+        let mut p = row_products(k_fragments, k_s, q_s, first, exchange, blocks, dim, path);
+        let mut ds = row_products(v_fragments, v_s, g_s, first, exchange, blocks, dim, path);
+        let part = QueryPart { i0, first };
         key_weights(
-            p,
-            ds,
-            lse,
-            coefficients,
-            window,
-            at,
-            first,
+            &mut p,
+            &mut ds,
+            lse_s,
+            coefficient_s,
+            steps,
+            part,
             call,
             variant,
             blocks,
-            false,
+            !whole,
             path,
         );
-    } else {
-        key_weights(p, ds, lse, coefficients, window, at, first, call, variant, blocks, true, path);
+        accumulate(&p, g_s, first, dv_acc, exchange, blocks, dim, path);
+        accumulate(&ds, q_s, first, dk_acc, exchange, blocks, dim, path);
     }
+    land(landing);
+}
+
+/// Which queries a part of a step holds: the tile's first row and the part's first row in it.
+#[derive(CubeType, Clone, Copy)]
+struct QueryPart {
+    i0: usize,
+    first: usize,
 }
 
 /// Turns the products `p` (`Sᵀ`) and `ds` (`dPᵀ`) of the warp's keys and `blocks × 8` of the
 /// tile's queries from its row `first` into the weights `Pᵀ` and score gradients `dSᵀ` of the
 /// pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past `N_q`).
-#[cube]
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
 fn key_weights(
     p: &mut Sequence<Array<Pair<f32>>>,
     ds: &mut Sequence<Array<Pair<f32>>>,
     lse_s: &SharedMemory<f32>,
     coefficient_s: &SharedMemory<f32>,
-    window: &Window,
-    at: KeyTile,
-    first: usize,
+    steps: &QuerySteps,
+    part: QueryPart,
     call: &Call,
     #[comptime] variant: Variant,
     #[comptime] blocks: usize,
@@ -257,6 +308,17 @@ fn key_weights(
 ) {
     let lane = lane(path) as usize;
     let column = 2 * (lane % 4);
+    // The lane's two keys, and the queries that see each where the windows are plain.
+    let mut keys = Vector::<u32, Const<2>>::empty();
+    let mut span_lo = Vector::<u32, Const<2>>::empty();
+    let mut span_width = Vector::<u32, Const<2>>::empty();
+    #[unroll]
+    for r in 0..2usize {
+        keys[r] = (steps.block + block_row(r, path)) as u32;
+        let span = key_span(&steps.window, keys[r], call, variant.causal);
+        span_lo[r] = span.lo;
+        span_width[r] = span.width;
+    }
     #[unroll]
     for block in 0..blocks {
         let weights = p.index_mut(block);
@@ -264,23 +326,27 @@ fn key_weights(
         #[unroll]
         for e in 0..2usize {
             // The column's query and its row terms, shared by the lane's two keys.
-            let query = first + block * N + column + e;
-            let i = call.query_offset + (at.i0 + query) as u32;
+            let query = part.first + block * N + column + e;
+            let i = call.query_offset + (part.i0 + query) as u32;
             let (lse, coefficient) = (lse_s[query], coefficient_s[query]);
-            let live = at.i0 + query < at.q_len;
+            let live = part.i0 + query < steps.q_len;
             #[unroll]
             for r in 0..2usize {
-                let key = (at.block + block_row(r, path)) as u32;
                 let (mut w, mut g) = (weights[r], grads[r]);
-                let s = score(w[e], i, key, at.slope, call, variant);
+                let s = score(w[e], i, keys[r], steps.slope, call, variant);
                 let pair = weight(s.value, lse, call, variant);
                 let d_raw = pair.gate * (g[e] + coefficient) * s.chain * call.scale;
                 w[e] = pair.value;
                 g[e] = d_raw;
                 if comptime![per_pair] {
-                    let seen = live && visible(window, i, key, call, variant.causal);
-                    w[e] = select(seen, pair.value, 0.0);
-                    g[e] = select(seen, d_raw, 0.0);
+                    // `visible`, read from the key's side where the windows are plain.
+                    let seen = if comptime![variant.plain] {
+                        in_span(&Span { lo: span_lo[r], width: span_width[r], sinks: 0 }, i)
+                    } else {
+                        visible(&steps.window, i, keys[r], call, variant.causal, false)
+                    };
+                    w[e] = select(live && seen, pair.value, 0.0);
+                    g[e] = select(live && seen, d_raw, 0.0);
                 }
                 weights[r] = w;
                 grads[r] = g;

@@ -74,7 +74,7 @@ pub(crate) fn query_grads_kernel<F: Float, N: Size>(
         if live {
             for r in 0..tile {
                 let j = (j0 + r) as u32;
-                if visible(&at.window, at.position, j, &call, variant.causal) {
+                if visible(&at.window, at.position, j, &call, variant.causal, variant.plain) {
                     let mut dot = 0.0f32;
                     let mut d_p = 0.0f32;
                     for c in 0..dim {

@@ -85,7 +85,9 @@ pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(
                 let key = (j0 + r) as u32;
                 let pair = lane * n + r;
                 let mut d_raw = 0.0f32;
-                if at.live && visible(&at.window, at.position, key, &call, variant.causal) {
+                if at.live
+                    && visible(&at.window, at.position, key, &call, variant.causal, variant.plain)
+                {
                     let s = score(s_s[pair], at.position, key, at.slope, &call, variant);
                     let w = weight(s.value, lse, &call, variant);
                     d_raw = w.gate * (dp_s[pair] + coefficient) * s.chain * call.scale;

@@ -9,11 +9,14 @@
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` in registers;
 //! - `dS = ∂L/∂s · chain · scale` from the weights recomputed from `lse`
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
-//!   products, 0 where a row does not see a key; tiles whose every pair is visible
-//!   ([`sees_whole_tile`]) skip the rule;
+//!   products, 0 where a row does not see a key; tiles whose every pair is visible run first,
+//!   in a loop of their own without the rule ([`whole_first`]), the others ask it (one span
+//!   per row where the windows are plain, [`plain_span`]);
 //! - `dQ += dS·K`, `dS` rounded to the input type.
 //!
-//! Each cube writes its own rows: no atomics. At d = 64 `Q` and `dO` reach the registers
+//! Tiles come by [`copy_rows`] (`cp.async` on CUDA): the next tile's `V` lands during `S`,
+//! `dS` and `dS·K`, its `K` during the next tile's `dP`. Each cube writes its own rows: no
+//! atomics. At d = 64 `Q` and `dO` reach the registers
 //! through the tile buffers; at d = 128 ([`STAGED_DIM`]) they stay in shared memory, which
 //! leaves the registers to `dQ` and the products. The launch runs it where the dK/dV kernel
 //! runs (`super::flash::flash_backward_path`).
@@ -23,15 +26,14 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, sees_whole_tile, stash,
-    write_rows,
+    KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, WARPS, block_row, copy_rows,
+    cut_from, land, landing, products, step_keys, whole_first, write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::reach::nth_tile;
 use super::score::{score, weight};
-use super::visibility::visible;
+use super::visibility::{in_span, plain_span, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dq: [batch, H, N_q,
@@ -60,26 +62,26 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     let at = query_block_of_head(q, k, windows, slopes, &call, head, ROWS);
     let warp_rows = UNIT_POS as usize / LANES * M * stride;
     let kv_len = call.kv_len as usize;
-    let mut k_s = SharedMemory::<F>::new(KEYS * stride);
-    let mut v_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut k_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
+    let mut v_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
     let mut exchange =
         SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
 
     // At d = 64 `Q` and `dO` pass through the tile buffers into registers; at d = 128
     // ([`STAGED_DIM`]) they stay in buffers of their own, their fragments loaded per step.
     let own = comptime![if dim > STAGED_DIM { ROWS * stride } else { 1 }];
-    let mut q_s = SharedMemory::<F>::new(own);
-    let mut g_s = SharedMemory::<F>::new(own);
-    let q_rows = fetch(q, offset(q, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
-    let g_rows = fetch(d_o, offset(d_o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
+    let mut q_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
+    let mut g_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
+    let landing = landing(path);
+    let (q_base, g_base) = (offset(q, at.batch, at.head, 0), offset(d_o, at.batch, at.head, 0));
     if comptime![dim > STAGED_DIM] {
-        stash(&q_rows, &mut q_s, ROWS, dim, stride);
-        stash(&g_rows, &mut g_s, ROWS, dim, stride);
+        copy_rows(q, q_base, at.block, at.q_len, &mut q_s, ROWS, dim, stride, path);
+        copy_rows(d_o, g_base, at.block, at.q_len, &mut g_s, ROWS, dim, stride, path);
     } else {
-        stash(&q_rows, &mut k_s, ROWS, dim, stride);
-        stash(&g_rows, &mut v_s, ROWS, dim, stride);
+        copy_rows(q, q_base, at.block, at.q_len, &mut k_s, ROWS, dim, stride, path);
+        copy_rows(d_o, g_base, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
     }
-    sync_cube();
+    land(&landing);
     let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
     let mut g_fragments = Sequence::<Array<Pair<F>>>::new();
     if comptime![dim <= STAGED_DIM] {
@@ -98,32 +100,130 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
         dq_acc.push(zeros());
     }
     let tiles = block_key_tiles(&at, &call, ROWS, KEYS, variant.causal);
+    let count = tiles.before + tiles.count;
+    let visit = whole_first(&tiles, &at.window, at.block, at.q_len, &call, variant.causal, false);
     let (k_base, v_base) = (offset(k, at.batch, at.kv_head, 0), offset(v, at.batch, at.kv_head, 0));
-    for t in 0..tiles.before + tiles.count {
-        let j0 = nth_tile(&tiles, t) as usize * KEYS;
-        sync_cube();
-        stash(&fetch(k, k_base, j0, kv_len, KEYS, dim), &mut k_s, KEYS, dim, stride);
-        stash(&fetch(v, v_base, j0, kv_len, KEYS, dim), &mut v_s, KEYS, dim, stride);
-        sync_cube();
-
-        let mut ds = row_products(&q_fragments, &q_s, &k_s, 0, &mut exchange, KEYS / N, dim, path);
-        let dp = row_products(&g_fragments, &g_s, &v_s, 0, &mut exchange, KEYS / N, dim, path);
-        if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
-            score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, false, path);
-        } else {
-            score_gradients(&mut ds, &dp, &at, j0, row_terms, &call, variant, true, path);
+    let steps = KeySteps { tiles, visit, count, k_base, v_base };
+    // The first tile, once every warp holds its rows' fragments: its `V` landed, its `K` in
+    // flight, as each step expects.
+    sync_cube();
+    let (mut j0, valid) = (step_keys(&steps, 0), select(count > 0, kv_len, 0));
+    copy_rows(v, v_base, j0, valid, &mut v_s, KEYS, dim, stride, path);
+    land(&landing);
+    copy_rows(k, k_base, j0, valid, &mut k_s, KEYS, dim, stride, path);
+    // The tiles seen whole, then the cut ones: two small loops, the first without the rule
+    // (emulated, one: [`cut_from`]).
+    if comptime![path == FragmentPath::Native] {
+        for u in 0..visit.whole {
+            let tile = GradTile { step: u, j0, terms: row_terms };
+            j0 = tile_step(
+                &q_fragments,
+                &g_fragments,
+                &q_s,
+                &g_s,
+                &mut k_s,
+                &mut v_s,
+                k,
+                v,
+                &steps,
+                &landing,
+                tile,
+                true,
+                &mut dq_acc,
+                &at,
+                &call,
+                variant,
+                &mut exchange,
+                path,
+            );
         }
-        accumulate(&ds, &k_s, 0, &mut dq_acc, &mut exchange, KEYS / N, dim, path);
+    }
+    for u in cut_from(&visit, path)..count {
+        let tile = GradTile { step: u, j0, terms: row_terms };
+        j0 = tile_step(
+            &q_fragments,
+            &g_fragments,
+            &q_s,
+            &g_s,
+            &mut k_s,
+            &mut v_s,
+            k,
+            v,
+            &steps,
+            &landing,
+            tile,
+            false,
+            &mut dq_acc,
+            &at,
+            &call,
+            variant,
+            &mut exchange,
+            path,
+        );
     }
 
-    // Out through `K`'s buffer, in 16-byte stores.
-    sync_cube();
+    // Out through `K`'s buffer, in 16-byte stores (the last step landed its copies).
+    land(&landing);
     #[unroll]
     for c in 0..dim / N {
         store(dq_acc.index(c), &mut k_s, warp_rows + c * N, stride, path);
     }
     sync_cube();
     write_rows(&k_s, dq, offset(dq, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// A step of the visit, its tile and the lane's row terms, for [`tile_step`].
+#[derive(CubeType, Clone, Copy)]
+struct GradTile {
+    step: u32,
+    /// The tile's first key.
+    j0: usize,
+    terms: RowTerms,
+}
+
+/// Step `tile.step` of the visit, on a tile seen `whole` or cut (returns the next step's
+/// first key): `dP = dO·Vᵀ`, `S = Q·Kᵀ`,
+/// `dS` (the per-pair rule only on a cut tile), `dQ += dS·K`. On entry `V` of the tile has
+/// landed and its `K` is in flight; the next tile's `V` is copied in during `S`, `dS` and
+/// `dS·K` ([`copy_rows`]: `cp.async` natively), its `K` during the next step's `dP`: two
+/// landings.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn tile_step<F: Float, NV: Size>(
+    q_fragments: &Sequence<Array<Pair<F>>>,
+    g_fragments: &Sequence<Array<Pair<F>>>,
+    q_s: &SharedMemory<F>,
+    g_s: &SharedMemory<F>,
+    k_s: &mut SharedMemory<F>,
+    v_s: &mut SharedMemory<F>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    steps: &KeySteps,
+    landing: &Landing,
+    tile: GradTile,
+    #[comptime] whole: bool,
+    dq_acc: &mut Sequence<Array<Pair<f32>>>,
+    at: &QueryBlock,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) -> usize {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let kv_len = call.kv_len as usize;
+    let j0 = tile.j0;
+    let next = step_keys(steps, tile.step + 1);
+    let next_valid = select(tile.step + 1 < steps.count, kv_len, 0);
+    let dp = row_products(g_fragments, g_s, v_s, 0, exchange, KEYS / N, dim, path);
+    land(landing);
+    copy_rows(v, steps.v_base, next, next_valid, v_s, KEYS, dim, stride, path);
+    let mut ds = row_products(q_fragments, q_s, k_s, 0, exchange, KEYS / N, dim, path);
+    score_gradients(&mut ds, &dp, at, j0, tile.terms, call, variant, !whole, path);
+    accumulate(&ds, k_s, 0, dq_acc, exchange, KEYS / N, dim, path);
+    land(landing);
+    copy_rows(k, steps.k_base, next, next_valid, k_s, KEYS, dim, stride, path);
+    next
 }
 
 /// A lane's two rows' terms (`super::backward_rows`): `lse` in component 0 of `lse` for row `g`
@@ -157,7 +257,7 @@ fn lane_row_terms(
 /// Turns the products `ds` (`S`) and `dp` (`dP`) of the warp's rows and the tile's keys into
 /// the score gradients `dS` in place, and, `per_pair`, zeros where [`visible`] refuses a pair
 /// (or the row is past `N_q`).
-#[cube]
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
 fn score_gradients(
     ds: &mut Sequence<Array<Pair<f32>>>,
@@ -176,6 +276,7 @@ fn score_gradients(
         let row = at.block + block_row(p, path);
         let i = call.query_offset + row as u32;
         let live = row < at.q_len;
+        let span = plain_span(&at.window, i, call, variant.causal);
         #[unroll]
         for block in 0..KEYS / N {
             let products = ds.index_mut(block);
@@ -188,8 +289,13 @@ fn score_gradients(
                 let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain * call.scale;
                 s_pair[e] = d_raw;
                 if comptime![per_pair] {
-                    let seen = live && visible(&at.window, i, j, call, variant.causal);
-                    s_pair[e] = select(seen, d_raw, 0.0);
+                    // `visible`, its span computed once per row where the windows are plain.
+                    let seen = if comptime![variant.plain] {
+                        in_span(&span, j)
+                    } else {
+                        visible(&at.window, i, j, call, variant.causal, false)
+                    };
+                    s_pair[e] = select(live && seen, d_raw, 0.0);
                 }
             }
             products[p] = s_pair;

@@ -41,6 +41,9 @@ pub(crate) struct Variant {
     /// Relative scores `T[i, i − j]` from a table (docs/semantics.md §4). The tensor-core
     /// kernels do not read them: their launches run the portable kernels for such calls.
     pub relative: bool,
+    /// Every head's window is undilated and unsegmented (Mistral, MSWA, SWAT, sinks): the
+    /// per-pair rule is one span per query ([`super::visibility::plain_span`]).
+    pub plain: bool,
 }
 
 /// The runtime scalars of a call.
@@ -133,6 +136,7 @@ impl Variant {
             softcap: opts.softcap.is_some(),
             alibi: opts.alibi.is_some(),
             relative: false,
+            plain: spec.heads().iter().all(|w| w.dilation == 1 && w.segment.is_none()),
         }
     }
 }

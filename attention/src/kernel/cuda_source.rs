@@ -155,8 +155,8 @@ impl Kernel {
 
     /// The ceilings of [`KernelSource::max_per_mma`]: FlashAttention-2's forward within 6.5
     /// instructions per product on a whole tile and 9 on a cut one, its backward within 5 and
-    /// 9 (Triton's FlashAttention-2 issues 4.6–5.7 and 3.1–3.6 on whole tiles:
-    /// `benches/anchors/triton_flash.py`).
+    /// 9 (Triton's FlashAttention-2 issues 4.4–5.7 and 3.1–3.6 on whole tiles on sm_80:
+    /// `benches/anchors/triton_flash.py`, docs/benchmarks.md).
     fn max_per_mma(self) -> Option<[f64; 2]> {
         match self {
             Kernel::ForwardFlash => Some([6.5, 9.0]),
@@ -313,6 +313,8 @@ fn expand(
         softcap: options.softcap,
         alibi: options.alibi,
         relative: false,
+        // LongNet's branches are dilated; every other variant of the list is a plain window.
+        plain: options.branches == 1,
     };
     let words = match kernel {
         Kernel::FragmentProbe => format!("{dtype:?} native, 2 warps").to_lowercase(),
@@ -372,7 +374,11 @@ fn expand(
         hot: kernel.hot(),
         whole: matches!(kernel, Kernel::FragmentProbe),
         min_cubes_per_sm: kernel.floor(),
-        max_per_mma: kernel.max_per_mma(),
+        // The ceilings are the grid's (softmax, no softcap or ALiBi); the score options' own
+        // arithmetic per pair (a precise `tanh`, the sigmoid) is reported, not bounded.
+        max_per_mma: kernel
+            .max_per_mma()
+            .filter(|_| !options.softcap && !options.sigmoid && !options.alibi),
         native_fragments: matches!(
             kernel,
             Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash

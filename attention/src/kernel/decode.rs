@@ -196,7 +196,7 @@ fn attend<F: Float>(
             seen = if comptime![host_mask] {
                 table[row.mask + step.branch * slots + slot] == 1
             } else {
-                visible(&window, call.query_offset, position, call, true)
+                visible(&window, call.query_offset, position, call, true, variant.plain)
             };
         }
         if seen {

@@ -1,8 +1,9 @@
 //! What the kernels of FlashAttention-2's design (`super::forward_flash`,
 //! `super::backward_queries_flash`, `super::backward_keys_flash`; their products are
 //! `super::flash_products`) share: their block shape, where the launches pick them, the order
-//! they run the heads in, and the staged copy of a tile (global loads issued before a tile's
-//! products, stored to shared memory after them).
+//! they run the heads in, the order a cube visits its tiles in (whole tiles first:
+//! [`whole_first`]), and the copy of a tile into shared memory ([`copy_rows`]: `cp.async` on
+//! CUDA, completed by [`land`]).
 //!
 //! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 rows ([`ROWS`] per cube: query
 //! rows, or key rows in dK/dV) and
@@ -13,10 +14,12 @@
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
+use cubecl::prelude::barrier::{Barrier, copy_async_checked};
 use cubecl::prelude::*;
 
 use super::config::Call;
 use super::fragment::{FragmentPath, LANES, M, N, lane};
+use super::reach::{Tiles, nth_tile};
 use super::visibility::{Window, sees_whole_block};
 use crate::WindowSpec;
 
@@ -47,6 +50,9 @@ pub(crate) fn shared_bytes(dim: usize, path: FragmentPath) -> usize {
 }
 /// Padding of each shared row, in elements: 16 bytes of 2-byte elements.
 pub(crate) const PAD: usize = 8;
+/// Alignment of the shared tiles, in bytes: `ldmatrix` reads 16-byte rows (with `PAD`, every
+/// row of 8 elements the fragment seam reads starts on 16 bytes).
+pub(crate) const ROW_ALIGN: usize = 16;
 
 /// The widest head dim whose warps keep their own rows' operands in registers (`Q` in the
 /// forward and the next `K` tile in flight during `P·V`; `Q` and `dO` in dQ; `K` and `V` in
@@ -145,6 +151,176 @@ pub(crate) fn sees_whole_tile(
     let last_query = call.query_offset + (min(i0 + ROWS, q_len) - 1) as u32;
     let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
     sees_whole_block(window, first_query, last_query, first_key, last_key, call, causal)
+}
+
+/// The order a cube visits its tiles in: the first run of tiles seen whole first, then the
+/// others in list order, so that the whole tiles run in a loop of their own without the
+/// per-pair rule. Tiles seen whole past that run (sink tiles) go with the others: the rule
+/// holds on them too.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct TileOrder {
+    /// Index in the tile list of the run's first tile.
+    pub first: u32,
+    /// Tiles in the run: steps `0 … whole − 1` visit them.
+    pub whole: u32,
+}
+
+/// The [`TileOrder`] of the cube whose own rows start at `own`: query rows whose key tiles
+/// are `tiles` (`super::forward_flash`, `super::backward_queries_flash`), or with `key_rows`
+/// key rows whose query tiles are `tiles` (`super::backward_keys_flash`; a query tile reaching
+/// past `N_q` is never whole: its padding rows are masked). A tile is whole when
+/// [`sees_whole_tile`] says so. One uniform pass over the list, which ends past the run.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn whole_first(
+    tiles: &Tiles,
+    window: &Window,
+    own: usize,
+    q_len: usize,
+    call: &Call,
+    #[comptime] causal: bool,
+    #[comptime] key_rows: bool,
+) -> TileOrder {
+    let mut order = TileOrder { first: 0, whole: 0 };
+    for t in 0..tiles.before + tiles.count {
+        let whole = if comptime![key_rows] {
+            let i0 = nth_tile(tiles, t) as usize * ROWS;
+            i0 + ROWS <= q_len && sees_whole_tile(window, i0, q_len, own, call, causal)
+        } else {
+            let j0 = nth_tile(tiles, t) as usize * KEYS;
+            sees_whole_tile(window, own, q_len, j0, call, causal)
+        };
+        if whole {
+            if order.whole == 0 {
+                order.first = t;
+            }
+            order.whole += 1;
+        } else if order.whole > 0 {
+            break;
+        }
+    }
+    order
+}
+
+/// The step a cube's loop of cut tiles starts at: past the run of whole tiles, which natively
+/// have a loop of their own; 0 emulated, where every tile takes the cut tiles' body (the
+/// per-pair rule holds on whole tiles too), so that lavapipe compiles one copy of a step.
+#[cube]
+pub(crate) fn cut_from(visit: &TileOrder, #[comptime] path: FragmentPath) -> u32 {
+    let mut from = 0u32;
+    if comptime![path == FragmentPath::Native] {
+        from = visit.whole;
+    }
+    from
+}
+
+/// The tile a cube visits at step `u` of its [`TileOrder`] (`u < tiles.before + tiles.count`).
+#[cube]
+pub(crate) fn tile_at(tiles: &Tiles, order: &TileOrder, u: u32) -> u32 {
+    let rest = u - min(u, order.whole);
+    let t = if u < order.whole {
+        order.first + u
+    } else if rest < order.first {
+        rest
+    } else {
+        rest + order.whole
+    };
+    nth_tile(tiles, t)
+}
+
+/// Where the steps of a cube of query rows find their key tiles: the list, the order it
+/// visits it in ([`TileOrder`]), its length, and where the head's `K` and `V` start.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct KeySteps {
+    pub tiles: Tiles,
+    pub visit: TileOrder,
+    pub count: u32,
+    pub k_base: usize,
+    pub v_base: usize,
+}
+
+/// The first key of step `step` of `steps`' visit.
+#[cube]
+pub(crate) fn step_keys(steps: &KeySteps, step: u32) -> usize {
+    tile_at(&steps.tiles, &steps.visit, step) as usize * KEYS
+}
+
+/// Where a cube's tile copies ([`copy_rows`]) land: natively an mbarrier that each unit's
+/// `cp.async` copies arrive on; emulated none (the copies are plain stores, which `sync_cube`
+/// publishes).
+pub(crate) type Landing = ComptimeOption<Shared<Barrier>>;
+
+/// The cube's [`Landing`] on `path` (natively initialised by unit 0 for all units).
+#[cube]
+pub(crate) fn landing(#[comptime] path: FragmentPath) -> Landing {
+    if comptime![path == FragmentPath::Native] {
+        Landing::new_Some(Barrier::shared(CUBE_DIM, UNIT_POS == 0))
+    } else {
+        Landing::new_None()
+    }
+}
+
+/// Waits until every unit's copies issued since the last landing are in shared memory and
+/// every unit has reached this point (a `sync_cube` too): after it, the new tiles may be read
+/// and the buffers read before it may be copied into.
+#[cube]
+pub(crate) fn land(landing: &Landing) {
+    #[comptime]
+    match landing {
+        ComptimeOption::Some(barrier) => {
+            barrier.commit_copy_async();
+            barrier.arrive_and_wait();
+        }
+        ComptimeOption::None => sync_cube(),
+    }
+}
+
+/// Copies rows `first … first + rows − 1` of `t` (`[batch, heads, len, d]` read as vectors of
+/// `N` along `d`, `base` addressing the batch and head) into `out` (rows `stride` apart), zeros
+/// for rows at or past `valid`: each unit its share of 16-byte vectors, in turn. Natively by
+/// `cp.async` (zero-filled past `valid`), in flight until [`land`]; emulated, its twin: the
+/// same vectors loaded and stored by the same units at the same addresses, at once. Natively
+/// the vectors must be 16 bytes (`N` elements of 2 bytes) and the rows 16-byte aligned.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn copy_rows<F: Float, N: Size>(
+    t: &Tensor<Vector<F, N>>,
+    base: usize,
+    first: usize,
+    valid: usize,
+    out: &mut SharedMemory<F>,
+    #[comptime] rows: usize,
+    #[comptime] dim: usize,
+    #[comptime] stride: usize,
+    #[comptime] path: FragmentPath,
+) {
+    let width = N::value().comptime();
+    if comptime![path == FragmentPath::Native] {
+        // This unit's first vector, and how far the next step's lies: whole rows apart.
+        let rows_per_step = comptime![UNITS * width / dim];
+        let unit = UNIT_POS as usize * width;
+        let (row, column) = (first + unit / dim, unit % dim);
+        let row_stride = t.stride(2);
+        let from = (base + row * row_stride + column) / width;
+        let at = unit / dim * stride + column;
+        #[unroll]
+        for step in 0..comptime![rows / rows_per_step] {
+            let source = t.slice(
+                from + step * rows_per_step * row_stride / width,
+                from + step * rows_per_step * row_stride / width
+                    + select(row + step * rows_per_step < valid, 1, 0),
+            );
+            // The source is a slice of 16-byte vectors and the destination of elements: the
+            // copy takes both as addresses, each offset in its own units, so the source's
+            // type only needs to match for the signature.
+            let source = unsafe { source.downcast_unchecked::<F>() };
+            let to = at + step * rows_per_step * stride;
+            copy_async_checked(&source, &mut out.slice_mut(to, to + width), width as u32);
+        }
+    } else {
+        let staged = fetch(t, base, first, valid, rows, dim);
+        stash(&staged, out, rows, dim, stride);
+    }
 }
 
 /// Issues the global loads of this unit's share of rows `first … first + rows − 1` of `t`

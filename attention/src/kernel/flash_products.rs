@@ -9,7 +9,7 @@ use cubecl::prelude::*;
 
 use super::flash::{PAD, STAGED_DIM, products};
 use super::fragment::{
-    FragmentPath, K, LANES, M, N, Pair, accumulators_as_a, load, mma_each, zeros,
+    FragmentPath, K, LANES, M, N, Pair, accumulators_as_a, half, load, load_b_pair, mma_each, zeros,
 };
 
 /// `A·Bᵀ` of the warp's 16 rows of `A` and `blocks × 8` rows of `b_rows` from row `first`:
@@ -41,9 +41,11 @@ pub(crate) fn row_products<F: Float>(
         for start in 0..blocks / group {
             let mut b = Sequence::<Array<Pair<F>>>::new();
             #[unroll]
-            for i in 0..group {
-                let at = (first + (start * group + i) * N) * stride + c * K;
-                b.push(load(b_rows, at, stride, MatrixIdent::B, true, path));
+            for i in 0..group / 2 {
+                let at = (first + (start * group + 2 * i) * N) * stride + c * K;
+                let pair = load_b_pair(b_rows, at, stride, true, path);
+                b.push(half(&pair, false));
+                b.push(half(&pair, true));
             }
             if comptime![dim <= STAGED_DIM] {
                 mma_each(a.index(c), &b, &mut s, start * group, exchange, path);
@@ -82,9 +84,11 @@ pub(crate) fn accumulate<F: Float>(
         for start in 0..dim / N / group {
             let mut b = Sequence::<Array<Pair<F>>>::new();
             #[unroll]
-            for i in 0..group {
-                let at = (first + step * K) * stride + (start * group + i) * N;
-                b.push(load(b_rows, at, stride, MatrixIdent::B, false, path));
+            for i in 0..group / 2 {
+                let at = (first + step * K) * stride + (start * group + 2 * i) * N;
+                let pair = load_b_pair(b_rows, at, stride, false, path);
+                b.push(half(&pair, false));
+                b.push(half(&pair, true));
             }
             mma_each(&a, &b, out, start * group, exchange, path);
         }

@@ -67,7 +67,7 @@ pub(crate) fn forward_kernel<F: Float, N: Size>(
             let mut tile_max = f32::min_value();
             for r in 0..tile {
                 let j = (j0 + r) as u32;
-                if visible(&at.window, at.position, j, &call, variant.causal) {
+                if visible(&at.window, at.position, j, &call, variant.causal, variant.plain) {
                     let mut dot = 0.0f32;
                     for c in 0..dim {
                         dot += q_row[c] * k_tile[r * dim + c];

@@ -148,7 +148,7 @@ fn fold_row<F: Float>(
     let mut tile_max = f32::min_value();
     for r in 0..n {
         let key = (at.j0 + r) as u32;
-        if at.live && visible(window, at.position, key, call, variant.causal) {
+        if at.live && visible(window, at.position, key, call, variant.causal, variant.plain) {
             let s = score(s_s[lane * n + r], at.position, key, at.slope, call, variant).value;
             s_s[lane * n + r] = s;
             tile_max = max(tile_max, s);

@@ -1,43 +1,42 @@
 //! The forward kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md
-//! §1–§2; reference: `crate::reference::dense_attention`; the block shape, launch choice and
-//! staged copies are `super::flash`'s).
+//! §1–§2; reference: `crate::reference::dense_attention`; the block shape, launch choice, visit
+//! order and tile copies are `super::flash`'s).
 //!
 //! A cube owns 64 query rows of one head, 16 per warp. Each warp keeps its rows of `Q` as A
 //! fragments (at d = 64; in shared memory at d = 128: [`STAGED_DIM`]), and its running maxima,
-//! sums and `O` as accumulators, in registers for the whole block, and visits the key tiles of 64 that [`block_key_tiles`] gives (the window's reach and
-//! sinks; tiles outside it are never read):
+//! sums and `O` as accumulators, in registers for the whole block, and visits the key tiles of
+//! 64 that [`block_key_tiles`] gives (the window's reach and sinks; tiles outside it are never
+//! read), those it sees whole first ([`whole_first`]):
 //! - `S = Q·Kᵀ` in registers (`d / 16 × 8` products per warp);
-//! - the scores of a tile whose every pair is visible ([`sees_whole_tile`]) skip the per-pair
-//!   rule; the other tiles ask [`visible`] per pair and mask what it refuses;
+//! - a tile seen whole (every pair visible) skips the per-pair rule: it runs in a loop of its
+//!   own; a cut tile asks [`visible`] per pair (one span per row, [`plain_span`], where the
+//!   windows are plain) and masks what it refuses;
 //! - the online softmax in registers: each lane holds two rows' columns, the row maxima and
 //!   sums are combined across a quad ([`reduce_quad`]), and `O` is rescaled only when a row's
 //!   maximum moved (plain sums of `σ(s + β)` under sigmoid);
 //! - the weights, rounded to the input type, become A fragments where they lie
 //!   ([`accumulators_as_a`]) and `O += P·V` accumulates in registers.
 //!
-//! Copies are staged: `V` of a tile is loaded into registers before its scores are computed and
-//! stored to shared memory after them, the next tile's `K` likewise around `P·V` (at d = 64:
-//! [`STAGED_DIM`]), so global latency hides behind the products (one buffer per operand, two
-//! `sync_cube`s per tile).
-//! `O` leaves through shared memory in 16-byte stores; `lse` is f32. Rows that see no key write
-//! `o = 0` and `lse = −∞`.
+//! Tiles come by [`copy_rows`] (`cp.async` on CUDA): `V` of a tile lands during `S = Q·Kᵀ` and
+//! the softmax, the next tile's `K` during `P·V` (one buffer per operand, two landings per
+//! tile). `O` leaves through shared memory in 16-byte stores; `lse` is f32. Rows that see no
+//! key write `o = 0` and `lse = −∞`.
 
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, PAD, ROWS, STAGED_DIM, WARPS, block_row, fetch, products, sees_whole_tile, stash,
-    write_rows,
+    KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, WARPS, block_row, copy_rows,
+    cut_from, land, landing, products, tile_at, whole_first, write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{
     FragmentPath, K, LANES, M, N, Pair, RowReduction, lane, load, reduce_quad, store, zeros,
 };
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::reach::nth_tile;
 use super::score::{row_end, score, sigmoid};
-use super::visibility::visible;
+use super::visibility::{in_span, plain_span, visible};
 
 /// The score a masked pair holds: the lowest f32, below every real score, and what marks it as
 /// masked (a finite value: WGSL has no infinite literals, and `exp` of it minus any score is 0).
@@ -71,29 +70,33 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
     let at = query_block_of_head(q, k, windows, slopes, &call, head, ROWS);
     let warp = UNIT_POS as usize / LANES;
     let kv_len = call.kv_len as usize;
-    let mut k_s = SharedMemory::<F>::new(KEYS * stride);
-    let mut v_s = SharedMemory::<F>::new(KEYS * stride);
+    let mut k_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
+    let mut v_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
     let mut exchange =
         SharedMemory::<f32>::new(comptime![path.exchange_len(WARPS, products(path))]);
 
     let tiles = block_key_tiles(&at, &call, ROWS, KEYS, variant.causal);
     let count = tiles.before + tiles.count;
+    let visit = whole_first(&tiles, &at.window, at.block, at.q_len, &call, variant.causal, false);
     let (k_base, v_base) = (offset(k, at.batch, at.kv_head, 0), offset(v, at.batch, at.kv_head, 0));
 
     // At d = 64 `Q` passes through `V`'s buffer (ROWS = KEYS) into registers; at d = 128 it
     // stays in a buffer of its own. The first tile's `K` goes to its buffer.
-    let mut q_s =
-        SharedMemory::<F>::new(comptime![if dim > STAGED_DIM { ROWS * stride } else { 1 }]);
-    let q_rows = fetch(q, offset(q, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim);
+    let mut q_s = SharedMemory::<F>::new_aligned(
+        comptime![if dim > STAGED_DIM { ROWS * stride } else { 1 }],
+        ROW_ALIGN,
+    );
+    let landing = landing(path);
+    let q_base = offset(q, at.batch, at.head, 0);
     if comptime![dim > STAGED_DIM] {
-        stash(&q_rows, &mut q_s, ROWS, dim, stride);
+        copy_rows(q, q_base, at.block, at.q_len, &mut q_s, ROWS, dim, stride, path);
     } else {
-        stash(&q_rows, &mut v_s, ROWS, dim, stride);
+        copy_rows(q, q_base, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
     }
-    let first = nth_tile(&tiles, 0) as usize * KEYS;
-    let k_rows = fetch(k, k_base, first, select(count > 0, kv_len, 0), KEYS, dim);
-    stash(&k_rows, &mut k_s, KEYS, dim, stride);
-    sync_cube();
+    let mut j0 = tile_at(&tiles, &visit, 0) as usize * KEYS;
+    let valid = select(count > 0, kv_len, 0);
+    copy_rows(k, k_base, j0, valid, &mut k_s, KEYS, dim, stride, path);
+    land(&landing);
     let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
     if comptime![dim <= STAGED_DIM] {
         #[unroll]
@@ -110,39 +113,107 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         out.push(zeros());
     }
     let mut state = RowState { max: Pair::<f32>::new(masked()), total: Pair::<f32>::new(0.0) };
-    for t in 0..count {
-        let j0 = nth_tile(&tiles, t) as usize * KEYS;
-        let v_rows = fetch(v, v_base, j0, kv_len, KEYS, dim);
-        let mut s = row_products(&q_fragments, &q_s, &k_s, 0, &mut exchange, KEYS / N, dim, path);
-        if sees_whole_tile(&at.window, at.block, at.q_len, j0, &call, variant.causal) {
-            score_tile(&mut s, &at, j0, &call, variant, false, path);
-        } else {
-            score_tile(&mut s, &at, j0, &call, variant, true, path);
+    let steps = KeySteps { tiles, visit, count, k_base, v_base };
+    // The tiles seen whole, then the cut ones: two small loops, the first without the rule
+    // (emulated, one: [`cut_from`]).
+    if comptime![path == FragmentPath::Native] {
+        for u in 0..visit.whole {
+            j0 = tile_step(
+                &q_fragments,
+                &q_s,
+                &mut k_s,
+                &mut v_s,
+                k,
+                v,
+                &steps,
+                &landing,
+                u,
+                j0,
+                true,
+                &mut out,
+                &mut state,
+                &at,
+                &call,
+                variant,
+                &mut exchange,
+                path,
+            );
         }
-        let rescale = fold_tile(&mut s, &mut state, &call, variant, &mut exchange, path);
-        if comptime![!variant.sigmoid] {
-            rescale_rows(&mut out, rescale, dim);
-        }
-        stash(&v_rows, &mut v_s, KEYS, dim, stride);
-        sync_cube();
-
-        let next = nth_tile(&tiles, t + 1) as usize * KEYS;
-        let next_valid = select(t + 1 < count, kv_len, 0);
-        if comptime![dim <= STAGED_DIM] {
-            let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
-            accumulate(&s, &v_s, 0, &mut out, &mut exchange, KEYS / N, dim, path);
-            stash(&k_rows, &mut k_s, KEYS, dim, stride);
-        } else {
-            accumulate(&s, &v_s, 0, &mut out, &mut exchange, KEYS / N, dim, path);
-            let k_rows = fetch(k, k_base, next, next_valid, KEYS, dim);
-            stash(&k_rows, &mut k_s, KEYS, dim, stride);
-        }
-        sync_cube();
+    }
+    for u in cut_from(&visit, path)..count {
+        j0 = tile_step(
+            &q_fragments,
+            &q_s,
+            &mut k_s,
+            &mut v_s,
+            k,
+            v,
+            &steps,
+            &landing,
+            u,
+            j0,
+            false,
+            &mut out,
+            &mut state,
+            &at,
+            &call,
+            variant,
+            &mut exchange,
+            path,
+        );
     }
 
     finish(&mut out, &state, &mut k_s, lse, &at, &call, variant, &mut exchange, path);
     sync_cube();
     write_rows(&k_s, o, offset(o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// Step `step` of the visit, on the tile of keys from `j0` seen `whole` or cut (returns the
+/// next step's first key): `S = Q·Kᵀ`, its scores (the
+/// per-pair rule only on a cut tile), the online
+/// softmax, `O += P·V`. `V` of the tile is copied in during `S = Q·Kᵀ` and the softmax, the
+/// next step's `K` during `P·V` ([`copy_rows`]: `cp.async` natively), so that global latency
+/// hides behind the products; two landings.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn tile_step<F: Float, NV: Size>(
+    q_fragments: &Sequence<Array<Pair<F>>>,
+    q_s: &SharedMemory<F>,
+    k_s: &mut SharedMemory<F>,
+    v_s: &mut SharedMemory<F>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    steps: &KeySteps,
+    landing: &Landing,
+    step: u32,
+    j0: usize,
+    #[comptime] whole: bool,
+    out: &mut Sequence<Array<Pair<f32>>>,
+    state: &mut RowState,
+    at: &QueryBlock,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) -> usize {
+    let dim = variant.head_dim;
+    let stride = comptime![dim + PAD];
+    let kv_len = call.kv_len as usize;
+    copy_rows(v, steps.v_base, j0, kv_len, v_s, KEYS, dim, stride, path);
+    let mut s = row_products(q_fragments, q_s, k_s, 0, exchange, KEYS / N, dim, path);
+    score_tile(&mut s, at, j0, call, variant, !whole, path);
+    let rescale = fold_tile(&mut s, state, call, variant, !whole, exchange, path);
+    if comptime![!variant.sigmoid] {
+        rescale_rows(out, rescale, dim);
+    }
+    land(landing);
+
+    let next = tile_at(&steps.tiles, &steps.visit, step + 1) as usize * KEYS;
+    let next_valid = select(step + 1 < steps.count, kv_len, 0);
+    copy_rows(k, steps.k_base, next, next_valid, k_s, KEYS, dim, stride, path);
+    accumulate(&s, v_s, 0, out, exchange, KEYS / N, dim, path);
+    land(landing);
+    next
 }
 
 /// A lane's two rows (`g` in component 0, `g + 8` in component 1): running maxima (unused under
@@ -171,6 +242,7 @@ fn score_tile(
         let row = at.block + block_row(p, path);
         let i = call.query_offset + row as u32;
         let live = row < at.q_len;
+        let span = plain_span(&at.window, i, call, variant.causal);
         #[unroll]
         for block in 0..KEYS / N {
             let fragment = s.index_mut(block);
@@ -181,8 +253,13 @@ fn score_tile(
                 let value = score(pair[e], i, j, at.slope, call, variant).value;
                 pair[e] = value;
                 if comptime![per_pair] {
-                    let seen = live && visible(&at.window, i, j, call, variant.causal);
-                    pair[e] = select(seen, value, masked());
+                    // `visible`, its span computed once per row where the windows are plain.
+                    let seen = if comptime![variant.plain] {
+                        in_span(&span, j)
+                    } else {
+                        visible(&at.window, i, j, call, variant.causal, false)
+                    };
+                    pair[e] = select(live && seen, value, masked());
                 }
             }
             fragment[p] = pair;
@@ -191,14 +268,16 @@ fn score_tile(
 }
 
 /// One tile of the online softmax: each row's maximum over the tile (across its quad), the
-/// weights `exp(s − m)` (or `σ(s + β)`) in place of the scores, 0 where masked, and the sums
-/// moved on. Returns each row's rescale factor `exp(m_old − m_new)` (1 under sigmoid).
-#[cube]
+/// weights `exp(s − m)` (or `σ(s + β)`) in place of the scores, 0 where masked (on a tile with
+/// `masked_pairs`), and the sums moved on. `exp` is fast (`__expf` on CUDA): masked scores are
+/// finite ([`masked`]), so no infinity reaches it. Returns each row's rescale factor `exp(m_old − m_new)` (1 under sigmoid).
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 fn fold_tile(
     s: &mut Sequence<Array<Pair<f32>>>,
     state: &mut RowState,
     call: &Call,
     #[comptime] variant: Variant,
+    #[comptime] masked_pairs: bool,
     exchange: &mut SharedMemory<f32>,
     #[comptime] path: FragmentPath,
 ) -> Pair<f32> {
@@ -240,7 +319,11 @@ fn fold_tile(
                 } else {
                     (x - shift[p]).exp()
                 };
-                pair[e] = select(x == masked(), 0.0, w);
+                if comptime![masked_pairs] {
+                    pair[e] = select(x == masked(), 0.0, w);
+                } else {
+                    pair[e] = w;
+                }
                 sum += pair[e];
             }
             fragment[p] = pair;

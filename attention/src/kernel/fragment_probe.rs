@@ -13,6 +13,7 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 
 use super::config::upload;
+use super::flash::ROW_ALIGN;
 use super::fragment::{
     FragmentPath, K, LANES, M, N, RowReduction, copy_tile, lane, load, mma, position, reduce_rows,
     store, zeros,
@@ -42,8 +43,9 @@ pub(crate) fn fragment_probe_kernel<F: Float>(
     #[define(F)] _dtype: StorageType,
 ) {
     let rows = comptime![warps * M];
-    let mut a_s = SharedMemory::<F>::new(rows * K);
-    let mut b_s = SharedMemory::<F>::new(K * N);
+    // 16-byte aligned: the native path reads fragments by `ldmatrix`.
+    let mut a_s = SharedMemory::<F>::new_aligned(rows * K, ROW_ALIGN);
+    let mut b_s = SharedMemory::<F>::new_aligned(K * N, ROW_ALIGN);
     let mut c_s = SharedMemory::<f32>::new(rows * N);
     let mut exchange = SharedMemory::<f32>::new(comptime![path.exchange_len(warps, 1)]);
     let warp = UNIT_POS as usize / LANES;

@@ -7,16 +7,20 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use cubecl::prelude::*;
 
 use super::config::{Call, LaunchArgs};
-use super::visibility::{load_window, visible};
+use super::visibility::{in_span, key_span, load_window, visible};
 use crate::{ScoreOptions, WindowSpec};
 
-/// Writes `visible(h, query_offset + i, j)` as 0 or 1 into `mask: [H, N_q, N_k]`.
+/// Writes `visible(h, query_offset + i, j)` into `mask: [H, N_q, N_k]` twice, as the kernels
+/// read it: bit 0 from the query's side ([`visible`], through the query's span where the
+/// call's windows are `plain`), bit 1 from the key's side (through the key's span,
+/// [`key_span`], where they are plain; else [`visible`] again).
 #[cube(launch)]
 fn probe_kernel(
     windows: &Array<u32>,
     mask: &mut Tensor<u32>,
     call: Call,
     #[comptime] causal: bool,
+    #[comptime] plain: bool,
 ) {
     let j = ABSOLUTE_POS_X as usize;
     let i = ABSOLUTE_POS_Y as usize;
@@ -25,22 +29,27 @@ fn probe_kernel(
         terminate!();
     }
     let window = load_window(windows, head);
-    let mut seen = 0u32;
-    if visible(&window, call.query_offset + i as u32, j as u32, &call, causal) {
-        seen = 1;
-    }
+    let (position, key) = (call.query_offset + i as u32, j as u32);
+    let query_side = visible(&window, position, key, &call, causal, plain);
+    let key_side = if comptime![plain] {
+        in_span(&key_span(&window, key, &call, causal), position)
+    } else {
+        query_side
+    };
+    let seen = select(query_side, 1u32, 0u32) + select(key_side, 2u32, 0u32);
     mask[head * mask.stride(0) + i * mask.stride(1) + j * mask.stride(2)] = seen;
 }
 
 /// The kernels' visibility of every (head, query row, key) of a call with `q_len` queries and
-/// `keys` key rows, in `[H, N_q, N_k]` order, computed on `device`. Global tokens are ignored
+/// `keys` key rows, in `[H, N_q, N_k]` order, computed on `device`, each read from the
+/// query's side and from the key's side (`[query side, key side]`). Global tokens are ignored
 /// (calls with globals never reach the kernels).
 pub fn probe_visibility<R: CubeRuntime>(
     device: &R::Device,
     spec: &WindowSpec,
     q_len: usize,
     keys: usize,
-) -> Result<Vec<bool>, String> {
+) -> Result<Vec<[bool; 2]>, String> {
     let client = R::client(device);
     let heads = spec.num_heads();
     let layout = LaunchArgs::new(&client, device, spec, &ScoreOptions::softmax(), 1, keys);
@@ -57,7 +66,8 @@ pub fn probe_visibility<R: CubeRuntime>(
         mask.clone().into_tensor_arg(),
         layout.call(),
         spec.is_causal(),
+        layout.variant.plain,
     );
     let bytes = client.read_one(mask.handle).map_err(|e| e.to_string())?;
-    Ok(u32::from_bytes(&bytes).iter().map(|&w| w == 1).collect())
+    Ok(u32::from_bytes(&bytes).iter().map(|&w| [w & 1 == 1, w & 2 == 2]).collect())
 }

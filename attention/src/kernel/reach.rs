@@ -13,7 +13,7 @@ use super::visibility::Window;
 
 /// Tiles `0 … before − 1` (sink tiles left of the band), then `first … first + count − 1` (the
 /// band, which starts at tile 0 and takes in the sink tiles when they reach it).
-#[derive(CubeType)]
+#[derive(CubeType, Clone, Copy)]
 pub(crate) struct Tiles {
     /// Sink tiles visited before the band.
     pub before: u32,

@@ -64,7 +64,11 @@ pub(crate) fn contains(window: &Window, i: u32, j: u32) -> bool {
     on_grid && steps <= limit && in_segment
 }
 
-/// THE rule without globals: `j < kv_len ∧ (¬causal ∨ j ≤ i) ∧ (window(i, j) ∨ j < S)`.
+/// THE rule without globals: `j < kv_len ∧ (¬causal ∨ j ≤ i) ∧ (window(i, j) ∨ j < S)`. With
+/// `plain` (the call's every window undilated and unsegmented, [`super::config::Variant`]) it
+/// reads the rule as [`in_span`] of the query's [`plain_span`], which is the same set for such
+/// windows and a few instructions per pair; kernels that ask it for many keys of one query
+/// compute the span once.
 #[cube]
 pub(crate) fn visible(
     window: &Window,
@@ -72,12 +76,74 @@ pub(crate) fn visible(
     j: u32,
     call: &Call,
     #[comptime] causal: bool,
+    #[comptime] plain: bool,
 ) -> bool {
-    let mut seen = j < call.kv_len && (contains(window, i, j) || j < call.sinks);
-    if causal {
-        seen = seen && j <= i;
+    if comptime![plain] {
+        in_span(&plain_span(window, i, call, causal), j)
+    } else {
+        let mut seen = j < call.kv_len && (contains(window, i, j) || j < call.sinks);
+        if causal {
+            seen = seen && j <= i;
+        }
+        seen
     }
-    seen
+}
+
+/// The keys a query sees in an undilated, unsegmented window: `lo ≤ j < lo + width`, or
+/// `j < sinks` (the sinks it may see: valid, and not after it under causal attention).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Span {
+    /// First key of the window.
+    pub lo: u32,
+    /// Keys of the window, 0 for none.
+    pub width: u32,
+    /// Keys below it are seen as sinks: `min(S, kv_len)`, and at most `i + 1` under causal.
+    pub sinks: u32,
+}
+
+/// The [`Span`] of the query at position `i` under `window` (dilation 1, no segment):
+/// `i − left ≤ j ≤ i + right`, below `kv_len`, and `j ≤ i` under `causal`.
+#[cube]
+pub(crate) fn plain_span(window: &Window, i: u32, call: &Call, #[comptime] causal: bool) -> Span {
+    let lo = i - min(i, window.left);
+    let mut end = min(i + min(window.right, u32::MAX - i), call.kv_len - min(call.kv_len, 1));
+    let mut sinks = min(call.sinks, call.kv_len);
+    if causal {
+        end = min(end, i);
+        if sinks > i {
+            sinks = i + 1;
+        }
+    }
+    // `end` is the last key; none when it lies before `lo` or no key is valid.
+    let some = lo <= end && call.kv_len > 0;
+    Span { lo, width: select(some, end - min(end, lo) + 1, 0), sinks }
+}
+
+/// The queries that see key `j` in an undilated, unsegmented window, as a [`Span`] of query
+/// positions (no separate sinks: every query sees a sink, from the sink on under causal):
+/// `j − right ≤ i ≤ j + left`, `i ≥ j` under `causal`, none when `j ≥ kv_len`. THE rule
+/// [`visible`] read from the key's side, for kernels that walk the queries of fixed keys.
+#[cube]
+pub(crate) fn key_span(window: &Window, j: u32, call: &Call, #[comptime] causal: bool) -> Span {
+    let mut lo = j - min(j, window.right);
+    let mut hi = j + min(window.left, u32::MAX - j);
+    if j < call.sinks {
+        lo = 0;
+        hi = u32::MAX;
+    }
+    if causal {
+        lo = max(lo, j);
+    }
+    // `hi − lo + 1` queries, saturated at `u32::MAX` (position `u32::MAX` is no real query).
+    let width = hi - lo + min(1, u32::MAX - (hi - lo));
+    Span { lo, width: select(j < call.kv_len, width, 0), sinks: 0 }
+}
+
+/// Is key `j` in `span`? One subtraction and two comparisons.
+#[cube]
+pub(crate) fn in_span(span: &Span, j: u32) -> bool {
+    // `j − lo` wraps past `width` for keys before the window.
+    j - span.lo < span.width || j < span.sinks
 }
 
 /// Does the query at every position of `first ..= last` see every key of `j0 ..= j_last`?

@@ -146,6 +146,8 @@ pub(crate) fn position<F: Float>(
 /// Loads this lane's fragment of `ident` (`MatrixIdent::A`: 16 × 16, or `MatrixIdent::B`:
 /// 16 × 8) of a tile of `tile`: element `(r, c)` at `offset + r * stride + c`, or at
 /// `offset + c * stride + r` when `transposed` (a `B = Kᵀ` read from the rows of `K`).
+/// Natively one `ldmatrix` (`.x4` for A, `.x2` for B; `.trans` where the fragment's pairs lie
+/// down a column of the tile), emulated its twin ([`matrices`]); rows 16-byte aligned.
 #[cube]
 pub(crate) fn load<F: Float>(
     tile: &SharedMemory<F>,
@@ -155,21 +157,90 @@ pub(crate) fn load<F: Float>(
     #[comptime] transposed: bool,
     #[comptime] path: FragmentPath,
 ) -> Array<Pair<F>> {
-    let lane = lane(path);
-    let count = comptime![pairs(ident)];
-    let mut fragment = Array::<Pair<F>>::new(count);
-    #[unroll]
-    for p in 0..count {
-        let mut pair = Pair::<F>::empty();
-        #[unroll]
-        for e in 0..2usize {
-            let (row, col) = position::<F>(lane, 2 * p + e, ident, path);
-            let at = if comptime![transposed] { col * stride + row } else { row * stride + col };
-            pair[e] = tile[offset + at];
-        }
-        fragment[p] = pair;
-    }
+    let a = comptime![ident == MatrixIdent::A];
+    matrices(tile, offset, stride, comptime![pairs(ident)], transposed, a == transposed, path)
+}
+
+/// Loads the two B fragments (16 × 8 each) of the 16 × 16 block of `tile` at `offset` whose
+/// column blocks are 8 apart, as one array: pairs 0 and 1 the first fragment, 2 and 3 the
+/// second ([`half`] splits them); `transposed` as in [`load`] (then the fragments are 8 rows
+/// of the tile apart). Natively one `ldmatrix.x4`.
+#[cube]
+pub(crate) fn load_b_pair<F: Float>(
+    tile: &SharedMemory<F>,
+    offset: usize,
+    stride: usize,
+    #[comptime] transposed: bool,
+    #[comptime] path: FragmentPath,
+) -> Array<Pair<F>> {
+    matrices(tile, offset, stride, 4usize, transposed, !transposed, path)
+}
+
+/// The first (`second = false`) or second B fragment of a [`load_b_pair`].
+#[cube]
+pub(crate) fn half<F: Float>(pair: &Array<Pair<F>>, #[comptime] second: bool) -> Array<Pair<F>> {
+    let first = comptime![if second { 2usize } else { 0 }];
+    let mut fragment = Array::<Pair<F>>::new(2usize);
+    fragment[0] = pair[first];
+    fragment[1] = pair[first + 1];
     fragment
+}
+
+/// The address of the 8-element row lane `lane` gives an `ldmatrix` of `count` 8 × 8 matrices
+/// of the 16 × 16 block at `offset` (rows `stride` apart): matrix `m = lane / 8 mod count`,
+/// its row `lane mod 8`. The matrices are the block's quarters, in column order (top left,
+/// bottom left, top right, bottom right) or, `rows_first`, in row order.
+#[cube]
+fn matrix_row(
+    lane: usize,
+    offset: usize,
+    stride: usize,
+    #[comptime] count: usize,
+    #[comptime] rows_first: bool,
+) -> usize {
+    let m = lane / 8 % count;
+    let (down, across) = if comptime![rows_first] { (m / 2, m % 2) } else { (m % 2, m / 2) };
+    offset + (8 * down + lane % 8) * stride + 8 * across
+}
+
+/// `ldmatrix.x{count}` of the 16 × 16 block at `offset` (quarters ordered as [`matrix_row`]
+/// says, `.trans` when `trans`): this lane's pair `p` is, of matrix `p`, row `lane / 4`,
+/// columns `2 (lane mod 4) + {0, 1}`, or with `trans` column `lane / 4`, rows
+/// `2 (lane mod 4) + {0, 1}`. Natively CubeCL's `load_matrix`; emulated, each element read
+/// from the row address its lane would give, computed by the same [`matrix_row`].
+#[cube]
+fn matrices<F: Float>(
+    tile: &SharedMemory<F>,
+    offset: usize,
+    stride: usize,
+    #[comptime] count: usize,
+    #[comptime] rows_first: bool,
+    #[comptime] trans: bool,
+    #[comptime] path: FragmentPath,
+) -> Array<Pair<F>> {
+    let lane = lane(path) as usize;
+    if comptime![path == FragmentPath::Native] {
+        let definition = cmma::MmaDefinition::<F, F, f32>::new(M, N, K);
+        let at = matrix_row(lane, offset, stride, count, rows_first);
+        definition.load_matrix::<F, Const<2>>(&tile.slice(at, at + 8), MatrixIdent::A, count, trans)
+    } else {
+        let mut fragment = Array::<Pair<F>>::new(count);
+        #[unroll]
+        for p in 0..count {
+            let mut pair = Pair::<F>::empty();
+            #[unroll]
+            for e in 0..2usize {
+                let (row_lane, column) = if comptime![trans] {
+                    (8 * p + 2 * (lane % 4) + e, lane / 4)
+                } else {
+                    (8 * p + lane / 4, 2 * (lane % 4) + e)
+                };
+                pair[e] = tile[matrix_row(row_lane, offset, stride, count, rows_first) + column];
+            }
+            fragment[p] = pair;
+        }
+        fragment
+    }
 }
 
 /// A 16 × 8 f32 accumulator of zeros.
@@ -332,8 +403,8 @@ pub(crate) fn store<E: Float>(
 
 /// Copies the `rows × cols` tile of `src` at `src_offset` (row stride `src_stride`) into `dst`
 /// at `dst_offset` (row stride `dst_stride`), shared by all units of the cube; call `sync_cube`
-/// before reading it. Plain loads on both paths: `copy_async` wants 16-byte aligned rows and a
-/// barrier, for later kernels to adopt on CUDA.
+/// before reading it. Plain loads on both paths (the probe's copies; the FlashAttention-2
+/// kernels copy their tiles by `cp.async` through `super::flash::copy_rows`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn copy_tile<F: Float>(
