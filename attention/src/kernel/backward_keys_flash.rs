@@ -63,7 +63,7 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     let dim = variant.head_dim;
     let stride = comptime![dim + PAD];
     let (kv_head, batch) = (CUBE_POS_Y as usize, CUBE_POS_Z as usize);
-    let (q_len, keys) = (q.shape(2), k.shape(2));
+    let keys = k.shape(2);
     let kv_len = call.kv_len as usize;
     let block = CUBE_POS_X as usize * KEYS;
     let group = q.shape(1) / k.shape(1);
@@ -109,80 +109,30 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
         dk_acc.push(zeros());
         dv_acc.push(zeros());
     }
-    let first_key = block as u32;
-    let last_key = (min(block + KEYS, max(kv_len, 1)) - 1) as u32;
-    let live = block < kv_len;
-    for member in 0..select(live, group, 0) {
-        let head = kv_head * group + member;
-        let window = load_window(windows, head);
-        let tiles =
-            query_tiles(&window, first_key, last_key, q_len as u32, &call, ROWS, variant.causal);
-        let visit = whole_first(&tiles, &window, block, q_len, &call, variant.causal, true);
-        let steps = QuerySteps {
-            tiles,
-            visit,
-            q_base: offset(q, batch, head, 0),
-            g_base: offset(d_o, batch, head, 0),
-            t_base: offset(terms, batch, head, 0),
-            block,
-            q_len,
-            slope: slopes[head],
-            window,
-        };
-        // The tiles seen whole, then the cut ones: two small loops, the first without the rule
-        // (emulated, one: [`cut_from`]).
-        if comptime![path == FragmentPath::Native] {
-            for u in 0..visit.whole {
-                query_step(
-                    &k_fragments,
-                    &v_fragments,
-                    &k_s,
-                    &v_s,
-                    &mut q_s,
-                    &mut g_s,
-                    &mut lse_s,
-                    &mut coefficient_s,
-                    q,
-                    d_o,
-                    terms,
-                    &steps,
-                    &landing,
-                    u,
-                    true,
-                    &mut dk_acc,
-                    &mut dv_acc,
-                    &call,
-                    variant,
-                    &mut exchange,
-                    path,
-                );
-            }
-        }
-        for u in cut_from(&visit, path)..tiles.before + tiles.count {
-            query_step(
-                &k_fragments,
-                &v_fragments,
-                &k_s,
-                &v_s,
-                &mut q_s,
-                &mut g_s,
-                &mut lse_s,
-                &mut coefficient_s,
-                q,
-                d_o,
-                terms,
-                &steps,
-                &landing,
-                u,
-                false,
-                &mut dk_acc,
-                &mut dv_acc,
-                &call,
-                variant,
-                &mut exchange,
-                path,
-            );
-        }
+    for member in 0..select(block < kv_len, group, 0) {
+        run_head(
+            &k_fragments,
+            &v_fragments,
+            &k_s,
+            &v_s,
+            &mut q_s,
+            &mut g_s,
+            &mut lse_s,
+            &mut coefficient_s,
+            q,
+            d_o,
+            terms,
+            windows,
+            slopes,
+            &landing,
+            HeadBlock { head: kv_head * group + member, batch, block },
+            &mut dk_acc,
+            &mut dv_acc,
+            &call,
+            variant,
+            &mut exchange,
+            path,
+        );
     }
 
     // Out through the tile buffers, in 16-byte stores.
@@ -194,6 +144,112 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     sync_cube();
     write_rows(&q_s, dk, offset(dk, batch, kv_head, 0), block, keys, KEYS, dim, stride);
     write_rows(&g_s, dv, offset(dv, batch, kv_head, 0), block, keys, KEYS, dim, stride);
+}
+
+/// Which query head a cube walks for its keys: the head, the batch, the cube's first key.
+#[derive(CubeType, Clone, Copy)]
+struct HeadBlock {
+    head: usize,
+    batch: usize,
+    block: usize,
+}
+
+/// The cube's walk over one query head of its kv head's group: the query tiles that see its
+/// keys ([`query_tiles`]), those seen whole first ([`whole_first`]), each a [`query_step`]:
+/// two small loops, the first without the per-pair rule (emulated, one: [`cut_from`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn run_head<F: Float, NV: Size>(
+    k_fragments: &Sequence<Array<Pair<F>>>,
+    v_fragments: &Sequence<Array<Pair<F>>>,
+    k_s: &SharedMemory<F>,
+    v_s: &SharedMemory<F>,
+    q_s: &mut SharedMemory<F>,
+    g_s: &mut SharedMemory<F>,
+    lse_s: &mut SharedMemory<f32>,
+    coefficient_s: &mut SharedMemory<f32>,
+    q: &Tensor<Vector<F, NV>>,
+    d_o: &Tensor<Vector<F, NV>>,
+    terms: &Tensor<f32>,
+    windows: &Array<u32>,
+    slopes: &Array<f32>,
+    landing: &Landing,
+    at: HeadBlock,
+    dk_acc: &mut Sequence<Array<Pair<f32>>>,
+    dv_acc: &mut Sequence<Array<Pair<f32>>>,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) {
+    let (q_len, kv_len) = (q.shape(2), call.kv_len as usize);
+    let (first_key, last_key) = (at.block as u32, (min(at.block + KEYS, kv_len) - 1) as u32);
+    let window = load_window(windows, at.head);
+    let tiles = query_tiles(&window, first_key, last_key, q_len as u32, call, ROWS, variant.causal);
+    let visit = whole_first(&tiles, &window, at.block, q_len, call, variant.causal, true);
+    let steps = QuerySteps {
+        tiles,
+        visit,
+        q_base: offset(q, at.batch, at.head, 0),
+        g_base: offset(d_o, at.batch, at.head, 0),
+        t_base: offset(terms, at.batch, at.head, 0),
+        block: at.block,
+        q_len,
+        slope: slopes[at.head],
+        window,
+    };
+    if comptime![path == FragmentPath::Native] {
+        for u in 0..visit.whole {
+            query_step(
+                k_fragments,
+                v_fragments,
+                k_s,
+                v_s,
+                q_s,
+                g_s,
+                lse_s,
+                coefficient_s,
+                q,
+                d_o,
+                terms,
+                &steps,
+                landing,
+                u,
+                true,
+                dk_acc,
+                dv_acc,
+                call,
+                variant,
+                exchange,
+                path,
+            );
+        }
+    }
+    for u in cut_from(&visit, path)..tiles.before + tiles.count {
+        query_step(
+            k_fragments,
+            v_fragments,
+            k_s,
+            v_s,
+            q_s,
+            g_s,
+            lse_s,
+            coefficient_s,
+            q,
+            d_o,
+            terms,
+            &steps,
+            landing,
+            u,
+            false,
+            dk_acc,
+            dv_acc,
+            call,
+            variant,
+            exchange,
+            path,
+        );
+    }
 }
 
 /// A cube's walk over the query tiles of one query head of its kv head's group: the list, the

@@ -22,8 +22,8 @@ use super::backward_queries_flash::query_grads_flash_kernel;
 use super::backward_rows::row_terms_kernel;
 use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
 use super::flash::{
-    KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, head_order,
-    max_shared,
+    KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, flash_variant,
+    head_order, max_shared,
 };
 use super::forward_launch::{forward_emulated, grid};
 use super::fragment::FragmentPath;
@@ -73,7 +73,7 @@ where
         Some(mma) => match flash_backward_path(&client, dtype, dim, relative) {
             Some(path) => {
                 launch_query_grads_flash(&client, &grads, &layout, spec, path);
-                launch_key_grads_flash(&client, grads, &layout, path);
+                launch_key_grads_flash(&client, grads, &layout, spec, path);
             }
             None => {
                 launch_query_grads_cmma(&client, &grads, &layout, mma);
@@ -271,7 +271,7 @@ fn launch_query_grads_flash<R: CubeRuntime>(
             layout.slopes.clone().into_array_arg(),
             order.into_array_arg(),
             layout.call(),
-            layout.variant,
+            flash_variant(layout.variant, spec, path),
             path,
             g.q.dtype.into(),
         );
@@ -284,6 +284,7 @@ fn launch_key_grads_flash<R: CubeRuntime>(
     client: &ComputeClient<R>,
     g: Grads<R>,
     layout: &LaunchArgs<R>,
+    spec: &WindowSpec,
     path: FragmentPath,
 ) {
     let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
@@ -308,7 +309,7 @@ fn launch_key_grads_flash<R: CubeRuntime>(
             layout.windows.clone().into_array_arg(),
             layout.slopes.clone().into_array_arg(),
             layout.call(),
-            layout.variant,
+            flash_variant(layout.variant, spec, path),
             path,
             dtype.into(),
         );
@@ -363,7 +364,7 @@ where
         d_relative: placeholder(),
     };
     launch_query_grads_flash(&client, &grads, &layout, spec, FragmentPath::Emulated);
-    launch_key_grads_flash(&client, grads, &layout, FragmentPath::Emulated);
+    launch_key_grads_flash(&client, grads, &layout, spec, FragmentPath::Emulated);
     Ok([dq, dk, dv].map(|t| Tensor::from_primitive(TensorPrimitive::Float(t))))
 }
 

@@ -107,60 +107,29 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     // The first tile, once every warp holds its rows' fragments: its `V` landed, its `K` in
     // flight, as each step expects.
     sync_cube();
-    let (mut j0, valid) = (step_keys(&steps, 0), select(count > 0, kv_len, 0));
+    let (j0, valid) = (step_keys(&steps, 0), select(count > 0, kv_len, 0));
     copy_rows(v, v_base, j0, valid, &mut v_s, KEYS, dim, stride, path);
     land(&landing);
     copy_rows(k, k_base, j0, valid, &mut k_s, KEYS, dim, stride, path);
-    // The tiles seen whole, then the cut ones: two small loops, the first without the rule
-    // (emulated, one: [`cut_from`]).
-    if comptime![path == FragmentPath::Native] {
-        for u in 0..visit.whole {
-            let tile = GradTile { step: u, j0, terms: row_terms };
-            j0 = tile_step(
-                &q_fragments,
-                &g_fragments,
-                &q_s,
-                &g_s,
-                &mut k_s,
-                &mut v_s,
-                k,
-                v,
-                &steps,
-                &landing,
-                tile,
-                true,
-                &mut dq_acc,
-                &at,
-                &call,
-                variant,
-                &mut exchange,
-                path,
-            );
-        }
-    }
-    for u in cut_from(&visit, path)..count {
-        let tile = GradTile { step: u, j0, terms: row_terms };
-        j0 = tile_step(
-            &q_fragments,
-            &g_fragments,
-            &q_s,
-            &g_s,
-            &mut k_s,
-            &mut v_s,
-            k,
-            v,
-            &steps,
-            &landing,
-            tile,
-            false,
-            &mut dq_acc,
-            &at,
-            &call,
-            variant,
-            &mut exchange,
-            path,
-        );
-    }
+    run_tiles(
+        &q_fragments,
+        &g_fragments,
+        &q_s,
+        &g_s,
+        &mut k_s,
+        &mut v_s,
+        k,
+        v,
+        &steps,
+        &landing,
+        GradTile { step: 0, j0, terms: row_terms },
+        &mut dq_acc,
+        &at,
+        &call,
+        variant,
+        &mut exchange,
+        path,
+    );
 
     // Out through `K`'s buffer, in 16-byte stores (the last step landed its copies).
     land(&landing);
@@ -170,6 +139,81 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     }
     sync_cube();
     write_rows(&k_s, dq, offset(dq, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// Every step of the visit from `first` (step 0, its tile's `V` landed and its `K` in flight):
+/// the tiles seen whole, then the cut ones, two small loops, the first without the per-pair
+/// rule (emulated, one: [`cut_from`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn run_tiles<F: Float, NV: Size>(
+    q_fragments: &Sequence<Array<Pair<F>>>,
+    g_fragments: &Sequence<Array<Pair<F>>>,
+    q_s: &SharedMemory<F>,
+    g_s: &SharedMemory<F>,
+    k_s: &mut SharedMemory<F>,
+    v_s: &mut SharedMemory<F>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    steps: &KeySteps,
+    landing: &Landing,
+    first: GradTile,
+    dq_acc: &mut Sequence<Array<Pair<f32>>>,
+    at: &QueryBlock,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) {
+    let mut j0 = first.j0;
+    if comptime![path == FragmentPath::Native] {
+        for u in 0..steps.visit.whole {
+            let tile = GradTile { step: u, j0, terms: first.terms };
+            j0 = tile_step(
+                q_fragments,
+                g_fragments,
+                q_s,
+                g_s,
+                k_s,
+                v_s,
+                k,
+                v,
+                steps,
+                landing,
+                tile,
+                true,
+                dq_acc,
+                at,
+                call,
+                variant,
+                exchange,
+                path,
+            );
+        }
+    }
+    for u in cut_from(&steps.visit, path)..steps.count {
+        let tile = GradTile { step: u, j0, terms: first.terms };
+        j0 = tile_step(
+            q_fragments,
+            g_fragments,
+            q_s,
+            g_s,
+            k_s,
+            v_s,
+            k,
+            v,
+            steps,
+            landing,
+            tile,
+            false,
+            dq_acc,
+            at,
+            call,
+            variant,
+            exchange,
+            path,
+        );
+    }
 }
 
 /// A step of the visit, its tile and the lane's row terms, for [`tile_step`].

@@ -41,8 +41,11 @@ pub(crate) struct Variant {
     /// Relative scores `T[i, i − j]` from a table (docs/semantics.md §4). The tensor-core
     /// kernels do not read them: their launches run the portable kernels for such calls.
     pub relative: bool,
-    /// Every head's window is undilated and unsegmented (Mistral, MSWA, SWAT, sinks): the
-    /// per-pair rule is one span per query ([`super::visibility::plain_span`]).
+    /// Read the per-pair rule as one span per query or key
+    /// ([`super::visibility::plain_span`]): every head's window is undilated and unsegmented
+    /// (Mistral, MSWA, SWAT, sinks). Set only by the native FlashAttention-2 launches
+    /// (`super::flash::flash_variant`); false in every other kernel, so that calls of both
+    /// kinds share their compiled kernels.
     pub plain: bool,
 }
 
@@ -136,9 +139,14 @@ impl Variant {
             softcap: opts.softcap.is_some(),
             alibi: opts.alibi.is_some(),
             relative: false,
-            plain: spec.heads().iter().all(|w| w.dilation == 1 && w.segment.is_none()),
+            plain: false,
         }
     }
+}
+
+/// Whether every head of `spec` has an undilated, unsegmented window ([`Variant::plain`]).
+pub(crate) fn plain_windows(spec: &WindowSpec) -> bool {
+    spec.heads().iter().all(|w| w.dilation == 1 && w.segment.is_none())
 }
 
 /// The runtime scalars of a decode step of `spec` with its query at `position`

@@ -313,8 +313,12 @@ fn expand(
         softcap: options.softcap,
         alibi: options.alibi,
         relative: false,
-        // LongNet's branches are dilated; every other variant of the list is a plain window.
-        plain: options.branches == 1,
+        // As the launches set it: the native FlashAttention-2 kernels read the plain windows
+        // of the list (every variant but LongNet's decode) as spans (`flash::flash_variant`).
+        plain: matches!(
+            kernel,
+            Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash
+        ),
     };
     let words = match kernel {
         Kernel::FragmentProbe => format!("{dtype:?} native, 2 warps").to_lowercase(),

@@ -17,7 +17,7 @@ use burn_cubecl::CubeRuntime;
 use cubecl::prelude::barrier::{Barrier, copy_async_checked};
 use cubecl::prelude::*;
 
-use super::config::Call;
+use super::config::{Call, Variant, plain_windows};
 use super::fragment::{FragmentPath, LANES, M, N, lane};
 use super::reach::{Tiles, nth_tile};
 use super::visibility::{Window, sees_whole_block};
@@ -111,6 +111,16 @@ pub fn flash_kernel_runs<R: CubeRuntime>(device: &R::Device, dtype: DType, dim: 
 /// The shared memory a cube may use on `client`'s device.
 pub(crate) fn max_shared<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
     client.properties().hardware.max_shared_memory_size
+}
+
+/// The variant the FlashAttention-2 kernels compile for a call of `spec` on `path`: natively,
+/// [`Variant::plain`] where every window is plain. Emulated (lavapipe, the tests) it stays
+/// false, so that a test's plain and other windows share one compiled kernel (lavapipe
+/// compiles each for minutes); the spans themselves are checked against `WindowSpec::visible`
+/// by the visibility probe, and natively by the GPU session's tests.
+pub(crate) fn flash_variant(variant: Variant, spec: &WindowSpec, path: FragmentPath) -> Variant {
+    let plain = path == FragmentPath::Native && plain_windows(spec);
+    Variant { plain, ..variant }
 }
 
 /// The heads in the order the grid runs them: the farthest-reaching window first, so that

@@ -28,7 +28,7 @@ use cubecl::prelude::*;
 use super::config::{Call, Variant};
 use super::flash::{
     KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, WARPS, block_row, copy_rows,
-    cut_from, land, landing, products, tile_at, whole_first, write_rows,
+    cut_from, land, landing, products, step_keys, whole_first, write_rows,
 };
 use super::flash_products::{accumulate, row_products};
 use super::fragment::{
@@ -93,9 +93,10 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
     } else {
         copy_rows(q, q_base, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
     }
-    let mut j0 = tile_at(&tiles, &visit, 0) as usize * KEYS;
+    let steps = KeySteps { tiles, visit, count, k_base, v_base };
+    let first = step_keys(&steps, 0);
     let valid = select(count > 0, kv_len, 0);
-    copy_rows(k, k_base, j0, valid, &mut k_s, KEYS, dim, stride, path);
+    copy_rows(k, k_base, first, valid, &mut k_s, KEYS, dim, stride, path);
     land(&landing);
     let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
     if comptime![dim <= STAGED_DIM] {
@@ -113,59 +114,97 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         out.push(zeros());
     }
     let mut state = RowState { max: Pair::<f32>::new(masked()), total: Pair::<f32>::new(0.0) };
-    let steps = KeySteps { tiles, visit, count, k_base, v_base };
-    // The tiles seen whole, then the cut ones: two small loops, the first without the rule
-    // (emulated, one: [`cut_from`]).
-    if comptime![path == FragmentPath::Native] {
-        for u in 0..visit.whole {
-            j0 = tile_step(
-                &q_fragments,
-                &q_s,
-                &mut k_s,
-                &mut v_s,
-                k,
-                v,
-                &steps,
-                &landing,
-                u,
-                j0,
-                true,
-                &mut out,
-                &mut state,
-                &at,
-                &call,
-                variant,
-                &mut exchange,
-                path,
-            );
-        }
-    }
-    for u in cut_from(&visit, path)..count {
-        j0 = tile_step(
-            &q_fragments,
-            &q_s,
-            &mut k_s,
-            &mut v_s,
-            k,
-            v,
-            &steps,
-            &landing,
-            u,
-            j0,
-            false,
-            &mut out,
-            &mut state,
-            &at,
-            &call,
-            variant,
-            &mut exchange,
-            path,
-        );
-    }
+    run_tiles(
+        &q_fragments,
+        &q_s,
+        &mut k_s,
+        &mut v_s,
+        k,
+        v,
+        &steps,
+        &landing,
+        &mut out,
+        &mut state,
+        &at,
+        &call,
+        variant,
+        &mut exchange,
+        path,
+    );
 
     finish(&mut out, &state, &mut k_s, lse, &at, &call, variant, &mut exchange, path);
     sync_cube();
     write_rows(&k_s, o, offset(o, at.batch, at.head, 0), at.block, at.q_len, ROWS, dim, stride);
+}
+
+/// Every step of the visit (step 0's `K` landed): the tiles seen whole, then the cut ones, two
+/// small loops, the first without the per-pair rule (emulated, one: [`cut_from`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn run_tiles<F: Float, NV: Size>(
+    q_fragments: &Sequence<Array<Pair<F>>>,
+    q_s: &SharedMemory<F>,
+    k_s: &mut SharedMemory<F>,
+    v_s: &mut SharedMemory<F>,
+    k: &Tensor<Vector<F, NV>>,
+    v: &Tensor<Vector<F, NV>>,
+    steps: &KeySteps,
+    landing: &Landing,
+    out: &mut Sequence<Array<Pair<f32>>>,
+    state: &mut RowState,
+    at: &QueryBlock,
+    call: &Call,
+    #[comptime] variant: Variant,
+    exchange: &mut SharedMemory<f32>,
+    #[comptime] path: FragmentPath,
+) {
+    let mut j0 = step_keys(steps, 0);
+    if comptime![path == FragmentPath::Native] {
+        for u in 0..steps.visit.whole {
+            j0 = tile_step(
+                q_fragments,
+                q_s,
+                k_s,
+                v_s,
+                k,
+                v,
+                steps,
+                landing,
+                u,
+                j0,
+                true,
+                out,
+                state,
+                at,
+                call,
+                variant,
+                exchange,
+                path,
+            );
+        }
+    }
+    for u in cut_from(&steps.visit, path)..steps.count {
+        j0 = tile_step(
+            q_fragments,
+            q_s,
+            k_s,
+            v_s,
+            k,
+            v,
+            steps,
+            landing,
+            u,
+            j0,
+            false,
+            out,
+            state,
+            at,
+            call,
+            variant,
+            exchange,
+            path,
+        );
+    }
 }
 
 /// Step `step` of the visit, on the tile of keys from `j0` seen `whole` or cut (returns the
@@ -208,7 +247,7 @@ fn tile_step<F: Float, NV: Size>(
     }
     land(landing);
 
-    let next = tile_at(&steps.tiles, &steps.visit, step + 1) as usize * KEYS;
+    let next = step_keys(steps, step + 1);
     let next_valid = select(step + 1 < steps.count, kv_len, 0);
     copy_rows(k, steps.k_base, next, next_valid, k_s, KEYS, dim, stride, path);
     accumulate(&s, v_s, 0, out, exchange, KEYS / N, dim, path);

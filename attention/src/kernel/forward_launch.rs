@@ -11,7 +11,7 @@ use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
-use super::flash::{self, UNITS, flash_path, head_order};
+use super::flash::{self, UNITS, flash_path, flash_variant, head_order};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
 use super::forward_flash::forward_flash_kernel;
@@ -128,7 +128,7 @@ fn launch_flash<R: CubeRuntime>(
             layout.slopes.clone().into_array_arg(),
             order.into_array_arg(),
             layout.call(),
-            layout.variant,
+            flash_variant(layout.variant, spec, path),
             path,
             dtype.into(),
         );

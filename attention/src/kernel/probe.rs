@@ -6,7 +6,7 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use cubecl::prelude::*;
 
-use super::config::{Call, LaunchArgs};
+use super::config::{Call, LaunchArgs, plain_windows};
 use super::visibility::{in_span, key_span, load_window, visible};
 use crate::{ScoreOptions, WindowSpec};
 
@@ -66,7 +66,7 @@ pub fn probe_visibility<R: CubeRuntime>(
         mask.clone().into_tensor_arg(),
         layout.call(),
         spec.is_causal(),
-        layout.variant.plain,
+        plain_windows(spec),
     );
     let bytes = client.read_one(mask.handle).map_err(|e| e.to_string())?;
     Ok(u32::from_bytes(&bytes).iter().map(|&w| [w & 1 == 1, w & 2 == 2]).collect())
