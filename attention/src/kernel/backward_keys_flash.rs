@@ -38,7 +38,7 @@ use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zer
 use super::prologue::offset;
 use super::reach::{Tiles, query_tiles};
 use super::score::{score, weight};
-use super::visibility::{Span, Window, in_span, key_span, load_window, visible};
+use super::visibility::{Span, Window, key_span, load_window, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dk, dv: [batch, H_kv,
@@ -371,7 +371,7 @@ fn key_weights(
     #[unroll]
     for r in 0..2usize {
         keys[r] = (steps.block + block_row(r, path)) as u32;
-        let span = key_span(&steps.window, keys[r], call, variant.causal);
+        let span = key_span(&steps.window, keys[r], call, variant.causal, variant.plain);
         span_lo[r] = span.lo;
         span_width[r] = span.width;
     }
@@ -395,12 +395,10 @@ fn key_weights(
                 w[e] = pair.value;
                 g[e] = d_raw;
                 if comptime![per_pair] {
-                    // `visible`, read from the key's side where the windows are plain.
-                    let seen = if comptime![variant.plain] {
-                        in_span(&Span { lo: span_lo[r], width: span_width[r], sinks: 0 }, i)
-                    } else {
-                        visible(&steps.window, i, keys[r], call, variant.causal, false)
-                    };
+                    let span = Span { lo: span_lo[r], width: span_width[r], sinks: 0 };
+                    let (window, causal, plain) = (&steps.window, variant.causal, variant.plain);
+                    let seen =
+                        visible_by_span(&span, window, i, keys[r], call, causal, plain, true);
                     w[e] = select(live && seen, pair.value, 0.0);
                     g[e] = select(live && seen, d_raw, 0.0);
                 }

@@ -33,7 +33,7 @@ use super::flash_products::{accumulate, row_products};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
 use super::score::{score, weight};
-use super::visibility::{in_span, plain_span, visible};
+use super::visibility::{plain_span, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dq: [batch, H, N_q,
@@ -320,7 +320,7 @@ fn score_gradients(
         let row = at.block + block_row(p, path);
         let i = call.query_offset + row as u32;
         let live = row < at.q_len;
-        let span = plain_span(&at.window, i, call, variant.causal);
+        let span = plain_span(&at.window, i, call, variant.causal, variant.plain);
         #[unroll]
         for block in 0..KEYS / N {
             let products = ds.index_mut(block);
@@ -333,12 +333,8 @@ fn score_gradients(
                 let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain * call.scale;
                 s_pair[e] = d_raw;
                 if comptime![per_pair] {
-                    // `visible`, its span computed once per row where the windows are plain.
-                    let seen = if comptime![variant.plain] {
-                        in_span(&span, j)
-                    } else {
-                        visible(&at.window, i, j, call, variant.causal, false)
-                    };
+                    let (causal, plain) = (variant.causal, variant.plain);
+                    let seen = visible_by_span(&span, &at.window, i, j, call, causal, plain, false);
                     s_pair[e] = select(live && seen, d_raw, 0.0);
                 }
             }

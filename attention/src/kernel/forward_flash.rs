@@ -36,7 +36,7 @@ use super::fragment::{
 };
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
 use super::score::{row_end, score, sigmoid};
-use super::visibility::{in_span, plain_span, visible};
+use super::visibility::{plain_span, visible_by_span};
 
 /// The score a masked pair holds: the lowest f32, below every real score, and what marks it as
 /// masked (a finite value: WGSL has no infinite literals, and `exp` of it minus any score is 0).
@@ -281,7 +281,7 @@ fn score_tile(
         let row = at.block + block_row(p, path);
         let i = call.query_offset + row as u32;
         let live = row < at.q_len;
-        let span = plain_span(&at.window, i, call, variant.causal);
+        let span = plain_span(&at.window, i, call, variant.causal, variant.plain);
         #[unroll]
         for block in 0..KEYS / N {
             let fragment = s.index_mut(block);
@@ -292,12 +292,8 @@ fn score_tile(
                 let value = score(pair[e], i, j, at.slope, call, variant).value;
                 pair[e] = value;
                 if comptime![per_pair] {
-                    // `visible`, its span computed once per row where the windows are plain.
-                    let seen = if comptime![variant.plain] {
-                        in_span(&span, j)
-                    } else {
-                        visible(&at.window, i, j, call, variant.causal, false)
-                    };
+                    let (causal, plain) = (variant.causal, variant.plain);
+                    let seen = visible_by_span(&span, &at.window, i, j, call, causal, plain, false);
                     pair[e] = select(live && seen, value, masked());
                 }
             }

@@ -7,7 +7,7 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use cubecl::prelude::*;
 
 use super::config::{Call, LaunchArgs, plain_windows};
-use super::visibility::{in_span, key_span, load_window, visible};
+use super::visibility::{key_span, load_window, visible, visible_by_span};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Writes `visible(h, query_offset + i, j)` into `mask: [H, N_q, N_k]` twice, as the kernels
@@ -31,11 +31,8 @@ fn probe_kernel(
     let window = load_window(windows, head);
     let (position, key) = (call.query_offset + i as u32, j as u32);
     let query_side = visible(&window, position, key, &call, causal, plain);
-    let key_side = if comptime![plain] {
-        in_span(&key_span(&window, key, &call, causal), position)
-    } else {
-        query_side
-    };
+    let span = key_span(&window, key, &call, causal, plain);
+    let key_side = visible_by_span(&span, &window, position, key, &call, causal, plain, true);
     let seen = select(query_side, 1u32, 0u32) + select(key_side, 2u32, 0u32);
     mask[head * mask.stride(0) + i * mask.stride(1) + j * mask.stride(2)] = seen;
 }

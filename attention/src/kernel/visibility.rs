@@ -67,8 +67,8 @@ pub(crate) fn contains(window: &Window, i: u32, j: u32) -> bool {
 /// THE rule without globals: `j < kv_len ∧ (¬causal ∨ j ≤ i) ∧ (window(i, j) ∨ j < S)`. With
 /// `plain` (the call's every window undilated and unsegmented, [`super::config::Variant`]) it
 /// reads the rule as [`in_span`] of the query's [`plain_span`], which is the same set for such
-/// windows and a few instructions per pair; kernels that ask it for many keys of one query
-/// compute the span once.
+/// windows and a few instructions per pair; kernels that ask it for many pairs of one query
+/// (or one key) compute the span once and ask [`visible_by_span`].
 #[cube]
 pub(crate) fn visible(
     window: &Window,
@@ -79,7 +79,7 @@ pub(crate) fn visible(
     #[comptime] plain: bool,
 ) -> bool {
     if comptime![plain] {
-        in_span(&plain_span(window, i, call, causal), j)
+        in_span(&plain_span(window, i, call, causal, true), j)
     } else {
         let mut seen = j < call.kv_len && (contains(window, i, j) || j < call.sinks);
         if causal {
@@ -102,9 +102,30 @@ pub(crate) struct Span {
 }
 
 /// The [`Span`] of the query at position `i` under `window` (dilation 1, no segment):
-/// `i − left ≤ j ≤ i + right`, below `kv_len`, and `j ≤ i` under `causal`.
+/// `i − left ≤ j ≤ i + right`, below `kv_len`, and `j ≤ i` under `causal`; an empty span,
+/// computing nothing, where the windows are not `plain` (the span is then not asked).
 #[cube]
-pub(crate) fn plain_span(window: &Window, i: u32, call: &Call, #[comptime] causal: bool) -> Span {
+pub(crate) fn plain_span(
+    window: &Window,
+    i: u32,
+    call: &Call,
+    #[comptime] causal: bool,
+    #[comptime] plain: bool,
+) -> Span {
+    let mut span = Span { lo: 0, width: 0, sinks: 0 };
+    if comptime![plain] {
+        // Field by field: CubeCL assigns primitives, not structs.
+        let found = query_span(window, i, call, causal);
+        span.lo = found.lo;
+        span.width = found.width;
+        span.sinks = found.sinks;
+    }
+    span
+}
+
+/// [`plain_span`]'s span.
+#[cube]
+fn query_span(window: &Window, i: u32, call: &Call, #[comptime] causal: bool) -> Span {
     let lo = i - min(i, window.left);
     let mut end = min(i + min(window.right, u32::MAX - i), call.kv_len - min(call.kv_len, 1));
     let mut sinks = min(call.sinks, call.kv_len);
@@ -122,9 +143,30 @@ pub(crate) fn plain_span(window: &Window, i: u32, call: &Call, #[comptime] causa
 /// The queries that see key `j` in an undilated, unsegmented window, as a [`Span`] of query
 /// positions (no separate sinks: every query sees a sink, from the sink on under causal):
 /// `j − right ≤ i ≤ j + left`, `i ≥ j` under `causal`, none when `j ≥ kv_len`. THE rule
-/// [`visible`] read from the key's side, for kernels that walk the queries of fixed keys.
+/// [`visible`] read from the key's side, for kernels that walk the queries of fixed keys; an
+/// empty span, computing nothing, where the windows are not `plain`.
 #[cube]
-pub(crate) fn key_span(window: &Window, j: u32, call: &Call, #[comptime] causal: bool) -> Span {
+pub(crate) fn key_span(
+    window: &Window,
+    j: u32,
+    call: &Call,
+    #[comptime] causal: bool,
+    #[comptime] plain: bool,
+) -> Span {
+    let mut span = Span { lo: 0, width: 0, sinks: 0 };
+    if comptime![plain] {
+        // Field by field: CubeCL assigns primitives, not structs.
+        let found = queries_of_key(window, j, call, causal);
+        span.lo = found.lo;
+        span.width = found.width;
+        span.sinks = found.sinks;
+    }
+    span
+}
+
+/// [`key_span`]'s span.
+#[cube]
+fn queries_of_key(window: &Window, j: u32, call: &Call, #[comptime] causal: bool) -> Span {
     let mut lo = j - min(j, window.right);
     let mut hi = j + min(window.left, u32::MAX - j);
     if j < call.sinks {
@@ -137,6 +179,29 @@ pub(crate) fn key_span(window: &Window, j: u32, call: &Call, #[comptime] causal:
     // `hi − lo + 1` queries, saturated at `u32::MAX` (position `u32::MAX` is no real query).
     let width = hi - lo + min(1, u32::MAX - (hi - lo));
     Span { lo, width: select(j < call.kv_len, width, 0), sinks: 0 }
+}
+
+/// [`visible`] of the pair `(i, j)` for a kernel that asks it of many pairs sharing a query,
+/// or with `by_key` a key: `span` is that query's [`plain_span`] (that key's [`key_span`]),
+/// computed once, where the windows are `plain`; otherwise the rule is asked per pair.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn visible_by_span(
+    span: &Span,
+    window: &Window,
+    i: u32,
+    j: u32,
+    call: &Call,
+    #[comptime] causal: bool,
+    #[comptime] plain: bool,
+    #[comptime] by_key: bool,
+) -> bool {
+    if comptime![plain] {
+        let other = if comptime![by_key] { i } else { j };
+        in_span(span, other)
+    } else {
+        visible(window, i, j, call, causal, false)
+    }
 }
 
 /// Is key `j` in `span`? One subtraction and two comparisons.
