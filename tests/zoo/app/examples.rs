@@ -1,6 +1,6 @@
 //! Smoke tests of the per-paper examples in `examples/`: each runs its whole study with
-//! `--smoke` (three steps per model on the embedded corpus, small evaluations) and must write
-//! its tables and figures.
+//! `--smoke` (three steps per model on the embedded corpus, batches of 2, small evaluations) and
+//! must write its tables and figures.
 
 use std::path::{Path, PathBuf};
 
@@ -33,9 +33,11 @@ fn out_dir(example: &str) -> PathBuf {
     dir
 }
 
-/// The smoke flags of an example writing to `out`.
+/// The smoke flags of an example writing to `out`: batches of 2 sequences, since the smoke run
+/// checks that the study runs end to end, not what it learns (at the default 8 a test spends
+/// about a minute in ndarray's training steps).
 fn smoke_flags(example: &str, out: &Path) -> Vec<String> {
-    [example, "--smoke", "--backend", "ndarray", "--out"]
+    [example, "--smoke", "--batch-size", "2", "--backend", "ndarray", "--out"]
         .into_iter()
         .map(String::from)
         .chain([out.display().to_string()])
