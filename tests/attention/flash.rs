@@ -218,11 +218,11 @@ mod on_wgpu {
     /// (sigmoid's, the slowest to compile, among them), run in the ignored test and on CUDA.
     fn ci_cases(variant: usize) -> Vec<(String, Case)> {
         let mut cases = all_cases(64);
-        let plain = |case: &Case| case.opts == ScoreOptions::softmax();
+        let softmax_only = |case: &Case| case.opts == ScoreOptions::softmax();
         match variant {
-            0 => cases.retain(|(_, case)| plain(case) && case.spec.is_causal()),
+            0 => cases.retain(|(_, case)| softmax_only(case) && case.spec.is_causal()),
             _ => {
-                cases.retain(|(_, case)| plain(case) && !case.spec.is_causal());
+                cases.retain(|(_, case)| softmax_only(case) && !case.spec.is_causal());
                 for (label, case) in &mut cases {
                     let slopes = alibi::balanced(case.spec.num_heads(), SlopeMagnitudes::Code);
                     let opts = ScoreOptions::softmax().with_softcap(2.0);
