@@ -43,7 +43,6 @@ mod decode;
 mod flex;
 mod forward;
 mod gather;
-mod half_weights;
 mod layer_ops;
 pub mod layout;
 mod linear;

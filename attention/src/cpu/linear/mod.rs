@@ -10,7 +10,7 @@
 //! that case, one row against such columns, [`Dots`] computes them itself: four columns at a
 //! time, as chains of SIMD multiply-adds, it reads the weights at about 54 GB/s on two threads
 //! of the 2-core machine of docs/benchmarks.md where gemm's matrix-vector path reads 48.
-//! Weights kept in bf16 or f16 are read by [`super::half_weights`], over the same split.
+//! Weights kept in bf16 or f16 are read by [`half_weights`], over the same split.
 
 use burn::backend::flex::FlexTensor;
 use std::ops::Range;
@@ -19,15 +19,17 @@ use burn::tensor::{DType, TensorData, TensorMetadata};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::layout;
 use super::math::dot;
 use super::matmul::{Mat, matmul};
-use super::{half_weights, layout};
+
+mod half_weights;
 
 /// Rows of `x` up to which the product runs here; gemm's own threads take larger products.
 pub const MAX_ROWS: usize = 16;
 
 /// Weight elements a thread reads at least.
-pub(super) const PART: usize = 1 << 15;
+const PART: usize = 1 << 15;
 
 /// `x·w (+ b)` for `x: [rows, in]` (f32), `w: [in, out]` (any non-negative strides) and
 /// `b: [out]` (f32) → `[rows, out]` in f32, where this is faster than Burn's matmul: f32
@@ -88,7 +90,7 @@ fn few_rows(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> FlexTenso
 
 /// One row's `[1, n]` outputs `y = x·W (+ bias)`, split in parts over the thread pool: `dots`
 /// computes the outputs of a range (a multiple of 4 long, but for the last) into its slice.
-pub(super) fn one_row(
+fn one_row(
     n: usize,
     k: usize,
     bias: Option<&[f32]>,

@@ -6,7 +6,7 @@
 //!
 //! The weights are a checkpoint's `[out, in]` storage viewed as `[in, out]`, so each output's
 //! weights are contiguous. One row (a decoding step) is a dot product per output, over the
-//! output split of [`super::linear::one_row`], widened in registers: half the bytes per
+//! output split of [`super::one_row`], widened in registers: half the bytes per
 //! decoded token of f32 weights. More rows (a prompt's prefill) go by register tiles of
 //! outputs × rows, the outputs split over the threads. Both on AVX-512 ([`avx512`]); without
 //! it, one row by portable lanes ([`HalfDots`]) and more rows panel by panel: a block of
@@ -18,9 +18,9 @@ use burn::tensor::{DType, TensorData, TensorMetadata, bf16, f16};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::layout;
-use super::linear::{PART, one_row};
-use super::matmul::{Mat, matmul};
+use super::{PART, one_row};
+use crate::cpu::layout;
+use crate::cpu::matmul::{Mat, matmul};
 
 mod avx512;
 
@@ -32,7 +32,7 @@ const PARTS: usize = 4;
 
 /// `x·w (+ b)` for `x: [rows, in]` (f32), `w: [in, out]` in bf16 or f16 with strides
 /// `[1, in]` (a checkpoint's `[out, in]` transposed) and `b: [out]` (f32) → `[rows, out]` in
-/// f32. The caller ([`super::linear::product`]) has checked the dtypes, layout and sizes.
+/// f32. The caller ([`super::product`]) has checked the dtypes, layout and sizes.
 pub fn product(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> FlexTensor {
     let ([_, k], [_, n]) = (x.shape().dims::<2>(), w.shape().dims::<2>());
     let elements = w.layout().start_offset()..w.layout().start_offset() + n * k;
