@@ -196,15 +196,14 @@ where
 /// Called from a thread outside the pool, each op that splits its work wakes the pool's
 /// workers and puts the caller to sleep until they finish: two thread switches per op, and
 /// three busy threads on two cores. On a worker, the op runs a part itself and the other
-/// workers take the rest. A decoding step is about a hundred small ops: on the 2-core machine
-/// of docs/benchmarks.md this took a decode step from 4.0 to 3.0 ms and the default training
-/// step from 16.9 to 13.6 ms. Jobs on the CPU backends run here ([`run_on`]).
+/// workers take the rest. A decoding step is about a hundred small ops, so the switches are a
+/// large part of its time on a small machine. Jobs on the CPU backends run here ([`run_on`]).
 ///
 /// One job at a time per process (later callers wait their turn; a call from a worker of the
 /// pool runs in place): a worker waiting for a part of one job's op takes whatever is queued,
 /// another job whole included, and Burn's autodiff holds a process-wide lock over a backward
 /// pass whose ops split over the pool, so a second job taken under the first's backward waits
-/// for that lock on a thread the first waits for. Two tests' training jobs deadlocked so.
+/// for that lock on a thread the first waits for: two jobs at once could deadlock.
 pub fn on_cpu_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if rayon::current_thread_index().is_some() {
@@ -219,9 +218,8 @@ pub fn on_cpu_threads<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// glibc's malloc serves a request of 32 MiB or more (its largest dynamic threshold) with a
 /// fresh `mmap` and unmaps it on free, and it returns freed memory at the top of its heap to
 /// the system, so a large buffer faults in and zeroes its pages again at every use: at
-/// N = 16384 every `[1, 8, N, 64]` f32 tensor is exactly 32 MiB. That cost the fused kernel's
-/// forward 156 ms where it takes 102 ms with the buffers reused (README, "Benchmark: the core
-/// on the CPU"). Here malloc maps nothing itself and keeps what is freed at the top of its heap
+/// N = 16384 every `[1, 8, N, 64]` f32 tensor is exactly 32 MiB, and the fused kernel's
+/// forward would spend a third of its time faulting pages in. Here malloc maps nothing itself and keeps what is freed at the top of its heap
 /// (up to 2 GiB) for the next buffer, so the process's resident memory stays near its peak.
 /// Called once per process, before the first job; with another C library it does nothing.
 pub fn keep_large_buffers_on_the_heap() {

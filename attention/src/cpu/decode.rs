@@ -100,9 +100,8 @@ pub fn write_slot(
 }
 
 /// The cache size, in floats read per step, from which the rows run on several threads. Below
-/// it, rayon's fork and join costs more than it saves: the efficiency bench's CPU model (8 heads
-/// of 16, W = 256: 65,536 floats per layer) decoded SWA in 0.61 ms per token on one thread and
-/// in 0.93 ms on two (README, "Efficiency benchmarks").
+/// it, rayon's fork and join costs more than it saves, as at the efficiency bench's CPU model
+/// (8 heads of 16, W = 256: 65,536 floats per layer; docs/architecture/kernels.md).
 pub(super) const PARALLEL_FLOATS: usize = 1 << 18;
 
 /// One head of one batch element: its query and its buffer's slab of keys and values.

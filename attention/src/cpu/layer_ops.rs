@@ -115,7 +115,7 @@ fn gate_backward(both: FlexTensor, d_z: FlexTensor, activation: MlpActivation) -
 /// One task's share of a kernel, run under pulp's dispatch by [`vectorised`]. The loops are
 /// reached from the dispatch through `#[inline(always)]` methods only: a closure handed to the
 /// dispatch is called through its `FnOnce` shim, which is compiled apart from the dispatch's
-/// target features (measured: SSE instead of AVX-512 loops).
+/// target features (its loops are SSE's instead of AVX-512's).
 enum Chunk<'a> {
     RmsNorm {
         x: &'a [f32],

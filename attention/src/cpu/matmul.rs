@@ -3,9 +3,9 @@
 //! over tiles).
 //!
 //! A hand-written pulp microkernel that skips the masked corners of a window band (panels of
-//! 4 rows over the union of their live ranges, with transposed key copies) was measured 13%
-//! slower than gemm on the causal W=256 block shapes here (2-core Zen 1), so the products are
-//! computed whole and the passes give the masked entries weight 0.
+//! 4 rows over the union of their live ranges, with transposed key copies) is slower than
+//! gemm on a causal window's block shapes, so the products are computed whole and the passes
+//! give the masked entries weight 0.
 
 use std::ops::Range;
 

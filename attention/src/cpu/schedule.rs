@@ -28,14 +28,13 @@ use crate::plan::head_groups;
 
 /// Query rows of one tile (positions × the group's heads), a dimension of its matrix products.
 /// Fewer rows read fewer keys outside their windows (a causal window of `w` keys makes a tile
-/// of `r` rows read `w + r − 1`), more rows use gemm better. Measured on the causal W=256
-/// forward (2-core Zen 1): 36 best among 24 to 64, 5% ahead of 32 and 64; a multiple of 6
-/// fills gemm's 16×6 microkernel.
+/// of `r` rows read `w + r − 1`), more rows use gemm better. 36, the fastest of 24 to 64 on
+/// the causal W = 256 forward, is a multiple of 6, which fills gemm's 16×6 microkernel.
 pub(crate) const TILE_ROWS: usize = 36;
 /// Keys of one tile of the dK/dV pass.
 pub(crate) const KEY_TILE: usize = 64;
 /// Most keys (forward, dQ) or query rows (dK/dV) streamed through a tile at once: the score
-/// block stays in L2 (measured flat from 128 to 512).
+/// block stays in L2 (the time is flat from 128 to 512).
 pub(crate) const CHUNK: usize = 256;
 
 /// A run of one list of a [`Group`]: `range` indexes the list.

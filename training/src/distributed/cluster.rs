@@ -33,8 +33,8 @@ pub struct ClusterConfig {
     /// Largest piece of a sum, in bytes: gradients and weights travel in pieces of at most
     /// this size, so a model of any size moves in calls of bounded size through buffers of
     /// bounded size. 4 MB keeps each piece's sums in the CPU's cache while they are copied
-    /// back: with 25 MB pieces (PyTorch DDP's buckets) the sum of 1.2 GB took 0.74× a raw
-    /// `MPI_Allreduce`'s time, with 4 MB 0.91× (docs/benchmarks.md).
+    /// back, which PyTorch DDP's 25 MB buckets do not (docs/benchmarks.md compares the two
+    /// against a raw `MPI_Allreduce`).
     #[config(default = 4_000_000)]
     pub bucket_bytes: usize,
 }

@@ -8,8 +8,8 @@
 //! output rows; for one row `yᵀ` is `y`. Each output is then a dot product of `x` with a column
 //! of `W`, contiguous when `W` is a checkpoint's `[out, in]` storage viewed as `[in, out]`. For
 //! that case, one row against such columns, [`Dots`] computes them itself: four columns at a
-//! time, as chains of SIMD multiply-adds, it reads the weights at about 54 GB/s on two threads
-//! of the 2-core machine of docs/benchmarks.md where gemm's matrix-vector path reads 48.
+//! time, as chains of SIMD multiply-adds, it reads the weights faster than gemm's
+//! matrix-vector path.
 //! Weights kept in bf16 or f16 are read by [`half_weights`], over the same split.
 
 use burn::backend::flex::FlexTensor;

@@ -6,10 +6,9 @@
 //! when written as plain lanes, hence the intrinsics.
 //!
 //! One row (a decoding step, [`Operand::dots`]) reads two weight rows at a time, one from each
-//! half of the thread's rows: two sequential streams, each prefetched 3 KB ahead. On the 2-core
-//! Zen 5 of docs/benchmarks.md, at 64 GB/s of read bandwidth, the 1.1B model decodes at
-//! 1.05–1.1× its bandwidth bound so, where one stream a thread took 1.3–1.4× and four rows side
-//! by side with 16 weights a step 1.4×.
+//! half of the thread's rows: two sequential streams, each prefetched 3 KB ahead, which keep
+//! more reads in flight than one stream a thread or rows side by side (docs/benchmarks.md,
+//! "What keeps decoding fast").
 //!
 //! Several rows (a prompt's prefill, [`Operand::tiles`]) go by register tiles of
 //! [`TILE_OUTPUTS`] outputs × [`TILE_ROWS`] rows of `x`: each step's widened lines of the

@@ -126,7 +126,7 @@ fn dot<W: Widen>(x: &[f32], w: &[W]) -> f32 {
 /// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ` in bf16 or f16, each `x.len()` elements,
 /// contiguous, sums in f32: where the CPU has no AVX-512. Written as plain lanes, which the
 /// compiler vectorises under the instruction set that `pulp` dispatches to (more lanes, or
-/// several rows at a time, made it keep its sums on the stack: 3.5× slower).
+/// several rows at a time, it keeps its sums on the stack instead of in registers).
 struct HalfDots<'a, W> {
     x: &'a [f32],
     w_t: &'a [W],
