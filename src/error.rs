@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use burn::tensor::backend::ExecutionError;
 use swa_attention::AttentionError;
-use swa_models::ModelError;
 use swa_models::support::files::EXIT_WRITE_FAILED;
+use swa_models::{LayerError, ModelError};
 use swa_training::TrainingError;
 use swa_training::run_lock::{EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
 
@@ -23,8 +23,9 @@ pub enum AppError {
     Training(TrainingError),
     /// Building, running, saving or loading a model failed.
     Model(ModelError),
-    /// An attention layer or window allocation rejected its configuration.
-    Attention(AttentionError),
+    /// An attention layer or window allocation rejected its configuration (the windowed
+    /// core's errors come wrapped, as [`LayerError::Attention`]).
+    Layer(LayerError),
     /// A figure or table could not be written.
     Report(ReportError),
     /// A file or folder could not be read, written or created.
@@ -175,7 +176,7 @@ impl fmt::Display for AppError {
         match self {
             Training(source) => write!(f, "{source}"),
             Model(source) => write!(f, "{source}"),
-            Attention(source) => write!(f, "{source}"),
+            Layer(source) => write!(f, "{source}"),
             Report(source) => write!(f, "{source}"),
             Io { path, source } => write!(f, "{}: {source}", path.display()),
             Flag { flag, problem } => write!(f, "{flag} {problem}"),
@@ -230,7 +231,7 @@ impl std::error::Error for AppError {
         match self {
             AppError::Training(source) | AppError::StudyCorpus { source } => Some(source),
             AppError::Model(source) => Some(source),
-            AppError::Attention(source) => Some(source),
+            AppError::Layer(source) => Some(source),
             AppError::Report(source) => Some(source),
             AppError::Io { source, .. } => Some(source),
             AppError::Step { source, .. } => Some(source.as_ref()),
@@ -253,7 +254,13 @@ impl From<ModelError> for AppError {
 
 impl From<AttentionError> for AppError {
     fn from(error: AttentionError) -> Self {
-        AppError::Attention(error)
+        AppError::Layer(error.into())
+    }
+}
+
+impl From<LayerError> for AppError {
+    fn from(error: LayerError) -> Self {
+        AppError::Layer(error)
     }
 }
 

@@ -32,37 +32,13 @@ pub enum AttentionError {
     BadScale(f32),
     /// An ALiBi split `R:D` must use every head exactly once (docs/semantics.md §4).
     BadAlibiSplit { recency: usize, distance: usize, heads: usize },
-    /// Token-by-token decoding needs a causal layer; an encoder sees later tokens (docs/semantics.md §7).
-    NotCausal { what: &'static str },
     /// A RoPE scaling whose factors describe no stretch (docs/semantics.md §9).
     BadRopeScaling(RopeScaling),
-    /// Learned sink logits join one softmax denominator (docs/semantics.md §9): the kind named
-    /// mixes several (LongNet), has none (linear, sigmoid scores) or replaces rows (Longformer's
-    /// globals).
-    SinkLogitsUnsupported { kind: &'static str },
-    /// Attention maps are weights over keys; the kind named has none (linear attention).
-    NoAttentionMap { kind: &'static str },
     /// A relative-score table has a column per distance `0 … L−1`, and the call's queries see
     /// keys further away (docs/semantics.md §4).
     RelativeTableTooShort { needed: usize, got: usize },
     /// Relative scores are indexed by the distance `i − j ≥ 0` of a causal call.
     RelativeScoresNotCausal,
-    /// Transformer-XL's relative positions go through the core's relative scores, which the
-    /// kind named does not take (docs/semantics.md §4).
-    RelativePositionsUnsupported { kind: &'static str },
-    /// The KV cache does not score Transformer-XL's relative positions yet: a layer with them
-    /// runs whole sequences and streams of segments, not token-by-token decoding.
-    NoRelativeDecoding,
-    /// Segment memory keeps what a layer's windows reach; the kind named sees positions no
-    /// bounded memory holds, or would see them at other distances (docs/semantics.md §10).
-    MemoryUnsupported { kind: &'static str },
-    /// With segment memory, a LongNet branch's segments must tile the stream's segments of
-    /// length `segment`: the branch's `branch` must divide it (docs/semantics.md §10).
-    LongNetSegmentsInStream { segment: usize, branch: usize },
-    /// With segment memory, Longformer's global positions must lie in the stream's first
-    /// segment, of `segment` tokens: a global query sees every earlier position, which only the
-    /// first segment holds without memory (docs/semantics.md §10).
-    GlobalPastFirstSegment { position: usize, segment: usize },
 }
 
 impl fmt::Display for AttentionError {
@@ -97,38 +73,11 @@ impl fmt::Display for AttentionError {
             BadAlibiSplit { recency, distance, heads } => {
                 write!(f, "ALiBi split {recency}:{distance} does not add up to the {heads} heads")
             }
-            NotCausal { what } => {
-                write!(f, "{what} is bidirectional (an encoder) and cannot decode token by token")
-            }
             BadRopeScaling(scaling) => write!(f, "RoPE scaling {scaling:?} describes no stretch"),
-            SinkLogitsUnsupported { kind } => {
-                write!(f, "learned sink logits need one softmax per row; {kind} attention has none")
-            }
-            NoAttentionMap { kind } => write!(f, "{kind} attention has no attention map"),
             RelativeTableTooShort { needed, got } => write!(
                 f,
                 "the relative scores cover distances 0..{got}, but queries see keys up to distance {}",
                 needed.saturating_sub(1)
-            ),
-            RelativePositionsUnsupported { kind } => {
-                write!(f, "Transformer-XL relative positions are not supported by {kind} attention")
-            }
-            NoRelativeDecoding => write!(
-                f,
-                "token-by-token decoding does not support Transformer-XL relative positions yet"
-            ),
-            MemoryUnsupported { kind } => {
-                write!(f, "segment memory is not supported for {kind}")
-            }
-            LongNetSegmentsInStream { segment, branch } => write!(
-                f,
-                "LongNet segment {branch} does not divide the stream's segment length {segment}: \
-                 with segment memory, use segments that are multiples of every LongNet segment"
-            ),
-            GlobalPastFirstSegment { position, segment } => write!(
-                f,
-                "Longformer global position {position} is past the stream's first segment of \
-                 {segment} tokens: with segment memory, global tokens must lie in it"
             ),
             RelativeScoresNotCausal => {
                 write!(f, "relative scores need a causal window spec (distances i - j >= 0)")

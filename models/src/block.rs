@@ -2,12 +2,13 @@
 //! each with a residual connection, and in Gemma 2/3 a second norm on each branch's output
 //! (docs/semantics.md §9).
 
+use crate::layers::LayerError;
 use crate::layers::{
     LayerCache, LayerMemory, RmsNorm, RmsNormConfig, SelfAttention, SelfAttentionConfig,
 };
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
-use swa_attention::{AttentionError, ModelBackend};
+use swa_attention::ModelBackend;
 
 use crate::mlp::{GatedMlp, GatedMlpConfig};
 
@@ -33,7 +34,7 @@ impl<B: Backend> Block<B> {
         norm: &RmsNormConfig,
         post_norms: bool,
         device: &B::Device,
-    ) -> Result<Self, AttentionError> {
+    ) -> Result<Self, LayerError> {
         let norm = || norm.init(device);
         Ok(Self {
             attention_norm: norm(),
@@ -78,7 +79,7 @@ impl<B: ModelBackend> Block<B> {
     }
 
     /// `x: [batch, N, d]` → `[batch, N, d]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, LayerError> {
         let y = self.attention.forward(self.attention_norm.forward(x.clone()))?;
         Ok(self.mlp_branch(self.attention_residual(x, y)))
     }
@@ -90,14 +91,14 @@ impl<B: ModelBackend> Block<B> {
         &self,
         x: Tensor<B, 3>,
         memory: &mut LayerMemory<B>,
-    ) -> Result<Tensor<B, 3>, AttentionError> {
+    ) -> Result<Tensor<B, 3>, LayerError> {
         let y = self.attention.forward_in_stream(self.attention_norm.forward(x.clone()), memory)?;
         Ok(self.mlp_branch(self.attention_residual(x, y)))
     }
 
     /// The attention weights of the block's layer for its input `x: [batch, N, d]` →
     /// `[batch, H, N, N]` ([`SelfAttention::attention_map`]).
-    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, AttentionError> {
+    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, LayerError> {
         self.attention.attention_map(self.attention_norm.forward(x))
     }
 
@@ -107,7 +108,7 @@ impl<B: ModelBackend> Block<B> {
         &self,
         x: Tensor<B, 3>,
         cache: &mut LayerCache<B>,
-    ) -> Result<Tensor<B, 3>, AttentionError> {
+    ) -> Result<Tensor<B, 3>, LayerError> {
         let y = self.attention.prefill(self.attention_norm.forward(x.clone()), cache)?;
         Ok(self.mlp_branch(self.attention_residual(x, y)))
     }

@@ -4,9 +4,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 use burn::tensor::DType;
-use swa_attention::AttentionError;
 
 use crate::hf::HfProblem;
+use crate::layers::LayerError;
 use crate::support::files::WriteError;
 
 /// Why a model could not be built, run, saved or loaded.
@@ -24,8 +24,8 @@ pub enum ModelError {
     Layer {
         /// The layer index.
         layer: usize,
-        /// The attention error.
-        source: AttentionError,
+        /// The layer's error.
+        source: LayerError,
     },
     /// A weights file does not hold weights for the configuration.
     Weights {
@@ -84,7 +84,7 @@ impl std::error::Error for ModelError {
     }
 }
 
-/// Tags an attention error with its layer.
-pub(crate) fn in_layer(layer: usize) -> impl Fn(AttentionError) -> ModelError {
-    move |source| ModelError::Layer { layer, source }
+/// Tags a layer's error (or the windowed core's, which it wraps) with its layer.
+pub(crate) fn in_layer<E: Into<LayerError>>(layer: usize) -> impl Fn(E) -> ModelError {
+    move |source| ModelError::Layer { layer, source: source.into() }
 }

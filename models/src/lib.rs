@@ -44,7 +44,7 @@ pub mod stored;
 pub mod support;
 pub mod weights;
 
-pub use crate::layers::{RmsNorm, RmsNormConfig};
+pub use crate::layers::{LayerError, RmsNorm, RmsNormConfig};
 pub use architecture::Architecture;
 pub use block::Block;
 pub use decoder::{Decoder, DecoderCache, DecoderConfig};

@@ -196,7 +196,7 @@ pub fn influence(
         let spec = config
             .kind_of(l)
             .spec(config.heads, config.kv_heads())
-            .map_err(|source| ModelError::Layer { layer: l, source })?;
+            .map_err(|source| ModelError::Layer { layer: l, source: source.into() })?;
         let extra = spec.extra_keys(n);
         let from: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
         for i in from {

@@ -11,6 +11,7 @@
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
+use super::LayerError;
 use crate::layers::longnet::mix_branches;
 use crate::layers::ring::{Buffer, select_heads};
 use swa_attention::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
@@ -52,11 +53,11 @@ impl<B: Backend> KvCache<B> {
         specs: Vec<WindowSpec>,
         opts: ScoreOptions,
         positions: CachePositions,
-    ) -> Result<Self, AttentionError> {
+    ) -> Result<Self, LayerError> {
         let first = specs.first().ok_or(AttentionError::NoHeads)?;
         let (heads, kv_heads) = (first.num_heads(), first.kv_heads());
         if specs.iter().any(|s| !s.is_causal()) {
-            return Err(AttentionError::NotCausal { what: "the layer's window spec" });
+            return Err(LayerError::NotCausal { what: "the layer's window spec" });
         }
         opts.check(heads)?;
         let ratio = heads / kv_heads;

@@ -4,11 +4,12 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
+use super::LayerError;
 use crate::layers::cache::{CachePositions, KvCache};
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::{SelfAttention, longnet};
-use swa_attention::{AttentionError, ModelBackend, WindowSpec};
+use swa_attention::{ModelBackend, WindowSpec};
 
 /// A layer's decoding state (docs/semantics.md §7), made by [`SelfAttention::cache`]. A clone is
 /// an independent copy (tensors are shared until one of the copies writes).
@@ -56,12 +57,12 @@ impl<B: Backend> SelfAttention<B> {
         batch: usize,
         positions: CachePositions,
         device: &B::Device,
-    ) -> Result<LayerCache<B>, AttentionError> {
+    ) -> Result<LayerCache<B>, LayerError> {
         if let Mixer::Linear(linear) = &self.mixer {
             return Ok(LayerCache::Linear(linear.empty_state(batch, device)));
         }
         if self.has_relative_positions() {
-            return Err(AttentionError::NoRelativeDecoding);
+            return Err(LayerError::NoRelativeDecoding);
         }
         let specs = match self.kind.branches() {
             Some((segments, dilations)) => {
@@ -130,7 +131,7 @@ impl<B: ModelBackend> SelfAttention<B> {
         &self,
         x: Tensor<B, 3>,
         cache: &mut LayerCache<B>,
-    ) -> Result<Tensor<B, 3>, AttentionError> {
+    ) -> Result<Tensor<B, 3>, LayerError> {
         let (mixer, local, global) = match (cache, &self.mixer) {
             (LayerCache::Linear(state), Mixer::Linear(linear)) => {
                 let (y, filled) = linear.prefill(x);

@@ -14,12 +14,13 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
+use super::LayerError;
 use crate::layers::SelfAttention;
 use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::self_attention::StreamRows;
+use swa_attention::ModelBackend;
 use swa_attention::layer_support::index_tensor;
-use swa_attention::{AttentionError, ModelBackend};
 
 /// Which earlier positions of a stream a windowed layer keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,7 +213,7 @@ impl<B: Backend> SelfAttention<B> {
         batch: usize,
         full_memory: usize,
         device: &B::Device,
-    ) -> Result<LayerMemory<B>, AttentionError> {
+    ) -> Result<LayerMemory<B>, LayerError> {
         Ok(match (self.keep(full_memory)?, &self.mixer) {
             (None, Mixer::Linear(linear)) => LayerMemory::Linear(linear.empty_state(batch, device)),
             (keep, _) => LayerMemory::Hidden {
@@ -227,23 +228,23 @@ impl<B: Backend> SelfAttention<B> {
     /// Whether the layer can read a stream in segments of `segment` tokens with memory: the
     /// errors [`SelfAttention::memory`] and [`SelfAttention::forward_in_stream`] would give,
     /// before any work.
-    pub fn check_stream(&self, segment: usize) -> Result<(), AttentionError> {
+    pub fn check_stream(&self, segment: usize) -> Result<(), LayerError> {
         self.keep(0)?;
         self.check_segment(segment, 0)
     }
 
     /// Whether a segment of `segment` tokens at stream position `start` can be read: LongNet's
     /// segments must tile it, and the stream's first segment must hold every global position.
-    fn check_segment(&self, segment: usize, start: usize) -> Result<(), AttentionError> {
+    fn check_segment(&self, segment: usize, start: usize) -> Result<(), LayerError> {
         if let Some((segments, _)) = self.kind.branches() {
             return match segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s)) {
-                Some(&branch) => Err(AttentionError::LongNetSegmentsInStream { segment, branch }),
+                Some(&branch) => Err(LayerError::LongNetSegmentsInStream { segment, branch }),
                 None => Ok(()),
             };
         }
         match self.kind.global_positions().iter().max() {
             Some(&position) if start == 0 && position >= segment => {
-                Err(AttentionError::GlobalPastFirstSegment { position, segment })
+                Err(LayerError::GlobalPastFirstSegment { position, segment })
             }
             _ => Ok(()),
         }
@@ -251,12 +252,12 @@ impl<B: Backend> SelfAttention<B> {
 
     /// What a windowed layer keeps, `None` for linear attention (its sums); fails for the kinds
     /// that cannot keep a bounded memory.
-    fn keep(&self, full_memory: usize) -> Result<Option<Keep>, AttentionError> {
+    fn keep(&self, full_memory: usize) -> Result<Option<Keep>, LayerError> {
         if let Mixer::Linear(_) = &self.mixer {
             return Ok(None);
         }
         if let Some(kind) = self.kind.memory_unsupported() {
-            return Err(AttentionError::MemoryUnsupported { kind });
+            return Err(LayerError::MemoryUnsupported { kind });
         }
         let keep = match self.kind.branches() {
             Some(_) => Keep::nothing(),
@@ -271,7 +272,7 @@ impl<B: Backend> SelfAttention<B> {
         };
         if keep.sinks > 0 && self.has_relative_positions() {
             let kind = "sinks with Transformer-XL relative positions";
-            return Err(AttentionError::MemoryUnsupported { kind });
+            return Err(LayerError::MemoryUnsupported { kind });
         }
         Ok(Some(keep))
     }
@@ -288,7 +289,7 @@ impl<B: ModelBackend> SelfAttention<B> {
         &self,
         x: Tensor<B, 3>,
         memory: &mut LayerMemory<B>,
-    ) -> Result<Tensor<B, 3>, AttentionError> {
+    ) -> Result<Tensor<B, 3>, LayerError> {
         let mixer = match (&mut *memory, &self.mixer) {
             (LayerMemory::Linear(state), Mixer::Linear(linear)) => {
                 let (y, next) = linear.forward_from(x, state);

@@ -17,9 +17,11 @@
 //! - [`mixer`]: what a layer mixes the tokens with, the windowed core's projections or linear
 //!   attention, as one enum module;
 //! - [`self_attention`]: the layer module that projects, rotates and calls the mechanism;
-//! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once.
+//! - [`layer_cache`]: decoding with that layer, token by token or a whole prompt at once;
+//! - [`LayerError`]: why a layer rejected its configuration or input.
 
 pub mod cache;
+mod error;
 mod full;
 pub mod kind;
 pub mod layer_cache;
@@ -40,6 +42,7 @@ mod swat;
 pub mod transformer_xl;
 
 pub use cache::{CachePositions, KvCache};
+pub use error::LayerError;
 pub use kind::{AttentionKind, SwatPositions};
 pub use layer_cache::LayerCache;
 pub use layer_options::LayerOptions;

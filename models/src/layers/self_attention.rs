@@ -14,7 +14,7 @@ use crate::layers::linear::LinearAttentionConfig;
 use crate::layers::mixer::{Mixer, Projections, WindowedMixer};
 use crate::layers::norm::RmsNorm;
 use crate::layers::transformer_xl::RelativePositions;
-use crate::layers::{AttentionKind, longformer, longnet};
+use crate::layers::{AttentionKind, LayerError, longformer, longnet};
 use swa_attention::layer_ops::linear;
 use swa_attention::layer_support::distances_needed;
 use swa_attention::split::split;
@@ -98,7 +98,7 @@ impl SelfAttentionConfig {
     }
 
     /// Builds the layer; fails, naming the field, on an inconsistent configuration.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, AttentionError> {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, LayerError> {
         let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
         let options = self.layer_options();
         if heads == 0 || (options.head_dim.is_none() && d % heads != 0) {
@@ -107,10 +107,11 @@ impl SelfAttentionConfig {
                 what: "SelfAttentionConfig.d_model (must be a multiple of heads)",
                 expected,
                 got: d,
-            });
+            }
+            .into());
         }
         if kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(AttentionError::HeadsNotDivisible { heads, kv_heads });
+            return Err(AttentionError::HeadsNotDivisible { heads, kv_heads }.into());
         }
         self.kind.validate(heads, kv_heads)?;
         let head_dim = self.head_width();
@@ -132,7 +133,7 @@ impl SelfAttentionConfig {
         };
         let mixer = if let Some(feature_dim) = self.kind.linear_features() {
             if options.sink_logits {
-                return Err(AttentionError::SinkLogitsUnsupported { kind: "linear" });
+                return Err(LayerError::SinkLogitsUnsupported { kind: "linear" });
             }
             let config = LinearAttentionConfig::new(d, heads)
                 .with_feature_dim(feature_dim)
@@ -149,7 +150,8 @@ impl SelfAttentionConfig {
                         what: "SelfAttentionConfig.qk_norm width (the head width)",
                         expected: head_dim,
                         got: norm.d_model,
-                    });
+                    }
+                    .into());
                 }
                 query_norm = Some(norm.init(device));
                 key_norm = Some(norm.init(device));
@@ -206,16 +208,16 @@ pub fn with_sink_logits<B: Backend>(
 /// Transformer-XL's relative positions go through the core's relative scores, which LongNet's
 /// branches, Longformer's global rows and linear attention do not take, and which need a
 /// causal layer (docs/semantics.md §4).
-fn check_relative_positions(kind: &AttentionKind) -> Result<(), AttentionError> {
+fn check_relative_positions(kind: &AttentionKind) -> Result<(), LayerError> {
     match kind.relative_positions_unsupported() {
-        Some(kind) => Err(AttentionError::RelativePositionsUnsupported { kind }),
+        Some(kind) => Err(LayerError::RelativePositionsUnsupported { kind }),
         None => Ok(()),
     }
 }
 
 /// Learned sink logits need one softmax denominator per row (docs/semantics.md §9).
-fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), AttentionError> {
-    let unsupported = |kind| Err(AttentionError::SinkLogitsUnsupported { kind });
+fn check_sink_logits(kind: &AttentionKind, scores: &ScoreOptions) -> Result<(), LayerError> {
+    let unsupported = |kind| Err(LayerError::SinkLogitsUnsupported { kind });
     match kind.sink_logits_unsupported() {
         Some(kind) => unsupported(kind),
         None if scores.score_fn != ScoreFn::Softmax => unsupported("sigmoid"),
@@ -228,7 +230,7 @@ impl<B: ModelBackend> SelfAttention<B> {
     ///
     /// Fails when the input does not fit the layer's spec, e.g. a Longformer global position
     /// past the end of the sequence.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttentionError> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, LayerError> {
         let mixer = match &self.mixer {
             Mixer::Windowed(mixer) => mixer,
             Mixer::Linear(linear) => return Ok(linear.forward(x)),
@@ -246,9 +248,9 @@ impl<B: ModelBackend> SelfAttention<B> {
     /// identity as values, `d_h` keys at a time: the weights come from the same code as the
     /// output, whatever the kind and backend. Fails for linear attention, which has no weights
     /// of this form.
-    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, AttentionError> {
+    pub fn attention_map(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, LayerError> {
         let Mixer::Windowed(mixer) = &self.mixer else {
-            return Err(AttentionError::NoAttentionMap { kind: "linear" });
+            return Err(LayerError::NoAttentionMap { kind: "linear" });
         };
         let [batch, n, _] = x.dims();
         let (d, chunks) = (self.head_dim, n.div_ceil(self.head_dim));
@@ -278,7 +280,7 @@ impl<B: ModelBackend> SelfAttention<B> {
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
         globals: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)>,
-    ) -> Result<Tensor<B, 4>, AttentionError> {
+    ) -> Result<Tensor<B, 4>, LayerError> {
         let n = q.dims()[2];
         let out = self.attend_placed(q, k, v, &StreamRows::alone(n))?;
         Ok(match globals {
@@ -304,7 +306,7 @@ impl<B: ModelBackend> SelfAttention<B> {
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
         placement: &StreamRows,
-    ) -> Result<Tensor<B, 4>, AttentionError> {
+    ) -> Result<Tensor<B, 4>, LayerError> {
         let (q, k) = match self.rope() {
             Some(rope) => {
                 let queries = &placement.positions[placement.positions.len() - q.dims()[2]..];
@@ -313,7 +315,7 @@ impl<B: ModelBackend> SelfAttention<B> {
             None => (q, k),
         };
         if let Some((segments, dilations)) = self.kind.branches() {
-            return longnet::longnet_attention(q, k, v, &segments, &dilations, &self.scores);
+            return Ok(longnet::longnet_attention(q, k, v, &segments, &dilations, &self.scores)?);
         }
         let mut spec =
             self.kind.spec(self.heads, self.kv_heads)?.with_query_offset(placement.memory);

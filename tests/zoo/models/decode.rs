@@ -4,8 +4,10 @@
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_zoo::attention::alibi::SlopeMagnitudes;
-use swa_zoo::attention::{AttentionError, ModelBackend, ScoreFn};
-use swa_zoo::models::layers::{AttentionKind, CachePositions, SelfAttentionConfig, SwatPositions};
+use swa_zoo::attention::{ModelBackend, ScoreFn};
+use swa_zoo::models::layers::{
+    AttentionKind, CachePositions, LayerError, SelfAttentionConfig, SwatPositions,
+};
 use swa_zoo::models::sampling::Sampler;
 use swa_zoo::models::{DecoderConfig, GenerateConfig, ModelError};
 
@@ -283,7 +285,7 @@ fn an_encoder_cannot_decode() {
     };
     let model = config(vec![kind]).init::<B>(&Default::default()).unwrap();
     match model.cache(1, CachePositions::Absolute, &Default::default()) {
-        Err(ModelError::Layer { layer: 0, source: AttentionError::NotCausal { .. } }) => {}
+        Err(ModelError::Layer { layer: 0, source: LayerError::NotCausal { .. } }) => {}
         other => panic!("expected NotCausal in layer 0, got {:?}", other.err()),
     }
 }

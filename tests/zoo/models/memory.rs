@@ -5,8 +5,8 @@
 use burn::module::{ModuleVisitor, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_zoo::attention::{AttentionError, ModelBackend};
-use swa_zoo::models::layers::{AttentionKind, SelfAttention, SelfAttentionConfig};
+use swa_zoo::attention::ModelBackend;
+use swa_zoo::models::layers::{AttentionKind, LayerError, SelfAttention, SelfAttentionConfig};
 use swa_zoo::models::{Architecture, DecoderConfig, ModelError};
 
 use crate::models::decode::{DECODE_TOLERANCE, config, token_ids, windowed_kinds};
@@ -125,10 +125,9 @@ fn kinds_without_a_bounded_memory_are_refused_by_name() {
     };
     let model = config(vec![encoder]).init::<B>(&device).unwrap();
     match model.memory(1, 8, &device) {
-        Err(ModelError::Layer { layer: 0, source }) => assert_eq!(
-            source,
-            AttentionError::MemoryUnsupported { kind: "bidirectional Longformer" }
-        ),
+        Err(ModelError::Layer { layer: 0, source }) => {
+            assert_eq!(source, LayerError::MemoryUnsupported { kind: "bidirectional Longformer" })
+        }
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
     // A global query sees every earlier position: the global tokens (0 and 6) must lie in the
