@@ -4,15 +4,15 @@
 //! `kernel::backward_queries_cmma`, `kernel::backward_keys_cmma`) and match the dense reference,
 //! outputs and gradients, on every kind of window, in f16 and (where the device has it) bf16.
 //!
-//! Built with `--features vulkan` (Burn's SPIR-V compiler; the WGSL compiler has no `cmma`)
-//! and/or `--features cuda`, for this crate alone: `cargo test -p swa-attention --features
-//! vulkan --test cooperative_matrices`. `.ci/run` runs it inside the Debian 13 root of
-//! `.ci/vulkan-root`, whose lavapipe (Mesa 26) lists 8×8×8 f16 tiles on a plane of 8, with
-//! `SWA_REQUIRE_CMMA=1`: a device without cooperative matrices then fails the test instead of
-//! skipping it. On an NVIDIA GPU (`--features cuda`) the tiles are 16×16×16 on a plane of 32, in
-//! f16 and bf16; a machine without one skips the CUDA tests.
-#![cfg(any(feature = "vulkan", feature = "cuda"))]
-
+//! One suite, generic over the runtime, and a test binary per runtime, so that a build with
+//! both features compiles only the binary it runs: `cooperative_matrices_vulkan` (`--features
+//! vulkan`: Burn's SPIR-V compiler; the WGSL compiler has no `cmma`) and
+//! `cooperative_matrices_cuda` (`--features cuda`), each for this crate alone, e.g. `cargo test
+//! -p swa-attention --features vulkan --test cooperative_matrices_vulkan`. `.ci/run` runs the
+//! Vulkan one inside the Debian 13 root of `.ci/vulkan-root`, whose lavapipe (Mesa 26) lists
+//! 8×8×8 f16 tiles on a plane of 8, with `SWA_REQUIRE_CMMA=1`: a device without cooperative
+//! matrices then fails the test instead of skipping it. On an NVIDIA GPU the tiles are 16×16×16
+//! on a plane of 32, in f16 and bf16; a machine without one skips the CUDA tests.
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::backend::Autodiff;
@@ -160,7 +160,7 @@ fn f16_shapes<R: Runtime>(name: &str, device: &R::Device) -> Option<Vec<MmaConfi
 }
 
 /// One tile product of every f16 shape `device` lists, against the CPU: exactly.
-fn tile_products<R: Runtime>(name: &str, device: &R::Device) {
+pub fn tile_products<R: Runtime>(name: &str, device: &R::Device) {
     let Some(shapes) = f16_shapes::<R>(name, device) else {
         return;
     };
@@ -335,7 +335,7 @@ fn each_type<R: burn_cubecl::CubeRuntime>(
 }
 
 /// The forward on every kind of window, in every input type `device` has tiles for.
-fn forward_suite<R, B>(name: &str, device: &R::Device)
+pub fn forward_suite<R, B>(name: &str, device: &R::Device)
 where
     R: burn_cubecl::CubeRuntime,
     B: WindowedAttentionBackend<Device = R::Device>,
@@ -377,7 +377,7 @@ where
 }
 
 /// The gradients on every kind of window, in every input type `device` has tiles for.
-fn backward_suite<R, B>(name: &str, device: &R::Device)
+pub fn backward_suite<R, B>(name: &str, device: &R::Device)
 where
     R: burn_cubecl::CubeRuntime,
     B: WindowedAttentionBackend<Device = R::Device>,
@@ -414,7 +414,7 @@ where
 /// Relative scores (docs/semantics.md §4) on a device with tensor-core tiles: the tensor-core
 /// kernels do not read them, so the launches run the portable kernels; outputs and the gradients
 /// of q, k, v and the table on `half` inputs against the dense reference in f32.
-fn relative_suite<R, B>(name: &str, device: &R::Device)
+pub fn relative_suite<R, B>(name: &str, device: &R::Device)
 where
     R: burn_cubecl::CubeRuntime,
     B: WindowedAttentionBackend<Device = R::Device>,
@@ -461,60 +461,5 @@ where
             eprintln!("{:?} relative scores: {name} {error:.1e}", half.dtype);
             assert!(error <= tolerance, "relative scores: {name} max error {error} > {tolerance}");
         }
-    }
-}
-
-/// On Vulkan, through Burn's SPIR-V compiler (lavapipe 26 in CI).
-#[cfg(feature = "vulkan")]
-mod vulkan {
-    use burn::backend::Vulkan;
-    use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-
-    #[test]
-    fn every_f16_tile_shape_multiplies_exactly() {
-        super::tile_products::<WgpuRuntime>("Vulkan", &WgpuDevice::DefaultDevice);
-    }
-
-    #[test]
-    fn the_tensor_core_forward_matches_the_dense_reference() {
-        super::forward_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
-    }
-
-    #[test]
-    fn the_tensor_core_backward_matches_the_dense_reference() {
-        super::backward_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
-    }
-
-    #[test]
-    fn relative_scores_run_on_the_portable_kernels() {
-        super::relative_suite::<WgpuRuntime, Vulkan>("Vulkan", &WgpuDevice::DefaultDevice);
-    }
-}
-
-/// On CUDA (NVIDIA's tensor cores: 16×16×16 tiles, plane 32, f16 and bf16).
-#[cfg(feature = "cuda")]
-mod cuda {
-    use burn::backend::Cuda;
-    use burn::backend::cuda::CudaDevice;
-    use cubecl::cuda::CudaRuntime;
-
-    #[test]
-    fn every_f16_tile_shape_multiplies_exactly() {
-        super::tile_products::<CudaRuntime>("CUDA", &CudaDevice::default());
-    }
-
-    #[test]
-    fn the_tensor_core_forward_matches_the_dense_reference() {
-        super::forward_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
-    }
-
-    #[test]
-    fn the_tensor_core_backward_matches_the_dense_reference() {
-        super::backward_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
-    }
-
-    #[test]
-    fn relative_scores_run_on_the_portable_kernels() {
-        super::relative_suite::<CudaRuntime, Cuda>("CUDA", &CudaDevice::default());
     }
 }
