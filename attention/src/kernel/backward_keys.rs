@@ -13,7 +13,7 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::prologue::{load_row, offset, zero_row};
 use super::reach::{nth_tile, query_tiles};
-use super::score::{relative_score, score, weight};
+use super::score::{base2_shift, exponent_factor, relative_score, score, weight};
 use super::tile::load_tiles;
 use super::visibility::{load_window, visible};
 
@@ -112,7 +112,8 @@ pub(crate) fn key_grads_kernel<F: Float, N: Size>(
                             let r_base = offset(relative, batch, head, i);
                             let value = s.value
                                 + relative_score(relative, r_base, position, key as u32, variant);
-                            let w = weight(value, lse_tile[r], &call, variant);
+                            let factor = exponent_factor(&call, variant);
+                            let w = weight(value, factor, lse_tile[r], &call, variant);
                             let d_raw = w.gate * (d_p + coefficient_tile[r]) * s.chain * call.scale;
                             for c in 0..dim {
                                 dv_acc[c] += w.value * g_tile[r * dim + c];
@@ -147,7 +148,8 @@ pub(crate) struct RowRange {
     pub step: usize,
 }
 
-/// Copies the row terms (`lse_i`, `c_i`; [`super::backward_rows`]) of query rows
+/// Copies the row terms (`lse_i` in base 2, [`base2_shift`], and `c_i`;
+/// [`super::backward_rows`]) of query rows
 /// `i0 … i0 + tile − 1` of one head, whose terms start at `t_base`, into shared memory, the
 /// thread taking the rows of `rows`; zeros for rows past `q_len`. Shared by the portable dK/dV
 /// kernel and its tensor-core twin.
@@ -169,7 +171,7 @@ pub(crate) fn load_row_terms(
         coefficient_tile[r] = 0.0;
         if i0 + r < q_len {
             let at = t_base + (i0 + r) * terms.stride(2);
-            lse_tile[r] = terms[at];
+            lse_tile[r] = base2_shift(terms[at]);
             coefficient_tile[r] = terms[at + terms.stride(3)];
         }
         r += rows.step;

@@ -20,7 +20,7 @@ use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
 use super::prologue::offset;
 use super::reach::{nth_tile, query_tiles};
-use super::score::{score, weight};
+use super::score::{exponent_factor, score, weight};
 use super::visibility::{Window, load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
@@ -172,7 +172,7 @@ fn key_row<F: Float>(
         let mut d_raw = 0.0f32;
         if i < q_len && visible(window, position, at.key, call, variant.causal, variant.plain) {
             let s = score(s_s[cell], position, at.key, at.slope, call, variant);
-            let pair = weight(s.value, lse_s[r], call, variant);
+            let pair = weight(s.value, exponent_factor(call, variant), lse_s[r], call, variant);
             w = pair.value;
             d_raw = pair.gate * (dp_s[cell] + coefficient_s[r]) * s.chain * call.scale;
         }

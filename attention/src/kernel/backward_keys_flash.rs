@@ -10,7 +10,8 @@
 //! for each (at d = 128 in two halves of 32 queries, so that the products fit the registers
 //! beside `dK` and `dV`):
 //! - `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` in registers;
-//! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain · scale`
+//! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain` (the
+//!   scale applies to `dK` once at the end, as FlashAttention-2 does)
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
 //!   products, 0 where a query does not see the key; tiles whose every pair is visible run
 //!   first, in a loop of their own without the rule ([`whole_first`]), the others ask it (one
@@ -30,19 +31,20 @@ use cubecl::prelude::*;
 use super::backward_keys::{RowRange, load_row_terms};
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileOrder, UNITS, WARPS, block_row, copy_rows,
-    cut_from, land, landing, products, tile_at, whole_first, write_rows,
+    HeadRows, KEYS, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileOrder, TileStrides, UNITS,
+    WARPS, block_row, copy_rows, cut_from, head_rows, land, landing, products, row_stride, tile_at,
+    whole_first, write_rows,
 };
-use super::flash_products::{accumulate, row_products};
+use super::flash_products::{accumulate, row_products, scale_accumulators, weights_as_a};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::offset;
 use super::reach::{Tiles, query_tiles};
-use super::score::{score, weight};
+use super::score::{exponent_factor, exponent_input, weight};
 use super::visibility::{Span, Window, key_span, load_window, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
-/// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dk, dv: [batch, H_kv,
-/// N_k, d]`. Grid: (key blocks of 64, H_kv, batch); `super::flash::UNITS` units per cube.
+/// bf16, read as vectors of `NV`; `strides`: `Q`'s and `dO`'s), `terms: [batch, H, N_q, 2]`
+/// (f32) → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks of 64, H_kv, batch); `super::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
@@ -56,6 +58,7 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     windows: &Array<u32>,
     slopes: &Array<f32>,
     call: Call,
+    strides: TileStrides,
     #[comptime] variant: Variant,
     #[comptime] path: FragmentPath,
     #[define(F)] _dtype: StorageType,
@@ -67,7 +70,7 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     let kv_len = call.kv_len as usize;
     let block = CUBE_POS_X as usize * KEYS;
     let group = q.shape(1) / k.shape(1);
-    let warp_rows = UNIT_POS as usize / LANES * M * stride;
+    let warp_rows = UNIT_POS_X as usize / LANES * M * stride;
     let mut q_s = SharedMemory::<F>::new_aligned(ROWS * stride, ROW_ALIGN);
     let mut g_s = SharedMemory::<F>::new_aligned(ROWS * stride, ROW_ALIGN);
     let mut lse_s = SharedMemory::<f32>::new(ROWS);
@@ -81,13 +84,14 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
     let mut k_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
     let mut v_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
     let landing = landing(path);
-    let (k_base, v_base) = (offset(k, batch, kv_head, 0), offset(v, batch, kv_head, 0));
+    let k_rows = head_rows(k, batch, kv_head, row_stride(k));
+    let v_rows = head_rows(v, batch, kv_head, row_stride(v));
     if comptime![dim > STAGED_DIM] {
-        copy_rows(k, k_base, block, kv_len, &mut k_s, KEYS, dim, stride, path);
-        copy_rows(v, v_base, block, kv_len, &mut v_s, KEYS, dim, stride, path);
+        copy_rows(k, &k_rows, block, kv_len, &mut k_s, KEYS, dim, stride, path);
+        copy_rows(v, &v_rows, block, kv_len, &mut v_s, KEYS, dim, stride, path);
     } else {
-        copy_rows(k, k_base, block, kv_len, &mut q_s, KEYS, dim, stride, path);
-        copy_rows(v, v_base, block, kv_len, &mut g_s, KEYS, dim, stride, path);
+        copy_rows(k, &k_rows, block, kv_len, &mut q_s, KEYS, dim, stride, path);
+        copy_rows(v, &v_rows, block, kv_len, &mut g_s, KEYS, dim, stride, path);
     }
     land(&landing);
     let mut k_fragments = Sequence::<Array<Pair<F>>>::new();
@@ -125,6 +129,7 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
             windows,
             slopes,
             &landing,
+            &strides,
             HeadBlock { head: kv_head * group + member, batch, block },
             &mut dk_acc,
             &mut dv_acc,
@@ -135,7 +140,9 @@ pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
         );
     }
 
-    // Out through the tile buffers, in 16-byte stores.
+    // Out through the tile buffers, in 16-byte stores, `dK` with the scale its score gradients
+    // left out.
+    scale_accumulators(&mut dk_acc, call.scale, dim / N);
     #[unroll]
     for c in 0..dim / N {
         store(dk_acc.index(c), &mut q_s, warp_rows + c * N, stride, path);
@@ -174,6 +181,7 @@ fn run_head<F: Float, NV: Size>(
     windows: &Array<u32>,
     slopes: &Array<f32>,
     landing: &Landing,
+    strides: &TileStrides,
     at: HeadBlock,
     dk_acc: &mut Sequence<Array<Pair<f32>>>,
     dv_acc: &mut Sequence<Array<Pair<f32>>>,
@@ -186,12 +194,12 @@ fn run_head<F: Float, NV: Size>(
     let (first_key, last_key) = (at.block as u32, (min(at.block + KEYS, kv_len) - 1) as u32);
     let window = load_window(windows, at.head);
     let tiles = query_tiles(&window, first_key, last_key, q_len as u32, call, ROWS, variant.causal);
-    let visit = whole_first(&tiles, &window, at.block, q_len, call, variant.causal, true);
+    let visit = whole_first(&tiles, &window, at.block, q_len, call, ROWS, variant.causal, true);
     let steps = QuerySteps {
         tiles,
         visit,
-        q_base: offset(q, at.batch, at.head, 0),
-        g_base: offset(d_o, at.batch, at.head, 0),
+        q_rows: head_rows(q, at.batch, at.head, strides.first),
+        g_rows: head_rows(d_o, at.batch, at.head, strides.second),
         t_base: offset(terms, at.batch, at.head, 0),
         block: at.block,
         q_len,
@@ -259,8 +267,8 @@ fn run_head<F: Float, NV: Size>(
 struct QuerySteps {
     tiles: Tiles,
     visit: TileOrder,
-    q_base: usize,
-    g_base: usize,
+    q_rows: HeadRows,
+    g_rows: HeadRows,
     t_base: usize,
     /// The cube's first key.
     block: usize,
@@ -305,9 +313,9 @@ fn query_step<F: Float, NV: Size>(
     let stride = comptime![dim + PAD];
     let q_len = steps.q_len;
     let i0 = tile_at(&steps.tiles, &steps.visit, step) as usize * ROWS;
-    copy_rows(q, steps.q_base, i0, q_len, q_s, ROWS, dim, stride, path);
-    copy_rows(d_o, steps.g_base, i0, q_len, g_s, ROWS, dim, stride, path);
-    let rows = RowRange { start: UNIT_POS as usize, step: UNITS };
+    copy_rows(q, &steps.q_rows, i0, q_len, q_s, ROWS, dim, stride, path);
+    copy_rows(d_o, &steps.g_rows, i0, q_len, g_s, ROWS, dim, stride, path);
+    let rows = RowRange { start: UNIT_POS_X as usize, step: UNITS };
     load_row_terms(terms, steps.t_base, i0, q_len, rows, lse_s, coefficient_s, ROWS);
     land(landing);
 
@@ -315,8 +323,9 @@ fn query_step<F: Float, NV: Size>(
     let blocks = comptime![ROWS / N / parts];
     for part in 0..parts {
         let first = part * blocks * N;
-        let mut p = row_products(k_fragments, k_s, q_s, first, exchange, blocks, dim, path);
-        let mut ds = row_products(v_fragments, v_s, g_s, first, exchange, blocks, dim, path);
+        let mut p = row_products(k_fragments, k_s, q_s, first, exchange, blocks, 1usize, dim, path);
+        let mut ds =
+            row_products(v_fragments, v_s, g_s, first, exchange, blocks, 1usize, dim, path);
         let part = QueryPart { i0, first };
         key_weights(
             &mut p,
@@ -331,8 +340,10 @@ fn query_step<F: Float, NV: Size>(
             !whole,
             path,
         );
-        accumulate(&p, g_s, first, dv_acc, exchange, blocks, dim, path);
-        accumulate(&ds, q_s, first, dk_acc, exchange, blocks, dim, path);
+        let p = weights_as_a::<F>(&p, blocks, 1usize);
+        accumulate(&p, g_s, first, dv_acc, exchange, blocks, 1usize, dim, path);
+        let ds = weights_as_a::<F>(&ds, blocks, 1usize);
+        accumulate(&ds, q_s, first, dk_acc, exchange, blocks, 1usize, dim, path);
     }
     land(landing);
 }
@@ -345,8 +356,8 @@ struct QueryPart {
 }
 
 /// Turns the products `p` (`Sᵀ`) and `ds` (`dPᵀ`) of the warp's keys and `blocks × 8` of the
-/// tile's queries from its row `first` into the weights `Pᵀ` and score gradients `dSᵀ` of the
-/// pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past `N_q`).
+/// tile's queries from its row `first` into the weights `Pᵀ` and score gradients `dSᵀ / scale`
+/// of the pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past `N_q`).
 #[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
 fn key_weights(
@@ -364,6 +375,7 @@ fn key_weights(
 ) {
     let lane = lane(path) as usize;
     let column = 2 * (lane % 4);
+    let factor = exponent_factor(call, variant);
     // The lane's two keys, and the queries that see each where the windows are plain.
     let mut keys = Vector::<u32, Const<2>>::empty();
     let mut span_lo = Vector::<u32, Const<2>>::empty();
@@ -389,9 +401,9 @@ fn key_weights(
             #[unroll]
             for r in 0..2usize {
                 let (mut w, mut g) = (weights[r], grads[r]);
-                let s = score(w[e], i, keys[r], steps.slope, call, variant);
-                let pair = weight(s.value, lse, call, variant);
-                let d_raw = pair.gate * (g[e] + coefficient) * s.chain * call.scale;
+                let s = exponent_input(w[e], i, keys[r], steps.slope, call, variant);
+                let pair = weight(s.value, factor, lse, call, variant);
+                let d_raw = pair.gate * (g[e] + coefficient) * s.chain;
                 w[e] = pair.value;
                 g[e] = d_raw;
                 if comptime![per_pair] {

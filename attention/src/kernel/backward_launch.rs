@@ -23,7 +23,7 @@ use super::backward_rows::row_terms_kernel;
 use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
 use super::flash::{
     KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, flash_variant,
-    head_order, max_shared,
+    head_order, max_shared, tile_strides,
 };
 use super::forward_launch::{forward_emulated, grid};
 use super::fragment::FragmentPath;
@@ -252,6 +252,7 @@ fn launch_query_grads_flash<R: CubeRuntime>(
     let [batch, heads, q_len, _] = g.q.meta.shape().dims();
     let order = upload(client, &g.q.device, u32::as_bytes(&head_order(spec)), DType::U32);
     let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o, &g.dq]);
+    let strides = tile_strides(&g.k, &g.v, vector);
     let cubes = CubeCount::Static(q_len.div_ceil(ROWS_FLASH) as u32, heads as u32, batch as u32);
     // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
     // do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
@@ -271,7 +272,8 @@ fn launch_query_grads_flash<R: CubeRuntime>(
             layout.slopes.clone().into_array_arg(),
             order.into_array_arg(),
             layout.call(),
-            flash_variant(layout.variant, spec, path),
+            strides,
+            flash_variant(layout, spec, path),
             path,
             g.q.dtype.into(),
         );
@@ -290,6 +292,7 @@ fn launch_key_grads_flash<R: CubeRuntime>(
     let [batch, kv_heads, keys, _] = g.k.meta.shape().dims();
     let dtype = g.q.dtype;
     let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o, &g.dk, &g.dv]);
+    let strides = tile_strides(&g.q, &g.d_o, vector);
     let cubes = CubeCount::Static(keys.div_ceil(KEYS) as u32, kv_heads as u32, batch as u32);
     // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
     // do (`super::mma`, "Unchecked").
@@ -309,7 +312,8 @@ fn launch_key_grads_flash<R: CubeRuntime>(
             layout.windows.clone().into_array_arg(),
             layout.slopes.clone().into_array_arg(),
             layout.call(),
-            flash_variant(layout.variant, spec, path),
+            strides,
+            flash_variant(layout, spec, path),
             path,
             dtype.into(),
         );

@@ -10,7 +10,7 @@ use cubecl::prelude::*;
 use super::config::{Call, ROWS, Variant};
 use super::prologue::{block_key_tiles, load_row, offset, query_block, zero_row};
 use super::reach::nth_tile;
-use super::score::{relative_score, score, weight};
+use super::score::{base2_shift, exponent_factor, relative_score, score, weight};
 use super::tile::load_tiles;
 use super::visibility::visible;
 
@@ -49,11 +49,11 @@ pub(crate) fn query_grads_kernel<F: Float, N: Size>(
     load_row(q, offset(q, batch, head, row), live, &mut q_row, dim);
     load_row(d_o, offset(d_o, batch, head, row), live, &mut d_out, dim);
     zero_row(&mut acc, dim);
-    let mut lse = 0.0f32;
+    let mut shift = 0.0f32;
     let mut coefficient = 0.0f32;
     if live {
         let t_base = offset(terms, batch, head, row);
-        lse = terms[t_base];
+        shift = base2_shift(terms[t_base]);
         coefficient = terms[t_base + terms.stride(3)];
     }
 
@@ -83,7 +83,7 @@ pub(crate) fn query_grads_kernel<F: Float, N: Size>(
                     }
                     let s = score(dot, at.position, j, at.slope, &call, variant);
                     let value = s.value + relative_score(relative, r_base, at.position, j, variant);
-                    let w = weight(value, lse, &call, variant);
+                    let w = weight(value, exponent_factor(&call, variant), shift, &call, variant);
                     let d_score = w.gate * (d_p + coefficient);
                     if comptime![variant.relative] {
                         // One thread owns the row: each of its distances is written once.

@@ -17,7 +17,7 @@ use super::config::{Call, Variant};
 use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
 use super::prologue::{block_key_tiles, offset, query_block};
 use super::reach::nth_tile;
-use super::score::{score, weight};
+use super::score::{base2_shift, exponent_factor, score, weight};
 use super::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
@@ -59,11 +59,11 @@ pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(
     load_rows(d_o, g_base, at.block, at.q_len, &mut g_s, m, dim, plane);
     zero(&mut dq_s, m * dim, plane);
 
-    let mut lse = 0.0f32;
+    let mut shift = 0.0f32;
     let mut coefficient = 0.0f32;
     if at.live {
         let t_base = offset(terms, at.batch, at.head, at.row);
-        lse = terms[t_base];
+        shift = base2_shift(terms[t_base]);
         coefficient = terms[t_base + terms.stride(3)];
     }
 
@@ -89,7 +89,7 @@ pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(
                     && visible(&at.window, at.position, key, &call, variant.causal, variant.plain)
                 {
                     let s = score(s_s[pair], at.position, key, at.slope, &call, variant);
-                    let w = weight(s.value, lse, &call, variant);
+                    let w = weight(s.value, exponent_factor(&call, variant), shift, &call, variant);
                     d_raw = w.gate * (dp_s[pair] + coefficient) * s.chain * call.scale;
                 }
                 ds_s[pair] = F::cast_from(d_raw);

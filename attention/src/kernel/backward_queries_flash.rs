@@ -7,7 +7,8 @@
 //! holds its rows of `Q` and `dO` as A fragments (at d = 64), their row terms and `dQ` in
 //! registers. For each tile:
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` in registers;
-//! - `dS = ∂L/∂s · chain · scale` from the weights recomputed from `lse`
+//! - `dS = ∂L/∂s · chain` from the weights recomputed from `lse` (the scale applies to `dQ`
+//!   once at the end, as FlashAttention-2 does)
 //!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
 //!   products, 0 where a row does not see a key; tiles whose every pair is visible run first,
 //!   in a loop of their own without the rule ([`whole_first`]), the others ask it (one span
@@ -26,18 +27,19 @@ use cubecl::prelude::*;
 
 use super::config::{Call, Variant};
 use super::flash::{
-    KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, WARPS, block_row, copy_rows,
-    cut_from, land, landing, products, step_keys, whole_first, write_rows,
+    KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileStrides, WARPS, block_row,
+    copy_rows, cut_from, head_rows, land, landing, products, row_stride, step_keys, whole_first,
+    write_rows,
 };
-use super::flash_products::{accumulate, row_products};
+use super::flash_products::{accumulate, row_products, scale_accumulators, weights_as_a};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::score::{score, weight};
+use super::score::{base2_shift, exponent_factor, exponent_input, weight};
 use super::visibility::{plain_span, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
-/// bf16, read as vectors of `NV`), `terms: [batch, H, N_q, 2]` (f32) → `dq: [batch, H, N_q,
-/// d]`. Grid: (query blocks of 64, H, batch), head `order[y]` at grid row `y`;
+/// bf16, read as vectors of `NV`; `strides`: `K`'s and `V`'s), `terms: [batch, H, N_q, 2]`
+/// (f32) → `dq: [batch, H, N_q, d]`. Grid: (query blocks of 64, H, batch), head `order[y]` at grid row `y`;
 /// `super::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -52,6 +54,7 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     slopes: &Array<f32>,
     order: &Array<u32>,
     call: Call,
+    strides: TileStrides,
     #[comptime] variant: Variant,
     #[comptime] path: FragmentPath,
     #[define(F)] _dtype: StorageType,
@@ -60,7 +63,7 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     let stride = comptime![dim + PAD];
     let head = order[CUBE_POS_Y as usize] as usize;
     let at = query_block_of_head(q, k, windows, slopes, &call, head, ROWS);
-    let warp_rows = UNIT_POS as usize / LANES * M * stride;
+    let warp_rows = UNIT_POS_X as usize / LANES * M * stride;
     let kv_len = call.kv_len as usize;
     let mut k_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
     let mut v_s = SharedMemory::<F>::new_aligned(KEYS * stride, ROW_ALIGN);
@@ -73,13 +76,14 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     let mut q_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
     let mut g_s = SharedMemory::<F>::new_aligned(own, ROW_ALIGN);
     let landing = landing(path);
-    let (q_base, g_base) = (offset(q, at.batch, at.head, 0), offset(d_o, at.batch, at.head, 0));
+    let q_rows = head_rows(q, at.batch, at.head, row_stride(q));
+    let g_rows = head_rows(d_o, at.batch, at.head, row_stride(d_o));
     if comptime![dim > STAGED_DIM] {
-        copy_rows(q, q_base, at.block, at.q_len, &mut q_s, ROWS, dim, stride, path);
-        copy_rows(d_o, g_base, at.block, at.q_len, &mut g_s, ROWS, dim, stride, path);
+        copy_rows(q, &q_rows, at.block, at.q_len, &mut q_s, ROWS, dim, stride, path);
+        copy_rows(d_o, &g_rows, at.block, at.q_len, &mut g_s, ROWS, dim, stride, path);
     } else {
-        copy_rows(q, q_base, at.block, at.q_len, &mut k_s, ROWS, dim, stride, path);
-        copy_rows(d_o, g_base, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
+        copy_rows(q, &q_rows, at.block, at.q_len, &mut k_s, ROWS, dim, stride, path);
+        copy_rows(d_o, &g_rows, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
     }
     land(&landing);
     let mut q_fragments = Sequence::<Array<Pair<F>>>::new();
@@ -101,16 +105,18 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
     }
     let tiles = block_key_tiles(&at, &call, ROWS, KEYS, variant.causal);
     let count = tiles.before + tiles.count;
-    let visit = whole_first(&tiles, &at.window, at.block, at.q_len, &call, variant.causal, false);
-    let (k_base, v_base) = (offset(k, at.batch, at.kv_head, 0), offset(v, at.batch, at.kv_head, 0));
-    let steps = KeySteps { tiles, visit, count, k_base, v_base };
+    let visit =
+        whole_first(&tiles, &at.window, at.block, at.q_len, &call, ROWS, variant.causal, false);
+    let k_rows = head_rows(k, at.batch, at.kv_head, strides.first);
+    let v_rows = head_rows(v, at.batch, at.kv_head, strides.second);
+    let steps = KeySteps { tiles, visit, count, k_rows, v_rows };
     // The first tile, once every warp holds its rows' fragments: its `V` landed, its `K` in
     // flight, as each step expects.
     sync_cube();
     let (j0, valid) = (step_keys(&steps, 0), select(count > 0, kv_len, 0));
-    copy_rows(v, v_base, j0, valid, &mut v_s, KEYS, dim, stride, path);
+    copy_rows(v, &v_rows, j0, valid, &mut v_s, KEYS, dim, stride, path);
     land(&landing);
-    copy_rows(k, k_base, j0, valid, &mut k_s, KEYS, dim, stride, path);
+    copy_rows(k, &k_rows, j0, valid, &mut k_s, KEYS, dim, stride, path);
     run_tiles(
         &q_fragments,
         &g_fragments,
@@ -131,7 +137,9 @@ pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
         path,
     );
 
-    // Out through `K`'s buffer, in 16-byte stores (the last step landed its copies).
+    // Out through `K`'s buffer, in 16-byte stores (the last step landed its copies), with the
+    // scale the score gradients left out.
+    scale_accumulators(&mut dq_acc, call.scale, dim / N);
     land(&landing);
     #[unroll]
     for c in 0..dim / N {
@@ -259,22 +267,24 @@ fn tile_step<F: Float, NV: Size>(
     let j0 = tile.j0;
     let next = step_keys(steps, tile.step + 1);
     let next_valid = select(tile.step + 1 < steps.count, kv_len, 0);
-    let dp = row_products(g_fragments, g_s, v_s, 0, exchange, KEYS / N, dim, path);
+    let dp = row_products(g_fragments, g_s, v_s, 0, exchange, KEYS / N, 1usize, dim, path);
     land(landing);
-    copy_rows(v, steps.v_base, next, next_valid, v_s, KEYS, dim, stride, path);
-    let mut ds = row_products(q_fragments, q_s, k_s, 0, exchange, KEYS / N, dim, path);
+    copy_rows(v, &steps.v_rows, next, next_valid, v_s, KEYS, dim, stride, path);
+    let mut ds = row_products(q_fragments, q_s, k_s, 0, exchange, KEYS / N, 1usize, dim, path);
     score_gradients(&mut ds, &dp, at, j0, tile.terms, call, variant, !whole, path);
-    accumulate(&ds, k_s, 0, dq_acc, exchange, KEYS / N, dim, path);
+    let ds = weights_as_a::<F>(&ds, KEYS / N, 1usize);
+    accumulate(&ds, k_s, 0, dq_acc, exchange, KEYS / N, 1usize, dim, path);
     land(landing);
-    copy_rows(k, steps.k_base, next, next_valid, k_s, KEYS, dim, stride, path);
+    copy_rows(k, &steps.k_rows, next, next_valid, k_s, KEYS, dim, stride, path);
     next
 }
 
-/// A lane's two rows' terms (`super::backward_rows`): `lse` in component 0 of `lse` for row `g`
-/// and 1 for row `g + 8`, likewise the coefficients; zeros for rows past `N_q`.
+/// A lane's two rows' terms (`super::backward_rows`): `lse` in base 2 (`shift`,
+/// [`base2_shift`]) in component 0 for row `g` and 1 for row `g + 8`, likewise the
+/// coefficients; zeros for rows past `N_q`.
 #[derive(CubeType, Clone, Copy)]
 struct RowTerms {
-    lse: Pair<f32>,
+    shift: Pair<f32>,
     coefficient: Pair<f32>,
 }
 
@@ -285,13 +295,13 @@ fn lane_row_terms(
     at: &QueryBlock,
     #[comptime] path: FragmentPath,
 ) -> RowTerms {
-    let mut out = RowTerms { lse: Pair::<f32>::new(0.0), coefficient: Pair::<f32>::new(0.0) };
+    let mut out = RowTerms { shift: Pair::<f32>::new(0.0), coefficient: Pair::<f32>::new(0.0) };
     #[unroll]
     for p in 0..2usize {
         let row = at.block + block_row(p, path);
         if row < at.q_len {
             let base = offset(terms, at.batch, at.head, row);
-            out.lse[p] = terms[base];
+            out.shift[p] = base2_shift(terms[base]);
             out.coefficient[p] = terms[base + terms.stride(3)];
         }
     }
@@ -299,7 +309,7 @@ fn lane_row_terms(
 }
 
 /// Turns the products `ds` (`S`) and `dp` (`dP`) of the warp's rows and the tile's keys into
-/// the score gradients `dS` in place, and, `per_pair`, zeros where [`visible`] refuses a pair
+/// the score gradients `dS / scale` in place (the scale comes at the end), and, `per_pair`, zeros where [`visible`] refuses a pair
 /// (or the row is past `N_q`).
 #[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
@@ -315,6 +325,7 @@ fn score_gradients(
     #[comptime] path: FragmentPath,
 ) {
     let column = 2 * (lane(path) as usize % 4);
+    let factor = exponent_factor(call, variant);
     #[unroll]
     for p in 0..2usize {
         let row = at.block + block_row(p, path);
@@ -328,9 +339,9 @@ fn score_gradients(
             #[unroll]
             for e in 0..2usize {
                 let j = (j0 + block * N + column + e) as u32;
-                let s = score(s_pair[e], i, j, at.slope, call, variant);
-                let w = weight(s.value, terms.lse[p], call, variant);
-                let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain * call.scale;
+                let s = exponent_input(s_pair[e], i, j, at.slope, call, variant);
+                let w = weight(s.value, factor, terms.shift[p], call, variant);
+                let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain;
                 s_pair[e] = d_raw;
                 if comptime![per_pair] {
                     let (causal, plain) = (variant.causal, variant.plain);

@@ -47,6 +47,12 @@ pub(crate) struct Variant {
     /// (`super::flash::flash_variant`); false in every other kernel, so that calls of both
     /// kinds share their compiled kernels.
     pub plain: bool,
+    /// The score is `q·k` times the scale alone, a scale in `(0, 2]` (softmax without softcap
+    /// or ALiBi): the FlashAttention-2 kernels then take their row maxima over the products
+    /// themselves and fold the scale into the exponent (`super::score::exponent_input`), one
+    /// fused multiply-add before `ex2` per pair. Set only by their launches
+    /// (`super::flash::flash_variant`), false in every other kernel.
+    pub scaled_dots: bool,
 }
 
 /// The runtime scalars of a call.
@@ -114,6 +120,11 @@ impl<R: CubeRuntime> LaunchArgs<R> {
         }
     }
 
+    /// The multiplier of `q·k`.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
     /// The runtime scalars as a launch argument.
     pub fn call(&self) -> CallLaunch<R> {
         CallLaunch::new(
@@ -140,6 +151,7 @@ impl Variant {
             alibi: opts.alibi.is_some(),
             relative: false,
             plain: false,
+            scaled_dots: false,
         }
     }
 }

@@ -22,7 +22,7 @@ use super::config::ROWS;
 use super::config::{Call, CallCompilationArg, Variant};
 use super::decode::THREADS as DECODE_THREADS;
 use super::decode::{Sections, SectionsCompilationArg, decode_kernel};
-use super::flash::UNITS;
+use super::flash::{TileStrides, TileStridesCompilationArg, UNITS};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
 use super::forward_flash::forward_flash_kernel;
@@ -111,6 +111,7 @@ pub(super) fn forward_flash(
     let lse = output::<f32>(&mut b);
     let (windows, slopes, order) = (array::<u32>(&mut b), array::<f32>(&mut b), array(&mut b));
     let call = call(&mut b);
+    let strides = strides(&mut b);
     forward_flash_kernel::expand::<F, NV>(
         &mut b.scope,
         VECTOR,
@@ -123,6 +124,7 @@ pub(super) fn forward_flash(
         slopes,
         order,
         call,
+        strides,
         variant,
         path,
         dtype,
@@ -414,6 +416,11 @@ fn call(b: &mut KernelBuilder) -> <Call as CubeType>::ExpandType {
     <Call as LaunchArg>::expand(&arg, b)
 }
 
+fn strides(b: &mut KernelBuilder) -> <TileStrides as CubeType>::ExpandType {
+    let arg = TileStridesCompilationArg { first: (), second: () };
+    <TileStrides as LaunchArg>::expand(&arg, b)
+}
+
 /// The dK/dV of FlashAttention-2's design (`super::backward_keys_flash`) on `path`: four warps
 /// per 64 key rows.
 pub(super) fn key_grads_flash(
@@ -430,6 +437,7 @@ pub(super) fn key_grads_flash(
     let terms = input::<f32>(&mut b);
     let (dk, dv) = (output::<Vector<F, NV>>(&mut b), output::<Vector<F, NV>>(&mut b));
     let (windows, slopes, call) = (array::<u32>(&mut b), array::<f32>(&mut b), call(&mut b));
+    let strides = strides(&mut b);
     key_grads_flash_kernel::expand::<F, NV>(
         &mut b.scope,
         VECTOR,
@@ -443,6 +451,7 @@ pub(super) fn key_grads_flash(
         windows,
         slopes,
         call,
+        strides,
         variant,
         path,
         dtype,
@@ -466,6 +475,7 @@ pub(super) fn query_grads_flash(
     let (terms, dq) = (input::<f32>(&mut b), output::<Vector<F, NV>>(&mut b));
     let (windows, slopes, order) = (array::<u32>(&mut b), array::<f32>(&mut b), array(&mut b));
     let call = call(&mut b);
+    let strides = strides(&mut b);
     query_grads_flash_kernel::expand::<F, NV>(
         &mut b.scope,
         VECTOR,
@@ -479,6 +489,7 @@ pub(super) fn query_grads_flash(
         slopes,
         order,
         call,
+        strides,
         variant,
         path,
         dtype,

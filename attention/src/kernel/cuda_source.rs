@@ -319,6 +319,8 @@ fn expand(
             kernel,
             Kernel::ForwardFlash | Kernel::QueryGradsFlash | Kernel::KeyGradsFlash
         ),
+        // As `Variant::new` sets it at the default scale `1/√d`.
+        scaled_dots: !options.sigmoid && !options.softcap && !options.alibi,
     };
     let words = match kernel {
         Kernel::FragmentProbe => format!("{dtype:?} native, 2 warps").to_lowercase(),

@@ -5,27 +5,30 @@
 //! [`whole_first`]), and the copy of a tile into shared memory ([`copy_rows`]: `cp.async` on
 //! CUDA, completed by [`land`]).
 //!
-//! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 rows ([`ROWS`] per cube: query
-//! rows, or key rows in dK/dV) and
-//! keeps its fragments in registers through the fragment seam (`super::fragment`), natively on
-//! CUDA's MMA instructions, emulated on every other device (what the tests run on lavapipe).
+//! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 rows of each group of [`ROWS`]
+//! (query rows, or key rows in dK/dV; one group per cube, two in the forward at d = 64:
+//! [`forward_groups`]) and keeps its fragments in registers through the fragment seam
+//! (`super::fragment`), natively on CUDA's MMA instructions, emulated on every other device
+//! (what the tests run on lavapipe).
 //! Tiles of the other side are [`KEYS`] rows, in shared memory rows of `d + PAD` elements so
 //! that the 8 rows a fragment load touches at once start in different banks.
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
+use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::barrier::{Barrier, copy_async_checked};
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant, plain_windows};
+use super::config::{Call, LaunchArgs, Variant, plain_windows};
 use super::fragment::{FragmentPath, LANES, M, N, lane};
+use super::prologue::offset;
 use super::reach::{Tiles, nth_tile};
 use super::visibility::{Window, sees_whole_block};
 use crate::WindowSpec;
 
 /// Warps per cube.
 pub(crate) const WARPS: usize = 4;
-/// Rows per cube: 16 per warp.
+/// Rows per group of a cube: 16 per warp.
 pub(crate) const ROWS: usize = WARPS * M;
 /// Rows per tile of the other side (keys, or queries in dK/dV).
 pub(crate) const KEYS: usize = 64;
@@ -113,14 +116,25 @@ pub(crate) fn max_shared<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
     client.properties().hardware.max_shared_memory_size
 }
 
-/// The variant the FlashAttention-2 kernels compile for a call of `spec` on `path`: natively,
-/// [`Variant::plain`] where every window is plain. Emulated (lavapipe, the tests) it stays
-/// false, so that a test's plain and other windows share one compiled kernel (lavapipe
-/// compiles each for minutes); the spans themselves are checked against `WindowSpec::visible`
-/// by the visibility probe, and natively by the GPU session's tests.
-pub(crate) fn flash_variant(variant: Variant, spec: &WindowSpec, path: FragmentPath) -> Variant {
+/// The variant the FlashAttention-2 kernels compile for a call of `spec` laid out as
+/// `layout` on `path`: [`Variant::scaled_dots`] where the score is the scaled product alone
+/// and the scale in `(0, 2]` (so that the masked score times the exponent's factor stays
+/// finite), on either path; natively, [`Variant::plain`] where every window is plain. Emulated
+/// (lavapipe, the tests) `plain` stays false, so that a test's plain and other windows share
+/// one compiled kernel (lavapipe compiles each for minutes); the spans themselves are checked
+/// against `WindowSpec::visible` by the visibility probe, and natively by the GPU session's
+/// tests.
+pub(crate) fn flash_variant<R: CubeRuntime>(
+    layout: &LaunchArgs<R>,
+    spec: &WindowSpec,
+    path: FragmentPath,
+) -> Variant {
+    let variant = layout.variant;
     let plain = path == FragmentPath::Native && plain_windows(spec);
-    Variant { plain, ..variant }
+    let scale = layout.scale();
+    let scaled_dots = !variant.sigmoid && !variant.softcap && !variant.alibi;
+    let scaled_dots = scaled_dots && scale > 0.0 && scale <= 2.0;
+    Variant { plain, scaled_dots, ..variant }
 }
 
 /// The heads in the order the grid runs them: the farthest-reaching window first, so that
@@ -137,14 +151,23 @@ pub(crate) fn head_order(spec: &WindowSpec) -> Vec<u32> {
     order.into_iter().map(|h| h as u32).collect()
 }
 
+/// Row groups per warp in the forward at head dim `dim`: at d = 64 ([`STAGED_DIM`]) a warp owns
+/// two groups of 16 rows, the cube `2 · ROWS`, so that each `K` and `V` fragment a warp loads,
+/// and each tile's copies and per-tile work, serve twice the products; at d = 128 one (the
+/// registers hold one group's `O` and scores). Group `g` is the cube's rows
+/// `g · ROWS … g · ROWS + ROWS − 1`, a warp's rows in it as [`block_row`] says.
+pub(crate) const fn forward_groups(dim: usize) -> usize {
+    if dim <= STAGED_DIM { 2 } else { 1 }
+}
+
 /// This lane's cube-relative row `p` of a fragment's accumulator (0: `g`, 1: `g + 8`, in the
 /// 16 rows of its warp): a query row in the forward and dQ, a key row in dK/dV.
 #[cube]
 pub(crate) fn block_row(#[comptime] p: usize, #[comptime] path: FragmentPath) -> usize {
-    UNIT_POS as usize / LANES * M + lane(path) as usize / 4 + 8 * p
+    UNIT_POS_X as usize / LANES * M + lane(path) as usize / 4 + 8 * p
 }
 
-/// Does every query of the rows `i0 .. min(i0 + ROWS, N_q)` see every key of the tile
+/// Does every query of the rows `i0 .. min(i0 + rows, N_q)` see every key of the tile
 /// `j0 .. j0 + KEYS`? [`sees_whole_block`] on the call's positions: implied by the per-pair
 /// rule, and never for a tile reaching past the valid keys (padding keys are masked, since
 /// their weights could overflow under ALiBi).
@@ -155,18 +178,20 @@ pub(crate) fn sees_whole_tile(
     q_len: usize,
     j0: usize,
     call: &Call,
+    #[comptime] rows: usize,
     #[comptime] causal: bool,
 ) -> bool {
     let first_query = call.query_offset + i0 as u32;
-    let last_query = call.query_offset + (min(i0 + ROWS, q_len) - 1) as u32;
+    let last_query = call.query_offset + (min(i0 + rows, q_len) - 1) as u32;
     let (first_key, last_key) = (j0 as u32, (j0 + KEYS - 1) as u32);
     sees_whole_block(window, first_query, last_query, first_key, last_key, call, causal)
 }
 
 /// The order a cube visits its tiles in: the first run of tiles seen whole first, then the
 /// others in list order, so that the whole tiles run in a loop of their own without the
-/// per-pair rule. Tiles seen whole past that run (sink tiles) go with the others: the rule
-/// holds on them too.
+/// per-pair rule. The run's tiles are consecutive (a run does not cross from the sink tiles to
+/// a band that does not follow them), so that its loop steps one tile at a time. Tiles seen
+/// whole past that run (sink tiles) go with the others: the rule holds on them too.
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct TileOrder {
     /// Index in the tile list of the run's first tile.
@@ -175,10 +200,10 @@ pub(crate) struct TileOrder {
     pub whole: u32,
 }
 
-/// The [`TileOrder`] of the cube whose own rows start at `own`: query rows whose key tiles
-/// are `tiles` (`super::forward_flash`, `super::backward_queries_flash`), or with `key_rows`
-/// key rows whose query tiles are `tiles` (`super::backward_keys_flash`; a query tile reaching
-/// past `N_q` is never whole: its padding rows are masked). A tile is whole when
+/// The [`TileOrder`] of the cube whose own rows start at `own`: `rows` query rows whose key
+/// tiles are `tiles` (`super::forward_flash`, `super::backward_queries_flash`), or with
+/// `key_rows` key rows whose query tiles of `rows` are `tiles` (`super::backward_keys_flash`;
+/// a query tile reaching past `N_q` is never whole: its padding rows are masked). A tile is whole when
 /// [`sees_whole_tile`] says so. One uniform pass over the list, which ends past the run.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -188,19 +213,21 @@ pub(crate) fn whole_first(
     own: usize,
     q_len: usize,
     call: &Call,
+    #[comptime] rows: usize,
     #[comptime] causal: bool,
     #[comptime] key_rows: bool,
 ) -> TileOrder {
     let mut order = TileOrder { first: 0, whole: 0 };
     for t in 0..tiles.before + tiles.count {
-        let whole = if comptime![key_rows] {
-            let i0 = nth_tile(tiles, t) as usize * ROWS;
-            i0 + ROWS <= q_len && sees_whole_tile(window, i0, q_len, own, call, causal)
+        let tile = nth_tile(tiles, t);
+        let follows = order.whole == 0 || tile == nth_tile(tiles, t - min(t, 1)) + 1;
+        let seen = if comptime![key_rows] {
+            let i0 = tile as usize * rows;
+            i0 + rows <= q_len && sees_whole_tile(window, i0, q_len, own, call, rows, causal)
         } else {
-            let j0 = nth_tile(tiles, t) as usize * KEYS;
-            sees_whole_tile(window, own, q_len, j0, call, causal)
+            sees_whole_tile(window, own, q_len, tile as usize * KEYS, call, rows, causal)
         };
-        if whole {
+        if follows && seen {
             if order.whole == 0 {
                 order.first = t;
             }
@@ -239,20 +266,34 @@ pub(crate) fn tile_at(tiles: &Tiles, order: &TileOrder, u: u32) -> u32 {
 }
 
 /// Where the steps of a cube of query rows find their key tiles: the list, the order it
-/// visits it in ([`TileOrder`]), its length, and where the head's `K` and `V` start.
+/// visits it in ([`TileOrder`]), its length, and where the head's `K` and `V` rows lie.
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct KeySteps {
     pub tiles: Tiles,
     pub visit: TileOrder,
     pub count: u32,
-    pub k_base: usize,
-    pub v_base: usize,
+    pub k_rows: HeadRows,
+    pub v_rows: HeadRows,
 }
 
 /// The first key of step `step` of `steps`' visit.
 #[cube]
 pub(crate) fn step_keys(steps: &KeySteps, step: u32) -> usize {
     tile_at(&steps.tiles, &steps.visit, step) as usize * KEYS
+}
+
+/// [`step_keys`] for a step of the cut tiles' loop, natively past the run of whole tiles
+/// ([`cut_from`]): the visit's order without the run's own case. Emulated, where that loop
+/// takes every step, [`step_keys`] itself.
+#[cube]
+pub(crate) fn cut_step_keys(steps: &KeySteps, step: u32, #[comptime] path: FragmentPath) -> usize {
+    if comptime![path == FragmentPath::Native] {
+        let (run, rest) = (steps.visit, step - steps.visit.whole);
+        let t = select(rest < run.first, rest, rest + run.whole);
+        nth_tile(&steps.tiles, t) as usize * KEYS
+    } else {
+        step_keys(steps, step)
+    }
 }
 
 /// Where a cube's tile copies ([`copy_rows`]) land: natively an mbarrier that each unit's
@@ -264,7 +305,7 @@ pub(crate) type Landing = ComptimeOption<Shared<Barrier>>;
 #[cube]
 pub(crate) fn landing(#[comptime] path: FragmentPath) -> Landing {
     if comptime![path == FragmentPath::Native] {
-        Landing::new_Some(Barrier::shared(CUBE_DIM, UNIT_POS == 0))
+        Landing::new_Some(Barrier::shared(CUBE_DIM, UNIT_POS_X == 0))
     } else {
         Landing::new_None()
     }
@@ -285,17 +326,68 @@ pub(crate) fn land(landing: &Landing) {
     }
 }
 
-/// Copies rows `first … first + rows − 1` of `t` (`[batch, heads, len, d]` read as vectors of
-/// `N` along `d`, `base` addressing the batch and head) into `out` (rows `stride` apart), zeros
-/// for rows at or past `valid`: each unit its share of 16-byte vectors, in turn. Natively by
-/// `cp.async` (zero-filled past `valid`), in flight until [`land`]; emulated, its twin: the
-/// same vectors loaded and stored by the same units at the same addresses, at once. Natively
-/// the vectors must be 16 bytes (`N` elements of 2 bytes) and the rows 16-byte aligned.
+/// Where one head's rows lie in a tensor `[batch, heads, len, d]` read as vectors of `N`
+/// along `d`: its row 0 and the distance between rows, both counted in vectors (rows are a
+/// whole number of vectors apart). Read once per cube ([`head_rows`]), so that a tile copy in
+/// the loop costs a multiply-add per row, not the tensor's metadata again.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct HeadRows {
+    pub base: usize,
+    pub stride: usize,
+}
+
+/// The [`HeadRows`] of `head` of batch `batch` in `t`, whose rows lie `stride` vectors apart
+/// (one of the [`TileStrides`] for a tensor the loop copies, so that the loop reads it from the
+/// launch's constants; else `t.stride(2)` in vectors).
+#[cube]
+pub(crate) fn head_rows<F: Float, N: Size>(
+    t: &Tensor<Vector<F, N>>,
+    batch: usize,
+    head: usize,
+    stride: u32,
+) -> HeadRows {
+    HeadRows { base: offset(t, batch, head, 0) / t.vector_size(), stride: stride as usize }
+}
+
+/// The distance between `t`'s rows in vectors, from its metadata: for the tensors copied
+/// before the loop.
+#[cube]
+pub(crate) fn row_stride<F: Float, N: Size>(t: &Tensor<Vector<F, N>>) -> u32 {
+    (t.stride(2) / t.vector_size()) as u32
+}
+
+/// The row strides, in vectors, of the two tensors whose tiles a kernel's loop copies
+/// ([`copy_rows`]): `K` then `V` in the forward and dQ, `Q` then `dO` in dK/dV. Launch
+/// scalars: a tensor's own strides lie in global memory, which the loop would read again after
+/// every asynchronous copy (its memory clobber invalidates what the compiler had loaded), and
+/// would otherwise hold in registers the products need.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct TileStrides {
+    pub first: u32,
+    pub second: u32,
+}
+
+/// The [`TileStrides`] of `first` and `second` read as vectors of `vector` elements.
+pub(crate) fn tile_strides<R: CubeRuntime>(
+    first: &CubeTensor<R>,
+    second: &CubeTensor<R>,
+    vector: usize,
+) -> TileStridesLaunch<R> {
+    let rows = |t: &CubeTensor<R>| (t.meta.strides()[2] / vector) as u32;
+    TileStridesLaunch::new(rows(first), rows(second))
+}
+
+/// Copies rows `first … first + rows − 1` of the head `at` of `t` (`[batch, heads, len, d]`
+/// read as vectors of `N` along `d`) into `out` (rows `stride` apart), zeros for rows at or
+/// past `valid`: each unit its share of 16-byte vectors, in turn. Natively by `cp.async`
+/// (zero-filled past `valid`), in flight until [`land`]; emulated, its twin: the same vectors
+/// loaded and stored by the same units at the same addresses, at once. Natively the vectors
+/// must be 16 bytes (`N` elements of 2 bytes) and the rows 16-byte aligned.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn copy_rows<F: Float, N: Size>(
     t: &Tensor<Vector<F, N>>,
-    base: usize,
+    at: &HeadRows,
     first: usize,
     valid: usize,
     out: &mut SharedMemory<F>,
@@ -306,57 +398,51 @@ pub(crate) fn copy_rows<F: Float, N: Size>(
 ) {
     let width = N::value().comptime();
     if comptime![path == FragmentPath::Native] {
-        // This unit's first vector, and how far the next step's lies: whole rows apart.
+        // This unit's first vector and its place in `out`; the next step's lie whole rows on.
         let rows_per_step = comptime![UNITS * width / dim];
-        let unit = UNIT_POS as usize * width;
+        let unit = UNIT_POS_X as usize * width;
         let (row, column) = (first + unit / dim, unit % dim);
-        let row_stride = t.stride(2);
-        let from = (base + row * row_stride + column) / width;
-        let at = unit / dim * stride + column;
+        let from = at.base + row * at.stride + column / width;
+        let to = unit / dim * stride + column;
         #[unroll]
         for step in 0..comptime![rows / rows_per_step] {
-            let source = t.slice(
-                from + step * rows_per_step * row_stride / width,
-                from + step * rows_per_step * row_stride / width
-                    + select(row + step * rows_per_step < valid, 1, 0),
-            );
+            let start = from + step * rows_per_step * at.stride;
+            let source = t.slice(start, start + select(row + step * rows_per_step < valid, 1, 0));
             // The source is a slice of 16-byte vectors and the destination of elements: the
             // copy takes both as addresses, each offset in its own units, so the source's
             // type only needs to match for the signature.
             let source = unsafe { source.downcast_unchecked::<F>() };
-            let to = at + step * rows_per_step * stride;
-            copy_async_checked(&source, &mut out.slice_mut(to, to + width), width as u32);
+            let place = to + step * rows_per_step * stride;
+            copy_async_checked(&source, &mut out.slice_mut(place, place + width), width as u32);
         }
     } else {
-        let staged = fetch(t, base, first, valid, rows, dim);
+        let staged = fetch(t, at, first, valid, rows, dim);
         stash(&staged, out, rows, dim, stride);
     }
 }
 
-/// Issues the global loads of this unit's share of rows `first … first + rows − 1` of `t`
-/// (`[batch, heads, len, d]` read as vectors of `N` along `d`, `base` addressing the batch and
-/// head), zeros for rows at or past `valid`, and returns them in registers for [`stash`]: the
-/// loads stay in flight while the unit computes.
+/// Issues the global loads of this unit's share of rows `first … first + rows − 1` of the
+/// head `at` of `t` (as [`copy_rows`] reads them), zeros for rows at or past `valid`, and
+/// returns them in registers for [`stash`]: the loads stay in flight while the unit computes.
 #[cube]
 pub(crate) fn fetch<F: Float, N: Size>(
     t: &Tensor<Vector<F, N>>,
-    base: usize,
+    at: &HeadRows,
     first: usize,
     valid: usize,
     #[comptime] rows: usize,
     #[comptime] dim: usize,
 ) -> Array<Vector<F, N>> {
     let width = t.vector_size();
-    let row_stride = t.stride(2);
     let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
     let mut staged = Array::<Vector<F, N>>::new(steps);
     #[unroll]
     for step in 0..steps {
-        let e = (step * UNITS + UNIT_POS as usize) * width;
+        let e = (step * UNITS + UNIT_POS_X as usize) * width;
         let row = first + e / dim;
         let mut value = Vector::<F, N>::empty().fill(F::cast_from(0.0f32));
         if e < rows * dim && row < valid {
-            value = t[(base + row * row_stride + e % dim) / width];
+            value = t[at.base + row * at.stride + e % dim / width];
         }
         staged[step] = value;
     }
@@ -377,7 +463,7 @@ pub(crate) fn stash<F: Float, N: Size>(
     let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
     #[unroll]
     for step in 0..steps {
-        let e = (step * UNITS + UNIT_POS as usize) * width;
+        let e = (step * UNITS + UNIT_POS_X as usize) * width;
         if e < rows * dim {
             let value = staged[step];
             let at = e / dim * stride + e % dim;
@@ -409,7 +495,7 @@ pub(crate) fn write_rows<F: Float, N: Size>(
     let steps = comptime![(rows * dim).div_ceil(UNITS * width)];
     #[unroll]
     for step in 0..steps {
-        let e = (step * UNITS + UNIT_POS as usize) * width;
+        let e = (step * UNITS + UNIT_POS_X as usize) * width;
         let row = first + e / dim;
         if e < rows * dim && row < valid {
             let at = e / dim * stride + e % dim;

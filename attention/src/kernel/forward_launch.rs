@@ -11,7 +11,9 @@ use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
 use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
-use super::flash::{self, UNITS, flash_path, flash_variant, head_order};
+use super::flash::{
+    self, UNITS, flash_path, flash_variant, forward_groups, head_order, tile_strides,
+};
 use super::forward::forward_kernel;
 use super::forward_cmma::forward_cmma_kernel;
 use super::forward_flash::forward_flash_kernel;
@@ -110,7 +112,10 @@ fn launch_flash<R: CubeRuntime>(
     let order = head_order(spec);
     let order = upload(&client, &q.device, u32::as_bytes(&order), DType::U32);
     let dtype = q.dtype;
-    let cubes = CubeCount::Static(q_len.div_ceil(flash::ROWS) as u32, heads as u32, batch as u32);
+    let vector = load_vector(&[&q, &k, &v, o]);
+    let strides = tile_strides(&k, &v, vector);
+    let rows = flash::ROWS * forward_groups(q.meta.shape()[3]);
+    let cubes = CubeCount::Static(q_len.div_ceil(rows) as u32, heads as u32, batch as u32);
     // SAFETY: the kernel guards every access to its tensors by the call's lengths, as the
     // tensor-core kernels do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
     unsafe {
@@ -118,7 +123,7 @@ fn launch_flash<R: CubeRuntime>(
             &client,
             cubes,
             CubeDim::new_1d(UNITS as u32),
-            load_vector(&[&q, &k, &v, o]),
+            vector,
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
@@ -128,7 +133,8 @@ fn launch_flash<R: CubeRuntime>(
             layout.slopes.clone().into_array_arg(),
             order.into_array_arg(),
             layout.call(),
-            flash_variant(layout.variant, spec, path),
+            strides,
+            flash_variant(layout, spec, path),
             path,
             dtype.into(),
         );

@@ -48,7 +48,7 @@ pub(crate) fn fragment_probe_kernel<F: Float>(
     let mut b_s = SharedMemory::<F>::new_aligned(K * N, ROW_ALIGN);
     let mut c_s = SharedMemory::<f32>::new(rows * N);
     let mut exchange = SharedMemory::<f32>::new(comptime![path.exchange_len(warps, 1)]);
-    let warp = UNIT_POS as usize / LANES;
+    let warp = UNIT_POS_X as usize / LANES;
 
     let mut acc = zeros();
     for step in 0..STEPS {
@@ -65,7 +65,7 @@ pub(crate) fn fragment_probe_kernel<F: Float>(
     store(&acc, &mut c_s, warp * M * N, N, path);
     sync_cube();
 
-    let mut e = UNIT_POS as usize;
+    let mut e = UNIT_POS_X as usize;
     while e < rows * N {
         c[e] = c_s[e];
         e += CUBE_DIM as usize;

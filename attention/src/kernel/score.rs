@@ -1,6 +1,11 @@
 //! Scores and weights of one (query, key) pair, shared by the forward and backward kernels so
 //! that both compute the same thing as `crate::scores::attend` (docs/semantics.md §1, §4):
 //! `s = c·tanh(scale·q·k / c) − m_h·(i − j)`, then `exp(s − m)` (softmax) or `σ(s + β)`.
+//!
+//! The softmax's exponentials are taken in base 2 ([`exp2_scaled`]: `e^x = 2^(x·log₂e)`),
+//! so that a pair's weight is one fused multiply-add and `ex2` on CUDA: its input scaled by a
+//! [`exponent_factor`] minus a row's shift, the factor carrying the scale too where the
+//! variant allows ([`exponent_input`]).
 
 use cubecl::prelude::*;
 
@@ -35,6 +40,51 @@ pub(crate) fn score(
         score.value -= slope * (f32::cast_from(i) - f32::cast_from(j));
     }
     score
+}
+
+/// `log₂ e`: the factor that turns a natural exponent into a power of 2.
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// What the softmax multiplies an [`exponent_input`] by before [`exp2_scaled`]: `scale·log₂e`
+/// where the variant folds the scale into the exponent (`Variant::scaled_dots`), else `log₂e`.
+#[cube]
+pub(crate) fn exponent_factor(call: &Call, #[comptime] variant: Variant) -> f32 {
+    let log2_e = f32::new(LOG2_E);
+    if comptime![variant.scaled_dots] { call.scale * log2_e } else { log2_e }
+}
+
+/// A row's shift in the base of [`exp2_scaled`] from its log-normaliser `lse` (natural): what
+/// the backward kernels keep of `lse`, converted once per row.
+#[cube]
+pub(crate) fn base2_shift(lse: f32) -> f32 {
+    lse * f32::new(LOG2_E)
+}
+
+/// What a pair enters the softmax with: `dot = q·k` itself where the variant folds the scale
+/// into the exponent (`Variant::scaled_dots`: the row maxima are then taken over the products,
+/// the scale being positive), else its [`score`]; with `∂s/∂(scale·q·k)` as [`score`]'s.
+#[cube]
+pub(crate) fn exponent_input(
+    dot: f32,
+    i: u32,
+    j: u32,
+    slope: f32,
+    call: &Call,
+    #[comptime] variant: Variant,
+) -> Score {
+    if comptime![variant.scaled_dots] {
+        Score { value: dot, chain: 1.0 }
+    } else {
+        score(dot, i, j, slope, call, variant)
+    }
+}
+
+/// `2^(x·factor − shift)`, fast: with CUDA's `__powf` of 2 its logarithm folds away, leaving a
+/// fused multiply-add and `ex2.approx`. `x·factor` and `shift` must be finite (the kernels'
+/// masked scores are chosen so).
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
+pub(crate) fn exp2_scaled(x: f32, factor: f32, shift: f32) -> f32 {
+    f32::powf(2.0, x * factor - shift)
 }
 
 /// The relative score (docs/semantics.md §4) of the query row whose table row starts at `base`
@@ -72,16 +122,24 @@ pub(crate) struct Weight {
     pub gate: f32,
 }
 
-/// The weight and gate of score `s` in a row with log-normaliser `lse`.
+/// The weight and gate of the pair whose [`exponent_input`] is `x` in a row whose
+/// log-normaliser is `shift` in base 2 ([`base2_shift`]): `2^(x·factor − shift)` under
+/// softmax ([`exponent_factor`]), `σ(x + β)` under sigmoid (where `x` is the score).
 #[cube]
-pub(crate) fn weight(s: f32, lse: f32, call: &Call, #[comptime] variant: Variant) -> Weight {
+pub(crate) fn weight(
+    x: f32,
+    factor: f32,
+    shift: f32,
+    call: &Call,
+    #[comptime] variant: Variant,
+) -> Weight {
     let mut weight = Weight { value: 0.0, gate: 0.0 };
     if comptime![variant.sigmoid] {
-        let w = sigmoid(s + call.beta);
+        let w = sigmoid(x + call.beta);
         weight.value = w;
         weight.gate = w * (1.0 - w);
     } else {
-        let p = (s - lse).exp();
+        let p = exp2_scaled(x, factor, shift);
         weight.value = p;
         weight.gate = p;
     }

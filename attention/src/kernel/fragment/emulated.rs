@@ -35,7 +35,7 @@ pub(crate) fn position(lane: usize, nth: usize, #[comptime] ident: MatrixIdent) 
 #[cube]
 fn warp_base(exchange: &SharedMemory<f32>) -> usize {
     let warps = CUBE_DIM as usize / LANES;
-    UNIT_POS as usize / LANES * (exchange.len() / max(warps, 1))
+    UNIT_POS_X as usize / LANES * (exchange.len() / max(warps, 1))
 }
 
 /// Writes this lane's fragment of `ident` into the row-major `rows × cols` matrix at `base` of
@@ -48,7 +48,7 @@ fn spill<F: Float>(
     #[comptime] cols: usize,
     #[comptime] ident: MatrixIdent,
 ) {
-    let lane = UNIT_POS as usize % LANES;
+    let lane = UNIT_POS_X as usize % LANES;
     let count = comptime![pairs(ident)];
     #[unroll]
     for p in 0..count {
@@ -112,7 +112,7 @@ fn accumulate(
     a_base: usize,
     b_base: usize,
 ) {
-    let lane = UNIT_POS as usize % LANES;
+    let lane = UNIT_POS_X as usize % LANES;
     let count = comptime![pairs(MatrixIdent::Accumulator)];
     #[unroll]
     for p in 0..count {
@@ -138,7 +138,7 @@ pub(crate) fn shuffle_xor(
     mask: u32,
     exchange: &mut SharedMemory<f32>,
 ) -> Pair<f32> {
-    let lane = UNIT_POS % LANES as u32;
+    let lane = UNIT_POS_X % LANES as u32;
     let base = warp_base(exchange);
     exchange[base + 2 * lane as usize] = value[0];
     exchange[base + 2 * lane as usize + 1] = value[1];

@@ -20,8 +20,9 @@
 //! row of C lies in the 4 lanes of a quad (`4g … 4g + 3`), pair 0 in row `g` and pair 1 in row
 //! `g + 8`: [`reduce_rows`] combines a row within its quad (shuffles by 1 and 2).
 //!
-//! A cube is 1-D, of `warps` warps of 32 units (warp `UNIT_POS / 32`), each warp with its own
-//! fragments. On the emulated path a warp is 32 units that exchange through shared memory
+//! A cube is 1-D, of `warps` warps of 32 units (warp `UNIT_POS_X / 32`: in a 1-D cube the
+//! unit's index, one register that the compiler can read again, where `UNIT_POS` is computed
+//! from three and kept live), each warp with its own fragments. On the emulated path a warp is 32 units that exchange through shared memory
 //! between `sync_cube`s, so every fragment function must be reached by all units of the cube
 //! in uniform control flow (natively, by all lanes of the warp).
 
@@ -122,7 +123,7 @@ pub(crate) fn pairs(ident: MatrixIdent) -> usize {
 /// This unit's lane in its warp.
 #[cube]
 pub(crate) fn lane(#[comptime] path: FragmentPath) -> u32 {
-    if comptime![path == FragmentPath::Native] { UNIT_POS_PLANE } else { UNIT_POS % LANES as u32 }
+    if comptime![path == FragmentPath::Native] { UNIT_POS_PLANE } else { UNIT_POS_X % LANES as u32 }
 }
 
 /// `(row, column)` of element `nth` of `lane`'s fragment of `ident`: CubeCL's mapping natively,
@@ -417,7 +418,7 @@ pub(crate) fn copy_tile<F: Float>(
     #[comptime] rows: usize,
     #[comptime] cols: usize,
 ) {
-    let mut e = UNIT_POS as usize;
+    let mut e = UNIT_POS_X as usize;
     while e < rows * cols {
         let row = e / cols;
         let col = e % cols;
