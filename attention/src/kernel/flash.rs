@@ -151,13 +151,15 @@ pub(crate) fn head_order(spec: &WindowSpec) -> Vec<u32> {
     order.into_iter().map(|h| h as u32).collect()
 }
 
-/// Row groups per warp in the forward at head dim `dim`: at d = 64 ([`STAGED_DIM`]) a warp owns
-/// two groups of 16 rows, the cube `2 · ROWS`, so that each `K` and `V` fragment a warp loads,
-/// and each tile's copies and per-tile work, serve twice the products; at d = 128 one (the
-/// registers hold one group's `O` and scores). Group `g` is the cube's rows
+/// Row groups per warp in the forward at head dim `dim` on `path`: natively at d = 64
+/// ([`STAGED_DIM`]) a warp owns two groups of 16 rows, the cube `2 · ROWS`, so that each `K`
+/// and `V` fragment a warp loads, and each tile's copies and per-tile work, serve twice the
+/// products; at d = 128 one (the registers hold one group's `O` and scores). Emulated, one:
+/// lavapipe compiles the two-group kernel in over ten minutes of one core, beyond CI's budget
+/// (it passed the emulated forward's cases once, 2026-11-29). Group `g` is the cube's rows
 /// `g · ROWS … g · ROWS + ROWS − 1`, a warp's rows in it as [`block_row`] says.
-pub(crate) const fn forward_groups(dim: usize) -> usize {
-    if dim <= STAGED_DIM { 2 } else { 1 }
+pub(crate) fn forward_groups(dim: usize, path: FragmentPath) -> usize {
+    if dim <= STAGED_DIM && path == FragmentPath::Native { 2 } else { 1 }
 }
 
 /// This lane's cube-relative row `p` of a fragment's accumulator (0: `g`, 1: `g + 8`, in the

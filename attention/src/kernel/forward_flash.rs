@@ -3,7 +3,7 @@
 //! order and tile copies are `super::flash`'s).
 //!
 //! A cube owns the query rows of one head in [`forward_groups`] groups of 64, 16 per warp in
-//! each (128 rows, 32 per warp, at d = 64; 64 rows at d = 128). Each warp keeps its rows of
+//! each (natively 128 rows, 32 per warp, at d = 64; 64 rows at d = 128 and when emulated). Each warp keeps its rows of
 //! `Q` as A fragments (at d = 64; in shared memory at d = 128: [`STAGED_DIM`]), and its
 //! running maxima, sums and `O` as accumulators, in registers for the whole block, and visits
 //! the key tiles of 64 that [`block_key_tiles`] gives (the window's reach and sinks; tiles
@@ -53,7 +53,7 @@ fn masked() -> f32 {
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16, read as vectors of `N`;
 /// `strides`: `K`'s and `V`'s) → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32). Grid:
-/// (query blocks of `forward_groups(d) · 64`, H, batch), head `order[y]` at grid row `y`;
+/// (query blocks of `forward_groups(d, path) · 64`, H, batch), head `order[y]` at grid row `y`;
 /// `super::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -74,7 +74,7 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
 ) {
     let dim = variant.head_dim;
     let stride = comptime![dim + PAD];
-    let groups = comptime![forward_groups(dim)];
+    let groups = comptime![forward_groups(dim, path)];
     let rows = comptime![groups * ROWS];
     let head = order[CUBE_POS_Y as usize] as usize;
     let at = query_block_of_head(q, k, windows, slopes, &call, head, rows);
@@ -105,7 +105,9 @@ pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(
         copy_rows(q, &q_rows, at.block, at.q_len, &mut q_s, ROWS, dim, stride, path);
     } else {
         copy_rows(q, &q_rows, at.block, at.q_len, &mut v_s, ROWS, dim, stride, path);
-        copy_rows(q, &q_rows, at.block + ROWS, at.q_len, &mut k_s, ROWS, dim, stride, path);
+        if comptime![groups > 1] {
+            copy_rows(q, &q_rows, at.block + ROWS, at.q_len, &mut k_s, ROWS, dim, stride, path);
+        }
         land(&landing);
         #[unroll]
         for g in 0..groups {
@@ -286,7 +288,7 @@ fn tile_step<F: Float, NV: Size>(
     let stride = comptime![dim + PAD];
     let kv_len = call.kv_len as usize;
     copy_rows(v, &steps.v_rows, j0, kv_len, v_s, KEYS, dim, stride, path);
-    let groups = comptime![forward_groups(dim)];
+    let groups = comptime![forward_groups(dim, path)];
     let mut s = row_products(q_fragments, q_s, k_s, 0, exchange, KEYS / N, groups, dim, path);
     #[unroll]
     for g in 0..groups {
@@ -481,7 +483,7 @@ fn finish<F: Float>(
     let stride = comptime![dim + PAD];
     let warp_rows = UNIT_POS_X as usize / LANES * M * stride;
     #[unroll]
-    for g in 0..comptime![forward_groups(dim)] {
+    for g in 0..comptime![forward_groups(dim, path)] {
         let total = reduce_quad(state.total[g], RowReduction::Sum, exchange, path);
         let mut inverse = Pair::<f32>::new(0.0);
         #[unroll]

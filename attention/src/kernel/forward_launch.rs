@@ -114,7 +114,7 @@ fn launch_flash<R: CubeRuntime>(
     let dtype = q.dtype;
     let vector = load_vector(&[&q, &k, &v, o]);
     let strides = tile_strides(&k, &v, vector);
-    let rows = flash::ROWS * forward_groups(q.meta.shape()[3]);
+    let rows = flash::ROWS * forward_groups(q.meta.shape()[3], path);
     let cubes = CubeCount::Static(q_len.div_ceil(rows) as u32, heads as u32, batch as u32);
     // SAFETY: the kernel guards every access to its tensors by the call's lengths, as the
     // tensor-core kernels do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
