@@ -39,7 +39,7 @@ use super::flash_products::{accumulate, row_products, scale_accumulators, weight
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::offset;
 use super::reach::{Tiles, query_tiles};
-use super::score::{exponent_factor, exponent_input, weight};
+use super::score::{exponent_factor, score, weight};
 use super::visibility::{Span, Window, key_span, load_window, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
@@ -401,7 +401,7 @@ fn key_weights(
             #[unroll]
             for r in 0..2usize {
                 let (mut w, mut g) = (weights[r], grads[r]);
-                let s = exponent_input(w[e], i, keys[r], steps.slope, call, variant);
+                let s = score(w[e], i, keys[r], steps.slope, call, variant);
                 let pair = weight(s.value, factor, lse, call, variant);
                 let d_raw = pair.gate * (g[e] + coefficient) * s.chain;
                 w[e] = pair.value;

@@ -34,7 +34,7 @@ use super::flash::{
 use super::flash_products::{accumulate, row_products, scale_accumulators, weights_as_a};
 use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::score::{base2_shift, exponent_factor, exponent_input, weight};
+use super::score::{base2_shift, exponent_factor, score, weight};
 use super::visibility::{plain_span, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
@@ -339,7 +339,7 @@ fn score_gradients(
             #[unroll]
             for e in 0..2usize {
                 let j = (j0 + block * N + column + e) as u32;
-                let s = exponent_input(s_pair[e], i, j, at.slope, call, variant);
+                let s = score(s_pair[e], i, j, at.slope, call, variant);
                 let w = weight(s.value, factor, terms.shift[p], call, variant);
                 let d_raw = w.gate * (dp_pair[e] + terms.coefficient[p]) * s.chain;
                 s_pair[e] = d_raw;

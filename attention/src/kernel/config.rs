@@ -49,7 +49,7 @@ pub(crate) struct Variant {
     pub plain: bool,
     /// The score is `q·k` times the scale alone, a scale in `(0, 2]` (softmax without softcap
     /// or ALiBi): the FlashAttention-2 kernels then take their row maxima over the products
-    /// themselves and fold the scale into the exponent (`super::score::exponent_input`), one
+    /// themselves and fold the scale into the exponent (`super::score::score`), one
     /// fused multiply-add before `ex2` per pair. Set only by their launches
     /// (`super::flash::flash_variant`), false in every other kernel.
     pub scaled_dots: bool,

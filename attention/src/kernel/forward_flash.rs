@@ -39,7 +39,7 @@ use super::fragment::{
     FragmentPath, K, LANES, M, N, Pair, RowReduction, lane, load, reduce_quad, store, zeros,
 };
 use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::score::{exp2_scaled, exponent_factor, exponent_input, row_end, sigmoid};
+use super::score::{exp2_scaled, exponent_factor, row_end, score, sigmoid};
 use super::visibility::{plain_span, visible_by_span};
 
 /// The value a masked pair holds: a quarter of the lowest f32, below every real score or
@@ -309,7 +309,7 @@ fn tile_step<F: Float, NV: Size>(
 }
 
 /// A lane's two rows in each group (element `g` of each array for group `g`; row `g` in
-/// component 0, `g + 8` in component 1): running maxima of the [`exponent_input`]s (unused
+/// component 0, `g + 8` in component 1): running maxima of the [`score`]s (unused
 /// under sigmoid) and sums of the lane's own columns.
 #[derive(CubeType)]
 struct RowState {
@@ -317,7 +317,7 @@ struct RowState {
     total: Array<Pair<f32>>,
 }
 
-/// Turns group `g`'s products in `s` into what the softmax takes ([`exponent_input`]: the
+/// Turns group `g`'s products in `s` into what the softmax takes ([`score`]: the
 /// products themselves, or scores with their scale, softcap, ALiBi) and, `per_pair`, sets the
 /// pairs [`visible`] refuses to [`masked`]. Rows past `N_q` are left as they are: their
 /// queries are zeros, so their scores are finite, and they are never written.
@@ -346,7 +346,7 @@ fn score_tile(
             #[unroll]
             for e in 0..2usize {
                 let j = (j0 + block * N + column + e) as u32;
-                let value = exponent_input(pair[e], i, j, at.slope, call, variant).value;
+                let value = score(pair[e], i, j, at.slope, call, variant).value;
                 pair[e] = value;
                 if comptime![per_pair] {
                     let (causal, plain) = (variant.causal, variant.plain);
@@ -359,7 +359,7 @@ fn score_tile(
     }
 }
 
-/// One tile of the online softmax on group `g`'s [`exponent_input`]s `x` in `s`: each row's
+/// One tile of the online softmax on group `g`'s [`score`]s `x` in `s`: each row's
 /// maximum `m` over the tile (across its quad), the weights `2^(x·f − m·f)` with `f` the
 /// [`exponent_factor`] (`exp(s − m)` in the scores; `σ(s + β)` under sigmoid) in their place,
 /// and the sums moved on; fast ([`exp2_scaled`]). A masked input weighs 0 with no select of its

@@ -5,7 +5,7 @@
 //! The softmax's exponentials are taken in base 2 ([`exp2_scaled`]: `e^x = 2^(x·log₂e)`),
 //! so that a pair's weight is one fused multiply-add and `ex2` on CUDA: its input scaled by a
 //! [`exponent_factor`] minus a row's shift, the factor carrying the scale too where the
-//! variant allows ([`exponent_input`]).
+//! variant allows (`Variant::scaled_dots`, under which [`score`] is the product itself).
 
 use cubecl::prelude::*;
 
@@ -19,7 +19,9 @@ pub(crate) struct Score {
 }
 
 /// The score of query position `i` and key position `j` from `dot = q_i·k_j`, with ALiBi slope
-/// `slope`; softcap before ALiBi, as `crate::scores::attend`.
+/// `slope`; softcap before ALiBi, as `crate::scores::attend`. Under `Variant::scaled_dots` it
+/// is `dot` itself: the scale is folded into the softmax's [`exponent_factor`], and the row
+/// maxima are taken over the products (the scale being positive).
 #[cube]
 pub(crate) fn score(
     dot: f32,
@@ -29,7 +31,7 @@ pub(crate) fn score(
     call: &Call,
     #[comptime] variant: Variant,
 ) -> Score {
-    let raw = dot * call.scale;
+    let raw = if comptime![variant.scaled_dots] { dot } else { dot * call.scale };
     let mut score = Score { value: raw, chain: 1.0 };
     if comptime![variant.softcap] {
         let t = (raw / call.cap).tanh();
@@ -45,7 +47,7 @@ pub(crate) fn score(
 /// `log₂ e`: the factor that turns a natural exponent into a power of 2.
 const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
-/// What the softmax multiplies an [`exponent_input`] by before [`exp2_scaled`]: `scale·log₂e`
+/// What the softmax multiplies a [`score`] by before [`exp2_scaled`]: `scale·log₂e`
 /// where the variant folds the scale into the exponent (`Variant::scaled_dots`), else `log₂e`.
 #[cube]
 pub(crate) fn exponent_factor(call: &Call, #[comptime] variant: Variant) -> f32 {
@@ -58,25 +60,6 @@ pub(crate) fn exponent_factor(call: &Call, #[comptime] variant: Variant) -> f32 
 #[cube]
 pub(crate) fn base2_shift(lse: f32) -> f32 {
     lse * f32::new(LOG2_E)
-}
-
-/// What a pair enters the softmax with: `dot = q·k` itself where the variant folds the scale
-/// into the exponent (`Variant::scaled_dots`: the row maxima are then taken over the products,
-/// the scale being positive), else its [`score`]; with `∂s/∂(scale·q·k)` as [`score`]'s.
-#[cube]
-pub(crate) fn exponent_input(
-    dot: f32,
-    i: u32,
-    j: u32,
-    slope: f32,
-    call: &Call,
-    #[comptime] variant: Variant,
-) -> Score {
-    if comptime![variant.scaled_dots] {
-        Score { value: dot, chain: 1.0 }
-    } else {
-        score(dot, i, j, slope, call, variant)
-    }
 }
 
 /// `2^(x·factor − shift)`, fast: with CUDA's `__powf` of 2 its logarithm folds away, leaving a
@@ -122,7 +105,7 @@ pub(crate) struct Weight {
     pub gate: f32,
 }
 
-/// The weight and gate of the pair whose [`exponent_input`] is `x` in a row whose
+/// The weight and gate of the pair whose [`score`] is `x` in a row whose
 /// log-normaliser is `shift` in base 2 ([`base2_shift`]): `2^(x·factor − shift)` under
 /// softmax ([`exponent_factor`]), `σ(x + β)` under sigmoid (where `x` is the score).
 #[cube]
