@@ -101,7 +101,7 @@ impl DecoderConfig {
         };
         SelfAttentionConfig::new(self.d_model, self.heads, self.kv_heads(), kind)
             .with_rope_base(base)
-            .with_options(self.architecture.is_some().then_some(options))
+            .with_options(options)
     }
 
     /// The MLP of every block.

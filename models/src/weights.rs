@@ -2,8 +2,8 @@
 //!
 //! - **Burn records** ([`save_record`], [`load_record`]): Burn's named MessagePack at full
 //!   precision, as written by `NamedMpkFileRecorder<FullPrecisionSettings>`, in a `.mpk` file.
-//!   It keeps parameter ids, for going on with training in Burn. Records saved before a
-//!   format change load too ([`crate::records::migrate`]).
+//!   It keeps parameter ids, for going on with training in Burn, and the modules' current
+//!   layout only ([`crate::records`]).
 //! - **safetensors** ([`export_safetensors`], [`import_safetensors`]): the weights under the
 //!   stable names below, for other tools.
 //!
@@ -60,7 +60,7 @@ use burn::tensor::{DType, Tensor, backend::Backend};
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::layers::MixerRecord;
-use crate::records::{MigratingRecorder, RECORD_EXTENSION, write_record_item};
+use crate::records::{MpkRecorder, RECORD_EXTENSION, write_record_item};
 use crate::safetensors::SafetensorsFile;
 use crate::stored::{self, Layout, Load, LoadProblem};
 use crate::support::panics::without_panics;
@@ -72,7 +72,7 @@ pub fn save_record<B: Backend>(model: &Decoder<B>, path: &Path) -> Result<PathBu
     model.visit(&mut Materialize);
     write_atomically(&file, |temp| {
         let item = model.clone().into_record().into_item::<FullPrecisionSettings>();
-        write_record_item(&BurnRecord::<_, B>::new::<MigratingRecorder>(item), temp)
+        write_record_item(&BurnRecord::<_, B>::new::<MpkRecorder>(item), temp)
     })?;
     Ok(file)
 }
@@ -160,9 +160,9 @@ pub fn stored_shapes(shapes: &Shapes, heads: (usize, usize)) -> Shapes {
     stable_layout().file_shapes(shapes, heads)
 }
 
-/// Burn's named MessagePack recorder at full precision, reading old records too.
-fn recorder() -> MigratingRecorder {
-    MigratingRecorder
+/// Burn's named MessagePack recorder at full precision.
+fn recorder() -> MpkRecorder {
+    MpkRecorder
 }
 
 fn weights_error(path: &Path, problem: String) -> ModelError {

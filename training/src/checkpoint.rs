@@ -2,8 +2,7 @@
 //! resume. The files themselves are `crate::checkpoint_file`'s: a checkpoint is complete when its
 //! three records agree with their sidecars. Burn's checkpointer would load a record of another
 //! configuration without a word (it takes every tensor as it is), so `--resume` first reads the
-//! model here and compares every weight's shape. Checkpoints saved before a format change are
-//! read migrated ([`swa_models::records::migrate`]), here and by the Learner alike.
+//! model here and compares every weight's shape.
 
 use std::path::Path;
 
@@ -11,7 +10,7 @@ use burn::module::Module;
 use burn::record::Recorder;
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
-use swa_models::records::MigratingRecorder;
+use swa_models::records::MpkRecorder;
 use swa_models::support::panics::without_panics;
 use swa_models::weights::{
     check_record_structure, compare_shapes, parameter_shapes, recorder_problem,
@@ -70,7 +69,7 @@ pub fn check_model_checkpoint<B: Backend>(
     let fresh = LanguageModel::new(config.init::<B>(device)?);
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
-    let load = || MigratingRecorder.load(path.to_path_buf(), device);
+    let load = || MpkRecorder.load(path.to_path_buf(), device);
     let record: LanguageModelRecord<B> = without_panics("Burn's record loader", load)
         .map_err(unreadable)?
         .map_err(|e| unreadable(recorder_problem(&e)))?;

@@ -16,8 +16,7 @@ use burn::train::checkpoint::{CheckpointingAction, CheckpointingStrategy};
 use burn::train::metric::store::EventStoreClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use swa_models::records::migrate::migrated_optimizer;
-use swa_models::records::{MigratingRecorder, write_record_item};
+use swa_models::records::{MpkRecorder, write_record_item};
 use swa_models::support::files::{WriteError, write_atomically};
 
 use crate::stop::RunStop;
@@ -97,9 +96,9 @@ impl Default for CheckpointRecorder {
     }
 }
 
-/// The format underneath: Burn's named MessagePack, old records read migrated.
-fn named_mpk() -> MigratingRecorder {
-    MigratingRecorder
+/// The format underneath: Burn's named MessagePack.
+fn named_mpk() -> MpkRecorder {
+    MpkRecorder
 }
 
 impl<B: Backend> Recorder<B> for CheckpointRecorder {
@@ -135,18 +134,9 @@ impl<B: Backend> Recorder<B> for CheckpointRecorder {
         Ok(())
     }
 
-    /// Reads the record as [`MigratingRecorder`] does; an optimizer record saved before q|k|v
-    /// and gate|up were joined has the states of their parts joined as the checkpoint's model
-    /// record says ([`migrated_optimizer`]).
+    /// Reads the record as [`MpkRecorder`] does.
     fn load_item<I: DeserializeOwned>(&self, path: &mut PathBuf) -> Result<I, RecorderError> {
-        let mut file = self.file(path);
-        if let Some(model) = model_beside(&file).and_then(|model| fs::read(model).ok()) {
-            let optimizer = || fs::read(&file).ok();
-            if let Some(item) = migrated_optimizer(optimizer, &model) {
-                return Ok(item);
-            }
-        }
-        Recorder::<B>::load_item(&named_mpk(), &mut file)
+        Recorder::<B>::load_item(&named_mpk(), &mut self.file(path))
     }
 }
 
@@ -209,14 +199,6 @@ fn sidecar(record: &Path) -> PathBuf {
 /// The record file of `part` of the checkpoint of step `step` in `dir`.
 pub fn record_path(dir: &Path, part: &str, step: usize) -> PathBuf {
     dir.join(format!("{part}-{step}.mpk"))
-}
-
-/// The model record of the checkpoint whose optimizer record is `file` (`optim-N.mpk` →
-/// `model-N.mpk`); `None` for another record.
-fn model_beside(file: &Path) -> Option<PathBuf> {
-    let name = file.file_name()?.to_str()?;
-    let step = name.strip_prefix("optim-")?;
-    Some(file.with_file_name(format!("model-{step}")))
 }
 
 /// Why a checkpoint cannot be resumed from.

@@ -1,6 +1,6 @@
 //! The attention kind of a layer, as data: which mechanism of docs/semantics.md §2–§6 it runs.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use super::full::Full;
 use super::linear::TaylorLinear;
@@ -43,9 +43,8 @@ pub enum AttentionKind {
         /// ALiBi slope magnitudes: SWAT's code (default) or its paper text.
         magnitudes: SlopeMagnitudes,
         /// Sigmoid with its β (SWAT; its code uses β = 0, the default) or softmax (the
-        /// ablation's baseline). Configs written before this field held a plain `"beta": β`,
-        /// which still reads as sigmoid with that β.
-        #[serde(default = "swat_score_fn", alias = "beta", deserialize_with = "score_fn_or_beta")]
+        /// ablation's baseline).
+        #[serde(default = "swat_score_fn")]
         score_fn: ScoreFn,
         /// ALiBi and RoPE together (the default), or one of them alone.
         #[serde(default)]
@@ -101,21 +100,6 @@ pub enum SwatPositions {
 /// SWAT's score function when a config does not name one: sigmoid with β = 0 (docs/semantics.md §1).
 fn swat_score_fn() -> ScoreFn {
     ScoreFn::Sigmoid { beta: 0.0 }
-}
-
-/// Reads `Swat.score_fn`, or the plain number of the field `beta` it replaced, which meant
-/// sigmoid with that β.
-fn score_fn_or_beta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ScoreFn, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum ScoreFnOrBeta {
-        Beta(f32),
-        ScoreFn(ScoreFn),
-    }
-    Ok(match ScoreFnOrBeta::deserialize(deserializer)? {
-        ScoreFnOrBeta::Beta(beta) => ScoreFn::Sigmoid { beta },
-        ScoreFnOrBeta::ScoreFn(score_fn) => score_fn,
-    })
 }
 
 impl AttentionKind {

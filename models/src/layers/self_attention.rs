@@ -59,9 +59,10 @@ pub struct SelfAttentionConfig {
     /// ALiBi alone.
     #[config(default = "10000.0")]
     pub rope_base: f64,
-    /// What the layer does otherwise than Transformer++ (docs/semantics.md §9); `None` is the
-    /// default options, none.
-    pub options: Option<LayerOptions>,
+    /// What the layer does otherwise than Transformer++ (docs/semantics.md §9); the default
+    /// departs in nothing.
+    #[config(default = "LayerOptions::default()")]
+    pub options: LayerOptions,
 }
 
 /// Multi-head self-attention of one [`AttentionKind`].
@@ -87,20 +88,15 @@ pub struct SelfAttention<B: Backend> {
 }
 
 impl SelfAttentionConfig {
-    /// The layer's options, the default ones when unset.
-    pub fn layer_options(&self) -> LayerOptions {
-        self.options.clone().unwrap_or_default()
-    }
-
     /// The head width `d_h`.
     pub fn head_width(&self) -> usize {
-        self.layer_options().head_dim.unwrap_or(self.d_model / self.heads.max(1))
+        self.options.head_dim.unwrap_or(self.d_model / self.heads.max(1))
     }
 
     /// Builds the layer; fails, naming the field, on an inconsistent configuration.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<SelfAttention<B>, LayerError> {
         let (d, heads, kv_heads) = (self.d_model, self.heads, self.kv_heads);
-        let options = self.layer_options();
+        let options = &self.options;
         if heads == 0 || (options.head_dim.is_none() && d % heads != 0) {
             let expected = heads.max(1) * (d / heads.max(1)).max(1);
             return Err(AttentionError::ShapeMismatch {
@@ -156,7 +152,7 @@ impl SelfAttentionConfig {
                 query_norm = Some(norm.init(device));
                 key_norm = Some(norm.init(device));
             }
-            Mixer::Windowed(self.windowed_mixer(&options, head_dim, device))
+            Mixer::Windowed(self.windowed_mixer(options, head_dim, device))
         };
         Ok(SelfAttention {
             mixer,

@@ -3,7 +3,7 @@
 use burn::backend::NdArray;
 use burn::config::{Config, config_to_json};
 use swa_zoo::attention::alibi::{self, SlopeMagnitudes};
-use swa_zoo::attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec, dense_attention};
+use swa_zoo::attention::{AttentionError, ScoreOptions, WindowSpec, dense_attention};
 use swa_zoo::models::layers::longformer::replace_global_rows;
 use swa_zoo::models::layers::longnet::{branch_specs, longnet_attention};
 use swa_zoo::models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
@@ -175,33 +175,18 @@ fn swat_knobs_set_score_options_and_rope() {
     }
 }
 
-/// A config written before SWAT's `score_fn` and `positions` existed, with its `"beta"`, still
-/// loads as that SWAT (sigmoid with that β, ALiBi and RoPE), and every ablation setting
-/// round-trips through JSON.
+/// A SWAT config that names neither the score function nor the positions is SWAT as published
+/// (sigmoid with β = 0, ALiBi and RoPE), and every ablation setting round-trips through JSON.
 #[test]
-fn swat_configs_without_the_ablation_knobs_still_load() {
-    let old = |beta: &str| {
-        let kind = format!(
-            r#"{{"kind": "swat", "window": 8, "distance_heads": null, "magnitudes": "Code", "beta": {beta}}}"#
-        );
-        format!(
-            r#"{{"d_model": 16, "heads": 4, "kv_heads": 4, "kind": {kind}, "rope_base": 10000.0}}"#
-        )
-    };
+fn swat_configs_default_the_ablation_knobs_and_round_trip() {
+    let bare = r#"{"kind": "swat", "window": 8, "distance_heads": null, "magnitudes": "Code"}"#;
+    let kind: AttentionKind = serde_json::from_str(bare).unwrap();
+    assert_eq!(kind, AttentionKind::swat(8));
     let load = |json: &str| {
         SelfAttentionConfig::load_binary(json.as_bytes())
             .unwrap_or_else(|e| panic!("{json}: {e}"))
             .kind
     };
-    assert_eq!(load(&old("0.0")), AttentionKind::swat(8));
-    let apple = AttentionKind::Swat {
-        window: 8,
-        distance_heads: None,
-        magnitudes: SlopeMagnitudes::Code,
-        score_fn: ScoreFn::Sigmoid { beta: -1.5 },
-        positions: SwatPositions::AliRope,
-    };
-    assert_eq!(load(&old("-1.5")), apple);
     for kind in swat_ablation(8) {
         let json = config_to_json(&SelfAttentionConfig::new(16, 4, 4, kind.clone()));
         assert_eq!(load(&json), kind, "{json}");

@@ -194,7 +194,7 @@ fn gradients_stop_at_the_kept_states() {
                 2,
                 AttentionKind::MultiScale { windows: vec![1, 3, 5, 9] },
             )
-            .with_options(Some(relative)),
+            .with_options(relative),
         ),
     ];
     for (name, config) in layers {

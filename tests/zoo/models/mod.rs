@@ -1,6 +1,6 @@
 //! The attention layers and the decoders of `swa-models`: each layer against an f64 model
 //! written from docs/semantics.md, the decoder and its presets, decoding with bounded caches,
-//! and weights I/O (records of an older format included).
+//! and weights I/O.
 
 mod decode;
 mod decoder;
@@ -13,7 +13,7 @@ mod layers;
 mod memory;
 mod presets;
 mod pretrained;
-mod records;
+
 mod transformer_xl;
 mod weight_precision;
 mod weights;

@@ -118,7 +118,7 @@ fn a_checkpoint_of_another_mixer_is_a_mismatch() {
     use burn::module::Module;
     use burn::record::Recorder;
     use swa_zoo::models::layers::AttentionKind;
-    use swa_zoo::models::records::MigratingRecorder;
+    use swa_zoo::models::records::MpkRecorder;
     use swa_zoo::training::checkpoint::check_model_checkpoint;
     use swa_zoo::training::error::TrainingError;
     use swa_zoo::training::language_model::LanguageModel;
@@ -127,7 +127,7 @@ fn a_checkpoint_of_another_mixer_is_a_mismatch() {
     let path = dir.join("model-1.mpk");
     let device = Default::default();
     let model = LanguageModel::new(tiny_model().init::<NdArray>(&device).unwrap());
-    Recorder::<NdArray>::record(&MigratingRecorder, model.into_record(), path.clone()).unwrap();
+    Recorder::<NdArray>::record(&MpkRecorder, model.into_record(), path.clone()).unwrap();
     check_model_checkpoint::<NdArray>(&tiny_model(), &path, &device).unwrap();
     let mut linear = tiny_model();
     linear.attention = vec![AttentionKind::Linear { feature_dim: 4 }];
@@ -139,23 +139,4 @@ fn a_checkpoint_of_another_mixer_is_a_mismatch() {
         other => panic!("expected a checkpoint mismatch, got {other:?}"),
     }
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// A run checkpointed before q|k|v and gate|up became one parameter each resumes with its
-/// parts' weights and AdamW moments joined, and ends where that version's uninterrupted run
-/// ended: the fixture `tests/fixtures/records/pre-join-run` is step 2 of `tiny(4)` and the
-/// logits of its step 4 (`README.md` there says how it was made).
-#[test]
-fn a_checkpoint_from_before_the_joined_projections_resumes_where_it_was() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/records/pre-join-run");
-    let run = copy_run(&fixture, "pre-join");
-    let corpus = Corpus::embedded();
-    let resumed = train::<B>(&tiny(4), &corpus, &run, true, &Default::default()).unwrap();
-    let text = std::fs::read_to_string(fixture.join("logits.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let expected: Vec<f32> =
-        json["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-    let error = max_abs(&logits(&resumed.model), &expected);
-    assert!(error < 1e-5, "the resumed run differs from the old one by {error}");
-    let _ = std::fs::remove_dir_all(run);
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use burn::backend::{Autodiff, NdArray};
 use burn::record::Recorder;
 use swa_zoo::models::layers::{AttentionKind, LayerMemoryData};
-use swa_zoo::models::records::MigratingRecorder;
+use swa_zoo::models::records::MpkRecorder;
 use swa_zoo::models::{Architecture, DecoderConfig};
 use swa_zoo::training::checkpoint::last_checkpoint;
 use swa_zoo::training::corpus::Corpus;
@@ -92,7 +92,7 @@ fn a_run_resumed_mid_stream_ends_where_the_straight_run_ends() {
     // layer's last 11 inputs (its widest window, 12, less one) of both rows.
     let path = straight.join("checkpoint").join("model-4.mpk");
     let record: LanguageModelRecord<NdArray> =
-        Recorder::<NdArray>::load(&MigratingRecorder, path, &device).unwrap();
+        Recorder::<NdArray>::load(&MpkRecorder, path, &device).unwrap();
     let memory = record.memory.and_then(|m| m.train).expect("the checkpoint keeps the memory");
     assert_eq!(memory.rows, 2);
     for layer in &memory.layers {

@@ -1,12 +1,11 @@
 //! The file format of our own Burn records (`.mpk`): Burn's named MessagePack at full
-//! precision, as `NamedMpkFileRecorder<FullPrecisionSettings>` writes it, read by
-//! [`MigratingRecorder`], which also reads the records saved before the format changed
-//! ([`migrate`]). [`crate::weights`] and the training crate's checkpoints (the Learner's
-//! checkpointer and `--resume`) read through it, so every `.mpk` of the zoo loads the same way.
-
-mod join;
-pub mod migrate;
-mod value;
+//! precision, as `NamedMpkFileRecorder<FullPrecisionSettings>` writes it, read and written by
+//! [`MpkRecorder`]. [`crate::weights`] and the training crate's checkpoints (the Learner's
+//! checkpointer and `--resume`) go through it, so every `.mpk` of the zoo loads the same way.
+//!
+//! Records hold the modules' current layout only; a file of an earlier layout fails to decode
+//! with the decoder's error. Weights move between layouts as safetensors, whose names are
+//! stable ([`crate::weights`]).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
@@ -20,14 +19,12 @@ use serde::de::DeserializeOwned;
 /// The extension Burn's named MessagePack recorder gives its files.
 pub const RECORD_EXTENSION: &str = "mpk";
 
-/// Burn's `NamedMpkFileRecorder<FullPrecisionSettings>`, which, when a file does not decode as
-/// the record asked for, tries it once more as a record from before a format change
-/// ([`migrate::migrated`]): a model saved by an older swa-zoo loads as it did. Writing is
-/// Burn's recorder's, unchanged.
+/// Burn's `NamedMpkFileRecorder<FullPrecisionSettings>`, with the I/O errors of the operating
+/// system kept when writing ([`write_record_item`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct MigratingRecorder;
+pub struct MpkRecorder;
 
-impl<B: Backend> Recorder<B> for MigratingRecorder {
+impl<B: Backend> Recorder<B> for MpkRecorder {
     type Settings = FullPrecisionSettings;
     type RecordArgs = PathBuf;
     type RecordOutput = ();
@@ -39,22 +36,15 @@ impl<B: Backend> Recorder<B> for MigratingRecorder {
             .map_err(|e| RecorderError::Unknown(format!("cannot write {}: {e}", path.display())))
     }
 
-    /// Decodes the file streaming, as Burn's recorder does; if that fails, reads it whole and
-    /// migrates it. A file that neither way decodes fails with the first decoder's error.
+    /// Decodes the file streaming, as Burn's recorder does.
     fn load_item<I: DeserializeOwned>(&self, path: &mut PathBuf) -> Result<I, RecorderError> {
         path.set_extension(RECORD_EXTENSION);
-        let open = |path: &PathBuf| {
-            File::open(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => RecorderError::FileNotFound(e.to_string()),
-                _ => RecorderError::Unknown(e.to_string()),
-            })
-        };
-        let error = match rmp_serde::decode::from_read(BufReader::new(open(path)?)) {
-            Ok(item) => return Ok(item),
-            Err(error) => RecorderError::Unknown(error.to_string()),
-        };
-        let bytes = std::fs::read(&path).map_err(|e| RecorderError::Unknown(e.to_string()))?;
-        migrate::migrated(&bytes).ok_or(error)
+        let file = File::open(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => RecorderError::FileNotFound(e.to_string()),
+            _ => RecorderError::Unknown(e.to_string()),
+        })?;
+        rmp_serde::decode::from_read(BufReader::new(file))
+            .map_err(|e| RecorderError::Unknown(e.to_string()))
     }
 }
 
@@ -94,7 +84,7 @@ impl<W: Write> Write for Capture<W> {
     }
 }
 
-impl<B: Backend> FileRecorder<B> for MigratingRecorder {
+impl<B: Backend> FileRecorder<B> for MpkRecorder {
     fn file_extension() -> &'static str {
         RECORD_EXTENSION
     }
