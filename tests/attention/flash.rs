@@ -1,10 +1,10 @@
-//! The kernels of FlashAttention-2's design (`swa_attention::kernel`'s `forward_flash`, dQ and
-//! dK/dV, which CUDA's launches pick at d = 64 and 128) against the dense reference on ndarray
-//! on the same rounded inputs: every spec the kernels take, at lengths around its 64-row blocks
-//! and tiles, `o` and `lse`, and the gradients of q, k and v. Through the emulated fragment seam
-//! on wgpu (lavapipe in CI) in f16 (`forward_emulated`, `grads_emulated`), and natively on CUDA
-//! in f16 and bf16 through `windowed_attention` (the GPU session's `flash` and `flash-grads`
-//! steps). Each test skips, saying why, where its feature or device is
+//! The kernels of FlashAttention-2's design (`swa_attention::kernel`'s `flash` family: the
+//! forward, dQ and dK/dV, which CUDA's launches pick at d = 64 and 128) against the dense
+//! reference on ndarray on the same rounded inputs: every spec the kernels take, at lengths around
+//! its 64-row blocks and tiles, `o` and `lse`, and the gradients of q, k and v. Through the
+//! emulated fragment seam on wgpu (lavapipe in CI) in f16 (`forward_emulated`, `grads_emulated`),
+//! and natively on CUDA in f16 and bf16 through `windowed_attention` (the GPU session's `flash` and
+//! `flash-grads` steps). Each test skips, saying why, where its feature or device is
 //! missing.
 
 /// The host side: inputs, the reference, the comparison and the cases.

@@ -42,16 +42,16 @@ pub(crate) struct Variant {
     /// kernels do not read them: their launches run the portable kernels for such calls.
     pub relative: bool,
     /// Read the per-pair rule as one span per query or key
-    /// ([`super::visibility::plain_span`]): every head's window is undilated and unsegmented
-    /// (Mistral, MSWA, SWAT, sinks). Set only by the native FlashAttention-2 launches
-    /// (`super::flash::flash_variant`); false in every other kernel, so that calls of both
+    /// ([`crate::kernel::visibility::plain_span`]): every head's window is undilated and
+    /// unsegmented (Mistral, MSWA, SWAT, sinks). Set only by the native FlashAttention-2 launches
+    /// (`kernel::flash::flash_variant`); false in every other kernel, so that calls of both
     /// kinds share their compiled kernels.
     pub plain: bool,
     /// The score is `q·k` times the scale alone, a scale in `(0, 2]` (softmax without softcap
     /// or ALiBi): the FlashAttention-2 kernels then take their row maxima over the products
-    /// themselves and fold the scale into the exponent (`super::score::score`), one
+    /// themselves and fold the scale into the exponent (`kernel::score::score`), one
     /// fused multiply-add before `ex2` per pair. Set only by their launches
-    /// (`super::flash::flash_variant`), false in every other kernel.
+    /// (`kernel::flash::flash_variant`), false in every other kernel.
     pub scaled_dots: bool,
 }
 
@@ -162,7 +162,7 @@ pub(crate) fn plain_windows(spec: &WindowSpec) -> bool {
 }
 
 /// The runtime scalars of a decode step of `spec` with its query at `position`
-/// (`super::decode`): the keys are the positions up to it, and its sinks are `spec`'s.
+/// (`kernel::cache::decode`): the keys are the positions up to it, and its sinks are `spec`'s.
 pub(crate) fn decode_call<R: CubeRuntime>(
     spec: &WindowSpec,
     opts: &ScoreOptions,

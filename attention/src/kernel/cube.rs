@@ -6,16 +6,16 @@ use burn::tensor::ops::FloatTensor;
 use burn_cubecl::element::BoolElement;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::backward_launch::backward;
-use super::cache_write_launch::cache_write;
-use super::decode_launch::decode;
-use super::forward_launch::forward;
-use super::rope::rotate;
 use crate::backend::{
     KernelBackward, KernelGradients, OutputPrimitives, WindowedAttentionBackend, WindowedKernel,
     WindowedKernelBackend,
 };
 use crate::decode::{CacheWrite, DecodeKernel};
+use crate::kernel::launch::backward::backward;
+use crate::kernel::launch::cache_write::cache_write;
+use crate::kernel::launch::decode::decode;
+use crate::kernel::launch::forward::forward;
+use crate::kernel::rope::rotate;
 use crate::layer_ops::LayerOpsBackend;
 use crate::rope::{RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
@@ -88,18 +88,18 @@ where
         Some(WindowedKernel::of())
     }
 
-    /// One launch per layer over all of its ring buffers (`super::decode_launch`).
+    /// One launch per layer over all of its ring buffers (`kernel::launch::decode`).
     fn windowed_decode() -> Option<DecodeKernel<Self>> {
         Some(decode::<R, Self>)
     }
 
-    /// One launch per layer over all of its ring buffers (`super::cache_write_launch`).
+    /// One launch per layer over all of its ring buffers (`kernel::launch::cache_write`).
     fn windowed_cache_write() -> Option<CacheWrite<Self>> {
         Some(cache_write::<R, Self>)
     }
 }
 
-/// RoPE as one launch (`super::rope`).
+/// RoPE as one launch (`kernel::rope`).
 impl<R, F, I, BT> RopeBackend for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,

@@ -1,7 +1,7 @@
-//! The kernels, the decode step, the append and RoPE inside Burn's fusion wrapper (the default `Wgpu` and `Cuda`
-//! types), after `burn-vision`'s custom ops: each kernel is registered in the fusion stream as a
-//! [`CustomOpIr`], and runs the inner backend's kernel when the stream executes it. Fusion
-//! cannot fuse into a custom op; it treats it as a boundary and fuses the ops around it.
+//! The kernels, the decode step, the append and RoPE inside Burn's fusion wrapper (the default
+//! `Wgpu` and `Cuda` types), after `burn-vision`'s custom ops: each kernel is registered in the
+//! fusion stream as a [`CustomOpIr`], and runs the inner backend's kernel when the stream executes
+//! it. Fusion cannot fuse into a custom op; it treats it as a boundary and fuses the ops around it.
 
 use std::marker::PhantomData;
 

@@ -6,8 +6,8 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use cubecl::prelude::*;
 
-use super::config::{Call, LaunchArgs, plain_windows};
-use super::visibility::{key_span, load_window, visible, visible_by_span};
+use crate::kernel::config::{Call, LaunchArgs, plain_windows};
+use crate::kernel::visibility::{key_span, load_window, visible, visible_by_span};
 use crate::{ScoreOptions, WindowSpec};
 
 /// Writes `visible(h, query_offset + i, j)` into `mask: [H, N_q, N_k]` twice, as the kernels

@@ -9,9 +9,9 @@
 
 use cubecl::prelude::*;
 
-use super::config::Call;
-use super::reach::{Tiles, key_tiles};
-use super::visibility::{Window, load_window};
+use crate::kernel::config::Call;
+use crate::kernel::reach::{Tiles, key_tiles};
+use crate::kernel::visibility::{Window, load_window};
 
 /// A cube of a query-block kernel: its rows `block … block + rows − 1` of head `head` of batch
 /// element `batch`, and the row of this unit.
@@ -108,7 +108,7 @@ pub(crate) fn offset<T: CubePrimitive>(
 }
 
 /// Row `dim` values of `tensor` from `base` (along its last axis, read as vectors of `N`
-/// elements: `super::mma::load_vector`) into `into` as f32; zeros where the row is not `live`.
+/// elements: `kernel::cmma::load_vector`) into `into` as f32; zeros where the row is not `live`.
 #[cube]
 pub(crate) fn load_row<F: Float, N: Size>(
     tensor: &Tensor<Vector<F, N>>,

@@ -3,13 +3,14 @@
 //! A cube of query rows reads only the key tiles that hold a key its rows' windows can reach,
 //! plus the sink tiles; a cube of key rows reads only the query tiles whose windows can reach
 //! one of its keys (every query when it holds a sink). Both ranges are supersets, from the
-//! window's reach `δ·left` back and `δ·right` forward and its LongNet segment; [`super::visibility`]
-//! then decides each pair. Dilated heads read the whole reach, `δ` times the keys they see.
+//! window's reach `δ·left` back and `δ·right` forward and its LongNet segment;
+//! [`crate::kernel::visibility`] then decides each pair. Dilated heads read the whole reach, `δ`
+//! times the keys they see.
 
 use cubecl::prelude::*;
 
-use super::config::Call;
-use super::visibility::Window;
+use crate::kernel::config::Call;
+use crate::kernel::visibility::Window;
 
 /// Tiles `0 … before − 1` (sink tiles left of the band), then `first … first + count − 1` (the
 /// band, which starts at tile 0 and takes in the sink tiles when they reach it).

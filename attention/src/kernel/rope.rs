@@ -13,9 +13,9 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::config::{empty_like, upload};
-use super::mma::load_vector;
-use super::prologue::offset;
+use crate::kernel::cmma::load_vector;
+use crate::kernel::config::{empty_like, upload};
+use crate::kernel::prologue::offset;
 use crate::rope::RopeAngles;
 
 /// Threads per cube along a row's dimension pairs (a row of more pairs loops).

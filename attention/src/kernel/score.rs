@@ -9,7 +9,7 @@
 
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
+use crate::kernel::config::{Call, Variant};
 
 /// A pair's score and `∂s/∂(scale·q·k)`: `1 − tanh²` under a softcap, else 1.
 #[derive(CubeType)]
@@ -98,7 +98,7 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 /// A visible pair's weight as the backward recomputes it from the row's `lse`, and its gate:
 /// softmax `p = exp(s − lse)` with `∂L/∂s = p·(dP + c)`; sigmoid `w = σ(s + β)` with
 /// `∂L/∂s = σ(1 − σ)·(dP + c)`. The row coefficient `c` carries `D` and `∂L/∂lse`
-/// (`super::backward_rows`).
+/// (`kernel::portable::backward_rows`).
 #[derive(CubeType)]
 pub(crate) struct Weight {
     pub value: f32,

@@ -3,10 +3,10 @@
 
 use cubecl::prelude::*;
 
-use super::config::ROWS;
+use crate::kernel::config::ROWS;
 
 /// Copies rows `first … first + tile − 1` of `a` and `b` (`[batch, heads, rows, d]`, read as
-/// vectors of `N` elements along `d`: `super::mma::load_vector`; `a_base`/`b_base` address the
+/// vectors of `N` elements along `d`: `kernel::cmma::load_vector`; `a_base`/`b_base` address the
 /// batch and head) into `a_tile` and `b_tile` (`tile × d`, row-major), with zeros for rows at
 /// or past `valid`. The cube's [`ROWS`] threads share the copy, a vector each in turn: call
 /// `sync_cube` before reading the tiles.

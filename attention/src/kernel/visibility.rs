@@ -2,11 +2,11 @@
 //! [`crate::WindowSpec::visible`] and [`contains`] is [`crate::HeadWindow::contains`], clause for
 //! clause, on `u32` positions. Global tokens are not part of it: calls with globals run the
 //! blocked path ([`crate::WindowedKernel::runs`]). `tests/attention/kernel.rs` checks this rule
-//! against `WindowSpec::visible` exhaustively on small shapes through [`super::probe`].
+//! against `WindowSpec::visible` exhaustively on small shapes through [`crate::kernel::probe`].
 
 use cubecl::prelude::*;
 
-use super::config::{Call, WINDOW_WORDS};
+use crate::kernel::config::{Call, WINDOW_WORDS};
 
 /// One head's window (the words of [`WINDOW_WORDS`]).
 #[derive(CubeType, Clone, Copy)]
@@ -65,8 +65,8 @@ pub(crate) fn contains(window: &Window, i: u32, j: u32) -> bool {
 }
 
 /// THE rule without globals: `j < kv_len ∧ (¬causal ∨ j ≤ i) ∧ (window(i, j) ∨ j < S)`. With
-/// `plain` (the call's every window undilated and unsegmented, [`super::config::Variant`]) it
-/// reads the rule as [`in_span`] of the query's [`plain_span`], which is the same set for such
+/// `plain` (the call's every window undilated and unsegmented, [`crate::kernel::config::Variant`])
+/// it reads the rule as [`in_span`] of the query's [`plain_span`], which is the same set for such
 /// windows and a few instructions per pair; kernels that ask it for many pairs of one query
 /// (or one key) compute the span once and ask [`visible_by_span`].
 #[cube]

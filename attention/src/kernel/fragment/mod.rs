@@ -22,9 +22,10 @@
 //!
 //! A cube is 1-D, of `warps` warps of 32 units (warp `UNIT_POS_X / 32`: in a 1-D cube the
 //! unit's index, one register that the compiler can read again, where `UNIT_POS` is computed
-//! from three and kept live), each warp with its own fragments. On the emulated path a warp is 32 units that exchange through shared memory
-//! between `sync_cube`s, so every fragment function must be reached by all units of the cube
-//! in uniform control flow (natively, by all lanes of the warp).
+//! from three and kept live), each warp with its own fragments. On the emulated path a warp is 32
+//! units that exchange through shared memory between `sync_cube`s, so every fragment function must
+//! be reached by all units of the cube in uniform control flow (natively, by all lanes of the
+//! warp).
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
@@ -34,6 +35,7 @@ use cubecl::ir::{DeviceProperties, ElemType, FloatKind};
 use cubecl::prelude::*;
 
 mod emulated;
+pub(crate) mod probe;
 
 /// Lanes of a warp, on both paths.
 pub(crate) const LANES: usize = 32;
@@ -405,7 +407,7 @@ pub(crate) fn store<E: Float>(
 /// Copies the `rows × cols` tile of `src` at `src_offset` (row stride `src_stride`) into `dst`
 /// at `dst_offset` (row stride `dst_stride`), shared by all units of the cube; call `sync_cube`
 /// before reading it. Plain loads on both paths (the probe's copies; the FlashAttention-2
-/// kernels copy their tiles by `cp.async` through `super::flash::copy_rows`).
+/// kernels copy their tiles by `cp.async` through `kernel::flash::copy_rows`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn copy_tile<F: Float>(

@@ -1,5 +1,5 @@
-//! The dK/dV kernel (FlashAttention-2's, parallel over key blocks, no atomics; docs/semantics.md §1;
-//! reference: `crate::reference::dense_attention`, differentiated).
+//! The dK/dV kernel (FlashAttention-2's, parallel over key blocks, no atomics; docs/semantics.md
+//! §1; reference: `crate::reference::dense_attention`, differentiated).
 //!
 //! A cube of [`ROWS`] threads owns [`ROWS`] key rows of one kv head; each thread keeps its key,
 //! value and both accumulators in registers. For every query head of the kv head's GQA group it
@@ -10,12 +10,12 @@
 
 use cubecl::prelude::*;
 
-use super::config::{Call, ROWS, Variant};
-use super::prologue::{load_row, offset, zero_row};
-use super::reach::{nth_tile, query_tiles};
-use super::score::{base2_shift, exponent_factor, relative_score, score, weight};
-use super::tile::load_tiles;
-use super::visibility::{load_window, visible};
+use crate::kernel::config::{Call, ROWS, Variant};
+use crate::kernel::prologue::{load_row, offset, zero_row};
+use crate::kernel::reach::{nth_tile, query_tiles};
+use crate::kernel::score::{base2_shift, exponent_factor, relative_score, score, weight};
+use crate::kernel::tile::load_tiles;
+use crate::kernel::visibility::{load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]`,
 /// `terms: [batch, H, N_q, 2]` and, when the variant has them, the relative scores
@@ -149,7 +149,7 @@ pub(crate) struct RowRange {
 }
 
 /// Copies the row terms (`lse_i` in base 2, [`base2_shift`], and `c_i`;
-/// [`super::backward_rows`]) of query rows
+/// [`crate::kernel::portable::backward_rows`]) of query rows
 /// `i0 … i0 + tile − 1` of one head, whose terms start at `t_base`, into shared memory, the
 /// thread taking the rows of `rows`; zeros for rows past `q_len`. Shared by the portable dK/dV
 /// kernel and its tensor-core twin.

@@ -1,9 +1,9 @@
 //! Host side of the backward kernels: the row terms, then dQ (over query blocks) and dK/dV
 //! (over key blocks), each writing its own outputs, so no atomics are needed. dQ and dK/dV run
-//! on tensor cores (`super::mma`) where the device has a cooperative tile, on the portable
+//! on tensor cores (`kernel::cmma`) where the device has a cooperative tile, on the portable
 //! kernels otherwise; dQ and dK/dV run on FlashAttention-2's design
-//! (`super::backward_queries_flash`, `super::backward_keys_flash`) where
-//! `super::flash::flash_backward_path` says so (CUDA, d = 64 and 128).
+//! (`kernel::flash::backward_queries`, `kernel::flash::backward_keys`) where
+//! `kernel::flash::flash_backward_path` says so (CUDA, d = 64 and 128).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
@@ -13,27 +13,27 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::backward_keys::key_grads_kernel;
-use super::backward_keys_cmma::key_grads_cmma_kernel;
-use super::backward_keys_flash::key_grads_flash_kernel;
-use super::backward_queries::query_grads_kernel;
-use super::backward_queries_cmma::query_grads_cmma_kernel;
-use super::backward_queries_flash::query_grads_flash_kernel;
-use super::backward_rows::row_terms_kernel;
-use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
-use super::flash::{
+use crate::backend::{KernelBackward, KernelGradients};
+use crate::kernel::cmma::backward_keys::key_grads_cmma_kernel;
+use crate::kernel::cmma::backward_queries::query_grads_cmma_kernel;
+use crate::kernel::cmma::{Mma, load_vector, tensor_core_tile};
+use crate::kernel::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
+use crate::kernel::flash::backward_keys::key_grads_flash_kernel;
+use crate::kernel::flash::backward_queries::query_grads_flash_kernel;
+use crate::kernel::flash::{
     KEYS, ROWS as ROWS_FLASH, UNITS, backward_shared_bytes, flash_backward_path, flash_variant,
     head_order, max_shared, tile_strides,
 };
-use super::forward_launch::{forward_emulated, grid};
-use super::fragment::FragmentPath;
-use super::mma::{Mma, load_vector, tensor_core_tile};
-use crate::backend::{KernelBackward, KernelGradients};
+use crate::kernel::fragment::FragmentPath;
+use crate::kernel::launch::forward::{forward_emulated, grid};
+use crate::kernel::portable::backward_keys::key_grads_kernel;
+use crate::kernel::portable::backward_queries::query_grads_kernel;
+use crate::kernel::portable::backward_rows::row_terms_kernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the backward kernels and returns the gradients of `q, k, v` (and of the relative scores
-/// when the call has them), shaped as them and stored in their physical order. A missing `∂L/∂lse` is zeros (one f32 per query
-/// row).
+/// when the call has them), shaped as them and stored in their physical order. A missing `∂L/∂lse`
+/// is zeros (one f32 per query row).
 pub(crate) fn backward<R, B>(
     inputs: KernelBackward<B>,
     spec: &WindowSpec,
@@ -85,8 +85,8 @@ where
     KernelGradients { dq, dk, dv, d_relative }
 }
 
-/// The row terms of `o`, `dO`, `lse` and `∂L/∂lse` (`super::backward_rows`): `[batch, H, N_q,
-/// 2]` f32.
+/// The row terms of `o`, `dO`, `lse` and `∂L/∂lse` (`kernel::portable::backward_rows`): `[batch, H,
+/// N_q, 2]` f32.
 fn row_terms<R: CubeRuntime>(
     [o, d_o, lse, d_lse]: [CubeTensor<R>; 4],
     layout: &LaunchArgs<R>,
@@ -182,7 +182,7 @@ fn launch_query_grads_cmma<R: CubeRuntime>(
     let [batch, heads, q_len, _] = g.q.meta.shape().dims();
     let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
     let cubes = CubeCount::Static(q_len.div_ceil(mma.m) as u32, heads as u32, batch as u32);
-    // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
+    // SAFETY: the tensor-core kernels guard every access (`kernel::cmma`, "Unchecked").
     unsafe {
         query_grads_cmma_kernel::launch_unchecked::<R>(
             client,
@@ -216,7 +216,7 @@ fn launch_key_grads_cmma<R: CubeRuntime>(
     let dtype = g.q.dtype;
     let vector = load_vector(&[&g.q, &g.k, &g.v, &g.d_o]);
     let cubes = CubeCount::Static(keys.div_ceil(mma.m) as u32, kv_heads as u32, batch as u32);
-    // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
+    // SAFETY: the tensor-core kernels guard every access (`kernel::cmma`, "Unchecked").
     unsafe {
         key_grads_cmma_kernel::launch_unchecked::<R>(
             client,
@@ -240,7 +240,7 @@ fn launch_key_grads_cmma<R: CubeRuntime>(
     }
 }
 
-/// dQ on the FlashAttention-2 kernel (`super::backward_queries_flash`) on `path`: four warps
+/// dQ on the FlashAttention-2 kernel (`kernel::flash::backward_queries`) on `path`: four warps
 /// per 64 query rows, heads in [`head_order`] as the forward runs them.
 fn launch_query_grads_flash<R: CubeRuntime>(
     client: &ComputeClient<R>,
@@ -255,7 +255,7 @@ fn launch_query_grads_flash<R: CubeRuntime>(
     let strides = tile_strides(&g.k, &g.v, vector);
     let cubes = CubeCount::Static(q_len.div_ceil(ROWS_FLASH) as u32, heads as u32, batch as u32);
     // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
-    // do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
+    // do (`kernel::cmma`, "Unchecked"), and `order` holds a head per grid row.
     unsafe {
         query_grads_flash_kernel::launch_unchecked::<R>(
             client,
@@ -280,7 +280,7 @@ fn launch_query_grads_flash<R: CubeRuntime>(
     }
 }
 
-/// dK/dV on the FlashAttention-2 kernel (`super::backward_keys_flash`) on `path`: four warps
+/// dK/dV on the FlashAttention-2 kernel (`kernel::flash::backward_keys`) on `path`: four warps
 /// per 64 key rows.
 fn launch_key_grads_flash<R: CubeRuntime>(
     client: &ComputeClient<R>,
@@ -295,7 +295,7 @@ fn launch_key_grads_flash<R: CubeRuntime>(
     let strides = tile_strides(&g.q, &g.d_o, vector);
     let cubes = CubeCount::Static(keys.div_ceil(KEYS) as u32, kv_heads as u32, batch as u32);
     // SAFETY: the kernel guards every access by the call's lengths, as the tensor-core kernels
-    // do (`super::mma`, "Unchecked").
+    // do (`kernel::cmma`, "Unchecked").
     unsafe {
         key_grads_flash_kernel::launch_unchecked::<R>(
             client,
@@ -322,10 +322,10 @@ fn launch_key_grads_flash<R: CubeRuntime>(
 
 /// The gradients of `q`, `k` and `v` from the FlashAttention-2 backward kernels on the emulated
 /// fragment path, on any device (the tests run them on lavapipe): the forward
-/// ([`super::forward_launch::forward_emulated`]) and the row terms of `dO`, then dQ and dK/dV.
-/// `q, d_o: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (d = 64 or 128) in f16 or bf16 →
-/// (`dq`, `dk`, `dv`) shaped and stored as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors on a call the
-/// kernels do not take (their shared memory past the device's: d = 128 on lavapipe).
+/// ([`crate::kernel::launch::forward::forward_emulated`]) and the row terms of `dO`, then dQ and
+/// dK/dV. `q, d_o: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (d = 64 or 128) in f16 or
+/// bf16 → (`dq`, `dk`, `dv`) shaped and stored as `q`, `k` and `v`, for the loss `Σ o·dO`. Errors
+/// on a call the kernels do not take (their shared memory past the device's: d = 128 on lavapipe).
 pub fn grads_emulated<R, F, I, BT>(
     [q, k, v, d_o]: [Tensor<CubeBackend<R, F, I, BT>, 4>; 4],
     spec: &WindowSpec,

@@ -1,6 +1,6 @@
 //! The dK/dV kernel on cooperative matrices (tensor cores; docs/semantics.md §1; reference:
 //! `crate::reference::dense_attention`, differentiated; the portable kernel is
-//! `super::backward_keys`).
+//! `kernel::portable::backward_keys`).
 //!
 //! A cube is one plane that owns `m` key rows of one kv head. For every query head of the kv
 //! head's GQA group it visits the query tiles of `n` rows that [`query_tiles`] gives, and for
@@ -11,21 +11,21 @@
 //! - `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, kept in shared memory as f32.
 //!
 //! Each cube writes its own keys' gradients: no atomics. Keys past `kv_len` get zeros. The tile
-//! and the products are `super::mma`'s.
+//! and the products are `kernel::cmma`'s.
 
 use cubecl::prelude::*;
 
-use super::backward_keys::{RowRange, load_row_terms};
-use super::config::{Call, Variant};
-use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
-use super::prologue::offset;
-use super::reach::{nth_tile, query_tiles};
-use super::score::{exponent_factor, score, weight};
-use super::visibility::{Window, load_window, visible};
+use crate::kernel::cmma::{Mma, accumulate_product, load_rows, product_transposed, zero};
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::portable::backward_keys::{RowRange, load_row_terms};
+use crate::kernel::prologue::offset;
+use crate::kernel::reach::{nth_tile, query_tiles};
+use crate::kernel::score::{exponent_factor, score, weight};
+use crate::kernel::visibility::{Window, load_window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
-/// bf16), `terms: [batch, H, N_q, 2]` (f32, `super::backward_rows`) → `dk, dv: [batch, H_kv,
-/// N_k, d]`. Grid: (key blocks of `m`, H_kv, batch); one plane per cube.
+/// bf16), `terms: [batch, H, N_q, 2]` (f32, `kernel::portable::backward_rows`) → `dk, dv: [batch,
+/// H_kv, N_k, d]`. Grid: (key blocks of `m`, H_kv, batch); one plane per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn key_grads_cmma_kernel<F: Float, N: Size>(

@@ -1,4 +1,4 @@
-//! The fragment seam (`super::fragment`) run on a device through every one of its operations,
+//! The fragment seam (`kernel::fragment`) run on a device through every one of its operations,
 //! for the tests that compare it with a product on the host (`tests/attention/fragments.rs`):
 //! `C = A·B` for `A: 16w × 32` and `B: 32 × 8` in two `k` steps, by `w` warps of 16 rows each,
 //! the maximum and sum of each row of `C`, and where each lane's fragments hold what (the
@@ -12,9 +12,9 @@ use cubecl::cmma::MatrixIdent;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 
-use super::config::upload;
-use super::flash::ROW_ALIGN;
-use super::fragment::{
+use crate::kernel::config::upload;
+use crate::kernel::flash::ROW_ALIGN;
+use crate::kernel::fragment::{
     FragmentPath, K, LANES, M, N, RowReduction, copy_tile, lane, load, mma, position, reduce_rows,
     store, zeros,
 };

@@ -16,10 +16,10 @@
 
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
-use super::prologue::offset;
-use super::score::{row_end, score, sigmoid};
-use super::visibility::{load_window, visible};
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::prologue::offset;
+use crate::kernel::score::{row_end, score, sigmoid};
+use crate::kernel::visibility::{load_window, visible};
 
 /// Threads per cube: one slot each while scoring, output columns `c ≡ thread (mod THREADS)`
 /// while accumulating.

@@ -11,9 +11,9 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::config::{Variant, decode_call, empty_like, narrow, upload, window_words};
-use super::decode::{ROW_WORDS, SectionsLaunch, THREADS, decode_kernel};
 use crate::decode::{CachedBuffer, DecodeStep};
+use crate::kernel::cache::decode::{ROW_WORDS, SectionsLaunch, THREADS, decode_kernel};
+use crate::kernel::config::{Variant, decode_call, empty_like, narrow, upload, window_words};
 
 /// The fused decode step on a CubeCL backend (`crate::decode::DecodeKernel`): `q: [batch, H, 1,
 /// d]` against every buffer → `o: [batch, H, 1, d]`, in `q`'s dtype, stored in `q`'s physical

@@ -1,6 +1,6 @@
 //! The forward kernel on cooperative matrices (tensor cores, CubeCL's `cmma`), for f16 and bf16
 //! inputs on devices that list a tile shape for them (docs/semantics.md §1–§2; reference:
-//! `crate::reference::dense_attention`; the portable kernel is `super::forward`).
+//! `crate::reference::dense_attention`; the portable kernel is `kernel::portable::forward`).
 //!
 //! A cube is one plane and owns `m` consecutive query rows of one head. It visits the key tiles
 //! of `n` keys that [`block_key_tiles`] gives, as the portable kernel does, and for each:
@@ -11,17 +11,17 @@
 //!   sigmoid), writes the row's weights `P` in the input type and rescales its row of `O`;
 //! - `O += P·V` in `d / n` cooperative products, `O` kept in shared memory as f32.
 //!
-//! The tile and the products are `super::mma`'s. Rows that see no key write `o = 0` and
+//! The tile and the products are `kernel::cmma`'s. Rows that see no key write `o = 0` and
 //! `lse = −∞`.
 
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
-use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
-use super::prologue::{block_key_tiles, offset, query_block};
-use super::reach::nth_tile;
-use super::score::{row_end, score, sigmoid};
-use super::visibility::{Window, visible};
+use crate::kernel::cmma::{Mma, accumulate_product, load_rows, product_transposed, zero};
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::prologue::{block_key_tiles, offset, query_block};
+use crate::kernel::reach::nth_tile;
+use crate::kernel::score::{row_end, score, sigmoid};
+use crate::kernel::visibility::{Window, visible};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16) → `o: [batch, H, N_q,
 /// d]`, `lse: [batch, H, N_q]` (f32). Grid: (query blocks of `m`, H, batch); one plane per cube.

@@ -9,12 +9,12 @@
 
 use cubecl::prelude::*;
 
-use super::config::{Call, ROWS, Variant};
-use super::prologue::{block_key_tiles, load_row, offset, query_block, zero_row};
-use super::reach::nth_tile;
-use super::score::{relative_score, row_end, score, sigmoid};
-use super::tile::load_tiles;
-use super::visibility::visible;
+use crate::kernel::config::{Call, ROWS, Variant};
+use crate::kernel::prologue::{block_key_tiles, load_row, offset, query_block, zero_row};
+use crate::kernel::reach::nth_tile;
+use crate::kernel::score::{relative_score, row_end, score, sigmoid};
+use crate::kernel::tile::load_tiles;
+use crate::kernel::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and, when the variant has them, the
 /// relative scores `[batch, H, N_q, L]` → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32

@@ -1,13 +1,13 @@
 //! The forward kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md
 //! §1–§2; reference: `crate::reference::dense_attention`; the block shape, launch choice, visit
-//! order and tile copies are `super::flash`'s).
+//! order and tile copies are `kernel::flash`'s).
 //!
 //! A cube owns the query rows of one head in [`forward_groups`] groups of 64, 16 per warp in
-//! each (natively 128 rows, 32 per warp, at d = 64; 64 rows at d = 128 and when emulated). Each warp keeps its rows of
-//! `Q` as A fragments (at d = 64; in shared memory at d = 128: [`STAGED_DIM`]), and its
-//! running maxima, sums and `O` as accumulators, in registers for the whole block, and visits
-//! the key tiles of 64 that [`block_key_tiles`] gives (the window's reach and sinks; tiles
-//! outside it are never read), those it sees whole first ([`whole_first`]):
+//! each (natively 128 rows, 32 per warp, at d = 64; 64 rows at d = 128 and when emulated). Each
+//! warp keeps its rows of `Q` as A fragments (at d = 64; in shared memory at d = 128:
+//! [`STAGED_DIM`]), and its running maxima, sums and `O` as accumulators, in registers for the
+//! whole block, and visits the key tiles of 64 that [`block_key_tiles`] gives (the window's reach
+//! and sinks; tiles outside it are never read), those it sees whole first ([`whole_first`]):
 //! - `S = Q·Kᵀ` in registers (`d / 16 × 8` products per warp and group, each `K` fragment
 //!   loaded once for both groups);
 //! - a tile seen whole (every pair visible) skips the per-pair rule: it runs in a loop of its
@@ -28,19 +28,19 @@
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
-use super::flash::{
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::flash::products::{accumulate, row_products, weights_as_a};
+use crate::kernel::flash::{
     KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileStrides, WARPS, block_row,
     copy_rows, cut_from, cut_step_keys, forward_groups, head_rows, land, landing, products,
     row_stride, step_keys, whole_first, write_rows,
 };
-use super::flash_products::{accumulate, row_products, weights_as_a};
-use super::fragment::{
+use crate::kernel::fragment::{
     FragmentPath, K, LANES, M, N, Pair, RowReduction, lane, load, reduce_quad, store, zeros,
 };
-use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::score::{exp2_scaled, exponent_factor, row_end, score, sigmoid};
-use super::visibility::{plain_span, visible_by_span};
+use crate::kernel::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
+use crate::kernel::score::{exp2_scaled, exponent_factor, row_end, score, sigmoid};
+use crate::kernel::visibility::{plain_span, visible_by_span};
 
 /// The value a masked pair holds: a quarter of the lowest f32, below every real score or
 /// product, and what marks it as masked (a finite value: WGSL has no infinite literals; its
@@ -54,7 +54,7 @@ fn masked() -> f32 {
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` (f16 or bf16, read as vectors of `N`;
 /// `strides`: `K`'s and `V`'s) → `o: [batch, H, N_q, d]`, `lse: [batch, H, N_q]` (f32). Grid:
 /// (query blocks of `forward_groups(d, path) · 64`, H, batch), head `order[y]` at grid row `y`;
-/// `super::flash::UNITS` units per cube.
+/// `kernel::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward_flash_kernel<F: Float, NV: Size>(

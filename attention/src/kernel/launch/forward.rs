@@ -1,6 +1,6 @@
 //! Host side of the forward kernels: output allocation, the choice between FlashAttention-2's
-//! design (`super::forward_flash`, on CUDA's MMA instructions: `super::flash::flash_path`), the
-//! cooperative-matrix kernel (`super::forward_cmma`, where the device has a cooperative tile for
+//! design (`kernel::flash::forward`, on CUDA's MMA instructions: `kernel::flash::flash_path`), the
+//! cooperative-matrix kernel (`kernel::cmma::forward`, where the device has a cooperative tile for
 //! the inputs' type) and the portable one, grid and launch.
 
 use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
@@ -10,16 +10,16 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime, FloatElement, IntElement};
 use cubecl::prelude::*;
 
-use super::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
-use super::flash::{
+use crate::backend::WindowedKernelBackend;
+use crate::kernel::cmma::forward::forward_cmma_kernel;
+use crate::kernel::cmma::{load_vector, tensor_core_tile};
+use crate::kernel::config::{LaunchArgs, ROWS, empty_like, placeholder, upload};
+use crate::kernel::flash::forward::forward_flash_kernel;
+use crate::kernel::flash::{
     self, UNITS, flash_path, flash_variant, forward_groups, head_order, tile_strides,
 };
-use super::forward::forward_kernel;
-use super::forward_cmma::forward_cmma_kernel;
-use super::forward_flash::forward_flash_kernel;
-use super::fragment::FragmentPath;
-use super::mma::{load_vector, tensor_core_tile};
-use crate::backend::WindowedKernelBackend;
+use crate::kernel::fragment::FragmentPath;
+use crate::kernel::portable::forward::forward_kernel;
 use crate::{ScoreOptions, WindowSpec};
 
 /// Runs the forward kernel: `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]` and the
@@ -50,7 +50,7 @@ pub(crate) fn forward<R: CubeRuntime>(
         return (o, lse);
     }
     if let Some(mma) = tensor_core_tile(&client, dtype, dim).filter(|_| relative.is_none()) {
-        // SAFETY: the tensor-core kernels guard every access (`super::mma`, "Unchecked").
+        // SAFETY: the tensor-core kernels guard every access (`kernel::cmma`, "Unchecked").
         unsafe {
             forward_cmma_kernel::launch_unchecked::<R>(
                 &client,
@@ -98,7 +98,7 @@ pub(crate) fn grid(rows: usize, heads: usize, batch: usize) -> CubeCount {
     CubeCount::Static(rows.div_ceil(ROWS) as u32, heads as u32, batch as u32)
 }
 
-/// Launches `super::forward_flash` on `path` for `q, k, v` into `o` and `lse` (allocated as
+/// Launches `kernel::flash::forward` on `path` for `q, k, v` into `o` and `lse` (allocated as
 /// [`forward`] allocates them), its grid's heads in [`head_order`].
 fn launch_flash<R: CubeRuntime>(
     [q, k, v]: [CubeTensor<R>; 3],
@@ -117,7 +117,7 @@ fn launch_flash<R: CubeRuntime>(
     let rows = flash::ROWS * forward_groups(q.meta.shape()[3], path);
     let cubes = CubeCount::Static(q_len.div_ceil(rows) as u32, heads as u32, batch as u32);
     // SAFETY: the kernel guards every access to its tensors by the call's lengths, as the
-    // tensor-core kernels do (`super::mma`, "Unchecked"), and `order` holds a head per grid row.
+    // tensor-core kernels do (`kernel::cmma`, "Unchecked"), and `order` holds a head per grid row.
     unsafe {
         forward_flash_kernel::launch_unchecked::<R>(
             &client,
@@ -141,7 +141,7 @@ fn launch_flash<R: CubeRuntime>(
     }
 }
 
-/// The forward of FlashAttention-2's design (`super::forward_flash`) on the emulated fragment
+/// The forward of FlashAttention-2's design (`kernel::flash::forward`) on the emulated fragment
 /// path, on any device: the tests run it on devices without MMA instructions (lavapipe), so
 /// that the kernel CUDA's launches pick is checked on every commit. `q: [batch, H, N_q, d]`,
 /// `k, v: [batch, H_kv, N_k, d]` in f16 or bf16 with `d` one of 64 and 128 → (`o: [batch, H,

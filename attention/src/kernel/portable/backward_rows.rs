@@ -2,7 +2,7 @@
 //! (FlashAttention-2's preprocessing; docs/semantics.md §1).
 //!
 //! Writing `dP_ij = dO_i·v_j` and `c_i` for the row coefficient, both score functions give
-//! `∂L/∂s_ij = gate_ij·(dP_ij + c_i)` (`super::score::weight`):
+//! `∂L/∂s_ij = gate_ij·(dP_ij + c_i)` (`kernel::score::weight`):
 //! - softmax: `∂L/∂s = P∘(dP − D) + P·dlse` with `D_i = Σ_d dO_i∘O_i`, so `c_i = dlse_i − D_i`;
 //! - sigmoid: `lse = ln Σ_j σ_ij` adds `dlse_i·σ(1 − σ)·exp(−lse_i)`, so
 //!   `c_i = dlse_i·exp(−lse_i)`, and 0 for rows with `lse = −∞` (which see no key, or whose
@@ -10,8 +10,8 @@
 
 use cubecl::prelude::*;
 
-use super::config::{ROWS, Variant};
-use super::prologue::offset;
+use crate::kernel::config::{ROWS, Variant};
+use crate::kernel::prologue::offset;
 
 /// `o, d_o: [batch, H, N_q, d]` (the forward's output and its gradient), `lse, d_lse:
 /// [batch, H, N_q]` f32 → `terms: [batch, H, N_q, 2]` f32 (`lse_i`, `c_i`). Grid: (query blocks,

@@ -1,5 +1,5 @@
 //! The core's kernels expanded into kernel definitions without a device, for
-//! `super::cuda_source`: what a `#[cube(launch)]` kernel's `define` does with a compute client,
+//! `kernel::cuda_check`: what a `#[cube(launch)]` kernel's `define` does with a compute client,
 //! done by hand. Each function registers the kernel's float type, expands its runtime arguments
 //! in the signature's order (outputs with `expand_output`, so that the definition's bindings are
 //! the launch's) and calls the kernel's `expand` with its compile-time arguments.
@@ -9,32 +9,32 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::ir::DeviceProperties;
 use cubecl::prelude::*;
 
-use super::backward_keys::key_grads_kernel;
-use super::backward_keys_cmma::key_grads_cmma_kernel;
-use super::backward_keys_flash::key_grads_flash_kernel;
-use super::backward_queries::query_grads_kernel;
-use super::backward_queries_cmma::query_grads_cmma_kernel;
-use super::backward_queries_flash::query_grads_flash_kernel;
-use super::backward_rows::row_terms_kernel;
-use super::cache_write::THREADS as WRITE_THREADS;
-use super::cache_write::cache_write_kernel;
-use super::config::ROWS;
-use super::config::{Call, CallCompilationArg, Variant};
-use super::decode::THREADS as DECODE_THREADS;
-use super::decode::{Sections, SectionsCompilationArg, decode_kernel};
-use super::flash::{TileStrides, TileStridesCompilationArg, UNITS};
-use super::forward::forward_kernel;
-use super::forward_cmma::forward_cmma_kernel;
-use super::forward_flash::forward_flash_kernel;
-use super::fragment::{FragmentPath, LANES};
-use super::fragment_probe::fragment_probe_kernel;
-use super::mma::Mma;
-use super::rope::{PAIRS, ROWS as ROPE_ROWS, rope_kernel};
+use crate::kernel::cache::decode::THREADS as DECODE_THREADS;
+use crate::kernel::cache::decode::{Sections, SectionsCompilationArg, decode_kernel};
+use crate::kernel::cache::write::THREADS as WRITE_THREADS;
+use crate::kernel::cache::write::cache_write_kernel;
+use crate::kernel::cmma::Mma;
+use crate::kernel::cmma::backward_keys::key_grads_cmma_kernel;
+use crate::kernel::cmma::backward_queries::query_grads_cmma_kernel;
+use crate::kernel::cmma::forward::forward_cmma_kernel;
+use crate::kernel::config::ROWS;
+use crate::kernel::config::{Call, CallCompilationArg, Variant};
+use crate::kernel::flash::backward_keys::key_grads_flash_kernel;
+use crate::kernel::flash::backward_queries::query_grads_flash_kernel;
+use crate::kernel::flash::forward::forward_flash_kernel;
+use crate::kernel::flash::{TileStrides, TileStridesCompilationArg, UNITS};
+use crate::kernel::fragment::probe::fragment_probe_kernel;
+use crate::kernel::fragment::{FragmentPath, LANES};
+use crate::kernel::portable::backward_keys::key_grads_kernel;
+use crate::kernel::portable::backward_queries::query_grads_kernel;
+use crate::kernel::portable::backward_rows::row_terms_kernel;
+use crate::kernel::portable::forward::forward_kernel;
+use crate::kernel::rope::{PAIRS, ROWS as ROPE_ROWS, rope_kernel};
 
 /// A kernel's definition.
 type Def = KernelDefinition;
 
-/// The portable forward (`super::forward`): one thread per query row.
+/// The portable forward (`kernel::portable::forward`): one thread per query row.
 pub(super) fn forward(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
     use forward_kernel::{F, N};
     let mut b = builder(device);
@@ -62,7 +62,7 @@ pub(super) fn forward(device: &DeviceProperties, variant: Variant, dtype: Storag
     b.build(settings("forward_kernel", ROWS))
 }
 
-/// The tensor-core forward (`super::forward_cmma`): one plane per `m` query rows.
+/// The tensor-core forward (`kernel::cmma::forward`): one plane per `m` query rows.
 pub(super) fn forward_cmma(
     device: &DeviceProperties,
     variant: Variant,
@@ -94,7 +94,7 @@ pub(super) fn forward_cmma(
     b.build(settings("forward_cmma_kernel", mma.plane))
 }
 
-/// The forward of FlashAttention-2's design (`super::forward_flash`) on `path`: four warps per
+/// The forward of FlashAttention-2's design (`kernel::flash::forward`) on `path`: four warps per
 /// 64 query rows.
 pub(super) fn forward_flash(
     device: &DeviceProperties,
@@ -132,7 +132,7 @@ pub(super) fn forward_flash(
     (b.build(settings("forward_flash_kernel", UNITS)), UNITS)
 }
 
-/// The backward's row terms (`super::backward_rows`).
+/// The backward's row terms (`kernel::portable::backward_rows`).
 pub(super) fn row_terms(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
     use row_terms_kernel::F;
     let mut b = builder(device);
@@ -144,7 +144,7 @@ pub(super) fn row_terms(device: &DeviceProperties, variant: Variant, dtype: Stor
     b.build(settings("row_terms_kernel", ROWS))
 }
 
-/// The portable dQ (`super::backward_queries`).
+/// The portable dQ (`kernel::portable::backward_queries`).
 pub(super) fn query_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
     use query_grads_kernel::{F, N};
     let mut b = builder(device);
@@ -174,7 +174,7 @@ pub(super) fn query_grads(device: &DeviceProperties, variant: Variant, dtype: St
     b.build(settings("query_grads_kernel", ROWS))
 }
 
-/// The tensor-core dQ (`super::backward_queries_cmma`).
+/// The tensor-core dQ (`kernel::cmma::backward_queries`).
 pub(super) fn query_grads_cmma(
     device: &DeviceProperties,
     variant: Variant,
@@ -207,7 +207,7 @@ pub(super) fn query_grads_cmma(
     b.build(settings("query_grads_cmma_kernel", mma.plane))
 }
 
-/// The portable dK/dV (`super::backward_keys`).
+/// The portable dK/dV (`kernel::portable::backward_keys`).
 pub(super) fn key_grads(device: &DeviceProperties, variant: Variant, dtype: StorageType) -> Def {
     use key_grads_kernel::{F, N};
     let mut b = builder(device);
@@ -237,7 +237,7 @@ pub(super) fn key_grads(device: &DeviceProperties, variant: Variant, dtype: Stor
     b.build(settings("key_grads_kernel", ROWS))
 }
 
-/// The tensor-core dK/dV (`super::backward_keys_cmma`).
+/// The tensor-core dK/dV (`kernel::cmma::backward_keys`).
 pub(super) fn key_grads_cmma(
     device: &DeviceProperties,
     variant: Variant,
@@ -271,9 +271,9 @@ pub(super) fn key_grads_cmma(
     b.build(settings("key_grads_cmma_kernel", mma.plane))
 }
 
-/// The decode step (`super::decode`) over one ring buffer, with `branches` branches, the windows
-/// decided on the device (no host mask) and the query turned by RoPE, as a RoPE model's layers
-/// run it.
+/// The decode step (`kernel::cache::decode`) over one ring buffer, with `branches` branches, the
+/// windows decided on the device (no host mask) and the query turned by RoPE, as a RoPE model's
+/// layers run it.
 pub(super) fn decode(
     device: &DeviceProperties,
     variant: Variant,
@@ -310,7 +310,7 @@ pub(super) fn decode(
     (b.build(settings("decode_kernel", DECODE_THREADS)), DECODE_THREADS)
 }
 
-/// The cache append (`super::cache_write`) into one ring buffer, the key turned by RoPE.
+/// The cache append (`kernel::cache::write`) into one ring buffer, the key turned by RoPE.
 pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
     use cache_write_kernel::F;
     let mut b = builder(device);
@@ -325,7 +325,7 @@ pub(super) fn cache_write(device: &DeviceProperties, dtype: StorageType) -> (Def
     (b.build(settings("cache_write_kernel", WRITE_THREADS)), WRITE_THREADS)
 }
 
-/// RoPE (`super::rope`): a cube of [`ROPE_ROWS`] rows × [`PAIRS`] dimension pairs.
+/// RoPE (`kernel::rope`): a cube of [`ROPE_ROWS`] rows × [`PAIRS`] dimension pairs.
 pub(super) fn rope(device: &DeviceProperties, dtype: StorageType) -> (Def, usize) {
     use rope_kernel::{F, N};
     let mut b = builder(device);
@@ -340,7 +340,7 @@ pub(super) fn rope(device: &DeviceProperties, dtype: StorageType) -> (Def, usize
     (b.build(settings("rope_kernel", threads).cube_dim(cube)), threads)
 }
 
-/// The fragment seam's probe (`super::fragment_probe`) of two warps on `path`: every operation
+/// The fragment seam's probe (`kernel::fragment::probe`) of two warps on `path`: every operation
 /// of the seam, as the FlashAttention-2 kernels will use it.
 pub(super) fn fragment_probe(
     device: &DeviceProperties,
@@ -358,7 +358,7 @@ pub(super) fn fragment_probe(
 }
 
 /// Elements per vector of the tensor-core kernels' tile copies on an H100: 8 halves, 16 bytes
-/// (`super::mma::load_vector` for contiguous inputs whose `d` is a multiple of 8).
+/// (`kernel::cmma::load_vector` for contiguous inputs whose `d` is a multiple of 8).
 const VECTOR: usize = 8;
 
 /// A tensor input read as vectors of the size registered for `N`.
@@ -421,7 +421,7 @@ fn strides(b: &mut KernelBuilder) -> <TileStrides as CubeType>::ExpandType {
     <TileStrides as LaunchArg>::expand(&arg, b)
 }
 
-/// The dK/dV of FlashAttention-2's design (`super::backward_keys_flash`) on `path`: four warps
+/// The dK/dV of FlashAttention-2's design (`kernel::flash::backward_keys`) on `path`: four warps
 /// per 64 key rows.
 pub(super) fn key_grads_flash(
     device: &DeviceProperties,
@@ -459,7 +459,7 @@ pub(super) fn key_grads_flash(
     (b.build(settings("key_grads_flash_kernel", UNITS)), UNITS)
 }
 
-/// The dQ of FlashAttention-2's design (`super::backward_queries_flash`) on `path`: four warps
+/// The dQ of FlashAttention-2's design (`kernel::flash::backward_queries`) on `path`: four warps
 /// per 64 query rows.
 pub(super) fn query_grads_flash(
     device: &DeviceProperties,

@@ -1,5 +1,5 @@
-//! The two products of the FlashAttention-2 kernels (`super::forward_flash`,
-//! `super::backward_keys_flash`), on the fragment seam: each warp's groups of 16 rows against
+//! The two products of the FlashAttention-2 kernels (`kernel::flash::forward`,
+//! `kernel::flash::backward_keys`), on the fragment seam: each warp's groups of 16 rows against
 //! the rows of a shared tile (all 64, or a part of them), `A·Bᵀ` (scores, and the score
 //! gradients' `dPᵀ = V·dOᵀ`), and `C += P·B` with `P` the accumulators of the first product
 //! (`O += P·V`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`). Tiles are row-major with rows `d + PAD` apart.
@@ -7,8 +7,8 @@
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
-use super::flash::{PAD, ROWS, STAGED_DIM, products};
-use super::fragment::{
+use crate::kernel::flash::{PAD, ROWS, STAGED_DIM, products};
+use crate::kernel::fragment::{
     FragmentPath, K, LANES, M, N, Pair, accumulators_as_a, half, load, load_b_pair, mma_each, zeros,
 };
 

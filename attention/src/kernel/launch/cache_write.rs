@@ -8,9 +8,9 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::cache_write::{HEAD_WORDS, THREADS, cache_write_kernel};
-use super::config::{narrow, upload};
 use crate::decode::SlotWrite;
+use crate::kernel::cache::write::{HEAD_WORDS, THREADS, cache_write_kernel};
+use crate::kernel::config::{narrow, upload};
 use crate::rope::RopeAngles;
 
 /// The fused append on a CubeCL backend (`crate::decode::CacheWrite`): `k, v: [batch, H_kv, 1,

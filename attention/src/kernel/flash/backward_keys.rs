@@ -1,6 +1,6 @@
 //! The dK/dV kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md §1;
 //! reference: `crate::reference::dense_attention`, differentiated; its cooperative-matrix twin
-//! is `super::backward_keys_cmma`, whose math it shares).
+//! is `kernel::cmma::backward_keys`, whose math it shares).
 //!
 //! A cube owns 64 key rows of one kv head, 16 per warp; each warp holds its keys' rows of `K`
 //! and `V` as A fragments (at d = 64; in shared memory at d = 128, [`STAGED_DIM`], which leaves
@@ -12,8 +12,8 @@
 //! - `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` in registers;
 //! - the weights `Pᵀ` recomputed from the queries' `lse` and `dSᵀ = ∂L/∂s · chain` (the
 //!   scale applies to `dK` once at the end, as FlashAttention-2 does)
-//!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
-//!   products, 0 where a query does not see the key; tiles whose every pair is visible run
+//!   (`kernel::score::weight`, the row coefficients of `kernel::portable::backward_rows`), in place
+//!   of the products, 0 where a query does not see the key; tiles whose every pair is visible run
 //!   first, in a loop of their own without the rule ([`whole_first`]), the others ask it (one
 //!   span per key where the windows are plain, [`key_span`]);
 //! - `dV += Pᵀ·dO` and `dK += dSᵀ·Q`, the weights rounded to the input type as FlashAttention
@@ -23,28 +23,29 @@
 //! Each cube writes its own keys' gradients: no atomics. Keys past `kv_len` get zeros. At
 //! d = 64 `K` and `V` reach the registers through the tile buffers, which then hold each query
 //! tile's `Q` and `dO`: the kernel fits lavapipe's 32 KB. The launch runs it where
-//! `super::flash::flash_backward_path` says so.
+//! `kernel::flash::flash_backward_path` says so.
 
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
-use super::backward_keys::{RowRange, load_row_terms};
-use super::config::{Call, Variant};
-use super::flash::{
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::flash::products::{accumulate, row_products, scale_accumulators, weights_as_a};
+use crate::kernel::flash::{
     HeadRows, KEYS, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileOrder, TileStrides, UNITS,
     WARPS, block_row, copy_rows, cut_from, head_rows, land, landing, products, row_stride, tile_at,
     whole_first, write_rows,
 };
-use super::flash_products::{accumulate, row_products, scale_accumulators, weights_as_a};
-use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
-use super::prologue::offset;
-use super::reach::{Tiles, query_tiles};
-use super::score::{exponent_factor, score, weight};
-use super::visibility::{Span, Window, key_span, load_window, visible_by_span};
+use crate::kernel::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
+use crate::kernel::portable::backward_keys::{RowRange, load_row_terms};
+use crate::kernel::prologue::offset;
+use crate::kernel::reach::{Tiles, query_tiles};
+use crate::kernel::score::{exponent_factor, score, weight};
+use crate::kernel::visibility::{Span, Window, key_span, load_window, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`; `strides`: `Q`'s and `dO`'s), `terms: [batch, H, N_q, 2]`
-/// (f32) → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks of 64, H_kv, batch); `super::flash::UNITS` units per cube.
+/// (f32) → `dk, dv: [batch, H_kv, N_k, d]`. Grid: (key blocks of 64, H_kv, batch);
+/// `kernel::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn key_grads_flash_kernel<F: Float, NV: Size>(
@@ -357,7 +358,8 @@ struct QueryPart {
 
 /// Turns the products `p` (`Sᵀ`) and `ds` (`dPᵀ`) of the warp's keys and `blocks × 8` of the
 /// tile's queries from its row `first` into the weights `Pᵀ` and score gradients `dSᵀ / scale`
-/// of the pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past `N_q`).
+/// of the pairs, and, `per_pair`, zeros where [`visible`] refuses a pair (or the query is past
+/// `N_q`).
 #[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
 fn key_weights(

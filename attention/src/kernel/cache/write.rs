@@ -6,7 +6,7 @@
 
 use cubecl::prelude::*;
 
-use super::prologue::offset;
+use crate::kernel::prologue::offset;
 
 /// Threads per cube, over the head dim.
 pub(crate) const THREADS: usize = 32;

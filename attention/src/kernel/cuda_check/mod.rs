@@ -12,6 +12,8 @@
 //! compile-time arguments. The tiles and variants come from the launches' own functions
 //! ([`tile_for`], [`tile_rows`], [`Variant`]), so the list checks what a launch would run.
 
+mod definitions;
+
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -29,10 +31,9 @@ use cubecl_cpp::shared::{
 };
 use cubecl_cpp::{DialectWmmaCompiler, register_supported_types};
 
-use super::config::{ROWS, Variant, tile_rows};
-use super::cuda_definitions as definitions;
-use super::fragment::FragmentPath;
-use super::mma::tile_for;
+use crate::kernel::cmma::tile_for;
+use crate::kernel::config::{ROWS, Variant, tile_rows};
+use crate::kernel::fragment::FragmentPath;
 
 /// The compiler cubecl-cuda uses (`CudaCompiler`, without the `ptx-wmma` feature).
 type Cuda = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
@@ -77,22 +78,22 @@ pub struct KernelSource {
 enum Kernel {
     Forward,
     ForwardCmma,
-    /// FlashAttention-2's forward on the native fragment path (`super::forward_flash`).
+    /// FlashAttention-2's forward on the native fragment path (`kernel::flash::forward`).
     ForwardFlash,
     RowTerms,
     QueryGrads,
     QueryGradsCmma,
-    /// FlashAttention-2's dQ on the native fragment path (`super::backward_queries_flash`).
+    /// FlashAttention-2's dQ on the native fragment path (`kernel::flash::backward_queries`).
     QueryGradsFlash,
     KeyGrads,
     KeyGradsCmma,
-    /// FlashAttention-2's dK/dV on the native fragment path (`super::backward_keys_flash`).
+    /// FlashAttention-2's dK/dV on the native fragment path (`kernel::flash::backward_keys`).
     KeyGradsFlash,
     Decode,
     CacheWrite,
-    /// RoPE (`super::rope`).
+    /// RoPE (`kernel::rope`).
     Rope,
-    /// The fragment seam's probe on the native path (`super::fragment_probe`).
+    /// The fragment seam's probe on the native path (`kernel::fragment::probe`).
     FragmentProbe,
 }
 
@@ -175,9 +176,9 @@ impl Kernel {
 
 /// The list: every kernel at bf16, d = 64 and 128, softmax, causal; the tensor-core kernels also
 /// in f16 and with each scoring option (sigmoid with ALiBi, softcap, bidirectional); the
-/// decode step with one and two branches (LongNet); the append and RoPE; the fragment seam's probe, native, in bf16
-/// and f16 (the path an sm_90 device gets). Sinks and windows are run-time values: every variant
-/// takes them.
+/// decode step with one and two branches (LongNet); the append and RoPE; the fragment seam's probe,
+/// native, in bf16 and f16 (the path an sm_90 device gets). Sinks and windows are run-time values:
+/// every variant takes them.
 pub fn cuda_sources() -> Result<Vec<KernelSource>, String> {
     let device = hopper();
     let mut out = Vec::new();

@@ -1,17 +1,17 @@
 //! The dQ kernel of FlashAttention-2's design on the fragment seam (docs/semantics.md §1;
 //! reference: `crate::reference::dense_attention`, differentiated; its cooperative-matrix twin
-//! is `super::backward_queries_cmma`, whose math it shares).
+//! is `kernel::cmma::backward_queries`, whose math it shares).
 //!
 //! A cube owns 64 query rows of one head, 16 per warp, laid out as the forward
-//! (`super::forward_flash`) and visiting the same key tiles ([`block_key_tiles`]); each warp
+//! (`kernel::flash::forward`) and visiting the same key tiles ([`block_key_tiles`]); each warp
 //! holds its rows of `Q` and `dO` as A fragments (at d = 64), their row terms and `dQ` in
 //! registers. For each tile:
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` in registers;
 //! - `dS = ∂L/∂s · chain` from the weights recomputed from `lse` (the scale applies to `dQ`
 //!   once at the end, as FlashAttention-2 does)
-//!   (`super::score::weight`, the row coefficients of `super::backward_rows`), in place of the
-//!   products, 0 where a row does not see a key; tiles whose every pair is visible run first,
-//!   in a loop of their own without the rule ([`whole_first`]), the others ask it (one span
+//!   (`kernel::score::weight`, the row coefficients of `kernel::portable::backward_rows`), in place
+//!   of the products, 0 where a row does not see a key; tiles whose every pair is visible run
+//!   first, in a loop of their own without the rule ([`whole_first`]), the others ask it (one span
 //!   per row where the windows are plain, [`plain_span`]);
 //! - `dQ += dS·K`, `dS` rounded to the input type.
 //!
@@ -20,27 +20,27 @@
 //! atomics. At d = 64 `Q` and `dO` reach the registers
 //! through the tile buffers; at d = 128 ([`STAGED_DIM`]) they stay in shared memory, which
 //! leaves the registers to `dQ` and the products. The launch runs it where the dK/dV kernel
-//! runs (`super::flash::flash_backward_path`).
+//! runs (`kernel::flash::flash_backward_path`).
 
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
-use super::flash::{
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::flash::products::{accumulate, row_products, scale_accumulators, weights_as_a};
+use crate::kernel::flash::{
     KEYS, KeySteps, Landing, PAD, ROW_ALIGN, ROWS, STAGED_DIM, TileStrides, WARPS, block_row,
     copy_rows, cut_from, head_rows, land, landing, products, row_stride, step_keys, whole_first,
     write_rows,
 };
-use super::flash_products::{accumulate, row_products, scale_accumulators, weights_as_a};
-use super::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
-use super::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
-use super::score::{base2_shift, exponent_factor, score, weight};
-use super::visibility::{plain_span, visible_by_span};
+use crate::kernel::fragment::{FragmentPath, K, LANES, M, N, Pair, lane, load, store, zeros};
+use crate::kernel::prologue::{QueryBlock, block_key_tiles, offset, query_block_of_head};
+use crate::kernel::score::{base2_shift, exponent_factor, score, weight};
+use crate::kernel::visibility::{plain_span, visible_by_span};
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
 /// bf16, read as vectors of `NV`; `strides`: `K`'s and `V`'s), `terms: [batch, H, N_q, 2]`
-/// (f32) → `dq: [batch, H, N_q, d]`. Grid: (query blocks of 64, H, batch), head `order[y]` at grid row `y`;
-/// `super::flash::UNITS` units per cube.
+/// (f32) → `dq: [batch, H, N_q, d]`. Grid: (query blocks of 64, H, batch), head `order[y]` at grid
+/// row `y`; `kernel::flash::UNITS` units per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn query_grads_flash_kernel<F: Float, NV: Size>(
@@ -279,7 +279,7 @@ fn tile_step<F: Float, NV: Size>(
     next
 }
 
-/// A lane's two rows' terms (`super::backward_rows`): `lse` in base 2 (`shift`,
+/// A lane's two rows' terms (`kernel::portable::backward_rows`): `lse` in base 2 (`shift`,
 /// [`base2_shift`]) in component 0 for row `g` and 1 for row `g + 8`, likewise the
 /// coefficients; zeros for rows past `N_q`.
 #[derive(CubeType, Clone, Copy)]
@@ -309,8 +309,8 @@ fn lane_row_terms(
 }
 
 /// Turns the products `ds` (`S`) and `dp` (`dP`) of the warp's rows and the tile's keys into
-/// the score gradients `dS / scale` in place (the scale comes at the end), and, `per_pair`, zeros where [`visible`] refuses a pair
-/// (or the row is past `N_q`).
+/// the score gradients `dS / scale` in place (the scale comes at the end), and, `per_pair`, zeros
+/// where [`visible`] refuses a pair (or the row is past `N_q`).
 #[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 #[allow(clippy::too_many_arguments)]
 fn score_gradients(

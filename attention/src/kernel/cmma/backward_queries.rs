@@ -1,28 +1,29 @@
 //! The dQ kernel on cooperative matrices (tensor cores; docs/semantics.md §1; reference:
 //! `crate::reference::dense_attention`, differentiated; the portable kernel is
-//! `super::backward_queries`).
+//! `kernel::portable::backward_queries`).
 //!
 //! A cube is one plane that owns `m` query rows of one head, laid out as the tensor-core
-//! forward (`super::forward_cmma`), and visits the same key tiles ([`block_key_tiles`]). For each:
+//! forward (`kernel::cmma::forward`), and visits the same key tiles ([`block_key_tiles`]). For
+//! each:
 //! - `S = Q·Kᵀ` and `dP = dO·Vᵀ` for its `m × n` block, two cooperative products;
 //! - one lane per row recomputes its weights from `S` and its `lse` and writes
 //!   `dS = ∂L/∂s · chain · scale` in the input type (0 for the keys it does not see);
 //! - `dQ += dS·K`, kept in shared memory as f32.
 //!
-//! The tile and the products are `super::mma`'s.
+//! The tile and the products are `kernel::cmma`'s.
 
 use cubecl::prelude::*;
 
-use super::config::{Call, Variant};
-use super::mma::{Mma, accumulate_product, load_rows, product_transposed, zero};
-use super::prologue::{block_key_tiles, offset, query_block};
-use super::reach::nth_tile;
-use super::score::{base2_shift, exponent_factor, score, weight};
-use super::visibility::visible;
+use crate::kernel::cmma::{Mma, accumulate_product, load_rows, product_transposed, zero};
+use crate::kernel::config::{Call, Variant};
+use crate::kernel::prologue::{block_key_tiles, offset, query_block};
+use crate::kernel::reach::nth_tile;
+use crate::kernel::score::{base2_shift, exponent_factor, score, weight};
+use crate::kernel::visibility::visible;
 
 /// `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, `d_o: [batch, H, N_q, d]` (f16 or
-/// bf16), `terms: [batch, H, N_q, 2]` (f32, `super::backward_rows`) → `dq: [batch, H, N_q, d]`.
-/// Grid: (query blocks of `m`, H, batch); one plane per cube.
+/// bf16), `terms: [batch, H, N_q, 2]` (f32, `kernel::portable::backward_rows`) → `dq: [batch, H,
+/// N_q, d]`. Grid: (query blocks of `m`, H, batch); one plane per cube.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn query_grads_cmma_kernel<F: Float, N: Size>(

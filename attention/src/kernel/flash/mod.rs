@@ -1,17 +1,22 @@
-//! What the kernels of FlashAttention-2's design (`super::forward_flash`,
-//! `super::backward_queries_flash`, `super::backward_keys_flash`; their products are
-//! `super::flash_products`) share: their block shape, where the launches pick them, the order
-//! they run the heads in, the order a cube visits its tiles in (whole tiles first:
-//! [`whole_first`]), and the copy of a tile into shared memory ([`copy_rows`]: `cp.async` on
-//! CUDA, completed by [`land`]).
+//! The kernels of FlashAttention-2's design on the fragment seam, which CUDA's launches pick
+//! (sm_80 and later, d = 64 and 128): the forward ([`forward`]), dQ ([`backward_queries`]) and
+//! dK/dV ([`backward_keys`]), with their products ([`products`]); and here what they share: their
+//! block shape, where the launches pick them, the order they run the heads in, the order a cube
+//! visits its tiles in (whole tiles first: [`whole_first`]), and the copy of a tile into shared
+//! memory ([`copy_rows`]: `cp.async` on CUDA, completed by [`land`]).
 //!
 //! A cube is [`WARPS`] warps of 32 lanes; each warp owns 16 rows of each group of [`ROWS`]
 //! (query rows, or key rows in dK/dV; one group per cube, two in the forward at d = 64:
 //! [`forward_groups`]) and keeps its fragments in registers through the fragment seam
-//! (`super::fragment`), natively on CUDA's MMA instructions, emulated on every other device
+//! (`kernel::fragment`), natively on CUDA's MMA instructions, emulated on every other device
 //! (what the tests run on lavapipe).
 //! Tiles of the other side are [`KEYS`] rows, in shared memory rows of `d + PAD` elements so
 //! that the 8 rows a fragment load touches at once start in different banks.
+
+pub(crate) mod backward_keys;
+pub(crate) mod backward_queries;
+pub(crate) mod forward;
+pub(crate) mod products;
 
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
@@ -19,12 +24,12 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::barrier::{Barrier, copy_async_checked};
 use cubecl::prelude::*;
 
-use super::config::{Call, LaunchArgs, Variant, plain_windows};
-use super::fragment::{FragmentPath, LANES, M, N, lane};
-use super::prologue::offset;
-use super::reach::{Tiles, nth_tile};
-use super::visibility::{Window, sees_whole_block};
 use crate::WindowSpec;
+use crate::kernel::config::{Call, LaunchArgs, Variant, plain_windows};
+use crate::kernel::fragment::{FragmentPath, LANES, M, N, lane};
+use crate::kernel::prologue::offset;
+use crate::kernel::reach::{Tiles, nth_tile};
+use crate::kernel::visibility::{Window, sees_whole_block};
 
 /// Warps per cube.
 pub(crate) const WARPS: usize = 4;
@@ -34,7 +39,7 @@ pub(crate) const ROWS: usize = WARPS * M;
 pub(crate) const KEYS: usize = 64;
 /// Units per cube.
 pub(crate) const UNITS: usize = WARPS * LANES;
-/// B fragments per product call (`super::fragment::mma_each`) on `path`: a tile's 8 key
+/// B fragments per product call (`kernel::fragment::mma_each`) on `path`: a tile's 8 key
 /// blocks, or 8 column blocks of `V`, at once natively; 4 when emulated, whose exchange buffer
 /// holds them all in shared memory (lavapipe offers 32 KB).
 pub(crate) fn products(path: FragmentPath) -> usize {
@@ -45,7 +50,7 @@ pub(crate) fn products(path: FragmentPath) -> usize {
 }
 
 /// Shared memory of a cube at head dim `dim` on `path`: the `K` and `V` tiles (2-byte
-/// elements, padded rows), `Q`'s at d = 128 (`super::forward_flash`), and the exchange buffer
+/// elements, padded rows), `Q`'s at d = 128 (`kernel::flash::forward`), and the exchange buffer
 /// of the fragment seam.
 pub(crate) fn shared_bytes(dim: usize, path: FragmentPath) -> usize {
     let tiles = if dim > STAGED_DIM { 3 } else { 2 };
@@ -65,7 +70,7 @@ pub(crate) const ROW_ALIGN: usize = 16;
 pub(crate) const STAGED_DIM: usize = 64;
 
 /// The head dims the kernels are compiled for: a warp's `Q`, scores and `O` fit its
-/// registers at these widths; others run `super::forward_cmma` or the portable kernels.
+/// registers at these widths; others run `kernel::cmma::forward` or the portable kernels.
 pub(crate) const HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// The fragment path of the FlashAttention-2 kernels for a call of `dtype` at head dim `dim` on
@@ -83,8 +88,8 @@ pub(crate) fn flash_path<R: CubeRuntime>(
     (native && HEAD_DIMS.contains(&dim) && fits(dim) && !relative).then_some(FragmentPath::Native)
 }
 
-/// The fragment path of the FlashAttention-2 backward kernels (`super::backward_queries_flash`,
-/// `super::backward_keys_flash`), or `None` where the launches run the cooperative-matrix
+/// The fragment path of the FlashAttention-2 backward kernels (`kernel::flash::backward_queries`,
+/// `kernel::flash::backward_keys`), or `None` where the launches run the cooperative-matrix
 /// ones: where the forward runs ([`flash_path`]) and the cube's tiles fit the device's shared
 /// memory.
 pub(crate) fn flash_backward_path<R: CubeRuntime>(
@@ -203,10 +208,10 @@ pub(crate) struct TileOrder {
 }
 
 /// The [`TileOrder`] of the cube whose own rows start at `own`: `rows` query rows whose key
-/// tiles are `tiles` (`super::forward_flash`, `super::backward_queries_flash`), or with
-/// `key_rows` key rows whose query tiles of `rows` are `tiles` (`super::backward_keys_flash`;
-/// a query tile reaching past `N_q` is never whole: its padding rows are masked). A tile is whole when
-/// [`sees_whole_tile`] says so. One uniform pass over the list, which ends past the run.
+/// tiles are `tiles` (`kernel::flash::forward`, `kernel::flash::backward_queries`), or with
+/// `key_rows` key rows whose query tiles of `rows` are `tiles` (`kernel::flash::backward_keys`;
+/// a query tile reaching past `N_q` is never whole: its padding rows are masked). A tile is whole
+/// when [`sees_whole_tile`] says so. One uniform pass over the list, which ends past the run.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn whole_first(

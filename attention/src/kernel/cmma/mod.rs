@@ -1,8 +1,9 @@
-//! What the tensor-core kernels (`super::forward_cmma`, `super::backward_queries_cmma`,
-//! `super::backward_keys_cmma`) share: the cooperative tile of a launch, its choice on the
-//! host, the copy of a block of rows into shared memory, and the two products every one of
-//! them makes, `A·Bᵀ` (scores) and `C += A·B` (accumulation), on CubeCL's `cmma` with f32
-//! accumulation.
+//! The kernels on tensor cores through CubeCL's cooperative matrices: the forward
+//! ([`forward`]), dQ ([`backward_queries`]) and dK/dV ([`backward_keys`]), which the launches
+//! pick where the device has a tile for the inputs' type, and here what they share: the cooperative
+//! tile of a launch, its choice on the host, the copy of a block of rows into shared memory, and
+//! the two products every one of them makes, `A·Bᵀ` (scores) and `C += A·B` (accumulation), on
+//! CubeCL's `cmma` with f32 accumulation.
 //!
 //! A cube is one plane that owns `m` rows (queries, or keys in dK/dV) and walks tiles of `n`
 //! rows of the other side. The `n` rows of a tile are the `k` of the accumulating product, so
@@ -15,6 +16,10 @@
 //! the windows and slopes hold a word for every head of the grid, and `windowed_runs` checked
 //! the shapes before any launch.
 
+pub(crate) mod backward_keys;
+pub(crate) mod backward_queries;
+pub(crate) mod forward;
+
 use burn::tensor::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
@@ -22,7 +27,7 @@ use cubecl::ir::{DeviceProperties, ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::tensor_vector_size_parallel;
 
-use super::config::SHARED_BUDGET;
+use crate::kernel::config::SHARED_BUDGET;
 
 /// The cooperative tile of a launch: `m` rows per cube, `n` rows per tile of the other side
 /// (and `k = n`), `plane` lanes per cube.
@@ -42,8 +47,8 @@ pub(crate) struct Mma {
 /// tile fits the `u32` mask the forward keeps of the keys a row sees (`n ≤ 32`), and with which
 /// the hungriest kernel's shared buffers ([`shared_bytes`]) fit the device. One tile for all
 /// three kernels of a call. Where the FlashAttention-2 kernels run (CUDA sm_80+, f16/bf16,
-/// d = 64 and 128, no relative scores: `super::flash::flash_path`,
-/// `super::flash::flash_backward_path`, which name each fall-back's reason) the launches take
+/// d = 64 and 128, no relative scores: `kernel::flash::flash_path`,
+/// `kernel::flash::flash_backward_path`, which name each fall-back's reason) the launches take
 /// them instead; this tile serves the rest.
 pub(crate) fn tensor_core_tile<R: CubeRuntime>(
     client: &ComputeClient<R>,
