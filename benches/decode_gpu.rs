@@ -264,7 +264,7 @@ fn report(rows: &[Row], options: &Options) {
         options.tokens, options.runs
     );
     if let Some(path) = &options.csv {
-        swa_zoo::models::support::files::write_bytes_atomically(path, csv.as_bytes())
+        swa_zoo::models::files::write_bytes_atomically(path, csv.as_bytes())
             .expect("the CSV is writable");
         println!("CSV: {}", path.display());
     }

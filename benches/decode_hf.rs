@@ -37,10 +37,10 @@ use burn::backend::flex::FlexDevice;
 use burn::tensor::{Int, Tensor, TensorData, bf16};
 use clap::Parser;
 use serde_json::Value;
-use swa_zoo::choice::WeightChoice;
+use swa_zoo::choice::weights_flag;
 use swa_zoo::models::Decoder;
-use swa_zoo::models::hf;
-use swa_zoo::models::support::SplitMix64;
+use swa_zoo::models::hf::{self, WeightPrecision};
+use swa_zoo::models::rng::SplitMix64;
 
 type B = Flex;
 
@@ -79,8 +79,8 @@ struct Options {
     torch: Option<String>,
     /// The float type the linear weights and the embedding table are kept in (`--weights` of
     /// the commands); the computation is f32.
-    #[arg(long, value_enum, default_value_t = WeightChoice::F32)]
-    weights: WeightChoice,
+    #[arg(long, value_parser = weights_flag(), default_value = "f32")]
+    weights: WeightPrecision,
     /// llama.cpp's anchor on this GGUF file (the checkpoint converted by
     /// `benches/anchors/decode_llamacpp.py convert`), beside ours on the same prompt ids.
     #[arg(long)]
@@ -111,7 +111,7 @@ fn run(options: &Options) {
     };
     let loading = Instant::now();
     let (family, config) = hf::read_config(&dir).unwrap_or_else(|e| fail(e));
-    let precision = options.weights.precision();
+    let precision = options.weights;
     let model = hf::load_weights::<B>(&dir, family, &config, precision, &device)
         .unwrap_or_else(|e| fail(e));
     let loaded_s = loading.elapsed().as_secs_f64();

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use swa_zoo::AppError;
 use swa_zoo::bench::heap::CountingAllocator;
-use swa_zoo::bench::suite::{self, Part, Results, Suite};
+use swa_zoo::bench::suite::{self, Results, Suite, SuitePart};
 use swa_zoo::bench::{AttentionFamily, BenchModel, decode, streaming, training};
 use swa_zoo::report::Table;
 use swa_zoo::report::plot::line_plot;
@@ -46,7 +46,7 @@ struct Flags {
         value_delimiter = ',',
         default_value = "decode,flatness,streaming,training"
     )]
-    parts: Vec<Part>,
+    parts: Vec<SuitePart>,
     /// Training lengths, replacing 1k, 4k and 16k.
     #[arg(long, value_delimiter = ',')]
     lengths: Vec<usize>,

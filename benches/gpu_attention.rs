@@ -235,7 +235,7 @@ fn csv_row(flags: &Flags, row: &Row, ours: &Times, flex: Option<&Anchor>) -> Str
 /// Writes the CSV rows to `path` (atomically: a reader never sees half a file).
 fn write_csv(path: &Path, rows: &[String]) {
     let text = format!("{CSV_HEADER}\n{}\n", rows.join("\n"));
-    if let Err(e) = swa_zoo::models::support::files::write_bytes_atomically(path, text.as_bytes()) {
+    if let Err(e) = swa_zoo::models::files::write_bytes_atomically(path, text.as_bytes()) {
         eprintln!("error: {e}");
     }
 }

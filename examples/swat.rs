@@ -52,7 +52,7 @@ pub struct Flags {
     pub study: StudyArgs,
     /// The parts to run.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "table2,table3,passkey")]
-    pub parts: Vec<Part>,
+    pub parts: Vec<StudyPart>,
     /// Evaluation lengths of Table 2, as multiples of the window.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     pub length_multiples: Vec<usize>,
@@ -60,7 +60,7 @@ pub struct Flags {
 
 /// A part of the study.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Part {
+pub enum StudyPart {
     /// Vanilla against sliding-window training across evaluation lengths.
     Table2,
     /// The score function × positional encoding ablation.
@@ -86,7 +86,7 @@ pub fn run(flags: Flags) -> Result<(), AppError> {
 struct SwatStudy {
     study: Study,
     length_multiples: Vec<usize>,
-    parts: Vec<Part>,
+    parts: Vec<StudyPart>,
 }
 
 /// A SWAT layer of window `window` with the given score function and positions; `distance`
@@ -281,9 +281,9 @@ impl Job for SwatStudy {
         let w = preset.train_len / 4;
         for part in &self.parts {
             match part {
-                Part::Table2 => self.table2::<B>(&preset.config, w, &device)?,
-                Part::Table3 => self.table3::<B>(&preset.config, w, &device)?,
-                Part::Passkey => self.passkey::<B>(&device)?,
+                StudyPart::Table2 => self.table2::<B>(&preset.config, w, &device)?,
+                StudyPart::Table3 => self.table3::<B>(&preset.config, w, &device)?,
+                StudyPart::Passkey => self.passkey::<B>(&device)?,
             }
         }
         Ok(())

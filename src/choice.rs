@@ -33,47 +33,12 @@ pub enum Precision {
     Bf16,
 }
 
-/// The float type of a loaded checkpoint's weights (`--weights`): narrower than the
-/// computation on the CPU backends, which widen the weights as their products read them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum WeightChoice {
-    /// 32-bit floats.
-    F32,
-    /// bfloat16, the storage of most published checkpoints: half the memory and half the bytes
-    /// read per decoded token.
-    Bf16,
-    /// IEEE half precision.
-    F16,
-}
-
-impl WeightChoice {
-    /// The flag's value: `f32`, `bf16` or `f16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            WeightChoice::F32 => "f32",
-            WeightChoice::Bf16 => "bf16",
-            WeightChoice::F16 => "f16",
-        }
-    }
-
-    /// Whether the weights are of the computation's type `precision`.
-    pub fn is(self, precision: Precision) -> bool {
-        matches!(
-            (self, precision),
-            (WeightChoice::F32, Precision::F32)
-                | (WeightChoice::Bf16, Precision::Bf16)
-                | (WeightChoice::F16, Precision::F16)
-        )
-    }
-
-    /// The library's choice of the same type.
-    pub fn precision(self) -> WeightPrecision {
-        match self {
-            WeightChoice::F32 => WeightPrecision::F32,
-            WeightChoice::Bf16 => WeightPrecision::Bf16,
-            WeightChoice::F16 => WeightPrecision::F16,
-        }
-    }
+/// `--weights`: the float type a loaded checkpoint's weights are kept in, one of
+/// [`WeightPrecision::NAMED`] by its name, for clap.
+pub fn weights_flag() -> impl clap::builder::TypedValueParser<Value = WeightPrecision> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(WeightPrecision::NAMED.map(WeightPrecision::name))
+        .try_map(|name| WeightPrecision::named(&name).ok_or(format!("no float type `{name}`")))
 }
 
 impl BackendChoice {
@@ -95,6 +60,15 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// Weights of this precision's own float type.
+    pub fn weights(self) -> WeightPrecision {
+        match self {
+            Precision::F32 => WeightPrecision::F32,
+            Precision::F16 => WeightPrecision::F16,
+            Precision::Bf16 => WeightPrecision::Bf16,
         }
     }
 

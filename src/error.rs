@@ -7,12 +7,13 @@ use std::path::PathBuf;
 
 use burn::tensor::backend::ExecutionError;
 use swa_attention::AttentionError;
-use swa_models::support::files::EXIT_WRITE_FAILED;
+use swa_models::files::EXIT_WRITE_FAILED;
+use swa_models::hf::WeightPrecision;
 use swa_models::{LayerError, ModelError};
 use swa_training::TrainingError;
 use swa_training::run_lock::{EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
 
-use crate::choice::{Precision, WeightChoice};
+use crate::choice::Precision;
 use crate::report::ReportError;
 
 /// Why a command, benchmark, check or study failed.
@@ -82,7 +83,7 @@ pub enum AppError {
     /// them.
     Weights {
         /// The weights' float type asked for.
-        weights: WeightChoice,
+        weights: WeightPrecision,
         /// The backend.
         backend: &'static str,
         /// The computation's precision.

@@ -80,5 +80,6 @@ pub mod snippets {
     page!(Papers, "../docs/papers.md");
     page!(Testing, "../docs/testing.md");
     page!(Benchmarks, "../docs/benchmarks.md");
+    page!(Benchmarking, "../docs/guide/benchmarking.md");
     page!(Reliability, "../docs/reliability.md");
 }

@@ -125,7 +125,7 @@ fn launch<B: TrainingBackend>(
 /// Turns on CubeCL's on-disk cache of compiled kernels (CUDA's PTX, Vulkan's SPIR-V) unless a
 /// `cubecl.toml` says where to keep it, before the first device reads CubeCL's configuration: a
 /// second start of the same model then skips NVRTC, which is most of a cold start on CUDA
-/// (docs/benchmarks.md, the GPU sessions). The cache sits in the `target` folder of the
+/// (docs/benchmarks.md, correctness on CUDA). The cache sits in the `target` folder of the
 /// project run from (`~/.cache/cubecl` outside one), beside CubeCL's autotune cache, which is
 /// on disk by default. The rest of the configuration is CubeCL's own: its files and
 /// environment variables. Nothing happens where the configuration was already read.

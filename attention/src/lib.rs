@@ -44,7 +44,7 @@ pub mod decode;
 mod entry;
 mod error;
 mod fused_ops;
-mod index;
+pub mod index;
 #[cfg(feature = "cube")]
 pub mod kernel;
 /// CubeCL, the CubeCL backends' compiler and runtime, for its configuration
@@ -53,16 +53,15 @@ pub mod kernel;
 pub use cubecl;
 pub mod layer_ops;
 mod layer_ops_autodiff;
-pub mod layer_support;
 mod mask;
 mod options;
 mod plan;
-mod reciprocal;
+pub mod reciprocal;
 pub mod reference;
-mod relative;
+pub mod relative;
 pub mod rope;
 mod rope_op;
-mod scores;
+pub mod scores;
 pub mod split;
 pub mod window;
 
@@ -73,9 +72,9 @@ pub use backend::{
 pub use blocked::{
     blocked_attention, blocked_attention_chunked, blocked_attention_relative, scheduled_scores,
 };
-pub use entry::{windowed_attention, windowed_attention_relative};
+pub use entry::{expand_kv, windowed_attention, windowed_attention_relative};
 pub use error::AttentionError;
-pub use fused_ops::FUSED_OPS_VARIABLE;
+pub use fused_ops::{FUSED_OPS_VARIABLE, fused_ops_off};
 pub use layer_ops::LayerOpsBackend;
 pub use options::{ScoreFn, ScoreOptions};
 pub use reference::{dense_attention, dense_attention_relative};

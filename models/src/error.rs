@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use burn::tensor::DType;
 
+use crate::files::WriteError;
 use crate::hf::HfProblem;
 use crate::layers::LayerError;
-use crate::support::files::WriteError;
 
 /// Why a model could not be built, run, saved or loaded.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! Safetensors files read and written one tensor at a time. Reading takes the header (names,
 //! dtypes, shapes, byte ranges) when the file is opened, then each tensor's bytes on request,
 //! through a small buffer: the checkpoint is never mapped or held whole, so importing a model
-//! takes its weights' memory and little more (docs/benchmarks.md, "Decoding"). Writing takes
-//! the header first, then each tensor's data in its order.
+//! takes its weights' memory and little more (docs/benchmarks.md, "Decoding a pretrained-format
+//! model"). Writing takes the header first, then each tensor's data in its order.
 //!
 //! The format: an 8-byte little-endian header length, a JSON header mapping each tensor's name
 //! to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets relative to the end of the

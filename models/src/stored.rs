@@ -1,7 +1,7 @@
 //! How a model's parameters lie in weight files (safetensors, ours and Hugging Face's): each
 //! under its module path ([`crate::weights`]' table), except the two products that one
-//! launch computes, which files hold as the separate tensors they are in every earlier version
-//! and in other tools:
+//! launch computes, which files hold as the separate tensors other tools (Hugging Face's
+//! checkpoints) have:
 //!
 //! | parameter | in files |
 //! |---|---|

@@ -46,9 +46,7 @@
 //!
 //! "Windowed kinds" are every [`AttentionKind`](crate::layers::AttentionKind) but
 //! `Linear`. `Windowed` and `Linear` are the variants of the layer's
-//! [`Mixer`](crate::layers::Mixer), which Burn makes a segment of the name. (Before the
-//! mixer enum, the attention's tensors were `attention.local.*`, `attention.global.*`,
-//! `attention.output.weight` and `attention.linear.*`.)
+//! [`Mixer`](crate::layers::Mixer), which Burn makes a segment of the name.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,10 +58,10 @@ use burn::tensor::{DType, Tensor, backend::Backend};
 use crate::decoder::{Decoder, DecoderConfig, DecoderRecord, Materialize};
 use crate::error::ModelError;
 use crate::layers::MixerRecord;
+use crate::panics::without_panics;
 use crate::records::{MpkRecorder, RECORD_EXTENSION, write_record_item};
 use crate::safetensors::SafetensorsFile;
 use crate::stored::{self, Layout, Load, LoadProblem};
-use crate::support::panics::without_panics;
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.
@@ -191,12 +189,12 @@ pub fn recorder_problem(error: &RecorderError) -> String {
     }
 }
 
-/// [`crate::support::files::write_atomically`], its failure a [`ModelError::Write`].
+/// [`crate::files::write_atomically`], its failure a [`ModelError::Write`].
 pub(crate) fn write_atomically(
     target: &Path,
     write: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<(), ModelError> {
-    crate::support::files::write_atomically(target, write).map_err(ModelError::Write)
+    crate::files::write_atomically(target, write).map_err(ModelError::Write)
 }
 
 /// Parameter shapes by dotted module path.

@@ -13,7 +13,7 @@ use crate::report::Table;
 
 /// The parts of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Part {
+pub enum SuitePart {
     /// Decode latency and KV bytes per kind, window and batch (MSWA Figure 3).
     Decode,
     /// Per-token decode time against the position.
@@ -24,9 +24,10 @@ pub enum Part {
     Training,
 }
 
-impl Part {
+impl SuitePart {
     /// Every part, in the order the suite runs them.
-    pub const ALL: [Part; 4] = [Part::Decode, Part::Flatness, Part::Streaming, Part::Training];
+    pub const ALL: [SuitePart; 4] =
+        [SuitePart::Decode, SuitePart::Flatness, SuitePart::Streaming, SuitePart::Training];
 }
 
 /// The settings of every part.
@@ -157,7 +158,7 @@ pub struct Results {
 /// handing each part's title and table to `report` as soon as it is measured.
 pub fn run<B>(
     suite: &Suite,
-    parts: &[Part],
+    parts: &[SuitePart],
     device: &B::Device,
     mut report: impl FnMut(&str, &Table),
 ) -> Result<Results, AppError>
@@ -167,7 +168,7 @@ where
     let mut results = Results::default();
     for part in parts {
         match part {
-            Part::Decode => {
+            SuitePart::Decode => {
                 let bench = &suite.decode;
                 results.decode = decode::run::<B::InnerBackend>(bench, device)?;
                 let title = format!(
@@ -178,7 +179,7 @@ where
                 );
                 report(&title, &decode::table(&results.decode));
             }
-            Part::Flatness => {
+            SuitePart::Flatness => {
                 let bench = &suite.flatness;
                 results.flatness = decode::run_flatness::<B::InnerBackend>(bench, device)?;
                 let title = format!(
@@ -189,7 +190,7 @@ where
                 );
                 report(&title, &decode::flatness_table(bench, &results.flatness));
             }
-            Part::Streaming => {
+            SuitePart::Streaming => {
                 let bench = &suite.streaming;
                 results.streaming = streaming::run::<B::InnerBackend>(bench, device)?;
                 let title = format!(
@@ -200,7 +201,7 @@ where
                 );
                 report(&title, &streaming::table(&results.streaming));
             }
-            Part::Training => {
+            SuitePart::Training => {
                 let bench = &suite.training;
                 results.training = training::run::<B>(bench, device)?;
                 let title = format!(

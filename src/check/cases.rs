@@ -3,7 +3,7 @@
 //! preset.
 
 use swa_models::layers::AttentionKind;
-use swa_models::support::SplitMix64;
+use swa_models::rng::SplitMix64;
 use swa_models::{Architecture, DecoderConfig, Preset};
 
 /// Vocabulary of the built-in cases.

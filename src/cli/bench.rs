@@ -11,7 +11,7 @@ use swa_training::loader::{LoaderConfig, Sampling};
 use swa_training::stream_memory::Stream;
 
 use super::{DeviceArgs, ModelArgs};
-use crate::bench::suite::{self, Part, Suite};
+use crate::bench::suite::{self, Suite, SuitePart};
 use crate::error::AppError;
 use crate::runtime::{Job, run_on};
 
@@ -62,12 +62,12 @@ pub fn bench(args: BenchArgs) -> Result<(), AppError> {
     impl Job for BenchJob {
         fn run<B: TrainingBackend>(self, device: B::Device) -> Result<(), AppError> {
             let args = self.0;
-            let parts: Vec<Part> = match args.suite {
-                BenchSuite::All => Part::ALL.to_vec(),
-                BenchSuite::Decode => vec![Part::Decode],
-                BenchSuite::Flatness => vec![Part::Flatness],
-                BenchSuite::Streaming => vec![Part::Streaming],
-                BenchSuite::Training => vec![Part::Training],
+            let parts: Vec<SuitePart> = match args.suite {
+                BenchSuite::All => SuitePart::ALL.to_vec(),
+                BenchSuite::Decode => vec![SuitePart::Decode],
+                BenchSuite::Flatness => vec![SuitePart::Flatness],
+                BenchSuite::Streaming => vec![SuitePart::Streaming],
+                BenchSuite::Training => vec![SuitePart::Training],
                 BenchSuite::Preset => vec![],
             };
             if !parts.is_empty() {

@@ -52,7 +52,7 @@ pub struct Question {
 
 /// The accuracies over the questions.
 #[derive(Debug, PartialEq)]
-pub struct Accuracy {
+pub struct ChoiceAccuracy {
     /// Share of questions whose answer has the largest summed log-likelihood.
     pub acc: f64,
     /// The same with each log-likelihood divided by its choice's length in characters.
@@ -61,7 +61,7 @@ pub struct Accuracy {
 
 /// `acc` and `acc_norm` of `scores` (per question, per choice: log-likelihood and the choice's
 /// length in characters) against `answers`. Ties go to the first choice, as `argmax` does.
-pub fn accuracy(scores: &[Vec<(f64, usize)>], answers: &[usize]) -> Accuracy {
+pub fn accuracy(scores: &[Vec<(f64, usize)>], answers: &[usize]) -> ChoiceAccuracy {
     let argmax = |values: Vec<f64>| {
         values.iter().enumerate().fold(0, |best, (i, &v)| if v > values[best] { i } else { best })
     };
@@ -72,7 +72,7 @@ pub fn accuracy(scores: &[Vec<(f64, usize)>], answers: &[usize]) -> Accuracy {
         acc_norm += usize::from(argmax(normalised) == answer);
     }
     let count = answers.len().max(1) as f64;
-    Accuracy { acc: acc as f64 / count, acc_norm: acc_norm as f64 / count }
+    ChoiceAccuracy { acc: acc as f64 / count, acc_norm: acc_norm as f64 / count }
 }
 
 /// The scores of every question: each choice's summed log-likelihood, and the accuracies.
@@ -83,7 +83,7 @@ pub struct ChoiceResults {
     /// The answers, per question.
     pub answers: Vec<usize>,
     /// `acc` and `acc_norm` over the questions.
-    pub accuracy: Accuracy,
+    pub accuracy: ChoiceAccuracy,
 }
 
 /// Scores the questions of `tasks` (JSON Lines) with the checkpoint in `dir`, its weights kept
@@ -125,7 +125,7 @@ pub fn eval_choice(args: EvalChoiceArgs) -> Result<(), AppError> {
                 let answer = results.answers[q];
                 println!("question {q}: answer {answer}  log-likelihoods [{}]", lls.join(", "));
             }
-            let Accuracy { acc, acc_norm } = results.accuracy;
+            let ChoiceAccuracy { acc, acc_norm } = results.accuracy;
             let count = results.answers.len();
             println!("{count} questions: acc {acc:.4}  acc_norm {acc_norm:.4}");
             Ok(())

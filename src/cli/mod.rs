@@ -22,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use swa_models::hf::WeightPrecision;
 use swa_models::{DecoderConfig, Preset};
 
-use crate::choice::WeightChoice;
+use crate::choice::weights_flag;
 use crate::error::AppError;
 use crate::runtime::{BackendChoice, Placement, Precision};
 
@@ -96,8 +96,8 @@ pub struct WeightArgs {
     /// With --hf: keep the checkpoint's linear weights and embedding table in this type (f32,
     /// bf16, f16), the computation staying in --precision. On flex, bf16 or f16 weights take
     /// half the memory of f32 and half the bytes per decoded token. Default: --precision.
-    #[arg(long, value_enum, requires = "hf")]
-    weights: Option<WeightChoice>,
+    #[arg(long, value_parser = weights_flag(), requires = "hf")]
+    weights: Option<WeightPrecision>,
 }
 
 impl WeightArgs {
@@ -108,11 +108,11 @@ impl WeightArgs {
             return Ok(WeightPrecision::Compute);
         };
         let cpu = matches!(device.backend, BackendChoice::Flex | BackendChoice::Ndarray);
-        if !cpu && !weights.is(device.precision) {
+        if !cpu && weights != device.precision.weights() {
             let (backend, precision) = (device.backend.name(), device.precision);
             return Err(AppError::Weights { weights, backend, precision });
         }
-        Ok(weights.precision())
+        Ok(weights)
     }
 }
 

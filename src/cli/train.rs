@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use burn::train::ExecutionStrategy;
 use clap::Args;
 use swa_attention::ModelBackend;
-use swa_models::support::files::WriteError;
+use swa_models::files::WriteError;
 use swa_models::{Architecture, Decoder};
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::{Cluster, ClusterConfig};

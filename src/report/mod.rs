@@ -21,7 +21,7 @@ pub mod table;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use swa_models::support::files::WriteError;
+use swa_models::files::WriteError;
 
 pub use table::Table;
 
@@ -60,8 +60,8 @@ impl std::error::Error for ReportError {
     }
 }
 
-/// Writes `bytes` to `path` atomically (`swa_models::support::files`): a temporary file beside it,
+/// Writes `bytes` to `path` atomically (`swa_models::files`): a temporary file beside it,
 /// flushed, then renamed over it.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    swa_models::support::files::write_bytes_atomically(path, bytes).map_err(ReportError::Write)
+    swa_models::files::write_bytes_atomically(path, bytes).map_err(ReportError::Write)
 }

@@ -9,7 +9,7 @@ use swa_zoo::attention::{
     ModelBackend, ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention_relative,
     dense_attention_relative, windowed_attention_relative,
 };
-use swa_zoo::models::support::SplitMix64;
+use swa_zoo::models::rng::SplitMix64;
 
 /// The reference backend of every comparison: ndarray, f32.
 pub type Reference = Autodiff<NdArray<f32>>;

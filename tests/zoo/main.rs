@@ -15,7 +15,7 @@ pub use wgpu_devices::wgpu_devices;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use swa_zoo::models::support::SplitMix64;
+use swa_zoo::models::rng::SplitMix64;
 
 /// The reference backend: ndarray, f32, with autodiff.
 pub type Reference = Autodiff<NdArray<f32>>;

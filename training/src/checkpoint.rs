@@ -10,8 +10,8 @@ use burn::module::Module;
 use burn::record::Recorder;
 use burn::tensor::backend::Backend;
 use swa_models::DecoderConfig;
+use swa_models::panics::without_panics;
 use swa_models::records::MpkRecorder;
-use swa_models::support::panics::without_panics;
 use swa_models::weights::{
     check_record_structure, compare_shapes, parameter_shapes, recorder_problem,
 };

@@ -1,6 +1,6 @@
 //! Crash-safe checkpoint files (docs/reliability.md). The Learner saves a checkpoint's model,
 //! optimizer and schedule records on three writer threads; [`CheckpointRecorder`], the file
-//! recorder it is given, writes each record atomically (`swa_models::support::files`) with a sidecar
+//! recorder it is given, writes each record atomically (`swa_models::files`) with a sidecar
 //! holding its size and checksum. A checkpoint is complete when its three records and sidecars
 //! are present and agree ([`verify`]). The Learner is told to delete nothing ([`SaveOnly`]):
 //! whichever writer completes a checkpoint deletes the ones older than the newest `keep`
@@ -16,8 +16,8 @@ use burn::train::checkpoint::{CheckpointingAction, CheckpointingStrategy};
 use burn::train::metric::store::EventStoreClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use swa_models::files::{WriteError, write_atomically};
 use swa_models::records::{MpkRecorder, write_record_item};
-use swa_models::support::files::{WriteError, write_atomically};
 
 use crate::stop::RunStop;
 
@@ -176,7 +176,7 @@ impl Seal {
     fn write(self, record: &Path) -> Result<(), WriteError> {
         let text =
             format!("bytes {}\nfnv1a64 {:016x}\n{NUMBERED_BY_STEP}\n", self.bytes, self.checksum);
-        swa_models::support::files::write_bytes_atomically(&sidecar(record), text.as_bytes())
+        swa_models::files::write_bytes_atomically(&sidecar(record), text.as_bytes())
     }
 
     /// The seal a sidecar holds, or `None` when it is not one.

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use burn::tensor::DataError;
 use swa_attention::AttentionError;
 use swa_models::ModelError;
+use swa_models::files::WriteError;
 use swa_models::layers::AttentionKind;
-use swa_models::support::files::WriteError;
 
 use crate::distributed::ClusterProblem;
 

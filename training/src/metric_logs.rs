@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use burn::train::logger::MetricLogger;
 use burn::train::metric::store::{EpochSummary, MetricsUpdate, Split};
 use burn::train::metric::{MetricDefinition, MetricId, NumericEntry};
-use swa_models::support::files::WriteError;
+use swa_models::files::WriteError;
 
 use crate::stop::RunStop;
 

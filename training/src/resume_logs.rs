@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::Path;
 
-use swa_models::support::files::{WriteError, write_bytes_atomically};
+use swa_models::files::{WriteError, write_bytes_atomically};
 
 /// Cuts the logs under `dir` (a run's or a rank's folder) back to the checkpoint at step
 /// `start` of a run of `every` steps per epoch: the epochs it completed stay whole; the epoch

@@ -21,7 +21,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use swa_models::support::files::WriteError;
+use swa_models::files::WriteError;
 
 use crate::error::TrainingError;
 

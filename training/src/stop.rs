@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use burn::train::Interrupter;
-use swa_models::support::files::WriteError;
+use swa_models::files::WriteError;
 
 /// The run's stop request and the failure behind it, shared by the Learner's writers.
 #[derive(Clone, Default)]

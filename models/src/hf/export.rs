@@ -10,11 +10,11 @@ use burn::tensor::backend::Backend;
 use serde_json::{Value, json};
 use swa_attention::RopeScaling;
 
+use crate::files::WriteError;
 use crate::hf::{Family, HfProblem, names};
 use crate::layers::AttentionKind;
 use crate::mlp::MlpActivation;
 use crate::stored::{self, Layout};
-use crate::support::files::WriteError;
 use crate::weights::write_atomically;
 use crate::{Decoder, DecoderConfig, ModelError};
 

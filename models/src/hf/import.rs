@@ -45,6 +45,26 @@ pub enum WeightPrecision {
 }
 
 impl WeightPrecision {
+    /// The float types a command line names (`--weights f32|bf16|f16`); `Compute` is the
+    /// flag left out.
+    pub const NAMED: [WeightPrecision; 3] =
+        [WeightPrecision::F32, WeightPrecision::Bf16, WeightPrecision::F16];
+
+    /// The name of the type: `compute`, `f32`, `bf16` or `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightPrecision::Compute => "compute",
+            WeightPrecision::F32 => "f32",
+            WeightPrecision::Bf16 => "bf16",
+            WeightPrecision::F16 => "f16",
+        }
+    }
+
+    /// The named type `name` (`f32`, `bf16`, `f16`), or `None`.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::NAMED.into_iter().find(|weights| weights.name() == name)
+    }
+
     /// The weights' float type on a backend computing in `compute`.
     pub fn dtype(self, compute: DType) -> DType {
         match self {

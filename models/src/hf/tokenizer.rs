@@ -10,7 +10,7 @@ use tokenizers::Tokenizer;
 
 use crate::ModelError;
 use crate::hf::HfProblem;
-use crate::support::panics::without_panics;
+use crate::panics::without_panics;
 
 /// Text to token ids and back, for one checkpoint.
 pub struct HfTokenizer {

@@ -15,11 +15,11 @@ use super::LayerError;
 use crate::layers::longnet::mix_branches;
 use crate::layers::ring::{Buffer, select_heads};
 use swa_attention::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
-use swa_attention::layer_support::expand_kv;
-use swa_attention::layer_support::fused_ops_off;
-use swa_attention::layer_support::{Alibi, attend};
-use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::expand_kv;
+use swa_attention::fused_ops_off;
+use swa_attention::index::{index_tensor, inverse_permutation};
 use swa_attention::rope::{RopeAngles, rotate};
+use swa_attention::scores::{Alibi, attend};
 use swa_attention::{AttentionError, ModelBackend, Rope, ScoreOptions, WindowSpec};
 
 /// The positions RoPE and ALiBi give the cached keys and the query (docs/semantics.md §4, §7).

@@ -8,7 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
 use swa_attention::layer_ops::linear;
-use swa_attention::layer_support::reciprocal;
+use swa_attention::reciprocal::reciprocal;
 use swa_attention::{AttentionError, ModelBackend, Rope, RopeConfig};
 
 /// `ε` of the normaliser (docs/semantics.md §6).

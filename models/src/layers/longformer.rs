@@ -5,9 +5,9 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
-use swa_attention::layer_support::attend;
-use swa_attention::layer_support::expand_kv;
-use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::expand_kv;
+use swa_attention::index::{index_tensor, inverse_permutation};
+use swa_attention::scores::attend;
 use swa_attention::{ScoreOptions, WindowSpec};
 
 /// Replaces the rows of `local: [batch, H, N, d]` at the spec's global positions with

@@ -3,7 +3,7 @@
 
 use burn::tensor::{DType, Tensor, backend::Backend};
 
-use swa_attention::layer_support::reciprocal;
+use swa_attention::reciprocal::reciprocal;
 use swa_attention::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
 
 /// The window spec of each branch at length `n`: segment `w_b` clipped to `n`, dilation `r_b`,

@@ -20,7 +20,7 @@ use crate::layers::linear::LinearState;
 use crate::layers::mixer::Mixer;
 use crate::layers::self_attention::StreamRows;
 use swa_attention::ModelBackend;
-use swa_attention::layer_support::index_tensor;
+use swa_attention::index::index_tensor;
 
 /// Which earlier positions of a stream a windowed layer keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::iter::repeat_n;
 
 use burn::tensor::{Tensor, backend::Backend};
 
-use swa_attention::layer_support::{index_tensor, inverse_permutation};
+use swa_attention::index::{index_tensor, inverse_permutation};
 
 /// The keys and values of the kv heads that share one reach.
 #[derive(Clone)]

@@ -16,7 +16,7 @@ use crate::layers::norm::RmsNorm;
 use crate::layers::transformer_xl::RelativePositions;
 use crate::layers::{AttentionKind, LayerError, longformer, longnet};
 use swa_attention::layer_ops::linear;
-use swa_attention::layer_support::distances_needed;
+use swa_attention::relative::distances_needed;
 use swa_attention::split::split;
 use swa_attention::{
     AttentionError, ModelBackend, Rope, RopeConfig, ScoreFn, ScoreOptions,

@@ -23,7 +23,7 @@ const SIDE: usize = 768;
 /// Where a figure's parts lie, in pixels from its top-left corner. The map's cell `(i, j)`
 /// (query `i`, key `j`) covers `cell` pixels a side from `(left + j·cell, top + i·cell)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct FigureLayout {
     /// The figure's width.
     pub width: usize,
     /// The figure's height.
@@ -46,7 +46,7 @@ pub struct Layout {
 
 impl AttentionFigure {
     /// The figure's layout (the PNG's pixels; the SVG's user units).
-    pub fn layout(&self) -> Layout {
+    pub fn layout(&self) -> FigureLayout {
         let labels = widest(&self.ticks());
         let bar_labels = widest(&RampScale::new(&self.weights, self.log).ticks());
         let text = font::HEIGHT * TEXT;
@@ -60,7 +60,7 @@ impl AttentionFigure {
         let width =
             (caption_left + text + MARGIN).max(font::width(&self.title(), TITLE) + 2 * MARGIN);
         let height = top + side + TICK + GAP + labels + GAP + text + MARGIN;
-        Layout { width, height, left, top, cell, side, labels, bar_left, caption_left }
+        FigureLayout { width, height, left, top, cell, side, labels, bar_left, caption_left }
     }
 }
 

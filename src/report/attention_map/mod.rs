@@ -4,7 +4,7 @@
 //! window, an optional log scale, and the edge of the head's visible band drawn over the map.
 //!
 //! [`AttentionFigure`] holds what one figure shows; [`draw`] writes it as PNG (drawn pixel by
-//! pixel, with the crate's bitmap font) or SVG (with plotters). Both share one [`Layout`].
+//! pixel, with the crate's bitmap font) or SVG (with plotters). Both share one [`FigureLayout`].
 //! Which keys a query sees is asked of [`WindowSpec::visible`], the project's one definition.
 
 mod layout;
@@ -19,7 +19,7 @@ use swa_attention::WindowSpec;
 use swa_models::DecoderConfig;
 use swa_models::layers::longnet::branch_specs;
 
-pub use layout::Layout;
+pub use layout::FigureLayout;
 pub use scale::{LOG_FLOOR, colour};
 
 use super::{ReportError, write_atomic};

@@ -1,7 +1,7 @@
 //! An attention figure as a PNG image, drawn on the crate's canvas ([`crate::report::png`])
 //! with its bitmap font.
 
-use super::layout::{BAR, GAP, Layout, MARGIN, TEXT, TICK, TITLE};
+use super::layout::{BAR, FigureLayout, GAP, MARGIN, TEXT, TICK, TITLE};
 use super::scale::RampScale;
 use super::{AttentionFigure, EDGE_COLOUR};
 use crate::report::font;
@@ -15,7 +15,7 @@ pub(super) fn render(figure: &AttentionFigure) -> Result<Vec<u8>, png::EncodingE
     let layout = figure.layout();
     let scale = RampScale::new(&figure.weights, figure.log);
     let mut canvas = Canvas::new(layout.width, layout.height, WHITE);
-    let Layout { left, top, cell, .. } = layout;
+    let FigureLayout { left, top, cell, .. } = layout;
     for i in 0..figure.n() {
         for j in 0..figure.n() {
             let colour = scale.colour(figure.weight(i, j));
@@ -30,8 +30,8 @@ pub(super) fn render(figure: &AttentionFigure) -> Result<Vec<u8>, png::EncodingE
 
 /// The window's edge: lines 2 pixels wide along cell borders (1 where cells are under 8
 /// pixels), each reaching half its width past its ends so that a staircase's corners join.
-fn edges(canvas: &mut Canvas, figure: &AttentionFigure, layout: &Layout) {
-    let Layout { left, top, cell, .. } = *layout;
+fn edges(canvas: &mut Canvas, figure: &AttentionFigure, layout: &FigureLayout) {
+    let FigureLayout { left, top, cell, .. } = *layout;
     let width = if cell >= 8 { 2 } else { 1 };
     for ((x0, y0), (x1, y1)) in figure.edges() {
         let (x, y) = (left + x0 * cell - width / 2, top + y0 * cell - width / 2);
@@ -52,8 +52,8 @@ fn frame(canvas: &mut Canvas, (x, y): (usize, usize), (w, h): (usize, usize)) {
 }
 
 /// The title, the map's frame, the tick marks and labels of both axes, and the axis titles.
-fn axes(canvas: &mut Canvas, figure: &AttentionFigure, layout: &Layout) {
-    let Layout { left, top, cell, side, labels, width, .. } = *layout;
+fn axes(canvas: &mut Canvas, figure: &AttentionFigure, layout: &FigureLayout) {
+    let FigureLayout { left, top, cell, side, labels, width, .. } = *layout;
     let text = font::HEIGHT * TEXT;
     let title = figure.title();
     canvas.text(
@@ -92,8 +92,8 @@ fn axes(canvas: &mut Canvas, figure: &AttentionFigure, layout: &Layout) {
 }
 
 /// The colour bar beside the map, lightest at the top, with its values and caption.
-fn colour_bar(canvas: &mut Canvas, scale: &RampScale, layout: &Layout) {
-    let Layout { top, side, bar_left, caption_left, .. } = *layout;
+fn colour_bar(canvas: &mut Canvas, scale: &RampScale, layout: &FigureLayout) {
+    let FigureLayout { top, side, bar_left, caption_left, .. } = *layout;
     for y in 0..side {
         let t = 1.0 - (y as f32 + 0.5) / side as f32;
         canvas.fill(bar_left, top + y, BAR, 1, super::colour(t));

@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::layout::{BAR, GAP, Layout, MARGIN, TEXT, TICK};
+use super::layout::{BAR, FigureLayout, GAP, MARGIN, TEXT, TICK};
 use super::scale::RampScale;
 use super::{AttentionFigure, EDGE_COLOUR};
 use crate::report::ReportError;
@@ -54,9 +54,9 @@ fn cells(
     root: &Area,
     figure: &AttentionFigure,
     scale: &RampScale,
-    layout: &Layout,
+    layout: &FigureLayout,
 ) -> Result<(), DrawError> {
-    let Layout { left, top, cell, .. } = *layout;
+    let FigureLayout { left, top, cell, .. } = *layout;
     let n = figure.n();
     for i in 0..n {
         let mut start = 0;
@@ -78,8 +78,8 @@ fn cells(
 }
 
 /// The window's edge, one line per merged segment along cell borders.
-fn edges(root: &Area, figure: &AttentionFigure, layout: &Layout) -> Result<(), DrawError> {
-    let Layout { left, top, cell, .. } = *layout;
+fn edges(root: &Area, figure: &AttentionFigure, layout: &FigureLayout) -> Result<(), DrawError> {
+    let FigureLayout { left, top, cell, .. } = *layout;
     let [r, g, b] = EDGE_COLOUR;
     let pen = RGBColor(r, g, b).stroke_width(2);
     for ((x0, y0), (x1, y1)) in figure.edges() {
@@ -91,8 +91,8 @@ fn edges(root: &Area, figure: &AttentionFigure, layout: &Layout) -> Result<(), D
 }
 
 /// The title, the map's frame, the tick marks and labels of both axes, and the axis titles.
-fn axes(root: &Area, figure: &AttentionFigure, layout: &Layout) -> Result<(), DrawError> {
-    let Layout { left, top, cell, side, labels, width, .. } = *layout;
+fn axes(root: &Area, figure: &AttentionFigure, layout: &FigureLayout) -> Result<(), DrawError> {
+    let FigureLayout { left, top, cell, side, labels, width, .. } = *layout;
     let title = style(TITLE_SIZE, HPos::Center, VPos::Top, false);
     root.draw_text(&figure.title(), &title, at(width / 2, MARGIN))?;
     root.draw(&Rectangle::new(
@@ -118,8 +118,8 @@ fn axes(root: &Area, figure: &AttentionFigure, layout: &Layout) -> Result<(), Dr
 }
 
 /// The colour bar beside the map, lightest at the top, with its values and caption.
-fn colour_bar(root: &Area, scale: &RampScale, layout: &Layout) -> Result<(), DrawError> {
-    let Layout { top, side, bar_left, caption_left, .. } = *layout;
+fn colour_bar(root: &Area, scale: &RampScale, layout: &FigureLayout) -> Result<(), DrawError> {
+    let FigureLayout { top, side, bar_left, caption_left, .. } = *layout;
     for band in 0..BAR_BANDS {
         let (y0, y1) = (top + side * band / BAR_BANDS, top + side * (band + 1) / BAR_BANDS);
         let [r, g, b] = super::colour(1.0 - (band as f32 + 0.5) / BAR_BANDS as f32);

@@ -2,7 +2,7 @@
 //! KV-cache bytes agree with `Decoder::info` and with MSWA's (15/16)² of SWA.
 
 use swa_zoo::bench::AttentionFamily;
-use swa_zoo::bench::suite::{Part, Suite, run};
+use swa_zoo::bench::suite::{Suite, SuitePart, run};
 use swa_zoo::report::Table;
 
 use crate::Reference;
@@ -11,7 +11,7 @@ use crate::Reference;
 fn the_efficiency_suite_runs_on_a_tiny_model() {
     let suite = Suite::tiny();
     let mut tables: Vec<(String, Table)> = Vec::new();
-    let results = run::<Reference>(&suite, &Part::ALL, &Default::default(), |title, table| {
+    let results = run::<Reference>(&suite, &SuitePart::ALL, &Default::default(), |title, table| {
         tables.push((title.to_string(), table.clone()))
     })
     .expect("the tiny suite runs");
@@ -74,7 +74,7 @@ fn quick_efficiency_suite_on_flex() {
     let device = Default::default();
     run::<burn::backend::Autodiff<burn::backend::Flex>>(
         &Suite::quick(),
-        &Part::ALL,
+        &SuitePart::ALL,
         &device,
         |title, table| println!("{title}\n\n{}", table.markdown()),
     )
@@ -90,7 +90,7 @@ fn flatness_to_16k_on_flex() {
     let suite = Suite::full(swa_zoo::bench::BenchModel::cpu(), 8192);
     run::<burn::backend::Autodiff<burn::backend::Flex>>(
         &suite,
-        &[Part::Flatness],
+        &[SuitePart::Flatness],
         &Default::default(),
         |title, table| println!("{title}\n\n{}", table.markdown()),
     )

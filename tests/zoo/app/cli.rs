@@ -5,7 +5,7 @@ use std::path::Path;
 
 use clap::{CommandFactory, Parser};
 use swa_zoo::cli::Cli;
-use swa_zoo::cli::eval_choice::{Accuracy, accuracy};
+use swa_zoo::cli::eval_choice::{ChoiceAccuracy, accuracy};
 use swa_zoo::cli::info::swa_reference;
 use swa_zoo::models::layers::mswa::MswaVariant;
 use swa_zoo::models::{Preset, PresetSize};
@@ -51,7 +51,7 @@ fn the_base_window_is_the_presets() {
 fn acc_norm_divides_by_the_choice_length() {
     // Question 0: the long answer has the larger total but the smaller mean.
     let scores = vec![vec![(-4.0, 2), (-6.0, 6)], vec![(-1.0, 1), (-3.0, 1)]];
-    assert_eq!(accuracy(&scores, &[1, 0]), Accuracy { acc: 0.5, acc_norm: 1.0 });
+    assert_eq!(accuracy(&scores, &[1, 0]), ChoiceAccuracy { acc: 0.5, acc_norm: 1.0 });
 }
 
 /// An example's flags: those of every study.

@@ -1,7 +1,7 @@
 //! Kernel launches of a decoding step and of a training step on wgpu, bounded so that a change
 //! that adds launches fails here; and the kernels compiled on the way, which must not grow with
 //! the model's depth (a cold start on CUDA is mostly NVRTC compiling them). On a GPU a small
-//! model's step is bound by launching its small ops (docs/benchmarks.md, the GPU sessions), so
+//! model's step is bound by launching its small ops (docs/architecture/kernels.md, launches per layer), so
 //! launches per layer are the figure to bring down.
 //!
 //! CubeCL's profiling log at its "minimal" level writes a line `Executing <kernel>` for every

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use swa_zoo::models::support::files::EXIT_WRITE_FAILED;
+use swa_zoo::models::files::EXIT_WRITE_FAILED;
 
 use super::kill::train;
 use super::{run_dir, saved_logits};

@@ -15,7 +15,7 @@ use burn::train::{
     ExecutionStrategy, Learner, LearningComponentsTypes, SupervisedTraining, TrainingStrategy,
 };
 use swa_models::Decoder;
-use swa_models::support::panics::without_panics;
+use swa_models::panics::without_panics;
 use swa_models::weights::recorder_problem;
 
 use crate::backend::TrainingBackend;

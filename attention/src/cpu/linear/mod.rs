@@ -1,8 +1,9 @@
 //! A linear layer's product for a few rows on Flex, `y = x·W + b` for `x: [rows, in]`: a
 //! decoding step's projections. gemm computes a one-row product (its matrix-vector path) on the
-//! calling thread alone, and such a step does little but read weights, so half of a 2-core
-//! machine's memory bandwidth went unused (docs/benchmarks.md, "Decoding"). Here the output's
-//! columns are split over the thread pool, each part one gemm call on its own thread.
+//! calling thread alone, and such a step does little but read weights, so one thread leaves half
+//! of a 2-core machine's memory bandwidth unused (docs/benchmarks.md, "Decoding a
+//! pretrained-format model"). Here the output's columns are split over the thread pool, each
+//! part one gemm call on its own thread.
 //!
 //! The parts are computed transposed, `yᵀ = Wᵀ·xᵀ`, so that each is a contiguous block of
 //! output rows; for one row `yᵀ` is `y`. Each output is then a dot product of `x` with a column

@@ -7,8 +7,8 @@
 //!
 //! One row (a decoding step, [`Operand::dots`]) reads two weight rows at a time, one from each
 //! half of the thread's rows: two sequential streams, each prefetched 3 KB ahead, which keep
-//! more reads in flight than one stream a thread or rows side by side (docs/benchmarks.md,
-//! "What keeps decoding fast").
+//! more reads in flight than one stream a thread or rows side by side
+//! (docs/architecture/kernels.md, "What keeps decoding fast").
 //!
 //! Several rows (a prompt's prefill, [`Operand::tiles`]) go by register tiles of
 //! [`TILE_OUTPUTS`] outputs × [`TILE_ROWS`] rows of `x`: each step's widened lines of the
