@@ -37,10 +37,10 @@ use burn::backend::flex::FlexDevice;
 use burn::tensor::{Int, Tensor, TensorData, bf16};
 use clap::Parser;
 use serde_json::Value;
+use swa_zoo::attention::rng::SplitMix64;
 use swa_zoo::choice::weights_flag;
 use swa_zoo::models::Decoder;
 use swa_zoo::models::hf::{self, WeightPrecision};
-use swa_zoo::models::rng::SplitMix64;
 
 type B = Flex;
 

@@ -5,12 +5,12 @@
 //!   backend's fused kernel when [`WindowedAttentionBackend::windowed_kernel`] offers one and the
 //!   kernel's [`WindowedKernel::runs`] accepts the call, and the blocked O(N·w) path otherwise,
 //!   so every backend runs (and, through `Autodiff<B>`, differentiates) the core out of the box.
-//!   Setting [`crate::FUSED_OPS_VARIABLE`] to `off` makes every call take the blocked path (and every
-//!   other fused op its tensor ops), for comparisons.
+//!   Setting [`crate::FUSED_OPS_VARIABLE`] to `off` makes every call take the blocked path (and
+//!   every other fused op its tensor ops), for comparisons.
 //! - [`WindowedKernelBackend`] is what a backend with fused kernels implements: a forward that
 //!   returns `o` in the inputs' dtype and `lse` in f32, the exact backward of that forward, and
-//!   which calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and so
-//!   does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
+//!   which calls they take. The CubeCL backends implement it (`crate::kernel`, feature `cube`), and
+//!   so does `Flex` (`crate::cpu`, feature `flex`); `Autodiff<B>` turns it into a differentiable op
 //!   whose backward runs the backward kernels (`crate::autodiff`).
 
 use burn::tensor::ops::FloatTensor;

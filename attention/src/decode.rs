@@ -6,8 +6,8 @@
 //! tensor ops per buffer; likewise, through
 //! [`crate::WindowedAttentionBackend::windowed_cache_write`], the new position's key and value go
 //! into every buffer in one op. Both turn their row by RoPE themselves (the query, the new key),
-//! so a decoding layer launches no rotation of its own. `Flex` offers both (`crate::cpu`, feature `flex`), and so do the
-//! CubeCL backends and their fusion types (`crate::kernel`, feature `cube`).
+//! so a decoding layer launches no rotation of its own. `Flex` offers both (`crate::cpu`, feature
+//! `flex`), and so do the CubeCL backends and their fusion types (`crate::kernel`, feature `cube`).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;

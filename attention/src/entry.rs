@@ -5,8 +5,8 @@ use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 use crate::relative::distances_needed;
 use crate::{AttentionError, ScoreOptions, WindowSpec, WindowedAttentionBackend};
 
-/// Windowed attention (docs/semantics.md §1–§2) on the backend's fastest path: the CubeCL kernel where
-/// the backend has one, else the blocked O(N·w) path.
+/// Windowed attention (docs/semantics.md §1–§2) on the backend's fastest path: the CubeCL kernel
+/// where the backend has one, else the blocked O(N·w) path.
 ///
 /// - `q: [batch, H, N_q, d]`, `k, v: [batch, H_kv, N_k, d]`, with `H_kv` dividing `H` (GQA).
 /// - Returns `o: [batch, H, N_q, d]` in the inputs' dtype and `lse: [batch, H, N_q]` in f32

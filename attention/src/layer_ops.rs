@@ -8,9 +8,9 @@
 //! it.
 //!
 //! As tensor ops, an RMSNorm is six ops forward and about twelve backward, and the SiLU gate
-//! three and five (the GELU gate about twice that), each a pass over its tensor (and on the CPU, each a wake-up of the thread pool);
-//! fused, each is one pass forward and one backward. `Autodiff<B>` differentiates through its
-//! inner backend's kernels (`crate::layer_ops_autodiff`).
+//! three and five (the GELU gate about twice that), each a pass over its tensor (and on the CPU,
+//! each a wake-up of the thread pool); fused, each is one pass forward and one backward.
+//! `Autodiff<B>` differentiates through its inner backend's kernels (`crate::layer_ops_autodiff`).
 
 use burn::nn::Linear;
 use burn::tensor::activation::{log_softmax, silu};
@@ -172,8 +172,8 @@ pub trait LayerOpsBackend: Backend {
     }
 
     /// The backend's fused layer ops ([`LayerKernels`]: RMSNorm, the MLP's gate and the
-    /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops. `Autodiff<B>`
-    /// differentiates through its inner backend's.
+    /// cross-entropy, forward and backward), or `None` (the default) when they run as tensor ops.
+    /// `Autodiff<B>` differentiates through its inner backend's.
     fn layer_kernels() -> Option<LayerKernels<Self>> {
         None
     }

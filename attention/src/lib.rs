@@ -23,8 +23,8 @@
 //! use swa_attention::{ScoreOptions, WindowSpec, dense_attention, windowed_attention};
 //!
 //! let device = Default::default();
-//! let noise = |heads| Tensor::<NdArray, 4>::random([1, heads, 40, 8], Distribution::Default, &device);
-//! let (q, k, v) = (noise(8), noise(2), noise(2));
+//! let noise = |heads| Tensor::<NdArray, 4>::random([1, heads, 40, 8], Distribution::Default,
+//! &device); let (q, k, v) = (noise(8), noise(2), noise(2));
 //! // Query head h sees the keys i − W_h + 1 … i (docs/semantics.md §2).
 //! let spec = WindowSpec::per_head(&[2, 2, 4, 4, 8, 8, 16, 16], 2)?;
 //! let opts = ScoreOptions::softmax();
@@ -59,6 +59,7 @@ mod plan;
 pub mod reciprocal;
 pub mod reference;
 pub mod relative;
+pub mod rng;
 pub mod rope;
 mod rope_op;
 pub mod scores;

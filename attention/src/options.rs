@@ -1,4 +1,5 @@
-//! Score options of the core (docs/semantics.md §1, §4): softmax or sigmoid, softcap, scale and ALiBi.
+//! Score options of the core (docs/semantics.md §1, §4): softmax or sigmoid, softcap, scale and
+//! ALiBi.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,8 @@ pub struct ScoreOptions {
     /// Softcap `c`: scores become `c·tanh(s/c)` (Gemma 2). `None` disables it.
     pub softcap: Option<f32>,
     /// ALiBi slope `m_h` per query head, bias `−m_h·(i − j)`: positive slopes are recency
-    /// heads, negative ones distance heads (docs/semantics.md §4). Build them with [`crate::alibi`].
+    /// heads, negative ones distance heads (docs/semantics.md §4). Build them with
+    /// [`crate::alibi`].
     pub alibi: Option<Vec<f32>>,
 }
 

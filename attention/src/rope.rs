@@ -1,5 +1,5 @@
-//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md §4),
-//! with the frequency scalings of pretrained checkpoints (docs/semantics.md §9). A backend may
+//! Rotary position embedding in the Llama / Hugging Face "rotate half" layout (docs/semantics.md
+//! §4), with the frequency scalings of pretrained checkpoints (docs/semantics.md §9). A backend may
 //! fuse the rotation into one op ([`RotateKernel`]); the tensor ops are the fallback.
 
 use std::f64::consts::PI;

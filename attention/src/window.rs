@@ -1,4 +1,5 @@
-//! The window spec: the single definition of which keys a query sees (docs/semantics.md §2, §3, §5, §7).
+//! The window spec: the single definition of which keys a query sees (docs/semantics.md §2, §3, §5,
+//! §7).
 //!
 //! Every implementation of the core asks [`WindowSpec::visible`]: the dense reference, the
 //! blocked path's blocks and the KV cache build their masks from it through
@@ -11,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::AttentionError;
 
-/// One head's window: the keys `j = i + dilation·m` for `m ∈ [−left, right]` (docs/semantics.md §2),
-/// optionally confined to LongNet segments (docs/semantics.md §5).
+/// One head's window: the keys `j = i + dilation·m` for `m ∈ [−left, right]` (docs/semantics.md
+/// §2), optionally confined to LongNet segments (docs/semantics.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HeadWindow {
     /// Steps back from the query; [`HeadWindow::UNBOUNDED`] for no limit.
@@ -37,7 +38,8 @@ impl HeadWindow {
         Self::dilated(w, 1)
     }
 
-    /// Causal window of `w ≥ 1` keys spaced `dilation` apart, spanning `dilation·(w−1)+1` positions.
+    /// Causal window of `w ≥ 1` keys spaced `dilation` apart, spanning `dilation·(w−1)+1`
+    /// positions.
     pub fn dilated(w: usize, dilation: usize) -> Self {
         Self { left: w.saturating_sub(1), right: 0, dilation, segment: None, phase: 0 }
     }
@@ -47,12 +49,14 @@ impl HeadWindow {
         Self { left: Self::UNBOUNDED, right: Self::UNBOUNDED, dilation: 1, segment: None, phase: 0 }
     }
 
-    /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (docs/semantics.md §2).
+    /// Longformer's one-sided window `w`: `left = right = w`, so `2w+1` keys (docs/semantics.md
+    /// §2).
     pub fn longformer(w: usize, dilation: usize) -> Self {
         Self { left: w, right: w, dilation, segment: None, phase: 0 }
     }
 
-    /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase` (docs/semantics.md §5).
+    /// One LongNet branch for one head: segment `w_b`, dilation `r_b`, offset `phase`
+    /// (docs/semantics.md §5).
     pub fn longnet(segment: usize, dilation: usize, phase: usize) -> Self {
         Self {
             left: Self::UNBOUNDED,
@@ -223,7 +227,8 @@ impl WindowSpec {
         Self::new(windows.collect(), kv_heads)
     }
 
-    /// Keeps positions `0 … sinks−1` visible to every later query (StreamingLLM; docs/semantics.md §2).
+    /// Keeps positions `0 … sinks−1` visible to every later query (StreamingLLM; docs/semantics.md
+    /// §2).
     pub fn with_sinks(mut self, sinks: usize) -> Self {
         self.sinks = sinks;
         self
@@ -346,8 +351,8 @@ impl WindowSpec {
         Ok(kv_len)
     }
 
-    /// THE visibility rule (docs/semantics.md §2): does query head `h` at absolute position `i` see the
-    /// key at position `j`, given `kv_len` valid keys?
+    /// THE visibility rule (docs/semantics.md §2): does query head `h` at absolute position `i` see
+    /// the key at position `j`, given `kv_len` valid keys?
     pub fn visible(&self, h: usize, i: usize, j: usize, kv_len: usize) -> bool {
         j < kv_len
             && (!self.causal || j <= i)

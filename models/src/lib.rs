@@ -39,7 +39,6 @@ mod mlp;
 pub mod panics;
 pub mod presets;
 pub mod records;
-pub mod rng;
 pub mod safetensors;
 pub mod sampling;
 mod sizes;

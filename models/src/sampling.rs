@@ -1,7 +1,7 @@
 //! Choosing the next token from logits: greedy, or sampled with temperature, top-k and top-p,
 //! from a seeded generator so that a run can be repeated exactly.
 
-use crate::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 
 /// A seeded token sampler.
 #[derive(Clone, Debug)]

@@ -2,8 +2,8 @@
 //! over 2 kv heads so that every windowed kind also runs GQA, 2 layers, 48 tokens), or a named
 //! preset.
 
+use swa_attention::rng::SplitMix64;
 use swa_models::layers::AttentionKind;
-use swa_models::rng::SplitMix64;
 use swa_models::{Architecture, DecoderConfig, Preset};
 
 /// Vocabulary of the built-in cases.

@@ -10,7 +10,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::store::{ModuleSnapshot, TensorSnapshot};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 use swa_models::{Decoder, DecoderConfig};
 
 use crate::error::AppError;

@@ -1,6 +1,6 @@
 //! Tests of everything built on the windowed core: the attention layers and decoders
 //! ([`models`]), training ([`training`]) and the application ([`app`]). One binary, since every
-//! test binary links Burn; the core itself is tested by the `attention` binary.
+//! test binary links Burn; the core itself is tested by swa-attention's `attention` binary.
 
 mod app;
 mod models;
@@ -15,7 +15,7 @@ pub use wgpu_devices::wgpu_devices;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use swa_zoo::models::rng::SplitMix64;
+use swa_zoo::attention::rng::SplitMix64;
 
 /// The reference backend: ndarray, f32, with autodiff.
 pub type Reference = Autodiff<NdArray<f32>>;

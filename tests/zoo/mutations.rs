@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
 use serde_json::Value;
+use swa_zoo::attention::rng::SplitMix64;
 use swa_zoo::models::hf::{load_decoder, load_tokenizer, read_config};
-use swa_zoo::models::rng::SplitMix64;
 
 /// The longest one input may take.
 const DEADLINE: Duration = Duration::from_secs(10);

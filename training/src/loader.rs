@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 
 use crate::batch::TokenBatch;
 use crate::error::TrainingError;

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use swa_attention::ModelBackend;
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 use swa_models::{Decoder, DecoderConfig, ModelError};
 
 use crate::batch::TokenBatch;

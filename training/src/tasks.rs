@@ -16,7 +16,7 @@
 
 mod majority;
 
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 
 use crate::error::TrainingError;
 

@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::ExecutionStrategy;
+use swa_attention::rng::SplitMix64;
 use swa_models::Decoder;
 use swa_models::files::{WriteError, remove_leftovers, write_bytes_atomically};
-use swa_models::rng::SplitMix64;
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, find_checkpoint};

@@ -2,8 +2,8 @@
 //! cache, in one pass over the cache's ring buffers.
 //!
 //! The cache keeps one buffer per group of kv heads that share a reach
-//! (`swa_models::layers::cache`), so each head reads only its own buffer's slots: an MSWA head with a
-//! window of `w/4` reads `w/4` keys, where the tensor path pays a chain of small ops per buffer.
+//! (`swa_models::layers::cache`), so each head reads only its own buffer's slots: an MSWA head with
+//! a window of `w/4` reads `w/4` keys, where the tensor path pays a chain of small ops per buffer.
 //! Which slot a head sees is asked of [`WindowSpec::visible`] at the slot's position; scores are
 //! those of `crate::scores::attend` (scale, softcap, ALiBi, softmax or sigmoid with β), and the
 //! branches of a LongNet layer are mixed by their log-normalisers as

@@ -1,8 +1,8 @@
-//! RMSNorm and the MLP's gate (SiLU or tanh GELU) on `Flex` ([`crate::layer_ops::LayerKernels`]): each direction
-//! one pass over the rows, compiled under pulp's dispatch so that `exp` and the row sums
-//! vectorise ([`super::math`], [`Chunk`]), threads (rayon) over chunks of rows big enough to be
-//! worth a thread. Inputs are read as f32 (half precision converted, so it accumulates in f32) and
-//! outputs return in the inputs' dtype; the inverse RMS of each row stays f32.
+//! RMSNorm and the MLP's gate (SiLU or tanh GELU) on `Flex` ([`crate::layer_ops::LayerKernels`]):
+//! each direction one pass over the rows, compiled under pulp's dispatch so that `exp` and the row
+//! sums vectorise ([`super::math`], [`Chunk`]), threads (rayon) over chunks of rows big enough to
+//! be worth a thread. Inputs are read as f32 (half precision converted, so it accumulates in f32)
+//! and outputs return in the inputs' dtype; the inverse RMS of each row stays f32.
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};

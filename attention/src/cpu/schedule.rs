@@ -15,8 +15,8 @@
 //! positions in [`WindowSpec::window_range`]: that range is `p − δ·left … p + δ·right` (`… p`
 //! when causal) cut to the valid keys and to `p`'s LongNet segment, and a key of `p`'s class in
 //! it lies a multiple of `δ` away, in the same segment: [`crate::HeadWindow::contains`] clause for
-//! clause. So each class row sees one interval of its class's key list ([`QueryList::intervals`]); the
-//! test `class_rows_see_their_intervals` checks this against [`WindowSpec::visible`] pair by
+//! clause. So each class row sees one interval of its class's key list ([`QueryList::intervals`]);
+//! the test `class_rows_see_their_intervals` checks this against [`WindowSpec::visible`] pair by
 //! pair. Extra keys, and the keys of global queries, are decided by [`WindowSpec::visible`]
 //! itself, pair by pair.
 

@@ -1,8 +1,9 @@
 //! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
 //! vectorised `exp`, the decode step's two schedules (threads or one thread), and the fused
-//! append, the layout of heads and the reading of strided views. The kernel's outputs and gradients are tested against the dense reference through the
-//! backend seam, where they run (`tests/attention/flex.rs`: the spec matrix, random specs, f16;
-//! `tests/zoo`: decoding and training on flex), and timed by `benches/cpu_attention.rs`.
+//! append, the layout of heads and the reading of strided views. The kernel's outputs and gradients
+//! are tested against the dense reference through the backend seam, where they run
+//! (`attention/tests/attention/flex.rs`: the spec matrix, random specs, f16; `tests/zoo`: decoding
+//! and training on flex), and timed by `benches/cpu_attention.rs`.
 
 use super::schedule::groups;
 use crate::{HeadWindow, WindowSpec};

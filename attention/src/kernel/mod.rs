@@ -4,8 +4,8 @@
 //!
 //! They compute exactly what the dense reference [`crate::reference::dense_attention`]
 //! computes (docs/semantics.md §1–§2, §4), and the tests compare them with it
-//! (`tests/attention/kernel.rs`). Calls they do not take (`windowed_runs` in `cube`: global
-//! tokens, big head dims) run the blocked path.
+//! (`attention/tests/attention/kernel.rs`). Calls they do not take (`windowed_runs` in `cube`:
+//! global tokens, big head dims) run the blocked path.
 //!
 //! Shared by every kernel:
 //! - `config`: the compile-time variant, the runtime scalars and the per-head windows.

@@ -1,5 +1,5 @@
 //! The cube-side visibility rule evaluated on a device, for the test that compares it with
-//! [`crate::WindowSpec::visible`] (`tests/attention/kernel.rs`).
+//! [`crate::WindowSpec::visible`] (`attention/tests/attention/kernel.rs`).
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeRuntime;

@@ -1,8 +1,9 @@
 //! The cube-side twin of THE visibility rule (docs/semantics.md §2): [`visible`] is
 //! [`crate::WindowSpec::visible`] and [`contains`] is [`crate::HeadWindow::contains`], clause for
 //! clause, on `u32` positions. Global tokens are not part of it: calls with globals run the
-//! blocked path ([`crate::WindowedKernel::runs`]). `tests/attention/kernel.rs` checks this rule
-//! against `WindowSpec::visible` exhaustively on small shapes through [`crate::kernel::probe`].
+//! blocked path ([`crate::WindowedKernel::runs`]). `attention/tests/attention/kernel.rs` checks
+//! this rule against `WindowSpec::visible` exhaustively on small shapes through
+//! [`crate::kernel::probe`].
 
 use cubecl::prelude::*;
 

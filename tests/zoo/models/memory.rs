@@ -58,7 +58,7 @@ fn kinds_with_memory() -> Vec<(&'static str, DecoderConfig)> {
 /// give the logits of one forward over the 24 tokens, batch of 2, on `D` (on flex through its
 /// fused kernels). Not on wgpu: there the stream's many small shapes compile 90 s of fused
 /// kernels on lavapipe, and the kernels' part (relative scores, query offsets over kept rows)
-/// is tested in `tests/attention/kernel.rs`.
+/// is tested in `attention/tests/attention/kernel.rs`.
 fn stream_matches_one_forward<D: ModelBackend>(device: &D::Device) {
     let streams = |batch, n| streams_on::<D>(batch, n, device);
     for (name, config) in kinds_with_memory() {

@@ -13,7 +13,7 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, P
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 
 use super::cluster::Cluster;
 use super::nccl::{Nccl, cuda_index};

@@ -2,7 +2,7 @@
 //! token in Longformer's classification tasks (Beltagy et al. 2020, §3.1 and §6), must gather
 //! evidence spread over the whole sequence.
 
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 
 use super::Example;
 use crate::error::TrainingError;

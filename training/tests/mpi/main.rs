@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use swa_models::rng::SplitMix64;
+use swa_attention::rng::SplitMix64;
 use swa_training::distributed::{Cluster, ClusterConfig};
 
 /// The reference backend: ndarray, f32, with autodiff.

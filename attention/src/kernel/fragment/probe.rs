@@ -1,8 +1,9 @@
 //! The fragment seam (`kernel::fragment`) run on a device through every one of its operations,
-//! for the tests that compare it with a product on the host (`tests/attention/fragments.rs`):
-//! `C = A·B` for `A: 16w × 32` and `B: 32 × 8` in two `k` steps, by `w` warps of 16 rows each,
-//! the maximum and sum of each row of `C`, and where each lane's fragments hold what (the
-//! layout, which a product alone cannot show: a consistent permutation gives the same `C`).
+//! for the tests that compare it with a product on the host
+//! (`attention/tests/attention/fragments.rs`): `C = A·B` for `A: 16w × 32` and `B: 32 × 8` in two
+//! `k` steps, by `w` warps of 16 rows each, the maximum and sum of each row of `C`, and where each
+//! lane's fragments hold what (the layout, which a product alone cannot show: a consistent
+//! permutation gives the same `C`).
 
 use burn::tensor::{DType, Shape, bf16, f16};
 use burn_cubecl::CubeRuntime;

@@ -2,7 +2,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::RopeConfig;
+use swa_attention::RopeConfig;
 
 use crate::common::{Rng, values};
 
@@ -54,10 +54,10 @@ fn scores_depend_only_on_relative_position_and_offset_matches() {
 #[cfg(any(feature = "flex", feature = "wgpu"))]
 fn fused_rotation_matches_the_tensor_ops<F>(device: &F::Device)
 where
-    F: burn::tensor::backend::AutodiffBackend + swa_zoo::attention::RopeBackend,
+    F: burn::tensor::backend::AutodiffBackend + swa_attention::RopeBackend,
 {
     use burn::tensor::{DType, f16};
-    use swa_zoo::attention::{RopeScaling, rotate_tensor_ops};
+    use swa_attention::{RopeScaling, rotate_tensor_ops};
 
     use crate::common::{F16, errors, heads_inner as heads_inner_order};
 

@@ -1,7 +1,7 @@
 //! The blocked path is O(N·w): the number of scores it schedules grows linearly in N and in
 //! the window, dilation and LongNet segments included, and never approaches N².
 
-use swa_zoo::attention::{WindowSpec, scheduled_scores};
+use swa_attention::{WindowSpec, scheduled_scores};
 
 fn per_query_per_head(spec: &WindowSpec, n: usize) -> f64 {
     scheduled_scores(spec, n, n) as f64 / (n * spec.num_heads()) as f64

@@ -8,8 +8,8 @@
 use burn::backend::NdArray;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::LayerOpsBackend;
-use swa_zoo::attention::split::split;
+use swa_attention::LayerOpsBackend;
+use swa_attention::split::split;
 
 use crate::common::{Rng, values};
 

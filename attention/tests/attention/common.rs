@@ -4,12 +4,12 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
-use swa_zoo::attention::blocked::MAX_CHUNK_SCORES;
-use swa_zoo::attention::{
+use swa_attention::blocked::MAX_CHUNK_SCORES;
+use swa_attention::rng::SplitMix64;
+use swa_attention::{
     ModelBackend, ScoreOptions, WindowSpec, WindowedAttentionBackend, blocked_attention_relative,
     dense_attention_relative, windowed_attention_relative,
 };
-use swa_zoo::models::rng::SplitMix64;
 
 /// The reference backend of every comparison: ndarray, f32.
 pub type Reference = Autodiff<NdArray<f32>>;
@@ -297,7 +297,7 @@ pub fn check_kernel_cases<B>(
     tol: Tolerance,
     device: &B::Device,
 ) where
-    B: swa_zoo::training::TrainingBackend,
+    B: AutodiffBackend<InnerBackend: swa_attention::ModelBackend> + swa_attention::ModelBackend,
 {
     let start = std::time::Instant::now();
     let kernel = B::InnerBackend::windowed_kernel().expect("the backend has fused kernels");

@@ -1,6 +1,6 @@
 //! Rows that see no key give `o = 0` and `lse = −∞` with no NaN, forward and backward (§1).
 
-use swa_zoo::attention::{ScoreOptions, WindowSpec};
+use swa_attention::{ScoreOptions, WindowSpec};
 
 use crate::common::{Case, Outputs, Path, Reference, run};
 

@@ -13,7 +13,7 @@ mod on_flex {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::Int;
     use burn::tensor::{DType, Tensor, TensorData, f16};
-    use swa_zoo::attention::layer_ops::{
+    use swa_attention::layer_ops::{
         MlpActivation, RmsOptions, cross_entropy, cross_entropy_tensor_ops, gate, gate_tensor_ops,
         product, rms_norm, rms_norm_tensor_ops,
     };
@@ -277,8 +277,8 @@ mod on_flex {
 
     /// The one-row product's read bandwidth with f32, bf16 and f16 weights of an 8192 × 8192
     /// layer stored as `[out, in]` (what a decoding step reads): median of 50 calls, printed.
-    /// `cargo test --release --features flex --test attention one_row_product_bandwidth --
-    /// --ignored --nocapture`.
+    /// `cargo test --release -p swa-attention --features flex --test attention
+    /// one_row_product_bandwidth -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement: run it on an idle machine"]
     fn one_row_product_bandwidth() {

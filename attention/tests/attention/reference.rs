@@ -3,7 +3,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
-use swa_zoo::attention::{
+use swa_attention::{
     ScoreFn, ScoreOptions, WindowSpec, alibi, dense_attention, dense_attention_relative,
 };
 

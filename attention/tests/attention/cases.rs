@@ -1,6 +1,6 @@
 //! The spec matrix of the core tests and a generator of random specs over the same space.
 
-use swa_zoo::attention::{HeadWindow, ScoreOptions, WindowSpec, alibi};
+use swa_attention::{HeadWindow, ScoreOptions, WindowSpec, alibi};
 
 use crate::common::{Case, Rng};
 

@@ -1,7 +1,7 @@
 //! The window spec says exactly what docs/semantics.md §2–§5 say, and rejects bad input by name.
 
-use swa_zoo::attention::alibi::{self, SlopeMagnitudes};
-use swa_zoo::attention::{AttentionError, HeadWindow, WindowSpec};
+use swa_attention::alibi::{self, SlopeMagnitudes};
+use swa_attention::{AttentionError, HeadWindow, WindowSpec};
 
 use crate::cases::random_case;
 use crate::common::Rng;
@@ -151,7 +151,7 @@ fn swat_balanced_alibi_matches_semantics() {
 fn bad_relative_tables_are_named() {
     use burn::backend::NdArray;
     use burn::tensor::Tensor;
-    use swa_zoo::attention::{ScoreOptions, windowed_attention_relative};
+    use swa_attention::{ScoreOptions, windowed_attention_relative};
     let device = Default::default();
     let zeros = |shape: [usize; 4]| Tensor::<NdArray, 4>::zeros(shape, &device);
     let call = |spec: &WindowSpec, table: [usize; 4]| {

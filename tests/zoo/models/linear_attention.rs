@@ -7,17 +7,17 @@ use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::AttentionError;
 use swa_zoo::models::layers::linear::*;
 
-use crate::common::{Rng, errors, values};
+use crate::{max_abs, to_vec, values};
 
 type B = NdArray<f32>;
 
 fn random<Be: Backend, const D: usize>(seed: u64, shape: [usize; D]) -> Tensor<Be, D> {
-    let data = TensorData::new(Rng::new(seed).values(shape.iter().product()), shape);
+    let data = TensorData::new(values(seed, shape.iter().product()), shape);
     Tensor::from_data(data, &Default::default())
 }
 
-fn max_abs<Be: Backend, const D: usize>(got: Tensor<Be, D>, want: Tensor<Be, D>) -> f32 {
-    errors(&values(got), &values(want)).0
+fn max_error<Be: Backend, const D: usize>(got: Tensor<Be, D>, want: Tensor<Be, D>) -> f32 {
+    max_abs(&to_vec(got), &to_vec(want))
 }
 
 fn layer<Be: Backend>(
@@ -36,8 +36,8 @@ fn feature_map_gives_the_second_order_taylor_kernel() {
     for (seed, d) in [(1, 4), (2, 16), (3, 16)] {
         let (q, k) = (random::<B, 4>(seed, [1, 1, 1, d]), random::<B, 4>(seed + 100, [1, 1, 1, d]));
         let dot = |a: Vec<f32>, b: Vec<f32>| a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>();
-        let s = dot(values(q.clone()), values(k.clone())) / (d as f32).sqrt();
-        let (fq, fk) = (values(feature_map(q)), values(feature_map(k)));
+        let s = dot(to_vec(q.clone()), to_vec(k.clone())) / (d as f32).sqrt();
+        let (fq, fk) = (to_vec(feature_map(q)), to_vec(feature_map(k)));
         assert_eq!(fq.len(), 1 + d + d * d, "feature size");
         let got = dot(fq, fk);
         assert!((got - (1.0 + s + s * s / 2.0)).abs() < 1e-5, "d_f={d}: {got} vs s={s}");
@@ -51,7 +51,7 @@ fn chunked_form_matches_the_quadratic_form() {
             let layer = layer::<B>(32, heads, 16, chunk);
             for n in [1, 5, 63, 64, 65, 130] {
                 let x = random::<B, 3>(n as u64, [2, n, 32]);
-                let err = max_abs(layer.forward(x.clone()), layer.forward_quadratic(x));
+                let err = max_error(layer.forward(x.clone()), layer.forward_quadratic(x));
                 assert!(err <= 1e-5, "heads={heads} chunk={chunk} n={n}: max-abs {err:e}");
             }
         }
@@ -70,7 +70,7 @@ fn recurrent_steps_reproduce_the_forward_pass_with_a_constant_state() {
     for t in 0..n {
         let (y, next) = layer.step(x.clone().narrow(1, t, 1), state);
         state = next;
-        let err = max_abs(y, full.clone().narrow(1, t, 1));
+        let err = max_error(y, full.clone().narrow(1, t, 1));
         assert!(err <= 1e-5, "step {t}: max-abs {err:e}");
         if t + 1 == 10 || t + 1 == n {
             shapes.push((state.kv.dims(), state.k_sum.dims()));
@@ -90,10 +90,10 @@ fn chunked_gradients_match_the_quadratic_form() {
         let weights = random::<A, 3>(4, [2, 21, 16]);
         let y =
             if quadratic { layer.forward_quadratic(x.clone()) } else { layer.forward(x.clone()) };
-        values(x.grad(&(y * weights).sum().backward()).expect("x reaches the loss"))
+        to_vec(x.grad(&(y * weights).sum().backward()).expect("x reaches the loss"))
     };
     let (chunked, quadratic) = (grad(false), grad(true));
-    let (err, _) = errors(&chunked, &quadratic);
+    let err = max_abs(&chunked, &quadratic);
     assert!(err <= 1e-4, "gradient max-abs {err:e}");
 }
 

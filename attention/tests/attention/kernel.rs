@@ -9,8 +9,8 @@ mod on_wgpu {
     use burn::backend::{Autodiff, Wgpu};
     use burn::tensor::backend::Backend;
     use burn::tensor::{DType, f16};
-    use swa_zoo::attention::WindowSpec;
-    use swa_zoo::attention::kernel::probe_visibility;
+    use swa_attention::WindowSpec;
+    use swa_attention::kernel::probe_visibility;
 
     use crate::cases::{LENGTHS, kernel_cases, matrix, random_case, relative_cases};
     use crate::common::{Case, F16, F32, Path, Rng, check_kernel_cases};

@@ -9,7 +9,7 @@
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod host {
     use burn::tensor::{DType, bf16, f16};
-    use swa_zoo::attention::kernel::FragmentProbe;
+    use swa_attention::kernel::FragmentProbe;
 
     use crate::common::Rng;
 
@@ -114,7 +114,7 @@ fn fragments_on_wgpu_match_host_product() {
         use burn::tensor::backend::Backend;
         use burn::tensor::{DType, f16};
         use host::{check, inputs};
-        use swa_zoo::attention::kernel::{FragmentPath, probe_fragments};
+        use swa_attention::kernel::{FragmentPath, probe_fragments};
         let Some(device) = crate::wgpu_devices::lease() else {
             return;
         };
@@ -140,7 +140,7 @@ fn fragments_on_cuda_match_host_product() {
         use burn::backend::Cuda;
         use burn::tensor::DType;
         use host::{check, inputs};
-        use swa_zoo::attention::kernel::{CudaRuntime, FragmentPath, probe_fragments};
+        use swa_attention::kernel::{CudaRuntime, FragmentPath, probe_fragments};
         if !crate::common::device_answers::<Cuda>("cuda") {
             return;
         }

@@ -12,7 +12,7 @@
 mod host {
     use burn::backend::{Autodiff, NdArray};
     use burn::tensor::{DType, Tensor, TensorData, bf16, f16};
-    use swa_zoo::attention::{HeadWindow, ScoreOptions, WindowSpec, dense_attention};
+    use swa_attention::{HeadWindow, ScoreOptions, WindowSpec, dense_attention};
 
     use crate::cases::kernel_cases;
     use crate::common::{Case, Rng, values};
@@ -168,8 +168,8 @@ mod on_wgpu {
     use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
     use burn::tensor::backend::Backend;
     use burn::tensor::{DType, Tensor, TensorData};
-    use swa_zoo::attention::ScoreOptions;
-    use swa_zoo::attention::kernel::{forward_emulated, grads_emulated};
+    use swa_attention::ScoreOptions;
+    use swa_attention::kernel::{forward_emulated, grads_emulated};
 
     use super::host::{Grads, all_cases, check_grads, run_cases};
     use crate::common::{Case, heads_inner, values};
@@ -288,8 +288,8 @@ mod on_wgpu {
         );
     }
 
-    /// Every case but the causal softmax ones, as written (`cargo test --features flex,wgpu
-    /// --test attention -- --ignored flash`): bidirectional softmax without transforms, causal
+    /// Every case but the causal softmax ones, as written (`cargo test -p swa-attention
+    /// --features wgpu --test attention -- --ignored flash`): bidirectional softmax without transforms, causal
     /// softcap with ALiBi, sigmoid's variants.
     #[test]
     #[ignore = "five minutes or more per compiled variant on lavapipe"]
@@ -318,8 +318,8 @@ fn flash_kernels_on_cuda_match_dense() {
         use burn::backend::Cuda;
         use burn::backend::cuda::CudaDevice;
         use burn::tensor::{DType, Tensor, TensorData};
-        use swa_zoo::attention::kernel::{CudaRuntime, flash_kernel_runs};
-        use swa_zoo::attention::windowed_attention;
+        use swa_attention::kernel::{CudaRuntime, flash_kernel_runs};
+        use swa_attention::windowed_attention;
 
         use crate::common::{Case, values};
         use host::{all_cases, run_cases};
@@ -358,7 +358,7 @@ fn flash_grads_on_cuda_match_dense() {
         use burn::backend::cuda::CudaDevice;
         use burn::backend::{Autodiff, Cuda};
         use burn::tensor::{DType, Tensor, TensorData};
-        use swa_zoo::attention::windowed_attention;
+        use swa_attention::windowed_attention;
 
         use crate::common::{Case, values};
         use host::{all_cases, check_grads};
