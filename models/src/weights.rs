@@ -86,7 +86,7 @@ pub fn load_record<B: Backend>(
     let model = config.init::<B>(device)?;
     let expected = parameter_shapes(&model);
     let record: DecoderRecord<B> =
-        without_panics("Burn's record loader", || recorder().load(file.clone(), device))
+        without_panics("Burn's record loader", || MpkRecorder.load(file.clone(), device))
             .map_err(fail)?
             .map_err(|e| weights_error_from(&file, recorder_problem(&e), e))?;
     check_record_structure(&record, config, &expected).map_err(fail)?;
@@ -156,11 +156,6 @@ fn stable_layout() -> Layout<'static> {
 /// split ([`crate::stored`]), for a model of `heads` (query, key/value).
 pub fn stored_shapes(shapes: &Shapes, heads: (usize, usize)) -> Shapes {
     stable_layout().file_shapes(shapes, heads)
-}
-
-/// Burn's named MessagePack recorder at full precision.
-fn recorder() -> MpkRecorder {
-    MpkRecorder
 }
 
 fn weights_error(path: &Path, problem: String) -> ModelError {

@@ -96,11 +96,6 @@ impl Default for CheckpointRecorder {
     }
 }
 
-/// The format underneath: Burn's named MessagePack.
-fn named_mpk() -> MpkRecorder {
-    MpkRecorder
-}
-
 impl<B: Backend> Recorder<B> for CheckpointRecorder {
     type Settings = FullPrecisionSettings;
     type RecordArgs = PathBuf;
@@ -136,7 +131,7 @@ impl<B: Backend> Recorder<B> for CheckpointRecorder {
 
     /// Reads the record as [`MpkRecorder`] does.
     fn load_item<I: DeserializeOwned>(&self, path: &mut PathBuf) -> Result<I, RecorderError> {
-        Recorder::<B>::load_item(&named_mpk(), &mut self.file(path))
+        Recorder::<B>::load_item(&MpkRecorder, &mut self.file(path))
     }
 }
 
