@@ -20,7 +20,7 @@ use clap::Parser;
 use swa_zoo::AppError;
 use swa_zoo::bench::heap::CountingAllocator;
 use swa_zoo::bench::suite::{self, Results, Suite, SuitePart};
-use swa_zoo::bench::{AttentionFamily, BenchModel, decode, streaming, training};
+use swa_zoo::bench::{BenchAttention, BenchModel, decode, streaming, training};
 use swa_zoo::report::Table;
 use swa_zoo::report::plot::line_plot;
 use swa_zoo::runtime::{BackendChoice, Job, Placement, Precision, TrainingBackend, run_on};
@@ -133,8 +133,8 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), AppError> {
         let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
         for row in &results.decode {
             let name = match row.window {
-                Some(w) => format!("{} W={w}", row.family.name()),
-                None => row.family.name().to_string(),
+                Some(w) => format!("{} W={w}", row.attention.name()),
+                None => row.attention.name().to_string(),
             };
             match series.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, points)) => points.push((row.batch as f64, row.ms)),
@@ -162,9 +162,9 @@ fn write(out: &Path, suite: &Suite, results: &Results) -> Result<(), AppError> {
                     .zip(&row.ms)
                     .filter_map(|(&p, t)| t.map(|t| (p as f64, t)))
                     .collect();
-                let name = match row.family {
-                    AttentionFamily::Full => "full".to_string(),
-                    family => format!("{} W={}", family.name(), suite.flatness.window),
+                let name = match row.attention {
+                    BenchAttention::Full => "full".to_string(),
+                    attention => format!("{} W={}", attention.name(), suite.flatness.window),
                 };
                 (name, points)
             })

@@ -276,24 +276,6 @@ impl<B: Backend> Decoder<B> {
         table.shape().num_elements() * table.dtype().size()
     }
 
-    /// An empty decoding state for `batch` sequences. `positions` chooses StreamingLLM's
-    /// position shift for sink layers ([`CachePositions::Streaming`]) or absolute positions,
-    /// which reproduce [`Decoder::forward`]. Fails, naming the layer, for an encoder layer.
-    pub fn cache(
-        &self,
-        batch: usize,
-        positions: CachePositions,
-        device: &B::Device,
-    ) -> Result<DecoderCache<B>, ModelError> {
-        let layers = self
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(l, b)| b.attention().cache(batch, positions, device).map_err(in_layer(l)))
-            .collect::<Result<_, _>>()?;
-        Ok(DecoderCache { layers, len: 0 })
-    }
-
     /// One decoding step: `tokens: [batch]` at the cache's next position → logits
     /// `[batch, vocab]`, the same as that position's row of [`Decoder::forward`] over the
     /// whole prefix (with absolute positions). Runs with the backend's threads awake
@@ -345,6 +327,24 @@ impl<B: Backend> Decoder<B> {
 }
 
 impl<B: ModelBackend> Decoder<B> {
+    /// An empty decoding state for `batch` sequences. `positions` chooses StreamingLLM's
+    /// position shift for sink layers ([`CachePositions::Streaming`]) or absolute positions,
+    /// which reproduce [`Decoder::forward`]. Fails, naming the layer, for an encoder layer.
+    pub fn cache(
+        &self,
+        batch: usize,
+        positions: CachePositions,
+        device: &B::Device,
+    ) -> Result<DecoderCache<B>, ModelError> {
+        let layers = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(l, b)| b.attention().cache(batch, positions, device).map_err(in_layer(l)))
+            .collect::<Result<_, _>>()?;
+        Ok(DecoderCache { layers, len: 0 })
+    }
+
     /// `tokens: [batch, N]` → logits `[batch, N, vocab]`, token `n` at position `n`.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 3>, ModelError> {
         let mut x = self.embed(tokens);

@@ -130,6 +130,6 @@ impl<B: ModelBackend> Decoder<B> {
     /// consecutive positions.
     fn prefills_as_steps(&self, positions: CachePositions) -> bool {
         positions == CachePositions::Absolute
-            || !self.blocks().iter().any(|b| b.attention().kind().pins_positions())
+            || !self.blocks().iter().any(|b| b.attention().pins_positions())
     }
 }

@@ -62,8 +62,11 @@ impl<B: Backend> Decoder<B> {
     /// Parameters, window sum and KV-cache bytes of the model built from `config`, at context
     /// length `context`.
     pub fn info(&self, config: &DecoderConfig, context: usize) -> ModelInfo {
-        let cached_layers =
-            (0..config.layers).filter(|&l| config.kind_of(l).linear_features().is_none()).count();
+        let keeps_keys = |l| {
+            let specs = config.kind_of(l).specs(config.heads, config.kv_heads(), context);
+            specs.is_ok_and(|specs| !specs.is_empty())
+        };
+        let cached_layers = (0..config.layers).filter(|&l| keeps_keys(l)).count();
         let kv_layer_bytes = config.kv_layer_bytes(context);
         ModelInfo {
             parameters: self.num_params(),

@@ -74,7 +74,7 @@ impl<B: Backend> DecoderMemory<B> {
     }
 }
 
-impl<B: Backend> Decoder<B> {
+impl<B: ModelBackend> Decoder<B> {
     /// An empty memory for `batch` streams read segment by segment (docs/semantics.md §10):
     /// windowed layers keep their widest window's reach, full layers `full_memory` positions
     /// (Transformer-XL's memory length). Fails, naming the layer, for a kind that cannot keep a

@@ -1,7 +1,8 @@
 //! How a model's parameters lie in weight files (safetensors, ours and Hugging Face's): each
-//! under its module path ([`crate::weights`]' table), except the two products that one
-//! launch computes, which files hold as the separate tensors other tools (Hugging Face's
-//! checkpoints) have:
+//! under its module path ([`crate::weights`]' table), the windowed mechanisms' modules named as
+//! one (`mixer.Windowed`, with `sinks` and `relative` under the layer), except the two products
+//! that one launch computes, which files hold as the separate tensors other tools (Hugging
+//! Face's checkpoints) have:
 //!
 //! | parameter | in files |
 //! |---|---|
@@ -37,6 +38,7 @@ pub struct Part {
 /// `kv_heads` key/value heads: three for q|k|v, two for gate|up, the parameter itself
 /// otherwise.
 pub fn parts(path: &str, shape: &[usize], heads: usize, kv_heads: usize) -> Vec<Part> {
+    let path = &stored_path(path);
     let out = shape.last().copied().unwrap_or(0);
     let split = |prefix: &str, suffix: &str, names: &[&str], widths: &[usize]| {
         let mut start = 0;
@@ -56,6 +58,22 @@ pub fn parts(path: &str, shape: &[usize], heads: usize, kv_heads: usize) -> Vec<
         return split(&format!("{prefix}mlp."), ".weight", &GATE_UP, &[out / 2, out / 2]);
     }
     vec![Part { name: path.to_string(), start: 0, width: out }]
+}
+
+/// The stable name of the parameter at module path `path`: the path, except under the modules
+/// of the windowed mechanisms, which files name as one (`mixer.Windowed`), with the sink
+/// logits and Transformer-XL's terms directly under the layer.
+fn stored_path(path: &str) -> String {
+    const RENAMES: [(&str, &str); 4] = [
+        (".attention.mixer.Windowed.sinks", ".attention.sinks"),
+        (".attention.mixer.Windowed.relative.", ".attention.relative."),
+        (".attention.mixer.LongNet.", ".attention.mixer.Windowed."),
+        (".attention.mixer.Longformer.", ".attention.mixer.Windowed."),
+    ];
+    match RENAMES.iter().find(|(module, _)| path.contains(module)) {
+        Some((module, stored)) => path.replacen(module, stored, 1),
+        None => path.to_string(),
+    }
 }
 
 /// The parts of q|k|v, in order.

@@ -16,10 +16,12 @@
 //!
 //! # Tensor names
 //!
-//! A weight's name is its module path, with one exception: the model computes q, k and v with
-//! one product, and the MLP's gate and up projections with another, so its parameters
-//! `….qkv.weight` and `mlp.gate_up.weight` are each several of the tensors below, which files
-//! hold apart under the names they have always had ([`crate::stored`]). `{l}` is the block
+//! A weight's name is its module path, with two exceptions ([`crate::stored`]): the model
+//! computes q, k and v with one product, and the MLP's gate and up projections with another,
+//! so its parameters `….qkv.weight` and `mlp.gate_up.weight` are each several of the tensors
+//! below, which files hold apart under the names they have always had; and the modules of the
+//! windowed mechanisms (`mixer.Windowed`, `mixer.LongNet`, `mixer.Longformer`) are named as
+//! one, `mixer.Windowed`, with the sink logits and Transformer-XL's terms under the layer. `{l}` is the block
 //! index from 0; `d` the model width, `d_h = d/H` the head width, `F` the hidden width of the
 //! MLP, `d_f` the feature dimension of linear attention. A linear layer's weight is stored as
 //! Burn keeps it, `[d_in, d_out]` (the transpose of PyTorch's), and has no bias. Tensors keep
@@ -38,6 +40,8 @@
 //! | `blocks.{l}.attention.mixer.Linear.{value,output}.weight` | `[d, d]` | `Linear` kind |
 //! | `blocks.{l}.attention.{query,key}_norm.gamma` | `[d_h]` | with `qk_norm` |
 //! | `blocks.{l}.attention.sinks` | `[H]` | with `sink_logits` |
+//! | `blocks.{l}.attention.relative.projection.weight` | `[d, H·d_h]` | with `relative_positions` |
+//! | `blocks.{l}.attention.relative.{content,position}_bias` | `[H, d_h]` | with `relative_positions` |
 //! | `blocks.{l}.mlp_norm.gamma` | `[d]` | always |
 //! | `blocks.{l}.mlp.{gate,up}.weight` | `[d, F]` | always |
 //! | `blocks.{l}.mlp.down.weight` | `[F, d]` | always |
@@ -45,8 +49,8 @@
 //! | `head.weight` | `[d, vocab]` | untied embeddings |
 //!
 //! "Windowed kinds" are every [`AttentionKind`](crate::layers::AttentionKind) but
-//! `Linear`. `Windowed` and `Linear` are the variants of the layer's
-//! [`Mixer`](crate::layers::Mixer), which Burn makes a segment of the name.
+//! `Linear`. The variants of the layer's [`Mixer`](crate::layers::Mixer) are a segment of each
+//! module path, and of a Burn record's layout.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -251,9 +255,8 @@ pub fn compare_shapes(
 
 /// What Burn's `load_record` does not check without panicking or losing weights: it panics on
 /// another number of blocks and on a layer's mixer of another variant (a windowed layer's
-/// weights for linear attention, or the reverse), and drops an optional part that the
-/// configured model lacks (the untied LM head, Longformer's global projections, the q and k
-/// norms, the sink logits). Parts that the file lacks are caught by [`compare_shapes`] after
+/// weights for linear attention, say), and drops an optional part that the configured model
+/// lacks (the untied LM head, the q and k norms, the sink logits, Transformer-XL's terms). Parts that the file lacks are caught by [`compare_shapes`] after
 /// loading. `expected` is the configured model's [`parameter_shapes`].
 pub fn check_record_structure<B: Backend>(
     record: &DecoderRecord<B>,
@@ -270,16 +273,18 @@ pub fn check_record_structure<B: Backend>(
     let mut parts = vec![("head".to_string(), record.head.is_some())];
     for (l, block) in record.blocks.iter().enumerate() {
         let attention = &block.attention;
-        let (variant, global) = match &attention.mixer {
-            MixerRecord::Windowed(windowed) => ("Windowed", windowed.global.is_some()),
-            MixerRecord::Linear(_) => ("Linear", false),
+        let (variant, sinks, relative) = match &attention.mixer {
+            MixerRecord::Windowed(w) => ("Windowed", w.sinks.is_some(), w.relative.is_some()),
+            MixerRecord::LongNet(_) => ("LongNet", false, false),
+            MixerRecord::Longformer(_) => ("Longformer", false, false),
+            MixerRecord::Linear(_) => ("Linear", false, false),
         };
         let part = |name: &str| format!("blocks.{l}.attention.{name}");
         parts.push((part(&format!("mixer.{variant}")), true));
-        parts.push((part("mixer.Windowed.global"), global));
+        parts.push((part("mixer.Windowed.sinks"), sinks));
+        parts.push((part("mixer.Windowed.relative"), relative));
         parts.push((part("query_norm"), attention.query_norm.is_some()));
         parts.push((part("key_norm"), attention.key_norm.is_some()));
-        parts.push((part("sinks"), attention.sinks.is_some()));
     }
     for (part, in_file) in parts {
         let prefix = format!("{part}.");

@@ -10,7 +10,7 @@ use swa_attention::ModelBackend;
 use swa_models::layers::CachePositions;
 use swa_models::{Decoder, DecoderCache};
 
-use super::{AttentionFamily, BenchModel, median, mib, ms};
+use super::{BenchAttention, BenchModel, median, mib, ms};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -20,7 +20,7 @@ pub struct DecodeBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds; full attention runs once per batch, the others once per window.
-    pub families: Vec<AttentionFamily>,
+    pub attentions: Vec<BenchAttention>,
     /// Base windows `W`.
     pub windows: Vec<usize>,
     /// Batch sizes.
@@ -40,11 +40,11 @@ impl DecodeBench {
     pub fn figure3(model: BenchModel) -> Self {
         Self {
             model,
-            families: vec![
-                AttentionFamily::Full,
-                AttentionFamily::Swa,
-                AttentionFamily::Mswa,
-                AttentionFamily::Swat,
+            attentions: vec![
+                BenchAttention::Full,
+                BenchAttention::Swa,
+                BenchAttention::Mswa,
+                BenchAttention::Swat,
             ],
             windows: vec![128, 256, 512],
             batches: vec![1, 8, 16, 64, 128],
@@ -59,7 +59,7 @@ impl DecodeBench {
 #[derive(Clone, Debug)]
 pub struct DecodeRow {
     /// The kind.
-    pub family: AttentionFamily,
+    pub attention: BenchAttention,
     /// Its base window; `None` for full attention.
     pub window: Option<usize>,
     /// Sequences decoded together.
@@ -74,7 +74,7 @@ pub struct DecodeRow {
     pub info_kv_bytes: usize,
 }
 
-/// Runs the benchmark; rows in the order families × windows × batches.
+/// Runs the benchmark; rows in the order attentions × windows × batches.
 pub fn run<B: ModelBackend>(
     bench: &DecodeBench,
     device: &B::Device,
@@ -87,13 +87,13 @@ pub fn run<B: ModelBackend>(
         return Err(AppError::BenchSettings { problem });
     }
     let mut rows = Vec::new();
-    for &family in &bench.families {
-        let windows: Vec<Option<usize>> = match family.windowed() {
+    for &attention in &bench.attentions {
+        let windows: Vec<Option<usize>> = match attention.windowed() {
             true => bench.windows.iter().map(|&w| Some(w)).collect(),
             false => vec![None],
         };
         for window in windows {
-            let config = bench.model.config(family, window.unwrap_or(1))?;
+            let config = bench.model.config(attention, window.unwrap_or(1))?;
             let model = config.init::<B>(device)?;
             let info_kv_bytes = model.info(&config, bench.context).kv_cache_bytes;
             for &batch in &bench.batches {
@@ -107,7 +107,7 @@ pub fn run<B: ModelBackend>(
                     device,
                 )?;
                 rows.push(DecodeRow {
-                    family,
+                    attention,
                     window,
                     batch,
                     ms: median(timing.per_position_ms.clone()),
@@ -174,8 +174,9 @@ pub fn table(rows: &[DecodeRow]) -> Table {
         "KV vs full",
         "KV = info",
     ]);
-    let full =
-        |batch: usize| rows.iter().find(|r| r.family == AttentionFamily::Full && r.batch == batch);
+    let full = |batch: usize| {
+        rows.iter().find(|r| r.attention == BenchAttention::Full && r.batch == batch)
+    };
     for r in rows {
         let (vs_full, kv_vs_full) = match full(r.batch) {
             Some(f) => (
@@ -187,7 +188,7 @@ pub fn table(rows: &[DecodeRow]) -> Table {
         let window = r.window.map_or("—".into(), |w| w.to_string());
         let agrees = if r.kv_bytes == r.info_kv_bytes { "yes" } else { "no" };
         table.rows.push(vec![
-            r.family.name().into(),
+            r.attention.name().into(),
             window,
             r.batch.to_string(),
             ms(r.ms),
@@ -206,7 +207,7 @@ pub struct FlatnessBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds.
-    pub families: Vec<AttentionFamily>,
+    pub attentions: Vec<BenchAttention>,
     /// The base window of the windowed kinds.
     pub window: usize,
     /// Positions measured, increasing.
@@ -222,7 +223,7 @@ pub struct FlatnessBench {
 #[derive(Clone, Debug)]
 pub struct FlatnessRow {
     /// The kind.
-    pub family: AttentionFamily,
+    pub attention: BenchAttention,
     /// Milliseconds per token at each position of the bench.
     pub ms: Vec<Option<f64>>,
 }
@@ -245,10 +246,10 @@ pub fn run_flatness<B: ModelBackend>(
     device: &B::Device,
 ) -> Result<Vec<FlatnessRow>, AppError> {
     let mut rows = Vec::new();
-    for &family in &bench.families {
-        let config = bench.model.config(family, bench.window)?;
+    for &attention in &bench.attentions {
+        let config = bench.model.config(attention, bench.window)?;
         let model = config.init::<B>(device)?;
-        let limit = if family.windowed() { usize::MAX } else { bench.full_max };
+        let limit = if attention.windowed() { usize::MAX } else { bench.full_max };
         let at: Vec<usize> = bench.positions.iter().copied().filter(|&p| p <= limit).collect();
         let mut times = interleaved_ms(&model, &at, bench.repeats, device)?.into_iter();
         let ms = bench
@@ -256,7 +257,7 @@ pub fn run_flatness<B: ModelBackend>(
             .iter()
             .map(|p| at.contains(p).then(|| times.next()).flatten())
             .collect();
-        rows.push(FlatnessRow { family, ms });
+        rows.push(FlatnessRow { attention, ms });
     }
     Ok(rows)
 }
@@ -311,7 +312,7 @@ pub fn flatness_table(bench: &FlatnessBench, rows: &[FlatnessRow]) -> Table {
     header.push("last / first".to_string());
     let mut table = Table { header, rows: Vec::new() };
     for r in rows {
-        let mut row = vec![r.family.name().to_string()];
+        let mut row = vec![r.attention.name().to_string()];
         row.extend(r.ms.iter().map(|t| t.map_or("—".into(), ms)));
         row.push(format!("{:.2}", r.growth()));
         table.rows.push(row);

@@ -25,9 +25,10 @@ use swa_models::layers::mswa::{MswaStrategy, MswaVariant, mswa_windows};
 
 use crate::error::AppError;
 
-/// The attention families compared. Every layer of a model runs the same family.
+/// The attention a benchmark compares, as a recipe from one base window `W` to each layer's
+/// kind (MSWA's differs per layer). Every model of a comparison is built from one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttentionFamily {
+pub enum BenchAttention {
     /// Full causal attention, the baseline.
     Full,
     /// A sliding window of `W` keys (SWA).
@@ -42,25 +43,25 @@ pub enum AttentionFamily {
     LongNet,
 }
 
-impl AttentionFamily {
+impl BenchAttention {
     /// The name printed in tables.
     pub fn name(self) -> &'static str {
         match self {
-            AttentionFamily::Full => "full",
-            AttentionFamily::Swa => "SWA",
-            AttentionFamily::Mswa => "MSWA",
-            AttentionFamily::Swat => "SWAT",
-            AttentionFamily::LongNet => "LongNet",
+            BenchAttention::Full => "full",
+            BenchAttention::Swa => "SWA",
+            BenchAttention::Mswa => "MSWA",
+            BenchAttention::Swat => "SWAT",
+            BenchAttention::LongNet => "LongNet",
         }
     }
 
-    /// Whether the base window changes the model (every family but full attention).
+    /// Whether the base window changes the model (every one but full attention).
     pub fn windowed(self) -> bool {
-        self != AttentionFamily::Full
+        self != BenchAttention::Full
     }
 }
 
-/// The model every family is built into: only the attention differs.
+/// The model every attention is built into: only the attention differs.
 #[derive(Config, Debug)]
 pub struct BenchModel {
     /// Model width `d`.
@@ -90,37 +91,37 @@ impl BenchModel {
         Self::new(32, 4, 4)
     }
 
-    /// The decoder of `family` at base window `window`.
+    /// The decoder of `attention` at base window `window`.
     pub fn config(
         &self,
-        family: AttentionFamily,
+        attention: BenchAttention,
         window: usize,
     ) -> Result<DecoderConfig, AppError> {
         let (layers, heads) = (self.layers, self.heads);
-        let attention = match family {
-            AttentionFamily::Full => vec![AttentionKind::Full],
-            AttentionFamily::Swa => vec![AttentionKind::Sliding { window }],
-            AttentionFamily::Swat => vec![AttentionKind::swat(window)],
-            AttentionFamily::Mswa => {
+        let kinds = match attention {
+            BenchAttention::Full => vec![AttentionKind::Full],
+            BenchAttention::Swa => vec![AttentionKind::Sliding { window }],
+            BenchAttention::Swat => vec![AttentionKind::swat(window)],
+            BenchAttention::Mswa => {
                 mswa_windows(MswaVariant::Both, MswaStrategy::Geometric, window, layers, heads)
                     .map_err(|e| AppError::step(format!("MSWA at window {window}"), e))?
                     .into_iter()
                     .map(|windows| AttentionKind::MultiScale { windows })
                     .collect()
             }
-            AttentionFamily::LongNet => {
+            BenchAttention::LongNet => {
                 vec![AttentionKind::LongNet {
                     segments: vec![window, 2 * window, 4 * window],
                     dilations: vec![1, 2, 4],
                 }]
             }
         };
-        let config = DecoderConfig::new(attention)
+        let config = DecoderConfig::new(kinds)
             .with_vocab_size(self.vocab)
             .with_d_model(self.d_model)
             .with_layers(layers)
             .with_heads(heads);
-        config.validate().map_err(|e| AppError::step(format!("{} model", family.name()), e))?;
+        config.validate().map_err(|e| AppError::step(format!("{} model", attention.name()), e))?;
         Ok(config)
     }
 

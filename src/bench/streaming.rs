@@ -9,7 +9,7 @@ use swa_models::layers::CachePositions;
 use swa_training::eval::{rebuild, with_eval_window};
 
 use super::decode::time_steps;
-use super::{AttentionFamily, BenchModel, median, mib, ms};
+use super::{BenchAttention, BenchModel, median, mib, ms};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -54,12 +54,12 @@ pub fn run<B: ModelBackend>(
         return Err(AppError::BenchSettings { problem });
     }
     let (w, s) = (bench.window, bench.sinks);
-    let vanilla_config = bench.model.config(AttentionFamily::Full, w)?;
+    let vanilla_config = bench.model.config(BenchAttention::Full, w)?;
     let vanilla = vanilla_config.init::<B>(device)?;
     let streaming_config = with_eval_window(&vanilla_config, w - s, s)?;
     let streaming = rebuild(&vanilla, &streaming_config, device)?;
-    let swa = bench.model.config(AttentionFamily::Swa, w)?.init::<B>(device)?;
-    let swat = bench.model.config(AttentionFamily::Swat, w)?.init::<B>(device)?;
+    let swa = bench.model.config(BenchAttention::Swa, w)?.init::<B>(device)?;
+    let swat = bench.model.config(BenchAttention::Swat, w)?.init::<B>(device)?;
     let variants = [
         (format!("SWA, W = {w}"), &swa, CachePositions::Absolute),
         (format!("SWAT, W = {w}"), &swat, CachePositions::Absolute),

@@ -7,7 +7,7 @@ use swa_training::TrainingBackend;
 use super::decode::{self, DecodeBench, DecodeRow, FlatnessBench, FlatnessRow};
 use super::streaming::{self, StreamingBench, StreamingRow};
 use super::training::{self, TrainBench, TrainRow};
-use super::{AttentionFamily, BenchModel};
+use super::{BenchAttention, BenchModel};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -52,11 +52,11 @@ impl Suite {
             decode: DecodeBench::figure3(model.clone()),
             flatness: FlatnessBench {
                 model: model.clone(),
-                families: vec![
-                    AttentionFamily::Full,
-                    AttentionFamily::Swa,
-                    AttentionFamily::Mswa,
-                    AttentionFamily::Swat,
+                attentions: vec![
+                    BenchAttention::Full,
+                    BenchAttention::Swa,
+                    BenchAttention::Mswa,
+                    BenchAttention::Swat,
                 ],
                 window: 256,
                 positions: vec![2048, 4096, 8192, 16384],
@@ -73,11 +73,11 @@ impl Suite {
             },
             training: TrainBench {
                 model,
-                families: vec![
-                    AttentionFamily::Full,
-                    AttentionFamily::Swa,
-                    AttentionFamily::Mswa,
-                    AttentionFamily::LongNet,
+                attentions: vec![
+                    BenchAttention::Full,
+                    BenchAttention::Swa,
+                    BenchAttention::Mswa,
+                    BenchAttention::LongNet,
                 ],
                 window: 256,
                 lengths: vec![1024, 4096, 16384],

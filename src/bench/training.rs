@@ -12,7 +12,7 @@ use swa_training::language_model::LanguageModel;
 use swa_training::stream_memory::Stream;
 
 use super::heap::peak_during;
-use super::{AttentionFamily, BenchModel, mib};
+use super::{BenchAttention, BenchModel, mib};
 use crate::error::AppError;
 use crate::report::Table;
 
@@ -22,7 +22,7 @@ pub struct TrainBench {
     /// The model every kind is built into.
     pub model: BenchModel,
     /// The kinds.
-    pub families: Vec<AttentionFamily>,
+    pub attentions: Vec<BenchAttention>,
     /// The base window `W` of the windowed kinds.
     pub window: usize,
     /// Sequence lengths `N`.
@@ -45,7 +45,7 @@ pub struct TrainBench {
 #[derive(Clone, Debug)]
 pub struct TrainRow {
     /// The kind.
-    pub family: AttentionFamily,
+    pub attention: BenchAttention,
     /// Sequence length.
     pub len: usize,
     /// Why it did not run, if it did not.
@@ -59,22 +59,22 @@ pub struct TrainRow {
     pub peak_bytes: Option<usize>,
 }
 
-/// Runs the benchmark; rows in the order families × lengths. Skipped cells say why.
+/// Runs the benchmark; rows in the order attentions × lengths. Skipped cells say why.
 pub fn run<B>(bench: &TrainBench, device: &B::Device) -> Result<Vec<TrainRow>, AppError>
 where
     B: AutodiffBackend + ModelBackend,
 {
     let mut rows = Vec::new();
-    for &family in &bench.families {
-        let config = bench.model.config(family, bench.window)?;
+    for &attention in &bench.attentions {
+        let config = bench.model.config(attention, bench.window)?;
         let model = LanguageModel::new(config.init::<B>(device)?);
         for &len in &bench.lengths {
             let score_bytes = bench.model.heads * len * len * 4;
-            if family == AttentionFamily::Full && score_bytes > bench.full_score_bytes {
+            if attention == BenchAttention::Full && score_bytes > bench.full_score_bytes {
                 let gib = score_bytes as f64 / (1u64 << 30) as f64;
                 let skipped = Some(format!("one layer's H·N² f32 scores are {gib:.1} GiB"));
                 rows.push(TrainRow {
-                    family,
+                    attention,
                     len,
                     skipped,
                     ms: f64::NAN,
@@ -97,7 +97,7 @@ where
             }
             let ms = super::median(times);
             let tokens_per_s = (bench.batch * len) as f64 / (ms / 1e3);
-            rows.push(TrainRow { family, len, skipped: None, ms, tokens_per_s, peak_bytes });
+            rows.push(TrainRow { attention, len, skipped: None, ms, tokens_per_s, peak_bytes });
         }
     }
     Ok(rows)
@@ -132,14 +132,14 @@ pub fn table(rows: &[TrainRow]) -> Table {
     for r in rows {
         let row = match &r.skipped {
             Some(why) => vec![
-                r.family.name().into(),
+                r.attention.name().into(),
                 r.len.to_string(),
                 format!("skipped: {why}"),
                 "—".into(),
                 "—".into(),
             ],
             None => vec![
-                r.family.name().into(),
+                r.attention.name().into(),
                 r.len.to_string(),
                 format!("{:.1}", r.ms),
                 format!("{:.0}", r.tokens_per_s),

@@ -224,7 +224,7 @@ fn lock_run(
 
 /// Segment memory needs every layer to keep a bounded memory of segments of `seq_len` tokens,
 /// and one device (each device would read other rows of the streams).
-fn check_segment_memory<B: AutodiffBackend>(
+fn check_segment_memory<B: TrainingBackend>(
     config: &TrainConfig,
     decoder: &Decoder<B>,
     strategy: &ExecutionStrategy<B>,

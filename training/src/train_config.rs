@@ -118,7 +118,8 @@ impl TrainConfig {
                     ),
                 ));
             }
-            let globals = self.model.kind_of(l).global_positions();
+            let spec = self.model.kind_of(l).spec(self.model.heads, self.model.kv_heads());
+            let globals = spec.map(|spec| spec.globals().to_vec()).unwrap_or_default();
             if let Some(g) = globals.iter().find(|&&g| g >= self.seq_len) {
                 return Err(TrainingError::field(
                     "TrainConfig.seq_len",

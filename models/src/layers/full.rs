@@ -11,6 +11,10 @@ impl Mechanism for Full {
         WindowSpec::full(heads, kv_heads)
     }
 
+    fn name(&self) -> &'static str {
+        "full"
+    }
+
     fn label(&self, _head: usize) -> String {
         "full causal".into()
     }

@@ -2,15 +2,21 @@
 
 use serde::{Deserialize, Serialize};
 
+use burn::tensor::backend::Backend;
+
+use super::attend::Shape;
 use super::full::Full;
-use super::linear::TaylorLinear;
-use super::longformer::Longformer;
-use super::longnet::LongNet;
+use super::longformer::{Longformer, LongformerAttention};
+use super::longnet::{LongNet, LongNetAttention};
 use super::mechanism::Mechanism;
+use super::mixer::Mixer;
 use super::mswa::MultiScale;
 use super::sinks::Sinks;
 use super::sliding::Sliding;
 use super::swat::Swat;
+use super::taylor::{LinearAttention, TaylorLinear};
+use super::window::WindowedAttention;
+use super::{LayerError, LayerOptions};
 use swa_attention::alibi::SlopeMagnitudes;
 use swa_attention::{AttentionError, ScoreFn, ScoreOptions, WindowSpec};
 
@@ -118,7 +124,7 @@ impl AttentionKind {
     /// Asks the mechanism this kind runs: the one `match` from the serialised data to the
     /// behaviour of each mechanism, in the file named after it (a view on the stack, no
     /// allocation: the layers ask on every forward pass).
-    fn mechanism<R>(&self, ask: impl FnOnce(&dyn Mechanism) -> R) -> R {
+    pub(crate) fn mechanism<R>(&self, ask: impl FnOnce(&dyn Mechanism) -> R) -> R {
         match self {
             Self::Full => ask(&Full),
             Self::Sliding { window } => ask(&Sliding { window: *window }),
@@ -162,42 +168,45 @@ impl AttentionKind {
         self.mechanism(|m| m.label(head))
     }
 
-    /// The positions whose keys every query sees, wherever it is: Longformer's global tokens
-    /// (docs/semantics.md §2); none for the other kinds.
-    pub fn global_positions(&self) -> Vec<usize> {
-        self.mechanism(|m| m.global_positions().to_vec())
+    /// The window specs of the calls of the core over `n` positions, for `heads` query heads
+    /// over `kv_heads`: one, one per LongNet branch, or none for linear attention (no keys).
+    pub fn specs(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+        n: usize,
+    ) -> Result<Vec<WindowSpec>, AttentionError> {
+        self.mechanism(|m| m.specs(heads, kv_heads, n))
     }
 
-    /// Whether keys at fixed positions stay visible to every later query (StreamingLLM's
-    /// sinks, Longformer's global tokens), so that a cache cannot renumber its positions.
-    pub fn pins_positions(&self) -> bool {
-        self.mechanism(|m| m.pins_positions())
-    }
-
-    /// The size of linear attention's feature map; `None` for the windowed kinds.
-    pub fn linear_features(&self) -> Option<usize> {
-        self.mechanism(|m| m.linear_features())
-    }
-
-    /// LongNet's branches, `(segments, dilations)`, each one call of the core; `None` for the
-    /// kinds of one call.
-    pub fn branches(&self) -> Option<(Vec<usize>, Vec<usize>)> {
-        self.mechanism(|m| m.branches().map(|(s, d)| (s.to_vec(), d.to_vec())))
-    }
-
-    /// Why Transformer-XL's relative positions cannot run with this kind, if they cannot.
-    pub fn relative_positions_unsupported(&self) -> Option<&'static str> {
-        self.mechanism(|m| m.relative_positions_unsupported())
-    }
-
-    /// Why a layer of this kind cannot keep a bounded memory of earlier segments, if it cannot.
-    pub fn memory_unsupported(&self) -> Option<&'static str> {
-        self.mechanism(|m| m.memory_unsupported())
-    }
-
-    /// Why learned sink logits cannot run with this kind, if they cannot.
-    pub fn sink_logits_unsupported(&self) -> Option<&'static str> {
-        self.mechanism(|m| m.sink_logits_unsupported())
+    /// The module that runs this kind in a layer of `shape` with `options` and `scores`:
+    /// the mechanisms that run otherwise than one windowed call have modules of their own,
+    /// every other runs as its window.
+    pub(crate) fn mixer<B: Backend>(
+        &self,
+        shape: &Shape,
+        options: &LayerOptions,
+        scores: &ScoreOptions,
+        rope_base: f64,
+        device: &B::Device,
+    ) -> Result<Mixer<B>, LayerError> {
+        Ok(match self {
+            Self::LongNet { segments, dilations } => {
+                let mechanism = LongNet { segments, dilations };
+                Mixer::LongNet(LongNetAttention::new(&mechanism, shape, options, device)?)
+            }
+            Self::Longformer { window, dilations, globals, causal } if !globals.is_empty() => {
+                let mechanism = Longformer { window: *window, dilations, globals, causal: *causal };
+                Mixer::Longformer(LongformerAttention::new(&mechanism, shape, options, device)?)
+            }
+            Self::Linear { feature_dim } => {
+                let mechanism = TaylorLinear { feature_dim: *feature_dim };
+                Mixer::Linear(LinearAttention::new(&mechanism, shape, options, rope_base, device)?)
+            }
+            _ => self
+                .mechanism(|m| WindowedAttention::new(m, shape, options, scores, device))
+                .map(Mixer::Windowed)?,
+        })
     }
 
     /// The kind with its one window replaced by `window` keys, everything else kept: for the
@@ -327,6 +336,14 @@ mod tests {
             panic!("SWAT stays SWAT");
         };
         assert_eq!((window, distance_heads, positions), (5, Some(1), SwatPositions::Rope));
+    }
+
+    #[test]
+    fn specs_count_the_calls_of_the_core() {
+        let calls: Vec<usize> =
+            every_kind().iter().map(|kind| kind.specs(4, 2, 10).unwrap().len()).collect();
+        // LongNet one per branch; linear attention none (it keeps sums, not keys).
+        assert_eq!(calls, [1, 1, 1, 1, 1, 2, 1, 0]);
     }
 
     #[test]

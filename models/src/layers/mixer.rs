@@ -1,63 +1,51 @@
-//! What a [`SelfAttention`](crate::layers::SelfAttention) layer mixes the tokens with, as one
-//! enum module ([`Mixer`]): the windowed core's projections, or Taylor linear attention with
-//! projections of its own. A layer holds exactly the weights of its kind, so no code has to
-//! assume that an optional part is present.
+//! What a [`SelfAttention`](crate::layers::SelfAttention) layer mixes its tokens with: the module
+//! of its mechanism ([`Mixer`]), behind the one trait the layer calls
+//! ([`Attend`](crate::layers::attend::Attend)). Mechanisms that differ only in which keys
+//! a query sees share one module ([`WindowedAttention`]: full, sliding, MSWA, SWAT, sinks,
+//! Longformer without global tokens); those that run otherwise have modules of their own
+//! ([`LongNetAttention`]: branches mixed by their denominators; [`LongformerAttention`]: global
+//! rows with projections of their own; [`LinearAttention`]: a feature map and running sums).
+//! The layer holds one of them in [`Mixer`], chosen once when it is built.
 //!
 //! The variant is a segment of every tensor name below it (Burn's derive enters a module named
 //! after the variant): `attention.mixer.Windowed.local.qkv.weight`,
-//! `attention.mixer.Linear.query.weight`.
+//! `attention.mixer.Linear.query.weight`. Files keep the names they have always had
+//! ([`crate::stored`]).
 
-use burn::module::{Module, Param};
-use burn::nn::Linear;
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 
-use crate::layers::linear::LinearAttention;
+use crate::layers::attend::Attend;
+use crate::layers::longformer::LongformerAttention;
+use crate::layers::longnet::LongNetAttention;
+use crate::layers::taylor::LinearAttention;
+use crate::layers::window::WindowedAttention;
+use swa_attention::ModelBackend;
 
-/// The q, k, v projections of one set of heads as one linear layer, so that a single product
-/// gives all three (one launch on a GPU rather than three); biases only under
-/// [`LayerOptions::qkv_bias`](crate::layers::LayerOptions::qkv_bias).
+/// How a layer mixes its tokens: the module of its mechanism, with that mechanism's weights
+/// only, so that no code has to assume that an optional part is present.
 #[derive(Module, Debug)]
-pub struct Projections<B: Backend> {
-    /// `[W_q | W_k | W_v]`, `[d, (H + 2·H_kv)·d_h]` as Burn stores it: the columns of q, then
-    /// those of k, then those of v.
-    pub(crate) qkv: Linear<B>,
-}
-
-impl<B: Backend> Projections<B> {
-    /// A copy with its own parameters (new ids), so that it trains separately.
-    pub(crate) fn copy(&self) -> Self {
-        let qkv = Linear {
-            weight: Param::from_tensor(self.qkv.weight.val()),
-            bias: self.qkv.bias.as_ref().map(|b| Param::from_tensor(b.val())),
-        };
-        Self { qkv }
-    }
-}
-
-/// The weights of a layer that attends through the windowed core: every
-/// [`AttentionKind`](crate::layers::AttentionKind) but `Linear`.
-#[derive(Module, Debug)]
-pub struct WindowedMixer<B: Backend> {
-    /// q, k, v projections.
-    pub(crate) local: Projections<B>,
-    /// Longformer's `Wq_g, Wk_g, Wv_g`, initialised as copies of `local`; present only for
-    /// Longformer with global positions.
-    pub(crate) global: Option<Projections<B>>,
-    /// Output projection, `[H·d_h, d]`.
-    pub(crate) output: Linear<B>,
-}
-
-/// How a layer mixes its tokens, with the weights of that way only.
-#[derive(Module, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one per layer, whose tensors are on the device: boxing would save a few hundred bytes"
-)]
 #[non_exhaustive]
 pub enum Mixer<B: Backend> {
-    /// Attention through the windowed core: q, k, v projections, Longformer's global ones,
-    /// output.
-    Windowed(WindowedMixer<B>),
-    /// Taylor linear attention (its own projections and RoPE).
+    /// One call of the windowed core per pass: every mechanism that differs only in which keys
+    /// a query sees.
+    Windowed(WindowedAttention<B>),
+    /// LongNet's branches (docs/semantics.md §5).
+    LongNet(LongNetAttention<B>),
+    /// Longformer with global tokens (docs/semantics.md §2).
+    Longformer(LongformerAttention<B>),
+    /// Taylor linear attention (docs/semantics.md §6).
     Linear(LinearAttention<B>),
+}
+
+impl<B: ModelBackend> Mixer<B> {
+    /// The mechanism's module, as the layer calls it.
+    pub fn attend(&self) -> &dyn Attend<B> {
+        match self {
+            Self::Windowed(m) => m,
+            Self::LongNet(m) => m,
+            Self::Longformer(m) => m,
+            Self::Linear(m) => m,
+        }
+    }
 }

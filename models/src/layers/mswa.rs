@@ -101,6 +101,10 @@ impl super::mechanism::Mechanism for MultiScale<'_> {
         Some(self.windows)
     }
 
+    fn name(&self) -> &'static str {
+        "MSWA"
+    }
+
     fn label(&self, head: usize) -> String {
         let window = self.windows.get(head).map_or("?".to_string(), usize::to_string);
         format!("MSWA head window {window}")

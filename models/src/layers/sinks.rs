@@ -23,11 +23,11 @@ impl Mechanism for Sinks {
         heads * (self.sinks + self.window).min(n)
     }
 
-    fn label(&self, _head: usize) -> String {
-        format!("sliding W={} + {} sinks", self.window, self.sinks)
+    fn name(&self) -> &'static str {
+        "sinks"
     }
 
-    fn pins_positions(&self) -> bool {
-        true
+    fn label(&self, _head: usize) -> String {
+        format!("sliding W={} + {} sinks", self.window, self.sinks)
     }
 }

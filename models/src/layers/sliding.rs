@@ -18,6 +18,10 @@ impl Mechanism for Sliding {
         Some(std::slice::from_ref(&self.window))
     }
 
+    fn name(&self) -> &'static str {
+        "sliding"
+    }
+
     fn label(&self, _head: usize) -> String {
         format!("sliding W={}", self.window)
     }

@@ -41,6 +41,10 @@ impl Mechanism for Swat {
         Some(std::slice::from_ref(&self.window))
     }
 
+    fn name(&self) -> &'static str {
+        "SWAT"
+    }
+
     fn label(&self, _head: usize) -> String {
         format!("SWAT W={}", self.window)
     }

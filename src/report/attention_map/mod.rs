@@ -17,7 +17,6 @@ use std::path::Path;
 use swa_attention::AttentionError;
 use swa_attention::WindowSpec;
 use swa_models::DecoderConfig;
-use swa_models::layers::longnet::branch_specs;
 
 pub use layout::FigureLayout;
 pub use scale::{LOG_FLOOR, colour};
@@ -89,13 +88,7 @@ impl AttentionFigure {
         tokens: Vec<String>,
     ) -> Result<Self, AttentionError> {
         let kind = config.kind_of(layer);
-        let windows = match (kind.branches(), kind.linear_features()) {
-            (Some((segments, dilations)), _) => {
-                branch_specs(&segments, &dilations, config.heads, config.kv_heads(), tokens.len())?
-            }
-            (None, Some(_)) => Vec::new(),
-            (None, None) => vec![kind.spec(config.heads, config.kv_heads())?],
-        };
+        let windows = kind.specs(config.heads, config.kv_heads(), tokens.len())?;
         let kind = kind.label(head);
         Ok(Self { weights, tokens, layer, head, kind, windows, log: false })
     }

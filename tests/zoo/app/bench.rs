@@ -1,7 +1,7 @@
 //! The efficiency benchmarks (`swa_zoo::bench`) run end to end on a tiny model, and their
 //! KV-cache bytes agree with `Decoder::info` and with MSWA's (15/16)² of SWA.
 
-use swa_zoo::bench::AttentionFamily;
+use swa_zoo::bench::BenchAttention;
 use swa_zoo::bench::suite::{Suite, SuitePart, run};
 use swa_zoo::report::Table;
 
@@ -24,24 +24,27 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
         assert!(row.ms > 0.0 && row.ms.is_finite(), "{row:?}");
         assert_eq!(row.kv_bytes, row.info_kv_bytes, "measured cache vs Decoder::info: {row:?}");
     }
-    let kv = |family: AttentionFamily, window: Option<usize>| {
-        decode.iter().find(|r| r.family == family && r.window == window).expect("row").kv_bytes
-            as f64
+    let kv = |attention: BenchAttention, window: Option<usize>| {
+        decode
+            .iter()
+            .find(|r| r.attention == attention && r.window == window)
+            .expect("row")
+            .kv_bytes as f64
     };
     // At W = 16 every MSWA head window (1 … 64) fits in the context of 96.
-    let ratio = kv(AttentionFamily::Mswa, Some(16)) / kv(AttentionFamily::Swa, Some(16));
+    let ratio = kv(BenchAttention::Mswa, Some(16)) / kv(BenchAttention::Swa, Some(16));
     assert!((ratio - (15.0f64 / 16.0).powi(2)).abs() < 1e-12, "MSWA / SWA KV bytes {ratio}");
-    assert_eq!(kv(AttentionFamily::Swat, Some(16)), kv(AttentionFamily::Swa, Some(16)));
+    assert_eq!(kv(BenchAttention::Swat, Some(16)), kv(BenchAttention::Swa, Some(16)));
     let model = &suite.decode.model;
     let full_bytes =
         model.layers * model.heads * suite.decode.context * 2 * (model.d_model / model.heads) * 4;
-    assert_eq!(kv(AttentionFamily::Full, None) as usize, full_bytes);
+    assert_eq!(kv(BenchAttention::Full, None) as usize, full_bytes);
 
     // Flatness: full attention stops at its limit, the windowed kinds reach the last position.
     for row in &results.flatness {
         let measured = row.ms.iter().flatten().count();
         let expected =
-            if row.family == AttentionFamily::Full { 1 } else { suite.flatness.positions.len() };
+            if row.attention == BenchAttention::Full { 1 } else { suite.flatness.positions.len() };
         assert_eq!(measured, expected, "{row:?}");
     }
 
@@ -53,9 +56,9 @@ fn the_efficiency_suite_runs_on_a_tiny_model() {
 
     // Training: full attention past its score budget is skipped with a reason; the rest run.
     let training = &results.training;
-    assert_eq!(training.len(), suite.training.families.len() * suite.training.lengths.len());
+    assert_eq!(training.len(), suite.training.attentions.len() * suite.training.lengths.len());
     for row in training {
-        let too_big = row.family == AttentionFamily::Full && row.len == 64;
+        let too_big = row.attention == BenchAttention::Full && row.len == 64;
         assert_eq!(row.skipped.is_some(), too_big, "{row:?}");
         if !too_big {
             assert!(row.tokens_per_s > 0.0 && row.tokens_per_s.is_finite(), "{row:?}");

@@ -13,7 +13,7 @@ fn a_printed_model_names_each_layers_attention() {
     println!("{text}");
     let layer = "SelfAttention {kind: Longformer { window: 8, dilations: [1, 1, 2, 2], globals: [0], \
                  causal: true }, heads: 4, kv_heads: 4, head_dim: 16, score: Softmax, \
-                 qk_norm: false, sink_logits: false, relative_positions: false, params: 28672}";
+                 qk_norm: false, params: 28672}";
     assert_eq!(text.matches(layer).count(), 2, "{text}");
     assert!(text.contains("RmsNorm {d: 64, epsilon: 0.000001, unit_offset: false"), "{text}");
     assert!(text.contains("GatedMlp {d_model: 64, hidden: 192, activation: Silu"), "{text}");

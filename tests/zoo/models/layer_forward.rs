@@ -22,7 +22,7 @@ pub fn check(d: usize, heads: usize, kv_heads: usize, kind: AttentionKind, batch
     let (x, x64) = input(batch, n, d);
     let got = layer.forward(x).unwrap_or_else(|e| panic!("{kind:?} n={n}: {e}"));
     assert_eq!(got.dims(), [batch, n, d]);
-    let want = reference(&layer, heads, kv_heads, &x64, batch, n);
+    let want = reference(&layer, &kind, heads, kv_heads, &x64, batch, n);
     let error =
         to_vec(got).iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0.0, f64::max);
     assert!(
@@ -215,17 +215,13 @@ fn longformer_global_projections_start_as_copies() {
         causal: true,
     };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
-    let windowed = |config: &SelfAttentionConfig| match config
-        .init::<B>(&Default::default())
-        .unwrap()
-        .into_record()
-        .mixer
-    {
-        MixerRecord::Windowed(record) => record,
-        MixerRecord::Linear(_) => panic!("Longformer is a windowed kind"),
+    let mixer = |config: &SelfAttentionConfig| {
+        config.init::<B>(&Default::default()).unwrap().into_record().mixer
     };
-    let record = windowed(&config);
-    let (local, global) = (record.local, record.global.expect("globals get projections"));
+    let MixerRecord::Longformer(record) = mixer(&config) else {
+        panic!("Longformer with globals has a module of its own");
+    };
+    let (local, global) = (record.local, record.global);
     assert_eq!(to_vec(local.qkv.weight.val()), to_vec(global.qkv.weight.val()));
     assert_ne!(local.qkv.weight.id, global.qkv.weight.id, "they train apart");
     let kind = AttentionKind::Longformer {
@@ -235,7 +231,7 @@ fn longformer_global_projections_start_as_copies() {
         causal: true,
     };
     let config = SelfAttentionConfig::new(8, 2, 2, kind);
-    assert!(windowed(&config).global.is_none());
+    assert!(matches!(mixer(&config), MixerRecord::Windowed(_)), "no globals: a window");
 }
 
 /// Taylor linear attention (§6), against its formula `1 + s + s²/2` rather than the feature
@@ -304,7 +300,7 @@ fn neighbouring_configurations_are_told_apart() {
         let got = to_vec(layer.forward(x).unwrap());
         // The neighbour's layer has the same parameter shapes, so the same seeded weights.
         let other = seeded_layer(16, heads, heads, neighbour.clone());
-        let want = reference(&other, heads, heads, &x64, batch, n);
+        let want = reference(&other, &neighbour, heads, heads, &x64, batch, n);
         let gap = got.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0.0, f64::max);
         assert!(gap > 100.0 * TOLERANCE, "{kind:?} vs {neighbour:?}: only {gap:e} apart");
     }

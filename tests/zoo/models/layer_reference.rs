@@ -8,7 +8,7 @@
 
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData, backend::Backend};
 use swa_zoo::attention::ScoreFn;
 use swa_zoo::attention::alibi::SlopeMagnitudes;
 use swa_zoo::models::layers::{
@@ -30,11 +30,12 @@ pub const TOLERANCE: f64 = 1e-4;
 /// `ε` of docs/semantics.md §6.
 const LINEAR_EPSILON: f64 = 1e-6;
 
-/// Replaces every weight with seeded values in [−1, 1): deterministic, and large enough that
-/// attention is far from uniform, so a wrong key shows in the output.
-struct Seeded(u64);
+/// Replaces every weight with seeded values in [−1, 1): deterministic, the same on every
+/// backend, and large enough that attention is far from uniform, so a wrong key shows in the
+/// output.
+pub struct Seeded(pub u64);
 
-impl ModuleMapper<B> for Seeded {
+impl<B: Backend> ModuleMapper<B> for Seeded {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         self.0 += 1;
         let seed = self.0;
@@ -246,15 +247,17 @@ fn scores(kind: &AttentionKind, heads: usize) -> Vec<Score> {
 /// The layer's output by docs/semantics.md: `x: [batch, n, d]` (f64) → `[batch, n, d]`.
 pub fn reference(
     layer: &SelfAttention<B>,
+    kind: &AttentionKind,
     heads: usize,
     kv_heads: usize,
     x: &[f64],
     batch: usize,
     n: usize,
 ) -> Vec<f64> {
-    let kind = layer.kind().clone();
-    let record = match layer.clone().into_record().mixer {
-        MixerRecord::Windowed(record) => record,
+    let (local, global, output) = match layer.clone().into_record().mixer {
+        MixerRecord::Windowed(record) => (record.local, None, record.output),
+        MixerRecord::LongNet(record) => (record.local, None, record.output),
+        MixerRecord::Longformer(record) => (record.local, Some(record.global), record.output),
         MixerRecord::Linear(linear) => {
             let [q, k] = [&linear.query.weight, &linear.key.weight]
                 .map(|w| Heads::new(x, w, n, heads).rotated());
@@ -265,23 +268,23 @@ pub fn reference(
     // RoPE on q and k (docs/semantics.md §4), for every kind but SWAT with ALiBi alone.
     let rope = !matches!(kind, AttentionKind::Swat { positions: SwatPositions::Alibi, .. });
     let rotate = |heads: Heads| if rope { heads.rotated() } else { heads };
-    let [wq, wk, wv] = split_qkv(&record.local.qkv.weight, heads, kv_heads);
+    let [wq, wk, wv] = split_qkv(&local.qkv.weight, heads, kv_heads);
     let q = rotate(Heads::new(x, &wq, n, heads));
     let k = rotate(Heads::new(x, &wk, n, kv_heads));
     let v = Heads::new(x, &wv, n, kv_heads);
     // Longformer's global rows (docs/semantics.md §2): the global projections over every key, causal
     // in a decoder.
-    let global = record.global.map(|g| {
+    let global = global.map(|g| {
         let [wq, wk, wv] = split_qkv(&g.qkv.weight, heads, kv_heads);
         let q = rotate(Heads::new(x, &wq, n, heads));
         let k = rotate(Heads::new(x, &wk, n, kv_heads));
         (q, k, Heads::new(x, &wv, n, kv_heads))
     });
-    let (globals, causal) = match &kind {
+    let (globals, causal) = match kind {
         AttentionKind::Longformer { globals, causal, .. } => (globals.clone(), *causal),
         _ => (Vec::new(), true),
     };
-    let score = scores(&kind, heads);
+    let score = scores(kind, heads);
     let (width, group) = (q.width, heads / kv_heads);
     let mut merged = vec![0.0; batch * n * heads * width];
     for b in 0..batch {
@@ -296,7 +299,7 @@ pub fn reference(
                     }
                     _ => {
                         let kv = |j| (k.row(b, kv_head, j), v.row(b, kv_head, j));
-                        attend(q.row(b, h, i), i, &keys(&kind, h, i, n), kv, score)
+                        attend(q.row(b, h, i), i, &keys(kind, h, i, n), kv, score)
                     }
                 };
                 let start = ((b * n + i) * heads + h) * width;
@@ -304,7 +307,7 @@ pub fn reference(
             }
         }
     }
-    project(&merged, &record.output.weight)
+    project(&merged, &output.weight)
 }
 
 /// Taylor linear attention of docs/semantics.md §6 on rotated `q, k` (d_f per head) and `v`:

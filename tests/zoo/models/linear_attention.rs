@@ -5,7 +5,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use swa_zoo::attention::AttentionError;
-use swa_zoo::models::layers::linear::*;
+use swa_zoo::models::layers::taylor::*;
 
 use crate::{max_abs, to_vec, values};
 

@@ -15,6 +15,7 @@ mod layer_reference;
 mod layers;
 mod linear_attention;
 mod memory;
+mod own_mechanism;
 mod presets;
 mod pretrained;
 mod transformer_xl;

@@ -1,8 +1,15 @@
-//! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a call of
-//! the core, mixed by their softmax denominators.
+//! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a
+//! call of the core, mixed by their softmax denominators. Here the mechanism and its math
+//! (shared by the KV cache and sequence parallelism); in [`run`] the module that runs it in a
+//! layer.
+
+mod run;
+
+pub use run::LongNetAttention;
 
 use burn::tensor::{DType, Tensor, backend::Backend};
 
+use crate::layers::mechanism::Mechanism;
 use swa_attention::reciprocal::reciprocal;
 use swa_attention::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
 
@@ -89,10 +96,19 @@ pub(crate) struct LongNet<'a> {
     pub(crate) dilations: &'a [usize],
 }
 
-impl super::mechanism::Mechanism for LongNet<'_> {
-    /// The full spec: each branch has its own ([`branch_specs`]).
+impl Mechanism for LongNet<'_> {
+    /// The full spec: each branch has its own ([`Mechanism::specs`]).
     fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
         WindowSpec::full(heads, kv_heads)
+    }
+
+    fn specs(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+        n: usize,
+    ) -> Result<Vec<WindowSpec>, AttentionError> {
+        branch_specs(self.segments, self.dilations, heads, kv_heads, n)
     }
 
     fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
@@ -105,20 +121,12 @@ impl super::mechanism::Mechanism for LongNet<'_> {
         heads * per_head.min(n)
     }
 
+    fn name(&self) -> &'static str {
+        "LongNet"
+    }
+
     fn label(&self, _head: usize) -> String {
         format!("LongNet w={} r={}", list(self.segments), list(self.dilations))
-    }
-
-    fn branches(&self) -> Option<(&[usize], &[usize])> {
-        Some((self.segments, self.dilations))
-    }
-
-    fn relative_positions_unsupported(&self) -> Option<&'static str> {
-        Some("LongNet")
-    }
-
-    fn sink_logits_unsupported(&self) -> Option<&'static str> {
-        Some("LongNet")
     }
 }
 

@@ -1,5 +1,8 @@
 //! Taylor linear attention, the feature map of Based (docs/semantics.md §6): causal, chunked for
-//! training, recurrent for decoding, with RoPE on q and k.
+//! training, recurrent for decoding, with RoPE on q and k. Here the mechanism, the module and
+//! its three forms; in [`run`] how it runs in a layer.
+
+mod run;
 
 use burn::config::Config;
 use burn::module::Module;
@@ -7,9 +10,10 @@ use burn::module::{Content, DisplaySettings, ModuleDisplay};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::layers::mechanism::Mechanism;
 use swa_attention::layer_ops::linear;
 use swa_attention::reciprocal::reciprocal;
-use swa_attention::{AttentionError, ModelBackend, Rope, RopeConfig};
+use swa_attention::{AttentionError, ModelBackend, Rope, RopeConfig, WindowSpec};
 
 /// `ε` of the normaliser (docs/semantics.md §6).
 const EPSILON: f32 = 1e-6;
@@ -59,6 +63,14 @@ pub struct LinearState<B: Backend> {
     pub k_sum: Tensor<B, 3>,
     /// Position of the next token, where RoPE rotates it.
     pub position: usize,
+}
+
+impl<B: Backend> LinearState<B> {
+    /// Bytes held by the sums.
+    pub fn bytes(&self) -> usize {
+        let kv = self.kv.shape().num_elements() * self.kv.dtype().size();
+        kv + self.k_sum.shape().num_elements() * self.k_sum.dtype().size()
+    }
 }
 
 impl LinearAttentionConfig {
@@ -289,14 +301,15 @@ pub(crate) struct TaylorLinear {
     pub(crate) feature_dim: usize,
 }
 
-impl super::mechanism::Mechanism for TaylorLinear {
+impl Mechanism for TaylorLinear {
     /// The full spec (the layer runs no window).
-    fn spec(
-        &self,
-        heads: usize,
-        kv_heads: usize,
-    ) -> Result<swa_attention::WindowSpec, AttentionError> {
-        swa_attention::WindowSpec::full(heads, kv_heads)
+    fn spec(&self, heads: usize, kv_heads: usize) -> Result<WindowSpec, AttentionError> {
+        WindowSpec::full(heads, kv_heads)
+    }
+
+    /// None: the layer keeps sums, not keys.
+    fn specs(&self, _: usize, _: usize, _: usize) -> Result<Vec<WindowSpec>, AttentionError> {
+        Ok(Vec::new())
     }
 
     fn validate(&self, heads: usize, kv_heads: usize) -> Result<(), AttentionError> {
@@ -315,19 +328,11 @@ impl super::mechanism::Mechanism for TaylorLinear {
         0
     }
 
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
     fn label(&self, _head: usize) -> String {
         "linear".into()
-    }
-
-    fn linear_features(&self) -> Option<usize> {
-        Some(self.feature_dim)
-    }
-
-    fn relative_positions_unsupported(&self) -> Option<&'static str> {
-        Some("linear")
-    }
-
-    fn sink_logits_unsupported(&self) -> Option<&'static str> {
-        Some("linear")
     }
 }

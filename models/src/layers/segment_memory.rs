@@ -14,13 +14,51 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use super::LayerError;
-use crate::layers::SelfAttention;
-use crate::layers::linear::LinearState;
-use crate::layers::mixer::Mixer;
-use crate::layers::self_attention::StreamRows;
-use swa_attention::ModelBackend;
+use crate::layers::taylor::LinearState;
 use swa_attention::index::index_tensor;
+use swa_attention::{ModelBackend, Rope, WindowSpec};
+
+/// Where the rows of one call of a layer's attention sit in its stream: the stream position of
+/// every key row (the queries are the last of them), and how many key rows come before the
+/// first query (the memory of earlier segments; docs/semantics.md §10).
+pub struct StreamRows {
+    /// Stream position of each key row, for RoPE.
+    pub positions: Vec<usize>,
+    /// Key rows before the first query.
+    pub memory: usize,
+    /// The key rows of the spec's global positions, when they are not where the spec says
+    /// (kept rows of earlier segments); `None`: the spec's own.
+    pub globals: Option<Vec<usize>>,
+}
+
+impl StreamRows {
+    /// N rows at positions `0 … N−1`, no memory.
+    pub fn alone(n: usize) -> Self {
+        Self { positions: (0..n).collect(), memory: 0, globals: None }
+    }
+
+    /// `spec` for a call over these rows: its queries after the memory, its global keys where
+    /// the rows hold them.
+    pub fn place(&self, spec: &WindowSpec) -> WindowSpec {
+        let spec = spec.clone().with_query_offset(self.memory);
+        match &self.globals {
+            Some(globals) => spec.with_globals_replaced(globals.iter().copied()),
+            None => spec,
+        }
+    }
+
+    /// q `[batch, H, N, d]` and k `[batch, H_kv, M + N, d]` rotated at these rows' positions
+    /// (the queries are the last N).
+    pub fn rotate<B: ModelBackend>(
+        &self,
+        rope: &Rope,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let queries = &self.positions[self.positions.len() - q.dims()[2]..];
+        (rope.forward_at(q, queries), rope.forward_at(k, &self.positions))
+    }
+}
 
 /// Which earlier positions of a stream a windowed layer keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,8 +73,17 @@ pub struct Keep {
 
 impl Keep {
     /// Nothing.
-    fn nothing() -> Self {
+    pub(crate) fn nothing() -> Self {
         Self { sinks: 0, recent: 0, globals: Vec::new() }
+    }
+
+    /// What a causal layer of `spec` keeps: its widest window's reach less one (`full_memory`
+    /// positions if a head has no reach), its sinks and its global positions.
+    pub(crate) fn of(spec: &WindowSpec, full_memory: usize) -> Self {
+        // Unbounded if any head is.
+        let reaches: Option<Vec<usize>> = spec.heads().iter().map(|w| w.reach()).collect();
+        let recent = reaches.and_then(|r| r.into_iter().max()).map_or(full_memory, |r| r - 1);
+        Self { sinks: spec.sinks(), recent, globals: spec.globals().to_vec() }
     }
 
     /// Whether the row at stream position `p` is kept once the stream has reached `end`.
@@ -45,8 +92,8 @@ impl Keep {
     }
 }
 
-/// One layer's memory of the stream it is reading, made by [`SelfAttention::memory`]. A clone is
-/// an independent copy.
+/// One layer's memory of the stream it is reading, made by its mechanism
+/// ([`Attend::memory`](crate::layers::attend::Attend::memory)). A clone is an independent copy.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum LayerMemory<B: Backend> {
@@ -67,6 +114,11 @@ pub enum LayerMemory<B: Backend> {
 }
 
 impl<B: Backend> LayerMemory<B> {
+    /// An empty memory of a windowed layer that keeps `keep`.
+    pub(crate) fn hidden(keep: Keep) -> Self {
+        Self::Hidden { rows: None, positions: Vec::new(), keep, start: 0 }
+    }
+
     /// The stream position of the next segment's first token.
     pub fn start(&self) -> usize {
         match self {
@@ -102,16 +154,34 @@ impl<B: Backend> LayerMemory<B> {
             Self::Hidden { rows, .. } => {
                 rows.as_ref().map_or(0, |r| bytes(r.shape().num_elements(), r.dtype()))
             }
-            Self::Linear(state) => {
-                bytes(state.kv.shape().num_elements(), state.kv.dtype())
-                    + bytes(state.k_sum.shape().num_elements(), state.k_sum.dtype())
-            }
+            Self::Linear(state) => state.bytes(),
         }
+    }
+
+    /// The key rows of the next segment `x: [batch, N, d_model]`, the kept rows before its
+    /// own, and where they sit in the stream, the kept global positions among them.
+    pub(crate) fn rows_before(&self, x: Tensor<B, 3>) -> (Tensor<B, 3>, StreamRows) {
+        let Self::Hidden { rows, positions, keep, start } = self else {
+            unreachable!("linear attention keeps its sums, not its inputs")
+        };
+        let kept = positions.iter().enumerate();
+        let globals = kept.filter(|(_, p)| keep.globals.binary_search(p).is_ok()).map(|(r, _)| r);
+        let mut placement = StreamRows {
+            positions: positions.clone(),
+            memory: positions.len(),
+            globals: Some(globals.collect()),
+        };
+        placement.positions.extend(*start..*start + x.dims()[1]);
+        let rows = match rows {
+            Some(rows) => Tensor::cat(vec![rows.clone(), x], 1),
+            None => x,
+        };
+        (rows, placement)
     }
 
     /// Adds a segment's inputs `x: [batch, N, d_model]` (detached here) and keeps what the layer
     /// keeps.
-    fn remember(&mut self, x: Tensor<B, 3>) {
+    pub(crate) fn remember(&mut self, x: Tensor<B, 3>) {
         let Self::Hidden { rows, positions, keep, start } = self else {
             unreachable!("linear attention keeps its sums, not its inputs")
         };
@@ -199,138 +269,5 @@ impl<B: Backend> LayerMemory<B> {
                 position,
             }),
         }
-    }
-}
-
-impl<B: Backend> SelfAttention<B> {
-    /// An empty memory for `batch` streams (docs/semantics.md §10). Windowed layers keep their
-    /// widest window's reach less one, and their sinks and global tokens; full attention keeps
-    /// `full_memory` positions (Transformer-XL's memory length); LongNet keeps nothing; linear
-    /// attention its sums. Fails, naming the kind, for an encoder, and for sinks with
-    /// Transformer-XL's relative positions (their distances would not be the stream's).
-    pub fn memory(
-        &self,
-        batch: usize,
-        full_memory: usize,
-        device: &B::Device,
-    ) -> Result<LayerMemory<B>, LayerError> {
-        Ok(match (self.keep(full_memory)?, &self.mixer) {
-            (None, Mixer::Linear(linear)) => LayerMemory::Linear(linear.empty_state(batch, device)),
-            (keep, _) => LayerMemory::Hidden {
-                rows: None,
-                positions: Vec::new(),
-                keep: keep.unwrap_or_else(Keep::nothing),
-                start: 0,
-            },
-        })
-    }
-
-    /// Whether the layer can read a stream in segments of `segment` tokens with memory: the
-    /// errors [`SelfAttention::memory`] and [`SelfAttention::forward_in_stream`] would give,
-    /// before any work.
-    pub fn check_stream(&self, segment: usize) -> Result<(), LayerError> {
-        self.keep(0)?;
-        self.check_segment(segment, 0)
-    }
-
-    /// Whether a segment of `segment` tokens at stream position `start` can be read: LongNet's
-    /// segments must tile it, and the stream's first segment must hold every global position.
-    fn check_segment(&self, segment: usize, start: usize) -> Result<(), LayerError> {
-        if let Some((segments, _)) = self.kind.branches() {
-            return match segments.iter().find(|&&s| s == 0 || !segment.is_multiple_of(s)) {
-                Some(&branch) => Err(LayerError::LongNetSegmentsInStream { segment, branch }),
-                None => Ok(()),
-            };
-        }
-        match self.kind.global_positions().iter().max() {
-            Some(&position) if start == 0 && position >= segment => {
-                Err(LayerError::GlobalPastFirstSegment { position, segment })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// What a windowed layer keeps, `None` for linear attention (its sums); fails for the kinds
-    /// that cannot keep a bounded memory.
-    fn keep(&self, full_memory: usize) -> Result<Option<Keep>, LayerError> {
-        if let Mixer::Linear(_) = &self.mixer {
-            return Ok(None);
-        }
-        if let Some(kind) = self.kind.memory_unsupported() {
-            return Err(LayerError::MemoryUnsupported { kind });
-        }
-        let keep = match self.kind.branches() {
-            Some(_) => Keep::nothing(),
-            None => {
-                let spec = self.kind.spec(self.heads, self.kv_heads)?;
-                // Unbounded if any head is.
-                let reaches: Option<Vec<usize>> = spec.heads().iter().map(|w| w.reach()).collect();
-                let recent =
-                    reaches.and_then(|r| r.into_iter().max()).map_or(full_memory, |r| r - 1);
-                Keep { sinks: spec.sinks(), recent, globals: spec.globals().to_vec() }
-            }
-        };
-        if keep.sinks > 0 && self.has_relative_positions() {
-            let kind = "sinks with Transformer-XL relative positions";
-            return Err(LayerError::MemoryUnsupported { kind });
-        }
-        Ok(Some(keep))
-    }
-}
-
-impl<B: ModelBackend> SelfAttention<B> {
-    /// The next segment of a stream, `x: [batch, N, d_model]` at stream positions
-    /// `memory.start() …` → `[batch, N, d_model]`, its queries seeing the kept rows of earlier
-    /// segments as well as their own (docs/semantics.md §10); then `memory` keeps what the next
-    /// segment can see. With a memory that holds every position a window reaches, the result
-    /// is the same as the rows of one forward over the whole stream. Fails for LongNet when a
-    /// branch's segment does not divide N (its segments would straddle two of ours).
-    pub fn forward_in_stream(
-        &self,
-        x: Tensor<B, 3>,
-        memory: &mut LayerMemory<B>,
-    ) -> Result<Tensor<B, 3>, LayerError> {
-        let mixer = match (&mut *memory, &self.mixer) {
-            (LayerMemory::Linear(state), Mixer::Linear(linear)) => {
-                let (y, next) = linear.forward_from(x, state);
-                *state = next;
-                return Ok(y);
-            }
-            (LayerMemory::Hidden { .. }, Mixer::Windowed(mixer)) => mixer,
-            _ => unreachable!("a layer's memory is made by its own `memory`"),
-        };
-        let n = x.dims()[1];
-        let LayerMemory::Hidden { rows, positions, start, keep } = &*memory else {
-            unreachable!("matched above")
-        };
-        self.check_segment(n, *start)?;
-        if *start == 0 {
-            // The stream's first segment: the layer's own forward, Longformer's global rows
-            // included (they lie in it).
-            let (q, k, v) = self.project(&mixer.local, x.clone());
-            let globals = mixer.global.as_ref().map(|global| self.project(global, x.clone()));
-            let out = self.attend(q, k, v, globals)?;
-            memory.remember(x);
-            return Ok(self.merge(mixer, out));
-        }
-        // Kept global positions, where they sit among the key rows of this call.
-        let kept = positions.iter().enumerate();
-        let globals = kept.filter(|(_, p)| keep.globals.binary_search(p).is_ok()).map(|(r, _)| r);
-        let mut placement = StreamRows {
-            positions: positions.clone(),
-            memory: positions.len(),
-            globals: Some(globals.collect()),
-        };
-        placement.positions.extend(*start..*start + n);
-        // The kept rows and the segment's in one product; the kept rows' queries are dropped.
-        let (rows, kept) = match rows {
-            Some(rows) => (Tensor::cat(vec![rows.clone(), x.clone()], 1), rows.dims()[1]),
-            None => (x.clone(), 0),
-        };
-        let (q, k, v) = self.project(&mixer.local, rows);
-        let q = q.narrow(2, kept, n);
-        let out = self.attend_placed(q, k, v, &placement)?;
-        memory.remember(x);
-        Ok(self.merge(mixer, out))
     }
 }
