@@ -81,7 +81,7 @@ pub enum AttentionKind {
         /// Decoder (causal) or encoder (bidirectional).
         causal: bool,
     },
-    /// Taylor linear attention (docs/semantics.md §6). See [`crate::layers::linear`].
+    /// Taylor linear attention (docs/semantics.md §6). See [`crate::layers::taylor`].
     Linear {
         /// Feature dimension `d_f` per head (16 in MSWA's Table 3).
         feature_dim: usize,

@@ -1,8 +1,7 @@
 //! What a [`SelfAttention`](crate::layers::SelfAttention) layer mixes its tokens with: the module
-//! of its mechanism ([`Mixer`]), behind the one trait the layer calls
-//! ([`Attend`](crate::layers::attend::Attend)). Mechanisms that differ only in which keys
-//! a query sees share one module ([`WindowedAttention`]: full, sliding, MSWA, SWAT, sinks,
-//! Longformer without global tokens); those that run otherwise have modules of their own
+//! of its mechanism ([`Mixer`]), behind the one trait the layer calls ([`Attend`]). Mechanisms
+//! that differ only in which keys a query sees share one module ([`WindowedAttention`]: full,
+//! sliding, MSWA, SWAT, sinks, Longformer without global tokens); those that run otherwise have modules of their own
 //! ([`LongNetAttention`]: branches mixed by their denominators; [`LongformerAttention`]: global
 //! rows with projections of their own; [`LinearAttention`]: a feature map and running sums).
 //! The layer holds one of them in [`Mixer`], chosen once when it is built.

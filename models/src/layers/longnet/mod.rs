@@ -1,6 +1,6 @@
 //! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a
 //! call of the core, mixed by their softmax denominators. Here the mechanism and its math
-//! (shared by the KV cache and sequence parallelism); in [`run`] the module that runs it in a
+//! (shared by the KV cache and sequence parallelism); in `run.rs` the module that runs it in a
 //! layer.
 
 mod run;

@@ -1,6 +1,6 @@
 //! Taylor linear attention, the feature map of Based (docs/semantics.md §6): causal, chunked for
 //! training, recurrent for decoding, with RoPE on q and k. Here the mechanism, the module and
-//! its three forms; in [`run`] how it runs in a layer.
+//! its three forms; in `run.rs` how it runs in a layer.
 
 mod run;
 
