@@ -20,8 +20,8 @@
 //! computes q, k and v with one product, and the MLP's gate and up projections with another,
 //! so its parameters `….qkv.weight` and `mlp.gate_up.weight` are each several of the tensors
 //! below, which files hold apart under the names they have always had; and the modules of the
-//! windowed mechanisms (`mixer.Windowed`, `mixer.LongNet`, `mixer.Longformer`) are named as
-//! one, `mixer.Windowed`, with the sink logits and Transformer-XL's terms under the layer. `{l}` is the block
+//! windowed mechanisms (`mixer.Windowed`, `mixer.Longformer`) are named as one,
+//! `mixer.Windowed`, with the sink logits and Transformer-XL's terms under the layer. `{l}` is the block
 //! index from 0; `d` the model width, `d_h = d/H` the head width, `F` the hidden width of the
 //! MLP, `d_f` the feature dimension of linear attention. A linear layer's weight is stored as
 //! Burn keeps it, `[d_in, d_out]` (the transpose of PyTorch's), and has no bias. Tensors keep
@@ -275,7 +275,6 @@ pub fn check_record_structure<B: Backend>(
         let attention = &block.attention;
         let (variant, sinks, relative) = match &attention.mixer {
             MixerRecord::Windowed(w) => ("Windowed", w.sinks.is_some(), w.relative.is_some()),
-            MixerRecord::LongNet(_) => ("LongNet", false, false),
             MixerRecord::Longformer(_) => ("Longformer", false, false),
             MixerRecord::Linear(_) => ("Linear", false, false),
         };

@@ -158,7 +158,9 @@ pub trait Attend<B: ModelBackend> {
         device: &B::Device,
     ) -> Result<LayerMemory<B>, LayerError>;
 
-    /// Whether a segment of `segment` tokens at stream position `start` can be read.
+    /// Whether a segment of `segment` tokens at stream position `start` can be read with
+    /// memory: the errors of [`Attend::memory`] and [`Attend::forward_in_stream`], before any
+    /// work or allocation.
     fn check_segment(&self, _segment: usize, _start: usize) -> Result<(), LayerError> {
         Ok(())
     }

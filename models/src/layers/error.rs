@@ -45,12 +45,13 @@ pub enum LayerError {
         /// The attention kind.
         kind: &'static str,
     },
-    /// With segment memory, a LongNet branch's segments must tile the stream's segments of
-    /// length `segment`: the branch's `branch` must divide it (docs/semantics.md §10).
-    LongNetSegmentsInStream {
+    /// With segment memory, the segments of heads confined to segments (LongNet's branches)
+    /// must tile the stream's segments of length `segment`: `branch` must divide it
+    /// (docs/semantics.md §10).
+    SegmentsInStream {
         /// The stream's segment length.
         segment: usize,
-        /// The LongNet branch's segment length.
+        /// The head's segment length.
         branch: usize,
     },
     /// With segment memory, Longformer's global positions must lie in the stream's first
@@ -84,10 +85,11 @@ impl fmt::Display for LayerError {
                 "token-by-token decoding does not support Transformer-XL relative positions yet"
             ),
             MemoryUnsupported { kind } => write!(f, "segment memory is not supported for {kind}"),
-            LongNetSegmentsInStream { segment, branch } => write!(
+            SegmentsInStream { segment, branch } => write!(
                 f,
-                "LongNet segment {branch} does not divide the stream's segment length {segment}: \
-                 with segment memory, use segments that are multiples of every LongNet segment"
+                "attention segment {branch} (a LongNet branch's) does not divide the stream's \
+                 segment length {segment}: with segment memory, use segments that are multiples \
+                 of every attention segment"
             ),
             GlobalPastFirstSegment { position, segment } => write!(
                 f,

@@ -7,7 +7,7 @@ use burn::tensor::backend::Backend;
 use super::attend::Shape;
 use super::full::Full;
 use super::longformer::{Longformer, LongformerAttention};
-use super::longnet::{LongNet, LongNetAttention};
+use super::longnet::LongNet;
 use super::mechanism::Mechanism;
 use super::mixer::Mixer;
 use super::mswa::MultiScale;
@@ -191,10 +191,6 @@ impl AttentionKind {
         device: &B::Device,
     ) -> Result<Mixer<B>, LayerError> {
         Ok(match self {
-            Self::LongNet { segments, dilations } => {
-                let mechanism = LongNet { segments, dilations };
-                Mixer::LongNet(LongNetAttention::new(&mechanism, shape, options, device)?)
-            }
             Self::Longformer { window, dilations, globals, causal } if !globals.is_empty() => {
                 let mechanism = Longformer { window: *window, dilations, globals, causal: *causal };
                 Mixer::Longformer(LongformerAttention::new(&mechanism, shape, options, device)?)

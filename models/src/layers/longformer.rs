@@ -159,6 +159,18 @@ impl<B: ModelBackend> LongformerAttention<B> {
     }
 }
 
+impl<B: Backend> LongformerAttention<B> {
+    /// What a stream's next segment needs kept: the window's reach and the global rows for
+    /// good; fails for an encoder, whose rows see later keys, which a memory of earlier
+    /// segments cannot hold.
+    fn keep(&self, full_memory: usize) -> Result<Keep, LayerError> {
+        match self.spec.is_causal() {
+            true => Ok(Keep::of(&self.spec, full_memory)),
+            false => Err(LayerError::MemoryUnsupported { kind: "bidirectional Longformer" }),
+        }
+    }
+}
+
 impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
     fn forward(&self, heads: &Heads<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, LayerError> {
         let local = heads.project(&self.local, x.clone());
@@ -239,23 +251,20 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
         true
     }
 
-    /// Keeps the window's reach and the global rows for good; fails for an encoder, whose rows
-    /// see later keys, which a memory of earlier segments cannot hold.
+    /// Keeps the window's reach and the global rows for good (see [`Self::keep`]).
     fn memory(
         &self,
         _batch: usize,
         full_memory: usize,
         _device: &B::Device,
     ) -> Result<LayerMemory<B>, LayerError> {
-        if !self.spec.is_causal() {
-            return Err(LayerError::MemoryUnsupported { kind: "bidirectional Longformer" });
-        }
-        Ok(LayerMemory::hidden(Keep::of(&self.spec, full_memory)))
+        Ok(LayerMemory::hidden(self.keep(full_memory)?))
     }
 
     /// The stream's first segment must hold every global position: a global query sees every
     /// earlier position, which only the first segment holds without memory.
     fn check_segment(&self, segment: usize, start: usize) -> Result<(), LayerError> {
+        self.keep(0)?;
         match self.spec.globals().iter().max() {
             Some(&position) if start == 0 && position >= segment => {
                 Err(LayerError::GlobalPastFirstSegment { position, segment })

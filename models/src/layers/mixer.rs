@@ -1,9 +1,9 @@
 //! What a [`SelfAttention`](crate::layers::SelfAttention) layer mixes its tokens with: the module
 //! of its mechanism ([`Mixer`]), behind the one trait the layer calls ([`Attend`]). Mechanisms
 //! that differ only in which keys a query sees share one module ([`WindowedAttention`]: full,
-//! sliding, MSWA, SWAT, sinks, Longformer without global tokens); those that run otherwise have modules of their own
-//! ([`LongNetAttention`]: branches mixed by their denominators; [`LongformerAttention`]: global
-//! rows with projections of their own; [`LinearAttention`]: a feature map and running sums).
+//! sliding, MSWA, SWAT, sinks, LongNet's branches, Longformer without global tokens); those
+//! that run otherwise have modules of their own ([`LongformerAttention`]: global rows with
+//! projections of their own; [`LinearAttention`]: a feature map and running sums).
 //! The layer holds one of them in [`Mixer`], chosen once when it is built.
 //!
 //! The variant is a segment of every tensor name below it (Burn's derive enters a module named
@@ -16,7 +16,6 @@ use burn::tensor::backend::Backend;
 
 use crate::layers::attend::Attend;
 use crate::layers::longformer::LongformerAttention;
-use crate::layers::longnet::LongNetAttention;
 use crate::layers::taylor::LinearAttention;
 use crate::layers::window::WindowedAttention;
 use swa_attention::ModelBackend;
@@ -26,11 +25,9 @@ use swa_attention::ModelBackend;
 #[derive(Module, Debug)]
 #[non_exhaustive]
 pub enum Mixer<B: Backend> {
-    /// One call of the windowed core per pass: every mechanism that differs only in which keys
-    /// a query sees.
+    /// One call of the windowed core per spec: every mechanism that differs only in which keys
+    /// a query sees (LongNet: one spec per branch).
     Windowed(WindowedAttention<B>),
-    /// LongNet's branches (docs/semantics.md §5).
-    LongNet(LongNetAttention<B>),
     /// Longformer with global tokens (docs/semantics.md §2).
     Longformer(LongformerAttention<B>),
     /// Taylor linear attention (docs/semantics.md §6).
@@ -42,7 +39,6 @@ impl<B: ModelBackend> Mixer<B> {
     pub fn attend(&self) -> &dyn Attend<B> {
         match self {
             Self::Windowed(m) => m,
-            Self::LongNet(m) => m,
             Self::Longformer(m) => m,
             Self::Linear(m) => m,
         }

@@ -258,10 +258,7 @@ impl<B: ModelBackend> SelfAttention<B> {
     /// errors [`SelfAttention::memory`] and [`SelfAttention::forward_in_stream`] would give,
     /// before any work.
     pub fn check_stream(&self, segment: usize) -> Result<(), LayerError> {
-        let device = Default::default();
-        let attend = self.mixer.attend();
-        attend.memory(0, 0, &device)?;
-        attend.check_segment(segment, 0)
+        self.mixer.attend().check_segment(segment, 0)
     }
 
     /// The next segment of a stream, `x: [batch, N, d_model]` at stream positions

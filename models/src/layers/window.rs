@@ -1,9 +1,11 @@
 //! The module of every mechanism that differs from the others only in which keys a query sees
-//! (full, sliding, MSWA, SWAT, sinks, Longformer without global tokens, and any new mechanism
-//! that brings a window spec): one call of the windowed core per pass, with the layer's own
-//! options that need one softmax per row (learned sink logits, docs/semantics.md §9) or one
-//! causal call (Transformer-XL's relative positions, §4). Also the pieces the other windowed
-//! mechanisms share: the attention map read through the mechanism's own forward.
+//! (full, sliding, MSWA, SWAT, sinks, LongNet, Longformer without global tokens, and any new
+//! mechanism that brings window specs): one call of the windowed core per spec, and with several
+//! specs (LongNet's branches, docs/semantics.md §5) their outputs mixed by their softmax
+//! denominators. With one spec it runs the layer's options that need one softmax per row
+//! (learned sink logits, §9) or one causal call (Transformer-XL's relative positions, §4).
+//! Also the pieces the other windowed mechanisms share: the attention map read through the
+//! mechanism's own forward.
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
@@ -14,16 +16,18 @@ use super::LayerError;
 use crate::layers::LayerOptions;
 use crate::layers::attend::{Attend, Heads, LayerCache, Projections, Shape};
 use crate::layers::cache::{CachePositions, KvCache};
+use crate::layers::longnet::mix_branches;
 use crate::layers::mechanism::Mechanism;
 use crate::layers::segment_memory::{Keep, LayerMemory, StreamRows};
 use crate::layers::transformer_xl::RelativePositions;
 use swa_attention::relative::distances_needed;
 use swa_attention::{
-    ModelBackend, Rope, ScoreFn, ScoreOptions, WindowSpec, windowed_attention_relative,
+    ModelBackend, Rope, ScoreFn, ScoreOptions, WindowSpec, windowed_attention,
+    windowed_attention_relative,
 };
 
-/// One call of the windowed core per pass over the layer's projections (docs/semantics.md
-/// §2–§4, §9).
+/// One call of the windowed core per spec over the layer's projections, several mixed by their
+/// denominators (docs/semantics.md §2–§5, §9).
 #[derive(Module, Debug)]
 pub struct WindowedAttention<B: Backend> {
     /// q, k, v projections.
@@ -34,8 +38,8 @@ pub struct WindowedAttention<B: Backend> {
     pub(crate) sinks: Option<Param<Tensor<B, 1>>>,
     /// Transformer-XL's position terms, in place of RoPE (docs/semantics.md §4).
     pub(crate) relative: Option<RelativePositions<B>>,
-    /// Which keys each query sees.
-    spec: WindowSpec,
+    /// Which keys each query sees: one spec per call of the core (LongNet: one per branch).
+    specs: Vec<WindowSpec>,
     /// Whether q and k are rotated with RoPE.
     rotates: bool,
     /// The mechanism's name, for errors.
@@ -44,7 +48,8 @@ pub struct WindowedAttention<B: Backend> {
 
 impl<B: Backend> WindowedAttention<B> {
     /// The module of `mechanism` in a layer of `heads` with `options`; fails, naming the
-    /// mechanism, for an option it cannot run.
+    /// mechanism, for an option it cannot run. Its specs are the mechanism's at an unbounded
+    /// length (segments unclipped), which see the same keys at every length.
     pub fn new(
         mechanism: &dyn Mechanism,
         shape: &Shape,
@@ -52,9 +57,12 @@ impl<B: Backend> WindowedAttention<B> {
         scores: &ScoreOptions,
         device: &B::Device,
     ) -> Result<Self, LayerError> {
-        let spec = mechanism.spec(shape.heads, shape.kv_heads)?;
+        let specs = mechanism.specs(shape.heads, shape.kv_heads, usize::MAX)?;
         let name = mechanism.name();
+        // Sink logits and relative positions need one softmax per row, so one call.
+        let single = specs.len() == 1;
         let sinks = match options.sink_logits {
+            true if !single => return Err(LayerError::SinkLogitsUnsupported { kind: name }),
             true if scores.score_fn != ScoreFn::Softmax => {
                 return Err(LayerError::SinkLogitsUnsupported { kind: "sigmoid" });
             }
@@ -63,7 +71,7 @@ impl<B: Backend> WindowedAttention<B> {
         };
         let relative = match options.relative_positions {
             // The core's relative scores need one causal call (docs/semantics.md §4).
-            true if !spec.is_causal() => {
+            true if !single || !specs[0].is_causal() => {
                 return Err(LayerError::RelativePositionsUnsupported { kind: name });
             }
             true => {
@@ -77,7 +85,7 @@ impl<B: Backend> WindowedAttention<B> {
             sinks,
             rotates: mechanism.rotates() && relative.is_none(),
             relative,
-            spec,
+            specs,
             name,
         })
     }
@@ -98,7 +106,10 @@ impl<B: ModelBackend> WindowedAttention<B> {
             true => rows.rotate(heads.rope, q, k),
             false => (q, k),
         };
-        let spec = rows.place(&self.spec);
+        let [spec] = self.specs.as_slice() else {
+            return self.mix(heads, q, k, v, rows);
+        };
+        let spec = rows.place(spec);
         let (q, table) = match &self.relative {
             Some(relative) => {
                 let distances = distances_needed(&spec, q.dims()[2]).max(1);
@@ -112,6 +123,26 @@ impl<B: ModelBackend> WindowedAttention<B> {
         Ok(self.sink(out, lse))
     }
 
+    /// One call per spec, rotated q and k placed by `rows`, the outputs mixed by their
+    /// denominators (docs/semantics.md §5).
+    fn mix(
+        &self,
+        heads: &Heads<B>,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        rows: &StreamRows,
+    ) -> Result<Tensor<B, 4>, LayerError> {
+        let (mut outs, mut lses) = (Vec::new(), Vec::new());
+        for spec in &self.specs {
+            let spec = rows.place(spec);
+            let (o, lse) = windowed_attention(q.clone(), k.clone(), v.clone(), &spec, heads.scores)?;
+            outs.push(o);
+            lses.push(lse);
+        }
+        Ok(mix_branches(outs, lses))
+    }
+
     /// With learned sink logits, `o · σ(lse − s_h)`: the softmax's denominator gains `exp(s_h)`
     /// with no value (docs/semantics.md §9). `o: [batch, H, N, d_h]`, `lse: [batch, H, N]`.
     fn sink(&self, o: Tensor<B, 4>, lse: Tensor<B, 3>) -> Tensor<B, 4> {
@@ -119,6 +150,33 @@ impl<B: ModelBackend> WindowedAttention<B> {
             Some(sinks) => with_sink_logits(o, lse, sinks.val()),
             None => o,
         }
+    }
+
+    /// What a stream's next segment needs kept (docs/semantics.md §10): the widest window's
+    /// reach less one and the sinks; nothing for heads confined to segments (LongNet), which
+    /// must tile the stream's segments, as the rows of a call count their segments from its
+    /// first row. Fails for an encoder, for segmented heads beside others, and for sinks with
+    /// relative positions (their distances would not be the stream's).
+    fn keep(&self, full_memory: usize) -> Result<Keep, LayerError> {
+        if self.specs.iter().any(|spec| !spec.is_causal()) {
+            return Err(LayerError::MemoryUnsupported { kind: self.name });
+        }
+        let heads = || self.specs.iter().flat_map(|spec| spec.heads());
+        if heads().all(|w| w.segment.is_some()) {
+            return Ok(Keep::nothing());
+        }
+        let [spec] = self.specs.as_slice() else {
+            return Err(LayerError::MemoryUnsupported { kind: self.name });
+        };
+        if heads().any(|w| w.segment.is_some()) {
+            return Err(LayerError::MemoryUnsupported { kind: self.name });
+        }
+        let keep = Keep::of(spec, full_memory);
+        if keep.sinks > 0 && self.relative.is_some() {
+            let kind = "sinks with Transformer-XL relative positions";
+            return Err(LayerError::MemoryUnsupported { kind });
+        }
+        Ok(keep)
     }
 
     /// The rotation the cache applies: none without RoPE.
@@ -153,7 +211,7 @@ impl<B: ModelBackend> Attend<B> for WindowedAttention<B> {
         if self.relative.is_some() {
             return Err(LayerError::NoRelativeDecoding);
         }
-        let cache = KvCache::new(vec![self.spec.clone()], heads.scores.clone(), positions)?;
+        let cache = KvCache::new(self.specs.clone(), heads.scores.clone(), positions)?;
         Ok(LayerCache::Keys(cache))
     }
 
@@ -191,27 +249,26 @@ impl<B: ModelBackend> Attend<B> for WindowedAttention<B> {
     }
 
     fn pins_positions(&self) -> bool {
-        self.spec.sinks() > 0 || !self.spec.globals().is_empty()
+        self.specs.iter().any(|spec| spec.sinks() > 0 || !spec.globals().is_empty())
     }
 
-    /// Keeps the widest window's reach less one and the sinks (docs/semantics.md §10); fails
-    /// for an encoder, and for sinks with relative positions (their distances would not be the
-    /// stream's).
     fn memory(
         &self,
         _batch: usize,
         full_memory: usize,
         _device: &B::Device,
     ) -> Result<LayerMemory<B>, LayerError> {
-        if !self.spec.is_causal() {
-            return Err(LayerError::MemoryUnsupported { kind: self.name });
+        Ok(LayerMemory::hidden(self.keep(full_memory)?))
+    }
+
+    /// Segmented heads' segments must tile the stream's segments (see [`Self::keep`]).
+    fn check_segment(&self, segment: usize, _start: usize) -> Result<(), LayerError> {
+        self.keep(0)?;
+        let heads = self.specs.iter().flat_map(|spec| spec.heads());
+        match heads.filter_map(|w| w.segment).find(|&s| s == 0 || !segment.is_multiple_of(s)) {
+            Some(branch) => Err(LayerError::SegmentsInStream { segment, branch }),
+            None => Ok(()),
         }
-        let keep = Keep::of(&self.spec, full_memory);
-        if keep.sinks > 0 && self.relative.is_some() {
-            let kind = "sinks with Transformer-XL relative positions";
-            return Err(LayerError::MemoryUnsupported { kind });
-        }
-        Ok(LayerMemory::hidden(keep))
     }
 
     fn forward_in_stream(

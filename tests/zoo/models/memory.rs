@@ -141,7 +141,7 @@ fn kinds_without_a_bounded_memory_are_refused_by_name() {
     let model = config(vec![longnet]).init::<B>(&device).unwrap();
     let mut memory = model.memory(1, 8, &device).unwrap();
     let error = model.forward_in_stream(streams(1, 8), &mut memory).unwrap_err();
-    assert!(error.to_string().contains("LongNet segment 3 does not divide"), "{error}");
+    assert!(error.to_string().contains("attention segment 3 (a LongNet branch's) does not divide"), "{error}");
     assert_eq!(memory.start(), 0, "a failed segment leaves the memory as it was");
 }
 

@@ -1,11 +1,7 @@
 //! LongNet dilated attention (docs/semantics.md §5): branches of segments × dilations, each a
-//! call of the core, mixed by their softmax denominators. Here the mechanism and its math
-//! (shared by the KV cache and sequence parallelism); in `run.rs` the module that runs it in a
-//! layer.
-
-mod run;
-
-pub use run::LongNetAttention;
+//! call of the core, mixed by their softmax denominators. Here the mechanism and its math,
+//! shared by the layer's windowed module (one spec per branch), the KV cache and sequence
+//! parallelism.
 
 use burn::tensor::{DType, Tensor, backend::Backend};
 
