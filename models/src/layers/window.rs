@@ -136,7 +136,8 @@ impl<B: ModelBackend> WindowedAttention<B> {
         let (mut outs, mut lses) = (Vec::new(), Vec::new());
         for spec in &self.specs {
             let spec = rows.place(spec);
-            let (o, lse) = windowed_attention(q.clone(), k.clone(), v.clone(), &spec, heads.scores)?;
+            let (o, lse) =
+                windowed_attention(q.clone(), k.clone(), v.clone(), &spec, heads.scores)?;
             outs.push(o);
             lses.push(lse);
         }
