@@ -1,4 +1,4 @@
-//! The wgpu devices the tests spread over, shared by both test binaries.
+//! The wgpu devices the tests spread over, shared by the test binaries.
 //!
 //! CubeCL serves each device from one thread, and lavapipe (CI's CPU Vulkan driver) compiles the
 //! shaders of one Vulkan device one at a time; compiling is most of the wgpu tests' time there,

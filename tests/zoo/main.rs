@@ -1,53 +1,22 @@
-//! Tests of everything built on the windowed core: the attention layers and decoders
-//! ([`models`]), training ([`training`]) and the application ([`app`]). One binary, since every
-//! test binary links Burn; the core itself is tested by swa-attention's `attention` binary.
+//! Tests of the application in the facade ([`app`]): the command line and its runs (kills,
+//! stops, the run lock, a full disk, errors and reports), the cross-backend check, the
+//! benchmarks, the examples, the `--hf` commands; and the [`mutations`] of every input the
+//! project reads. One binary, since every test binary links Burn; the member crates' tests are
+//! their own binaries (swa-attention's `attention`, swa-models' `models`, swa-training's
+//! `training`).
 
 mod app;
-mod models;
 mod mutations;
-mod training;
+
+#[path = "../common/runs.rs"]
+pub mod runs;
+#[path = "../common/tensors.rs"]
+pub mod tensors;
 #[cfg(feature = "wgpu")]
 #[path = "../common/wgpu_devices.rs"]
 pub mod wgpu_devices;
 
+pub use runs::{logits, run_dir, tiny, tiny_model};
+pub use tensors::{Reference, max_abs, to_vec};
 #[cfg(feature = "wgpu")]
 pub use wgpu_devices::wgpu_devices;
-
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{Tensor, TensorData, backend::Backend};
-use swa_zoo::attention::rng::SplitMix64;
-
-/// The reference backend: ndarray, f32, with autodiff.
-pub type Reference = Autodiff<NdArray<f32>>;
-
-/// Deterministic values in [−1, 1) from a seed (SplitMix64).
-pub fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut rng = SplitMix64::new(seed);
-    (0..n).map(|_| rng.next_signed_f32()).collect()
-}
-
-/// A `[batch, heads, n, d]` tensor of seeded values.
-pub fn tensor<B: Backend>(seed: u64, shape: [usize; 4]) -> Tensor<B, 4> {
-    let data = TensorData::new(values(seed, shape.iter().product()), shape);
-    Tensor::from_data(data, &Default::default())
-}
-
-/// The values of a tensor, as f32.
-pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec().expect("f32 data")
-}
-
-/// Max-abs difference; equal values (infinities too) count as none, and a NaN on one side only
-/// as an infinite one (`f32::max` would drop it).
-pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let error = |(x, y): (&f32, &f32)| match x == y || (x.is_nan() && y.is_nan()) {
-        true => 0.0,
-        false => (x - y).abs(),
-    };
-    a.iter()
-        .zip(b)
-        .map(error)
-        .map(|d| if d.is_nan() { f32::INFINITY } else { d })
-        .fold(0.0, f32::max)
-}

@@ -33,7 +33,7 @@ const SIDECAR: &str = "check";
 const NUMBERED_BY_STEP: &str = "numbered by step";
 
 /// A test hook: milliseconds each record's writer waits after writing its temporary file and
-/// again after renaming it, so that the kill test (`tests/zoo/training/kill.rs`) can kill a run
+/// again after renaming it, so that the kill test (`tests/zoo/app/train/kill.rs`) can kill a run
 /// in the middle of a checkpoint. Unset (the default), no wait.
 pub const WRITE_DELAY_VARIABLE: &str = "SWA_TEST_CHECKPOINT_DELAY_MS";
 

@@ -130,8 +130,8 @@ mod on_wgpu {
     /// f16 tensors, f32 accumulation: the kernels on `Wgpu<f16>` (fusion) against the dense
     /// reference in f32 on the same f16-rounded inputs, where the adapter offers f16 shaders
     /// (lavapipe does). wgpu has no bf16. Ignored in the test command for CI's time (71 s of one
-    /// core): f16 through fusion and the kernels runs in the zoo's half-precision training test
-    /// on wgpu, and the portable kernels' f16 arithmetic in CI's tensor-core phase (relative
+    /// core): f16 through fusion and the kernels runs in swa-training's half-precision training
+    /// test on wgpu, and the portable kernels' f16 arithmetic in CI's tensor-core phase (relative
     /// scores in F16 on Vulkan).
     #[test]
     #[ignore = "about 70 s of lavapipe's shader compiles: `-- --ignored kernel_in_f16`"]

@@ -1,5 +1,5 @@
-//! The application in the facade: the cross-backend check, the efficiency benchmarks and the
-//! per-paper examples' smoke runs, the library example.
+//! The application in the facade: `swa-zoo train` and its runs ([`train`]), the cross-backend
+//! check, the efficiency benchmarks and the per-paper examples' smoke runs, the library example.
 
 mod attention_map;
 mod bench;
@@ -9,3 +9,4 @@ mod examples;
 mod library;
 mod pretrained;
 mod report;
+mod train;
