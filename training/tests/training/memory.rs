@@ -128,6 +128,9 @@ fn runs_that_cannot_keep_a_memory_are_refused() {
     longnet.model.attention =
         vec![AttentionKind::LongNet { segments: vec![6, 16], dilations: vec![1, 2] }];
     let error = message(longnet);
-    assert!(error.contains("layer 0") && error.contains("LongNet segment 6"), "{error}");
+    assert!(
+        error.contains("layer 0") && error.contains("segment 6 (a LongNet branch's)"),
+        "{error}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
