@@ -251,7 +251,7 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
         true
     }
 
-    /// Keeps the window's reach and the global rows for good (see [`Self::keep`]).
+    /// Keeps the window's reach and the global rows for good; fails for an encoder.
     fn memory(
         &self,
         _batch: usize,

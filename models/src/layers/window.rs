@@ -253,6 +253,9 @@ impl<B: ModelBackend> Attend<B> for WindowedAttention<B> {
         self.specs.iter().any(|spec| spec.sinks() > 0 || !spec.globals().is_empty())
     }
 
+    /// Keeps the widest window's reach less one and the sinks (docs/semantics.md §10); nothing
+    /// for heads confined to segments. Fails for an encoder, for segmented heads beside
+    /// others, and for sinks with relative positions.
     fn memory(
         &self,
         _batch: usize,
@@ -262,7 +265,8 @@ impl<B: ModelBackend> Attend<B> for WindowedAttention<B> {
         Ok(LayerMemory::hidden(self.keep(full_memory)?))
     }
 
-    /// Segmented heads' segments must tile the stream's segments (see [`Self::keep`]).
+    /// What `memory` refuses, and heads confined to segments (LongNet's) whose segments do
+    /// not tile the stream's segments.
     fn check_segment(&self, segment: usize, _start: usize) -> Result<(), LayerError> {
         self.keep(0)?;
         let heads = self.specs.iter().flat_map(|spec| spec.heads());
