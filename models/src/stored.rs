@@ -64,9 +64,10 @@ pub fn parts(path: &str, shape: &[usize], heads: usize, kv_heads: usize) -> Vec<
 /// of the windowed mechanisms, which files name as one (`mixer.Windowed`), with the sink
 /// logits and Transformer-XL's terms directly under the layer.
 fn stored_path(path: &str) -> String {
-    const RENAMES: [(&str, &str); 3] = [
+    const RENAMES: [(&str, &str); 4] = [
         (".attention.mixer.Windowed.sinks", ".attention.sinks"),
         (".attention.mixer.Windowed.relative.", ".attention.relative."),
+        (".attention.mixer.Longformer.local.", ".attention.mixer.Windowed."),
         (".attention.mixer.Longformer.", ".attention.mixer.Windowed."),
     ];
     match RENAMES.iter().find(|(module, _)| path.contains(module)) {

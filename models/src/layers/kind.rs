@@ -193,7 +193,8 @@ impl AttentionKind {
         Ok(match self {
             Self::Longformer { window, dilations, globals, causal } if !globals.is_empty() => {
                 let mechanism = Longformer { window: *window, dilations, globals, causal: *causal };
-                Mixer::Longformer(LongformerAttention::new(&mechanism, shape, options, device)?)
+                let module = LongformerAttention::new(&mechanism, shape, options, scores, device)?;
+                Mixer::Longformer(module)
             }
             Self::Linear { feature_dim } => {
                 let mechanism = TaylorLinear { feature_dim: *feature_dim };

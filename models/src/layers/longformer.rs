@@ -1,11 +1,10 @@
 //! Longformer (docs/semantics.md §2): a dilated window per head, and global positions whose
 //! queries attend to every key (causally in a decoder) through their own projections
-//! `Wq_g, Wk_g, Wv_g`, replacing the local result for those rows. The local rows are one call
-//! of the core with the Longformer window spec, whose global keys every query sees. Without
-//! global positions the layer runs as any window ([`crate::layers::window`]).
+//! `Wq_g, Wk_g, Wv_g`, replacing the local result for those rows. The local rows are any
+//! window's ([`crate::layers::window`]): one call of the core with the Longformer window spec,
+//! whose global keys every query sees; so is the whole layer without global positions.
 
 use burn::module::Module;
-use burn::nn::Linear;
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
 use super::LayerError;
@@ -13,12 +12,12 @@ use super::mechanism::{Mechanism, expect_per_head};
 use crate::layers::LayerOptions;
 use crate::layers::attend::{Attend, Heads, LayerCache, Projections, Shape};
 use crate::layers::cache::{CachePositions, KvCache};
-use crate::layers::segment_memory::{Keep, LayerMemory, StreamRows};
-use crate::layers::window::identity_columns;
+use crate::layers::segment_memory::{LayerMemory, StreamRows};
+use crate::layers::window::{WindowedAttention, identity_columns};
 use swa_attention::expand_kv;
 use swa_attention::index::{index_tensor, inverse_permutation};
 use swa_attention::scores::attend;
-use swa_attention::{AttentionError, ModelBackend, ScoreOptions, WindowSpec, windowed_attention};
+use swa_attention::{AttentionError, ModelBackend, ScoreOptions, WindowSpec};
 
 /// Replaces the rows of `local: [batch, H, N, d]` at the spec's global positions with
 /// attention of `q_g: [batch, H, N, d]` over `k_g, v_g: [batch, H_kv, N, d]`, every key the
@@ -73,7 +72,8 @@ impl Mechanism for Longformer<'_> {
 
     fn name(&self) -> &'static str {
         match (self.globals.is_empty(), self.causal) {
-            (false, _) => "Longformer with global tokens",
+            (false, true) => "Longformer with global tokens",
+            (false, false) => "bidirectional Longformer with global tokens",
             (true, false) => "bidirectional Longformer",
             (true, true) => "Longformer",
         }
@@ -92,18 +92,16 @@ impl Mechanism for Longformer<'_> {
     }
 }
 
-/// Longformer's module with global positions: the local projections and window, and the
-/// global rows' projections of their own.
+/// Longformer's module with global positions: the local rows as any window's (the layer's
+/// projections, one call of the core with the Longformer spec, its global keys included), and
+/// the global rows' projections of their own.
 #[derive(Module, Debug)]
 pub struct LongformerAttention<B: Backend> {
-    /// q, k, v projections of every row.
-    pub(crate) local: Projections<B>,
-    /// `Wq_g, Wk_g, Wv_g`, initialised as copies of `local`.
+    /// The local rows: q, k, v and output projections and the window spec with the global
+    /// positions.
+    pub(crate) local: WindowedAttention<B>,
+    /// `Wq_g, Wk_g, Wv_g`, initialised as copies of the local q, k, v projections.
     pub(crate) global: Projections<B>,
-    /// Output projection, `[H·d_h, d]`.
-    pub(crate) output: Linear<B>,
-    /// The window spec, with the global positions.
-    spec: WindowSpec,
 }
 
 impl<B: Backend> LongformerAttention<B> {
@@ -113,6 +111,7 @@ impl<B: Backend> LongformerAttention<B> {
         mechanism: &Longformer,
         shape: &Shape,
         options: &LayerOptions,
+        scores: &ScoreOptions,
         device: &B::Device,
     ) -> Result<Self, LayerError> {
         let kind = mechanism.name();
@@ -122,29 +121,18 @@ impl<B: Backend> LongformerAttention<B> {
         if options.relative_positions {
             return Err(LayerError::RelativePositionsUnsupported { kind });
         }
-        let local = shape.projections(options.qkv_bias, device);
-        let global = local.copy();
-        let output = shape.output(device);
-        let spec = mechanism.spec(shape.heads, shape.kv_heads)?;
-        Ok(Self { local, global, output, spec })
+        let local = WindowedAttention::new(mechanism, shape, options, scores, device)?;
+        let global = local.local.copy();
+        Ok(Self { local, global })
+    }
+
+    /// The window spec, with the global positions.
+    fn spec(&self) -> &WindowSpec {
+        &self.local.specs()[0]
     }
 }
 
 impl<B: ModelBackend> LongformerAttention<B> {
-    /// The local call over rows placed by `rows`: `q: [batch, H, N, d_h]`, `k, v:
-    /// [batch, H_kv, M + N, d_v]` before RoPE → `[batch, H, N, d_v]`.
-    fn attend_local(
-        &self,
-        heads: &Heads<B>,
-        q: Tensor<B, 4>,
-        k: Tensor<B, 4>,
-        v: Tensor<B, 4>,
-        rows: &StreamRows,
-    ) -> Result<Tensor<B, 4>, LayerError> {
-        let (q, k) = rows.rotate(heads.rope, q, k);
-        Ok(windowed_attention(q, k, v, &rows.place(&self.spec), heads.scores)?.0)
-    }
-
     /// The local rows at positions `0 … N−1` with the global rows in place: local q, k, v and
     /// the global projections' of the same shapes, before RoPE.
     fn attend(
@@ -153,33 +141,21 @@ impl<B: ModelBackend> LongformerAttention<B> {
         (q, k, v): (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>),
         (q_g, k_g, v_g): (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>),
     ) -> Result<Tensor<B, 4>, LayerError> {
-        let out = self.attend_local(heads, q, k, v, &StreamRows::alone(q_g.dims()[2]))?;
+        let out = self.local.attend(heads, q, k, v, &StreamRows::alone(q_g.dims()[2]))?;
         let (q_g, k_g) = (heads.rope.forward(q_g, 0), heads.rope.forward(k_g, 0));
-        Ok(replace_global_rows(out, q_g, k_g, v_g, &self.spec, heads.scores))
-    }
-}
-
-impl<B: Backend> LongformerAttention<B> {
-    /// What a stream's next segment needs kept: the window's reach and the global rows for
-    /// good; fails for an encoder, whose rows see later keys, which a memory of earlier
-    /// segments cannot hold.
-    fn keep(&self, full_memory: usize) -> Result<Keep, LayerError> {
-        match self.spec.is_causal() {
-            true => Ok(Keep::of(&self.spec, full_memory)),
-            false => Err(LayerError::MemoryUnsupported { kind: "bidirectional Longformer" }),
-        }
+        Ok(replace_global_rows(out, q_g, k_g, v_g, self.spec(), heads.scores))
     }
 }
 
 impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
     fn forward(&self, heads: &Heads<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, LayerError> {
-        let local = heads.project(&self.local, x.clone());
+        let local = heads.project(&self.local.local, x.clone());
         let out = self.attend(heads, local, heads.project(&self.global, x))?;
-        Ok(heads.merge(&self.output, out))
+        Ok(heads.merge(&self.local.output, out))
     }
 
     fn attention_map(&self, heads: &Heads<B>, x: Tensor<B, 3>) -> Result<Tensor<B, 4>, LayerError> {
-        let (q, k, _) = heads.project(&self.local, x.clone());
+        let (q, k, _) = heads.project(&self.local.local, x.clone());
         let (q_g, k_g, _) = heads.project(&self.global, x.clone());
         identity_columns(heads, &x, |values| {
             let local = (q.clone(), k.clone(), values.clone());
@@ -196,10 +172,11 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
         _device: &B::Device,
     ) -> Result<LayerCache<B>, LayerError> {
         let scores = heads.scores.clone();
-        let local = KvCache::new(vec![self.spec.clone()], scores.clone(), positions)?;
+        let local = KvCache::new(vec![self.spec().clone()], scores.clone(), positions)?;
         let full = WindowSpec::full(heads.heads, heads.kv_heads)?;
         let global = KvCache::new(vec![full], scores, positions)?;
-        Ok(LayerCache::Longformer { local, global: Some((global, self.spec.globals().to_vec())) })
+        let globals = self.spec().globals().to_vec();
+        Ok(LayerCache::Longformer { local, global: Some((global, globals)) })
     }
 
     fn step(&self, heads: &Heads<B>, x: Tensor<B, 3>, cache: &mut LayerCache<B>) -> Tensor<B, 3> {
@@ -207,7 +184,7 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
             unreachable!("a layer's cache is made by its own mechanism")
         };
         let (rope, position) = (Some(heads.rope), local.len());
-        let (q, k, v) = heads.project(&self.local, x.clone());
+        let (q, k, v) = heads.project(&self.local.local, x.clone());
         local.append(k, v, rope);
         let mut out = local.attend(q, rope);
         if let Some((cache, globals)) = global.as_mut() {
@@ -221,7 +198,7 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
                 *global = None;
             }
         }
-        heads.merge(&self.output, out)
+        heads.merge(&self.local.output, out)
     }
 
     fn prefill(
@@ -234,7 +211,7 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
             unreachable!("a layer's cache is made by its own mechanism")
         };
         let (rope, n) = (Some(heads.rope), x.dims()[1]);
-        let (q, k, v) = heads.project(&self.local, x.clone());
+        let (q, k, v) = heads.project(&self.local.local, x.clone());
         local.fill(k.clone(), v.clone(), rope);
         let (q_g, k_g, v_g) = heads.project(&self.global, x);
         if let Some((cache, globals)) = global.as_mut() {
@@ -244,28 +221,29 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
             }
         }
         let out = self.attend(heads, (q, k, v), (q_g, k_g, v_g))?;
-        Ok(heads.merge(&self.output, out))
+        Ok(heads.merge(&self.local.output, out))
     }
 
     fn pins_positions(&self) -> bool {
         true
     }
 
-    /// Keeps the window's reach and the global rows for good; fails for an encoder.
+    /// The local rows' memory: the window's reach, and the global rows for good.
     fn memory(
         &self,
-        _batch: usize,
+        batch: usize,
         full_memory: usize,
-        _device: &B::Device,
+        device: &B::Device,
     ) -> Result<LayerMemory<B>, LayerError> {
-        Ok(LayerMemory::hidden(self.keep(full_memory)?))
+        self.local.memory(batch, full_memory, device)
     }
 
-    /// The stream's first segment must hold every global position: a global query sees every
-    /// earlier position, which only the first segment holds without memory.
+    /// The local rows' refusals, and the stream's first segment must hold every global
+    /// position: a global query sees every earlier position, which only the first segment
+    /// holds without memory.
     fn check_segment(&self, segment: usize, start: usize) -> Result<(), LayerError> {
-        self.keep(0)?;
-        match self.spec.globals().iter().max() {
+        self.local.check_segment(segment, start)?;
+        match self.spec().globals().iter().max() {
             Some(&position) if start == 0 && position >= segment => {
                 Err(LayerError::GlobalPastFirstSegment { position, segment })
             }
@@ -273,24 +251,19 @@ impl<B: ModelBackend> Attend<B> for LongformerAttention<B> {
         }
     }
 
+    /// The first segment, which holds the global rows, as the forward pass; every later one
+    /// as the local rows alone (no global query is left).
     fn forward_in_stream(
         &self,
         heads: &Heads<B>,
         x: Tensor<B, 3>,
         memory: &mut LayerMemory<B>,
     ) -> Result<Tensor<B, 3>, LayerError> {
-        if memory.start() == 0 {
-            // The stream's first segment, which holds the global rows.
-            let out = self.forward(heads, x.clone())?;
-            memory.remember(x);
-            return Ok(out);
+        if memory.start() > 0 {
+            return self.local.forward_in_stream(heads, x, memory);
         }
-        let n = x.dims()[1];
-        let (rows, placement) = memory.rows_before(x.clone());
-        let (q, k, v) = heads.project(&self.local, rows);
-        let q = q.narrow(2, placement.memory, n);
-        let out = self.attend_local(heads, q, k, v, &placement)?;
+        let out = self.forward(heads, x.clone())?;
         memory.remember(x);
-        Ok(heads.merge(&self.output, out))
+        Ok(out)
     }
 }

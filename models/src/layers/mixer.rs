@@ -24,6 +24,10 @@ use swa_attention::ModelBackend;
 /// only, so that no code has to assume that an optional part is present.
 #[derive(Module, Debug)]
 #[non_exhaustive]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per layer, built once; Burn has no Module for Box"
+)]
 pub enum Mixer<B: Backend> {
     /// One call of the windowed core per spec: every mechanism that differs only in which keys
     /// a query sees (LongNet: one spec per branch).

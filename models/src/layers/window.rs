@@ -91,10 +91,17 @@ impl<B: Backend> WindowedAttention<B> {
     }
 }
 
+impl<B: Backend> WindowedAttention<B> {
+    /// The window specs, one per call of the core.
+    pub(crate) fn specs(&self) -> &[WindowSpec] {
+        &self.specs
+    }
+}
+
 impl<B: ModelBackend> WindowedAttention<B> {
     /// The core's call for queries `q: [batch, H, N, d_h]` and keys and values
     /// `[batch, H_kv, M + N, d_v]` (before RoPE) placed by `rows` → `[batch, H, N, d_v]`.
-    fn attend(
+    pub(crate) fn attend(
         &self,
         heads: &Heads<B>,
         q: Tensor<B, 4>,

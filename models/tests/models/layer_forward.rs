@@ -221,7 +221,7 @@ fn longformer_global_projections_start_as_copies() {
     let MixerRecord::Longformer(record) = mixer(&config) else {
         panic!("Longformer with globals has a module of its own");
     };
-    let (local, global) = (record.local, record.global);
+    let (local, global) = (record.local.local, record.global);
     assert_eq!(to_vec(local.qkv.weight.val()), to_vec(global.qkv.weight.val()));
     assert_ne!(local.qkv.weight.id, global.qkv.weight.id, "they train apart");
     let kind = AttentionKind::Longformer {

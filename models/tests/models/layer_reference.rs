@@ -256,7 +256,9 @@ pub fn reference(
 ) -> Vec<f64> {
     let (local, global, output) = match layer.clone().into_record().mixer {
         MixerRecord::Windowed(record) => (record.local, None, record.output),
-        MixerRecord::Longformer(record) => (record.local, Some(record.global), record.output),
+        MixerRecord::Longformer(record) => {
+            (record.local.local, Some(record.global), record.local.output)
+        }
         MixerRecord::Linear(linear) => {
             let [q, k] = [&linear.query.weight, &linear.key.weight]
                 .map(|w| Heads::new(x, w, n, heads).rotated());
