@@ -16,14 +16,13 @@ use super::LayerError;
 use crate::layers::LayerOptions;
 use crate::layers::attend::{Attend, Heads, LayerCache, Projections, Shape};
 use crate::layers::cache::{CachePositions, KvCache};
-use crate::layers::longnet::mix_branches;
+use crate::layers::longnet::mixed_attention;
 use crate::layers::mechanism::Mechanism;
 use crate::layers::segment_memory::{Keep, LayerMemory, StreamRows};
 use crate::layers::transformer_xl::RelativePositions;
 use swa_attention::relative::distances_needed;
 use swa_attention::{
-    ModelBackend, Rope, ScoreFn, ScoreOptions, WindowSpec, windowed_attention,
-    windowed_attention_relative,
+    ModelBackend, Rope, ScoreFn, ScoreOptions, WindowSpec, windowed_attention_relative,
 };
 
 /// One call of the windowed core per spec over the layer's projections, several mixed by their
@@ -114,7 +113,8 @@ impl<B: ModelBackend> WindowedAttention<B> {
             false => (q, k),
         };
         let [spec] = self.specs.as_slice() else {
-            return self.mix(heads, q, k, v, rows);
+            let specs: Vec<_> = self.specs.iter().map(|spec| rows.place(spec)).collect();
+            return Ok(mixed_attention(q, k, v, &specs, heads.scores)?);
         };
         let spec = rows.place(spec);
         let (q, table) = match &self.relative {
@@ -128,27 +128,6 @@ impl<B: ModelBackend> WindowedAttention<B> {
         };
         let (out, lse) = windowed_attention_relative(q, k, v, table, &spec, heads.scores)?;
         Ok(self.sink(out, lse))
-    }
-
-    /// One call per spec, rotated q and k placed by `rows`, the outputs mixed by their
-    /// denominators (docs/semantics.md §5).
-    fn mix(
-        &self,
-        heads: &Heads<B>,
-        q: Tensor<B, 4>,
-        k: Tensor<B, 4>,
-        v: Tensor<B, 4>,
-        rows: &StreamRows,
-    ) -> Result<Tensor<B, 4>, LayerError> {
-        let (mut outs, mut lses) = (Vec::new(), Vec::new());
-        for spec in &self.specs {
-            let spec = rows.place(spec);
-            let (o, lse) =
-                windowed_attention(q.clone(), k.clone(), v.clone(), &spec, heads.scores)?;
-            outs.push(o);
-            lses.push(lse);
-        }
-        Ok(mix_branches(outs, lses))
     }
 
     /// With learned sink logits, `o · σ(lse − s_h)`: the softmax's denominator gains `exp(s_h)`

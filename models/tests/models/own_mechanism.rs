@@ -3,7 +3,8 @@
 //! that reuses a visibility rule of the core (LongNet's segments, one branch, no dilation),
 //! and a layer built around it ([`SelfAttentionConfig::init_mechanism`]) runs as a window:
 //! forward and gradients against full attention over each chunk alone, decoding against the
-//! forward pass, and the fused CPU kernels (flex) against the tensor ops (ndarray).
+//! forward pass, a stream of segments against the forward pass, and the fused CPU kernels
+//! (flex) against the tensor ops (ndarray).
 
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData};
@@ -114,4 +115,22 @@ fn a_mechanism_of_ones_own_runs_on_the_fused_cpu_kernels() {
     let steps = (0..N).map(|i| flex.step(x.clone().narrow(1, i, 1), &mut cache));
     let error = max_abs(&to_vec(Tensor::cat(steps.collect(), 1)), &want);
     assert!(error <= DECODE_TOLERANCE, "flex's decoding differs by {error}");
+}
+
+/// Read as a stream of segments that its chunks tile, the layer keeps nothing and gives the rows
+/// of one forward pass; a segment its chunks do not tile is refused, naming the chunk.
+#[test]
+fn a_mechanism_of_ones_own_reads_a_stream() {
+    let device = Default::default();
+    let (chunked, _) = layers::<Reference>(&device);
+    let x = input::<Reference>(&device).narrow(1, 0, 2 * SIZE);
+    let want = chunked.forward(x.clone()).unwrap();
+    let mut memory = chunked.memory(2, 0, &device).unwrap();
+    let segments = [0, SIZE].map(|start| {
+        chunked.forward_in_stream(x.clone().narrow(1, start, SIZE), &mut memory).unwrap()
+    });
+    let got = Tensor::cat(segments.to_vec(), 1);
+    assert!(max_abs(&to_vec(got), &to_vec(want)) <= TOLERANCE);
+    let error = chunked.check_stream(SIZE + 2).unwrap_err();
+    assert!(error.to_string().contains(&format!("segment {SIZE}")), "{error}");
 }

@@ -57,8 +57,21 @@ pub fn longnet_attention<B: ModelBackend>(
     let [_, heads, n, _] = q.dims();
     let kv_heads = k.dims()[1];
     let specs = branch_specs(segments, dilations, heads, kv_heads, n)?;
+    mixed_attention(q, k, v, &specs, opts)
+}
+
+/// One call of the core per spec over the same `q: [batch, H, N, d]` and `k, v:
+/// [batch, H_kv, M + N, d]`, the outputs mixed by their denominators ([`mix_branches`]) →
+/// `[batch, H, N, d]`: LongNet's branches, in a layer and in [`longnet_attention`].
+pub(crate) fn mixed_attention<B: ModelBackend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    specs: &[WindowSpec],
+    opts: &ScoreOptions,
+) -> Result<Tensor<B, 4>, AttentionError> {
     let (mut outs, mut lses) = (Vec::new(), Vec::new());
-    for spec in &specs {
+    for spec in specs {
         let (o, lse) = windowed_attention(q.clone(), k.clone(), v.clone(), spec, opts)?;
         outs.push(o);
         lses.push(lse);
