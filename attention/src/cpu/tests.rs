@@ -3,7 +3,7 @@
 //! append, the layout of heads and the reading of strided views. The kernel's outputs and gradients
 //! are tested against the dense reference through the backend seam, where they run
 //! (`attention/tests/attention/flex.rs`: the spec matrix, random specs, f16; `models/tests/models`:
-//! decoding on flex; `training/tests/training`: training on flex), and timed by
+//! decoding on flex; `tests/zoo/backends`: training on flex), and timed by
 //! `benches/cpu_attention.rs`.
 
 use super::schedule::groups;

@@ -3,64 +3,19 @@
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
-use swa_attention::alibi::SlopeMagnitudes;
-use swa_attention::{ModelBackend, ScoreFn};
-use swa_models::layers::{
-    AttentionKind, CachePositions, LayerError, SelfAttentionConfig, SwatPositions,
-};
+use swa_attention::ModelBackend;
+use swa_models::layers::{AttentionKind, CachePositions, LayerError, SelfAttentionConfig};
 use swa_models::sampling::Sampler;
 use swa_models::{DecoderConfig, GenerateConfig, ModelError};
 
-use crate::decoding::{config, token_ids};
+use crate::decoding::{
+    DECODE_TOLERANCE, check_decoding, config, decode_on, forked_caches_decode_independently,
+    token_ids, windowed_kinds,
+};
 use crate::layer_forward::swat_ablation;
 use crate::{max_abs, to_vec, values};
 
 type B = NdArray;
-
-/// f32 on ndarray: the step and the forward pass sum the same terms in different orders.
-pub(crate) const DECODE_TOLERANCE: f32 = 2e-5;
-
-/// Every windowed kind and the hybrid, with the largest reach of any head (span, segment, or
-/// last global), over 4 heads and 2 kv heads (GQA).
-pub(crate) fn windowed_kinds() -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
-    let swat = AttentionKind::Swat {
-        window: 5,
-        distance_heads: Some(1),
-        magnitudes: SlopeMagnitudes::Code,
-        score_fn: ScoreFn::Sigmoid { beta: 0.0 },
-        positions: SwatPositions::AliRope,
-    };
-    vec![
-        ("sliding", vec![AttentionKind::Sliding { window: 4 }], 4),
-        ("mswa", vec![AttentionKind::MultiScale { windows: vec![1, 2, 4, 7] }], 7),
-        ("swat", vec![swat], 5),
-        ("sinks", vec![AttentionKind::Sinks { sinks: 2, window: 3 }], 5),
-        (
-            "longnet",
-            vec![AttentionKind::LongNet { segments: vec![3, 8], dilations: vec![1, 3] }],
-            8,
-        ),
-        (
-            "longformer",
-            vec![AttentionKind::Longformer {
-                window: 2,
-                dilations: vec![1, 2, 1, 3],
-                globals: vec![0, 6],
-                causal: true,
-            }],
-            7,
-        ),
-        (
-            "hybrid",
-            vec![
-                AttentionKind::Linear { feature_dim: 4 },
-                AttentionKind::Sliding { window: 3 },
-                AttentionKind::MultiScale { windows: vec![2, 2, 6, 6] },
-            ],
-            6,
-        ),
-    ]
-}
 
 /// Token-by-token logits of the first `n` tokens, and the cache bytes after each step.
 pub(crate) fn decode<D: ModelBackend>(
@@ -69,61 +24,6 @@ pub(crate) fn decode<D: ModelBackend>(
     positions: CachePositions,
 ) -> (Vec<f32>, Vec<usize>) {
     decode_on(model, n, positions, &Default::default())
-}
-
-/// [`decode`] on `device`.
-fn decode_on<D: ModelBackend>(
-    model: &swa_models::Decoder<D>,
-    n: usize,
-    positions: CachePositions,
-    device: &D::Device,
-) -> (Vec<f32>, Vec<usize>) {
-    let mut cache = model.cache(1, positions, device).unwrap();
-    let (mut logits, mut bytes) = (Vec::new(), Vec::new());
-    for token in token_ids(n) {
-        let token = Tensor::<D, 1, Int>::from_data(TensorData::new(vec![token], [1]), device);
-        logits.extend(to_vec(model.step(token, &mut cache)));
-        bytes.push(cache.bytes());
-    }
-    (logits, bytes)
-}
-
-/// The windowed kinds whose decoding costs lavapipe (CI's Vulkan driver) minutes of shader
-/// compiles that no other kind needs: Longformer's global tokens (about 3 minutes of one core)
-/// and the hybrid's linear layers. CI decodes the others on wgpu; an ignored test these, and
-/// every kind decodes on ndarray and flex.
-#[cfg(feature = "wgpu")]
-const SLOW_ON_LAVAPIPE: [&str; 2] = ["longformer", "hybrid"];
-
-/// [`windowed_kinds`] that are (`slow`) or are not in [`SLOW_ON_LAVAPIPE`].
-#[cfg(feature = "wgpu")]
-fn kinds_on_lavapipe(slow: bool) -> Vec<(&'static str, Vec<AttentionKind>, usize)> {
-    let mut kinds = windowed_kinds();
-    kinds.retain(|(name, _, _)| SLOW_ON_LAVAPIPE.contains(name) == slow);
-    kinds
-}
-
-/// Each of `kinds` decodes on `D` as its forward pass computes, with memory that stops growing
-/// once the windows are full.
-fn check_decoding<D: ModelBackend>(
-    kinds: Vec<(&'static str, Vec<AttentionKind>, usize)>,
-    backend: &str,
-    device: &D::Device,
-) {
-    for (name, attention, reach) in kinds {
-        let n = 3 * reach + 4;
-        let model = config(attention).init::<D>(device).unwrap();
-        let tokens = Tensor::<D, 2, Int>::from_data(TensorData::new(token_ids(n), [1, n]), device);
-        let forward = to_vec(model.forward(tokens).unwrap());
-        let (stepped, bytes) = decode_on(&model, n, CachePositions::Absolute, device);
-        let error = max_abs(&forward, &stepped);
-        assert!(error <= DECODE_TOLERANCE, "{name} on {backend}: decoding differs by {error}");
-        let full = &bytes[reach + 1..];
-        assert!(
-            full.iter().all(|b| *b == full[0]),
-            "{name} on {backend}: cache grew after the window filled: {bytes:?}"
-        );
-    }
 }
 
 /// ndarray: the cache's tensor ops.
@@ -137,61 +37,6 @@ fn decoding_reproduces_the_forward_pass_with_constant_memory() {
 #[test]
 fn the_fused_decode_step_reproduces_the_forward_pass() {
     check_decoding::<burn::backend::Flex>(windowed_kinds(), "flex", &Default::default());
-}
-
-/// wgpu: the CubeCL decode kernel and append (`swa_attention::kernel`) inside fusion, against
-/// the forward pass through the windowed kernels, on the kinds not [`SLOW_ON_LAVAPIPE`].
-#[cfg(feature = "wgpu")]
-#[test]
-fn the_decode_kernel_reproduces_the_forward_pass_on_wgpu() {
-    let Some(device) = crate::wgpu_devices::lease() else {
-        return;
-    };
-    check_decoding::<burn::backend::Wgpu>(kinds_on_lavapipe(false), "wgpu", &device);
-}
-
-/// The same on the kinds [`SLOW_ON_LAVAPIPE`].
-#[cfg(feature = "wgpu")]
-#[test]
-#[ignore = "about 4 minutes of lavapipe's shader compiles: `-- --ignored slow_kinds_decode`"]
-fn the_slow_kinds_decode_as_their_forward_pass_on_wgpu() {
-    let Some(device) = crate::wgpu_devices::lease() else {
-        return;
-    };
-    check_decoding::<burn::backend::Wgpu>(kinds_on_lavapipe(true), "wgpu", &device);
-}
-
-/// wgpu: the CubeCL append writes a buffer in place only when no fork shares it.
-#[cfg(feature = "wgpu")]
-#[test]
-fn a_forked_cache_decodes_independently_under_the_kernels_on_wgpu() {
-    let Some(device) = crate::wgpu_devices::lease() else {
-        return;
-    };
-    forked_caches_decode_independently::<burn::backend::Wgpu>(&device);
-}
-
-/// A cloned cache decodes on its own: stepping the fork leaves the original as it was, and
-/// both give the same logits for the same tokens (the flatness benchmark forks caches so).
-fn forked_caches_decode_independently<D: ModelBackend>(device: &D::Device) {
-    for (name, attention, reach) in windowed_kinds() {
-        let model = config(attention).init::<D>(device).unwrap();
-        let ids = token_ids(2 * reach + 6);
-        let (prefix, rest) = ids.split_at(reach + 3);
-        let token =
-            |id: i64| Tensor::<D, 1, Int>::from_data(TensorData::new(vec![id], [1]), device);
-        let mut original = model.cache(1, CachePositions::Absolute, device).unwrap();
-        for &id in prefix {
-            model.step(token(id), &mut original);
-        }
-        let mut fork = original.clone();
-        let forked: Vec<f32> =
-            rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut fork))).collect();
-        assert_eq!(original.len(), prefix.len(), "{name}: stepping the fork moved the original");
-        let resumed: Vec<f32> =
-            rest.iter().flat_map(|&id| to_vec(model.step(token(id), &mut original))).collect();
-        assert_eq!(forked, resumed, "{name}: the fork and the original decode differently");
-    }
 }
 
 /// ndarray: the buffers are written with tensor ops.

@@ -1,21 +1,19 @@
 //! Tests of `swa-models`: the attention layers, each against an f64 model written from
 //! docs/semantics.md, linear attention against its quadratic form, the decoder and its presets,
-//! decoding with bounded caches (the decode kernel against the caches' tensor ops included),
-//! and weights I/O. One binary, since every test binary links Burn; what needs training is in
-//! swa-training's `training` binary, what needs the application in the facade's `zoo`.
+//! decoding with bounded caches, and weights I/O, on the CPU backends (ndarray, the reference,
+//! and flex's fused kernels). One binary, since every test binary links Burn; what needs
+//! training is in swa-training's `training` binary, what needs the application in the facade's
+//! `zoo`, and so are the models on wgpu (decoding with the CubeCL kernels): a binary that names
+//! a GPU backend compiles all of Burn's backend for it, which the facade's library has already
+//! compiled (docs/testing.md, "What the time goes to").
 
 #[path = "../../../tests/common/decoding.rs"]
 pub mod decoding;
 #[path = "../../../tests/common/tensors.rs"]
 pub mod tensors;
-#[cfg(feature = "wgpu")]
-#[path = "../../../tests/common/wgpu_devices.rs"]
-pub mod wgpu_devices;
 
 pub use tensors::{Reference, max_abs, tensor, to_vec, values};
 
-#[cfg(feature = "wgpu")]
-mod cache_kernel;
 mod decode;
 mod decoder;
 mod display;

@@ -9,7 +9,7 @@ use swa_attention::ModelBackend;
 use swa_models::layers::{AttentionKind, LayerError, SelfAttention, SelfAttentionConfig};
 use swa_models::{Architecture, DecoderConfig, ModelError};
 
-use crate::decode::{DECODE_TOLERANCE, windowed_kinds};
+use crate::decoding::{DECODE_TOLERANCE, windowed_kinds};
 use crate::decoding::{config, token_ids};
 use crate::{Reference, max_abs, to_vec, values};
 

@@ -14,7 +14,7 @@ use swa_models::layers::{
     AttentionKind, CachePositions, Mechanism, SelfAttention, SelfAttentionConfig,
 };
 
-use crate::decode::DECODE_TOLERANCE;
+use crate::decoding::DECODE_TOLERANCE;
 use crate::layer_reference::Seeded;
 use crate::{Reference, max_abs, to_vec, values};
 

@@ -9,7 +9,8 @@ use swa_attention::{ModelBackend, RopeScaling, ScoreOptions, WindowSpec, windowe
 use swa_models::layers::{AttentionKind, CachePositions, with_sink_logits};
 use swa_models::{Architecture, DecoderConfig, MlpActivation};
 
-use crate::decode::{DECODE_TOLERANCE, decode, windowed_kinds};
+use crate::decode::decode;
+use crate::decoding::{DECODE_TOLERANCE, windowed_kinds};
 use crate::decoding::{config, token_ids};
 use crate::{Reference, max_abs, tensor, to_vec, values};
 

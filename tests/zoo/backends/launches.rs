@@ -75,7 +75,7 @@ fn launches_per_layer_stay_bounded_on_wgpu() {
     }
     let log = std::env::temp_dir().join(format!("swa-launches-{}.log", std::process::id()));
     let output = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "launches::count_launches", "--ignored"])
+        .args(["--exact", "backends::launches::count_launches", "--ignored"])
         .args(["--nocapture", "--test-threads=1"])
         .env(LOG_VARIABLE, &log)
         .output()

@@ -2,7 +2,7 @@
 //! ndarray, which is what this machine has), and half precision on wgpu where the adapter
 //! supports f16. burn-train's DDP is not wired (see the README's "Several devices").
 
-use super::run_dir;
+use crate::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
 use swa_models::layers::AttentionKind;

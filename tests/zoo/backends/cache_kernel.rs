@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorData};
 use swa_attention::{RopeConfig, ScoreOptions, WindowSpec, alibi};
 use swa_models::layers::{CachePositions, KvCache, branch_specs};
 
-use crate::decode::DECODE_TOLERANCE;
+use crate::decoding::DECODE_TOLERANCE;
 use crate::wgpu_devices::lease;
 use crate::{max_abs, to_vec, values};
 
