@@ -88,9 +88,7 @@ impl<B: Backend> WindowedAttention<B> {
             name,
         })
     }
-}
 
-impl<B: Backend> WindowedAttention<B> {
     /// The window specs, one per call of the core.
     pub(crate) fn specs(&self) -> &[WindowSpec] {
         &self.specs

@@ -2,24 +2,21 @@
 //! ndarray, which is what this machine has), and half precision on wgpu where the adapter
 //! supports f16. burn-train's DDP is not wired (see the README's "Several devices").
 
-use crate::run_dir;
 use burn::backend::{Autodiff, NdArray};
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
-use swa_models::layers::AttentionKind;
-use swa_models::{Decoder, DecoderConfig};
+use swa_models::Decoder;
 use swa_training::TrainingBackend;
 use swa_training::checkpoint::last_checkpoint;
 use swa_training::corpus::Corpus;
 use swa_training::eval::mean_loss;
 use swa_training::train::{TrainConfig, train_with};
 
-/// A tiny sliding-window run of `steps` steps, checkpointed once at the end.
-fn tiny(steps: usize) -> TrainConfig {
-    let model = DecoderConfig::new(vec![AttentionKind::Sliding { window: 8 }])
-        .with_d_model(16)
-        .with_layers(2)
-        .with_heads(2);
-    TrainConfig::new(model, 16)
+use crate::{run_dir, tiny_model};
+
+/// A run of the tests' tiny model ([`tiny_model`]) of `steps` steps at a learning rate that
+/// shows learning within them, checkpointed once at the end.
+fn learning_run(steps: usize) -> TrainConfig {
+    TrainConfig::new(tiny_model(), 16)
         .with_batch_size(4)
         .with_steps(steps)
         .with_checkpoint_every(steps)
@@ -37,7 +34,7 @@ fn losses_before_and_after<B: TrainingBackend>(
     steps: usize,
     strategy: ExecutionStrategy<B>,
 ) -> (f64, f64) {
-    let (config, corpus, dir) = (tiny(steps), Corpus::embedded(), run_dir(name));
+    let (config, corpus, dir) = (learning_run(steps), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
     let loss = |model: Decoder<B::InnerBackend>| {
         mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap()
