@@ -226,8 +226,14 @@ impl Study {
         batches: usize,
         device: &B::Device,
     ) -> Result<f64, AppError> {
-        let loss =
-            swa_training::eval::mean_loss(model, self.corpus.valid(), len, batch, batches, device)?;
+        let loss = swa_training::eval::mean_loss(
+            model,
+            (self.corpus.valid(), None),
+            len,
+            batch,
+            batches,
+            device,
+        )?;
         Ok(bits_per_unit(loss))
     }
 

@@ -31,6 +31,7 @@ mod decoder;
 mod error;
 pub mod files;
 mod generate;
+pub mod gguf;
 pub mod hf;
 mod info;
 pub mod layers;

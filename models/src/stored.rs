@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Tensor, TensorData};
 
+use crate::gguf::GgufCheckpoint;
 use crate::safetensors::{SafetensorsFile, SafetensorsWriter};
 
 /// One tensor of a file that is all or part of a parameter: its stable name (a module path
@@ -193,12 +194,43 @@ impl<B: Backend> ModuleVisitor<B> for Walk<'_, '_> {
     }
 }
 
-/// Replaces every float parameter of a model by its tensors from safetensors files, read when
+/// A file of weights: safetensors, or a GGUF checkpoint read under transformers' names.
+pub enum WeightFile {
+    /// A safetensors file (ours, or one of a Hugging Face checkpoint).
+    Safetensors(SafetensorsFile),
+    /// A GGUF file, its tensors dequantized as they are read.
+    Gguf(Box<GgufCheckpoint>),
+}
+
+impl WeightFile {
+    /// Every tensor's shape, by name.
+    pub fn shapes(&self) -> BTreeMap<String, Vec<usize>> {
+        match self {
+            WeightFile::Safetensors(file) => file
+                .tensors
+                .iter()
+                .map(|(name, entry)| (name.clone(), entry.shape.clone()))
+                .collect(),
+            WeightFile::Gguf(file) => file.shapes(),
+        }
+    }
+
+    /// The tensor `name`, in its file's float type (safetensors) or dequantized into `dtype`
+    /// (GGUF).
+    pub fn read(&mut self, name: &str, dtype: DType) -> Result<TensorData, String> {
+        match self {
+            WeightFile::Safetensors(file) => file.read(name),
+            WeightFile::Gguf(file) => file.read(name, dtype),
+        }
+    }
+}
+
+/// Replaces every float parameter of a model by its tensors from weight files, read when
 /// it is reached and joined where the parameter is several ([`parts`]). The first failure is
 /// kept and the parameters after it are left as they are.
 pub struct Load<'a> {
     /// The weight files, each with its path.
-    pub files: Vec<(PathBuf, SafetensorsFile)>,
+    pub files: Vec<(PathBuf, WeightFile)>,
     /// The index in `files` of the file holding each tensor.
     pub holder: BTreeMap<String, usize>,
     /// How the files name and lay out the tensors.
@@ -238,7 +270,8 @@ impl Load<'_> {
             let name = (self.layout.name)(&part.name).ok_or_else(missing)?;
             let index = *self.holder.get(&name).ok_or(LoadProblem::Missing(name.clone()))?;
             let (file, reader) = &mut self.files[index];
-            let data = reader.read(&name).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
+            let data =
+                reader.read(&name, dtype).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
             pieces.push(Tensor::<B, D>::from_data(data, (device, dtype)));
         }
         // `[out, in]` parts stack along their first axis: the joined storage stays `[out, in]`

@@ -65,7 +65,7 @@ use crate::layers::MixerRecord;
 use crate::panics::without_panics;
 use crate::records::{MpkRecorder, RECORD_EXTENSION, write_record_item};
 use crate::safetensors::SafetensorsFile;
-use crate::stored::{self, Layout, Load, LoadProblem};
+use crate::stored::{self, Layout, Load, LoadProblem, WeightFile};
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.
@@ -133,7 +133,7 @@ pub fn import_safetensors<B: Backend>(
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let holder = file.tensors.keys().map(|name| (name.clone(), 0)).collect();
     let mut load = Load {
-        files: vec![(path.to_path_buf(), file)],
+        files: vec![(path.to_path_buf(), WeightFile::Safetensors(file))],
         holder,
         layout: stable_layout(),
         heads,

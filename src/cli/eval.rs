@@ -95,7 +95,7 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 false => args.lengths.clone(),
             };
             let grid = Grid { args: &args, lengths, unit: corpus.unit_name(), to: out.clone() };
-            grid.run(&config.model, &model, corpus.test(), &device)?;
+            grid.run(&config.model, &model, (corpus.test(), None), &device)?;
             if config.segment_memory {
                 // A run trained with segment memory is also scored as it validated: one stream
                 // of --sequences segments, every layer keeping what its windows reach.
@@ -132,7 +132,7 @@ impl Grid<'_> {
         &self,
         config: &DecoderConfig,
         model: &Decoder<B>,
-        tokens: Arc<Vec<u32>>,
+        text: (Arc<Vec<u32>>, Option<u32>),
         device: &B::Device,
     ) -> Result<(), AppError> {
         let args = self.args;
@@ -148,7 +148,7 @@ impl Grid<'_> {
             };
             let mut row = Vec::new();
             for &len in &self.lengths {
-                let loss = mean_loss(&model, tokens.clone(), len, 1, args.sequences, device)?;
+                let loss = mean_loss(&model, text.clone(), len, 1, args.sequences, device)?;
                 let label = window.map_or("trained".into(), |w| w.to_string());
                 println!(
                     "window {label:>8}  length {len:>6}  loss {loss:.4}  ppl {:.3}  bits {:.4}",
@@ -188,7 +188,9 @@ impl Grid<'_> {
     }
 }
 
-/// `eval --hf`: the grid for a checkpoint over `--corpus`, tokenized by its tokenizer.
+/// `eval --hf`: the grid for a checkpoint over `--corpus`, tokenized by its tokenizer, every
+/// sequence starting with the BOS token when the tokenizer adds one (as the checkpoint was
+/// trained, and as transformers and lm-eval score it).
 fn eval_hf<B: ModelBackend>(
     args: &EvalArgs,
     dir: &Path,
@@ -200,6 +202,7 @@ fn eval_hf<B: ModelBackend>(
     let text = std::fs::read_to_string(path)
         .map_err(|source| AppError::Io { path: path.clone(), source })?;
     let tokens: Vec<u32> = run.encode(&text, false)?.into_iter().map(|t| t as u32).collect();
+    let bos = run.tokenizer.bos().map(|t| t as u32);
     let lengths = match args.lengths.is_empty() {
         true => vec![128, 256, 512],
         false => args.lengths.clone(),
@@ -207,5 +210,5 @@ fn eval_hf<B: ModelBackend>(
     let name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     let to = args.to.clone().unwrap_or_else(|| Path::new("runs/eval").join(name));
     let grid = Grid { args, lengths, unit: "token", to };
-    grid.run(&run.config, &run.model, Arc::new(tokens), device)
+    grid.run(&run.config, &run.model, (Arc::new(tokens), bos), device)
 }

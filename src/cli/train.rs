@@ -305,7 +305,7 @@ impl TrainJob {
         let (len, batches) = (config.seq_len, config.valid_batches);
         Ok(match config.segment_memory {
             true => stream_loss(model, valid, (len, batch, batches), config.full_memory(), device)?,
-            false => mean_loss(model, valid, len, batch, batches, device)?,
+            false => mean_loss(model, (valid, None), len, batch, batches, device)?,
         })
     }
 

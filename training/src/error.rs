@@ -43,13 +43,17 @@ pub enum TrainingError {
     TooFewTokens {
         /// Tokens in the stream.
         tokens: usize,
-        /// Tokens per window: the sequence length + 1.
+        /// Tokens of the text per window: the sequence length + 1, or the sequence length
+        /// after a BOS.
         window: usize,
         /// Windows per batch.
         batch: usize,
     },
     /// A loader of a synthetic task asked for batches of no examples.
     EmptyBatch,
+    /// A loader of streams (segment memory) asked to start its windows with a BOS: segments
+    /// continue one another, so only a stream's first could.
+    BosInStreams,
     /// A loader could not be built for `purpose`.
     Loader {
         /// What the loader was for: `train split`, `evaluation at length 512`, …
@@ -201,10 +205,15 @@ impl fmt::Display for TrainingError {
             }
             TooFewTokens { tokens, window, batch } => write!(
                 f,
-                "a split of {tokens} tokens cannot give windows of {window} tokens \
-                 (sequence length + 1) in batches of {batch}"
+                "a split of {tokens} tokens cannot give windows of {window} tokens of text \
+                 in batches of {batch}"
             ),
             EmptyBatch => write!(f, "a task loader needs a batch of at least 1"),
+            BosInStreams => write!(
+                f,
+                "segment memory reads the text as continuing streams, which cannot start every \
+                 segment with the checkpoint's BOS token"
+            ),
             Loader { purpose, source } => write!(f, "{purpose}: {source}"),
             ConfigUnreadable { path, source } => {
                 write!(f, "{}: cannot read: {source}", path.display())
@@ -312,8 +321,8 @@ mod tests {
             .in_loader("valid split");
         assert_eq!(
             loader.to_string(),
-            "valid split: a split of 10 tokens cannot give windows of 17 tokens (sequence length \
-             + 1) in batches of 2"
+            "valid split: a split of 10 tokens cannot give windows of 17 tokens of text in \
+             batches of 2"
         );
         assert!(std::error::Error::source(&loader).is_some());
     }

@@ -48,10 +48,11 @@ pub fn rebuild<B: Backend>(
 }
 
 /// Mean next-token loss (nats) over up to `batches` batches of `batch` consecutive windows of
-/// `len` tokens from `tokens`.
+/// `len` tokens from `tokens`, each starting with `bos` when it is set (a checkpoint whose
+/// tokenizer adds one: [`LoaderConfig::with_bos`]).
 pub fn mean_loss<B: ModelBackend>(
     model: &Decoder<B>,
-    tokens: Arc<Vec<u32>>,
+    (tokens, bos): (Arc<Vec<u32>>, Option<u32>),
     len: usize,
     batch: usize,
     batches: usize,
@@ -59,6 +60,7 @@ pub fn mean_loss<B: ModelBackend>(
 ) -> Result<f64, TrainingError> {
     let loader = LoaderConfig::new(len, batch)
         .with_steps(batches)
+        .with_bos(bos)
         .init_text::<B>(tokens, device)
         .map_err(|e| e.in_loader(format!("evaluation at length {len}")))?;
     Ok(loss_over(&loader, &LanguageModel::new(model.clone())))

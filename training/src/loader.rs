@@ -52,8 +52,8 @@ pub enum Sampling {
     },
 }
 
-/// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch, made by
-/// [`LoaderConfig`].
+/// A loader of `steps` batches of `batch` windows of `len + 1` tokens per epoch (a text loader
+/// with a BOS token: the BOS and `len` tokens of the text), made by [`LoaderConfig`].
 #[derive(Clone)]
 pub struct WindowLoader<B: Backend> {
     source: Source,
@@ -67,6 +67,8 @@ pub struct WindowLoader<B: Backend> {
     first_row: usize,
     /// With [`Sampling::Streams`], the tokens of each row's part and the segments in it.
     parts: Option<(usize, usize)>,
+    /// The token every text window starts with, if any ([`LoaderConfig::with_bos`]).
+    bos: Option<u32>,
     /// The rows of one step of the whole run: `batch`, or `P·batch` over `P` processes.
     run_rows: usize,
     sampling: Sampling,
@@ -94,13 +96,30 @@ pub struct LoaderConfig {
     first_epoch: usize,
     /// This process's rank and the run's processes; `(0, 1)` unless set.
     shard: (usize, usize),
+    /// The token every text window starts with; none unless set.
+    bos: Option<u32>,
 }
 
 impl LoaderConfig {
     /// A loader of one batch per epoch of `batch` windows of `len` tokens, read in order from
     /// the start, from epoch 0, for a run of one process.
     pub fn new(len: usize, batch: usize) -> Self {
-        Self { len, batch, steps: 1, sampling: Sampling::Sequential, first_epoch: 0, shard: (0, 1) }
+        let sampling = Sampling::Sequential;
+        Self { len, batch, steps: 1, sampling, first_epoch: 0, shard: (0, 1), bos: None }
+    }
+
+    /// Starts every window of text with `bos` when it is set, as a checkpoint whose tokenizer
+    /// adds a BOS token was trained: a window is then the BOS and `len` tokens of the text, all
+    /// `len` of them scored (the first predicted from the BOS alone), and sequential windows
+    /// score every token of the text once. Segments of [`Sampling::Streams`] continue one
+    /// another, so they take no BOS: [`LoaderConfig::init_text`] refuses the pair.
+    pub fn with_bos(self, bos: Option<u32>) -> Self {
+        Self { bos, ..self }
+    }
+
+    /// The tokens of the text one window reads: `len + 1`, or `len` after a BOS.
+    fn text_width(&self) -> usize {
+        self.len + usize::from(self.bos.is_none())
     }
 
     /// `steps` batches per epoch (a sequential text loader is cut to the windows that exist).
@@ -126,25 +145,30 @@ impl LoaderConfig {
     }
 
     /// A loader of windows of `tokens` on `device`. Fails when the tokens are too short for one
-    /// window, or the window or batch is empty.
+    /// window, the window or batch is empty, or a BOS is asked of streams.
     pub fn init_text<B: Backend>(
         self,
         tokens: Arc<Vec<u32>>,
         device: &B::Device,
     ) -> Result<WindowLoader<B>, TrainingError> {
-        if tokens.len() < self.len + 1 || self.len == 0 || self.batch == 0 {
+        let width = self.text_width();
+        if tokens.len() < width || self.len == 0 || self.batch == 0 {
             return Err(TrainingError::TooFewTokens {
                 tokens: tokens.len(),
-                window: self.len + 1,
+                window: width,
                 batch: self.batch,
             });
+        }
+        if let (Sampling::Streams { .. }, Some(_)) = (self.sampling, self.bos) {
+            return Err(TrainingError::BosInStreams);
         }
         let processes = self.shard.1;
         let part = (tokens.len() - 1) / (self.batch * processes);
         let steps = match self.sampling {
             Sampling::Random { .. } => self.steps,
             Sampling::Sequential => {
-                self.steps.min(((tokens.len() - 1) / self.len / self.batch).max(1))
+                let windows = (tokens.len() - (width - self.len)) / self.len;
+                self.steps.min((windows / self.batch).max(1))
             }
             Sampling::Streams { continuing: true } => self.steps,
             Sampling::Streams { continuing: false } => self.steps.min(part / self.len),
@@ -189,6 +213,7 @@ impl LoaderConfig {
             first_step: 0,
             first_row: rank * self.batch,
             parts: None,
+            bos: self.bos,
             run_rows: processes * self.batch,
             sampling: self.sampling,
             epoch: Arc::new(AtomicUsize::new(self.first_epoch)),
@@ -243,15 +268,16 @@ impl<B: Backend> WindowLoader<B> {
                 );
             }
         };
-        let width = self.len + 1;
-        let room = (tokens.len() - width) as u64 + 1;
-        let mut ids = Vec::with_capacity(self.batch * width);
+        let text = self.len + usize::from(self.bos.is_none());
+        let room = (tokens.len() - text) as u64 + 1;
+        let mut ids = Vec::with_capacity(self.batch * (self.len + 1));
         for row in 0..self.batch {
             let start = (self.key(epoch, step, row) % room) as usize;
-            ids.extend(tokens[start..start + width].iter().map(|&t| t as i64));
+            ids.extend(self.bos.map(i64::from));
+            ids.extend(tokens[start..start + text].iter().map(|&t| t as i64));
         }
-        let all =
-            Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, width]), &self.device);
+        let shape = [self.batch, self.len + 1];
+        let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, shape), &self.device);
         TokenBatch {
             inputs: all.clone().narrow(1, 0, self.len),
             targets: all.narrow(1, 1, self.len),

@@ -18,9 +18,10 @@ use burn::tensor::DType;
 use burn::tensor::backend::Backend;
 use serde_json::Value;
 
+use crate::gguf::{GgufCheckpoint, is_gguf};
 use crate::hf::{Family, HfProblem, names, read_config};
 use crate::safetensors::SafetensorsFile;
-use crate::stored::{EMBEDDING, Layout, Load, LoadProblem, is_linear_weight};
+use crate::stored::{EMBEDDING, Layout, Load, LoadProblem, WeightFile, is_linear_weight};
 use crate::weights::parameter_shapes;
 use crate::{Decoder, DecoderConfig, ModelError};
 
@@ -106,11 +107,10 @@ pub fn load_weights<B: Backend>(
     let mut files = Vec::new();
     let mut found = BTreeMap::new();
     let mut holder = BTreeMap::new();
-    for path in weight_files(dir).map_err(fail)? {
-        let file = SafetensorsFile::open(&path).map_err(|problem| fail(corrupt(&path, problem)))?;
-        for (name, entry) in &file.tensors {
-            found.insert(name.clone(), entry.shape.clone());
+    for (path, file) in weight_files(dir).map_err(fail)? {
+        for (name, shape) in file.shapes() {
             holder.insert(name.clone(), files.len());
+            found.insert(name, shape);
         }
         files.push((path, file));
     }
@@ -149,11 +149,20 @@ fn corrupt(file: &Path, problem: String) -> HfProblem {
     HfProblem::CorruptFile { file, problem }
 }
 
-/// The safetensors files of `dir`: `model.safetensors`, or every shard its index lists.
-fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, HfProblem> {
+/// The weight files of `dir`, opened: `model.safetensors`, or every shard its index lists; or
+/// the GGUF file `dir` is.
+fn weight_files(dir: &Path) -> Result<Vec<(PathBuf, WeightFile)>, HfProblem> {
+    if is_gguf(dir) {
+        let file = WeightFile::Gguf(Box::new(GgufCheckpoint::open(dir)?));
+        return Ok(vec![(dir.to_path_buf(), file)]);
+    }
+    let open = |path: PathBuf| match SafetensorsFile::open(&path) {
+        Ok(file) => Ok((path, WeightFile::Safetensors(file))),
+        Err(problem) => Err(corrupt(&path, problem)),
+    };
     let single = dir.join("model.safetensors");
     if single.is_file() {
-        return Ok(vec![single]);
+        return Ok(vec![open(single)?]);
     }
     let index = "model.safetensors.index.json";
     let Ok(text) = fs::read_to_string(dir.join(index)) else {
@@ -168,7 +177,7 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, HfProblem> {
         .map(|shard| {
             let path = dir.join(shard);
             match path.is_file() {
-                true => Ok(path),
+                true => open(path),
                 false => Err(HfProblem::MissingShard { shard: shard.into() }),
             }
         })

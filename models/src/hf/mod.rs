@@ -3,7 +3,10 @@
 //! (or its shards), with their `tokenizer.json`; and a model trained here written back as such
 //! a directory when one of these families expresses it.
 //!
-//! swa-zoo reads local directories only: users download checkpoints with their own tools.
+//! Where a directory is asked for, a GGUF file does as well ([`crate::gguf`]): its metadata
+//! gives the configuration and the tokenizer, its tensors the weights.
+//!
+//! swa-zoo reads local files only: users download checkpoints with their own tools.
 
 mod config;
 mod export;
@@ -14,6 +17,7 @@ mod pretrained;
 mod tests;
 mod tokenizer;
 
+use crate::gguf::{GgufCheckpoint, is_gguf};
 use crate::{DecoderConfig, ModelError};
 
 use std::fmt;
@@ -33,12 +37,14 @@ pub fn read_config(dir: &Path) -> Result<(Family, DecoderConfig), ModelError> {
     config_of(dir, &text)
 }
 
-/// The text of `dir/config.json`.
+/// The text of `dir/config.json`, or for a GGUF file the one its metadata makes
+/// ([`GgufCheckpoint::config_json`]).
 fn config_text(dir: &Path) -> Result<String, ModelError> {
-    fs::read_to_string(dir.join("config.json")).map_err(|_| ModelError::Checkpoint {
-        dir: dir.to_path_buf(),
-        problem: HfProblem::NoConfig,
-    })
+    let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
+    if is_gguf(dir) {
+        return GgufCheckpoint::open(dir).and_then(|file| file.config_json()).map_err(fail);
+    }
+    fs::read_to_string(dir.join("config.json")).map_err(|_| fail(HfProblem::NoConfig))
 }
 
 /// [`read_config`] of `config.json`'s `text`, read from `dir`.
@@ -162,6 +168,12 @@ pub enum HfProblem {
         /// The model's `vocab_size`.
         model: usize,
     },
+    /// A GGUF file holds what swa-zoo does not read: an architecture, a tensor type, a
+    /// version, or metadata it needs and lacks.
+    Gguf {
+        /// What, and what is supported.
+        problem: String,
+    },
     /// The model cannot be written as any supported family.
     NotExportable {
         /// What no family expresses.
@@ -209,6 +221,7 @@ impl fmt::Display for HfProblem {
                 f,
                 "tokenizer.json has {tokenizer} ids but the model's vocabulary has {model}"
             ),
+            HfProblem::Gguf { problem } => write!(f, "GGUF: {problem}"),
             HfProblem::NotExportable { reason } => {
                 write!(f, "no supported family expresses this model: {reason}")
             }

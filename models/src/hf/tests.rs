@@ -138,9 +138,13 @@ fn problem(dir: &Path) -> (HfProblem, String) {
 
 /// Rewrites `config.json` of `dir` through `edit`.
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
-    let path = dir.join("config.json");
+    edit_json(&dir.join("config.json"), edit);
+}
+
+/// Rewrites the JSON file `path` through `edit`.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let mut json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
     edit(&mut json);
     fs::write(path, json.to_string()).unwrap();
 }
@@ -292,4 +296,19 @@ fn an_exported_model_reads_back_with_its_logits() {
         other => panic!("expected NotExportable, got {:?}", other.err()),
     }
     assert!(!dir.exists(), "a refused export writes nothing");
+}
+
+/// The fixtures' tokenizer puts `<bos>` (id 1) before a text, as transformers reads it
+/// (`make_fixtures.py` checks that side); without its post-processor it adds no BOS.
+#[test]
+fn the_bos_is_the_token_the_tokenizer_puts_first() {
+    let dir = fixture("llama");
+    let tokenizer = crate::hf::load_tokenizer(&dir, 512).unwrap();
+    assert_eq!(tokenizer.bos(), Some(1));
+    let plain = scratch("llama", "no-bos");
+    edit_json(&plain.join("tokenizer.json"), |json| {
+        json["post_processor"] = serde_json::Value::Null
+    });
+    assert_eq!(crate::hf::load_tokenizer(&plain, 512).unwrap().bos(), None);
+    fs::remove_dir_all(plain).unwrap();
 }

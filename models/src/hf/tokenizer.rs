@@ -8,7 +8,10 @@ use std::path::Path;
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+use std::str::FromStr;
+
 use crate::ModelError;
+use crate::gguf::{GgufCheckpoint, is_gguf};
 use crate::hf::HfProblem;
 use crate::panics::without_panics;
 
@@ -17,10 +20,13 @@ pub struct HfTokenizer {
     inner: Tokenizer,
     /// Ids that end a sequence (`eos_token_id` of `config.json`, a number or a list).
     eos: Vec<usize>,
+    /// The token the tokenizer puts before a text's own ([`HfTokenizer::bos`]).
+    bos: Option<usize>,
 }
 
-/// Reads `dir/tokenizer.json` for a model of `vocab_size` ids; fails when the file is missing
-/// or unreadable, or when it has more ids than the model.
+/// Reads `dir/tokenizer.json` (for a GGUF file, the tokenizer of its metadata) for a model of
+/// `vocab_size` ids; fails when the file is missing or unreadable, or when it has more ids than
+/// the model.
 pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, ModelError> {
     let config = fs::read_to_string(dir.join("config.json")).unwrap_or_default();
     read_tokenizer(dir, vocab_size, &config)
@@ -34,8 +40,12 @@ pub(crate) fn read_tokenizer(
     config: &str,
 ) -> Result<HfTokenizer, ModelError> {
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
-    let path = dir.join("tokenizer.json");
-    let inner = without_panics("the tokenizers library", || Tokenizer::from_file(&path))
+    let json = match is_gguf(dir) {
+        true => GgufCheckpoint::open(dir).and_then(|file| file.tokenizer_json()).map_err(fail)?,
+        false => fs::read_to_string(dir.join("tokenizer.json"))
+            .map_err(|e| fail(HfProblem::Tokenizer { problem: e.to_string() }))?,
+    };
+    let inner = without_panics("the tokenizers library", || Tokenizer::from_str(&json))
         .and_then(|read| read.map_err(|e| e.to_string()))
         .map_err(|problem| fail(HfProblem::Tokenizer { problem }))?;
     let tokenizer = inner.get_vocab_size(true);
@@ -48,7 +58,21 @@ pub(crate) fn read_tokenizer(
         Value::Array(ids) => ids.iter().filter_map(Value::as_u64).map(|id| id as usize).collect(),
         _ => Vec::new(),
     };
-    Ok(HfTokenizer { inner, eos })
+    let bos = leading_special(&inner);
+    Ok(HfTokenizer { inner, eos, bos })
+}
+
+/// The one token `tokenizer` puts before a text's own ids when it adds its special tokens (a
+/// BOS), found by encoding a probe both ways; `None` when it adds none before the text.
+fn leading_special(tokenizer: &Tokenizer) -> Option<usize> {
+    let probe = "a";
+    let plain = tokenizer.encode(probe, false).ok()?;
+    let special = tokenizer.encode(probe, true).ok()?;
+    let text = plain.get_ids();
+    match special.get_ids() {
+        [first, rest @ ..] if !text.is_empty() && rest.starts_with(text) => Some(*first as usize),
+        _ => None,
+    }
 }
 
 impl std::fmt::Debug for HfTokenizer {
@@ -56,6 +80,7 @@ impl std::fmt::Debug for HfTokenizer {
         f.debug_struct("HfTokenizer")
             .field("vocab_size", &self.inner.get_vocab_size(true))
             .field("eos", &self.eos)
+            .field("bos", &self.bos)
             .finish()
     }
 }
@@ -82,6 +107,13 @@ impl HfTokenizer {
     /// text.
     pub fn piece(&self, id: usize) -> Option<String> {
         self.inner.id_to_token(id as u32)
+    }
+
+    /// The token this tokenizer puts before every text it encodes with its special tokens
+    /// (Gemma's `<bos>`, Llama's `<s>`), as the checkpoint saw at the start of each training
+    /// sequence; `None` for tokenizers that add none (Qwen2, SmolLM2).
+    pub fn bos(&self) -> Option<usize> {
+        self.bos
     }
 
     /// Whether `id` ends a sequence.

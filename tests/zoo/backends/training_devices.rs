@@ -37,7 +37,7 @@ fn losses_before_and_after<B: TrainingBackend>(
     let (config, corpus, dir) = (learning_run(steps), Corpus::embedded(), run_dir(name));
     let device = strategy.main_device().clone();
     let loss = |model: Decoder<B::InnerBackend>| {
-        mean_loss(&model, corpus.valid(), 16, 4, 2, &device).unwrap()
+        mean_loss(&model, (corpus.valid(), None), 16, 4, 2, &device).unwrap()
     };
     let before = loss(config.model.init::<B::InnerBackend>(&device).unwrap());
     let outcome = train_with(&config, &corpus, &dir, false, strategy).unwrap();

@@ -65,7 +65,7 @@ fn stream_evaluation_matches_one_longer_window() {
         .unwrap();
     let tokens = Corpus::embedded().valid();
     let streamed = stream_loss(&model, tokens.clone(), (8, 1, 2), 8, &device).unwrap();
-    let whole = mean_loss(&model, tokens, 16, 1, 1, &device).unwrap();
+    let whole = mean_loss(&model, (tokens, None), 16, 1, 1, &device).unwrap();
     assert!((streamed - whole).abs() < 1e-5, "{streamed} vs {whole}");
 }
 

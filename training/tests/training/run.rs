@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
+use burn::data::dataloader::DataLoader;
 use swa_models::DecoderConfig;
 use swa_models::layers::AttentionKind;
 use swa_training::checkpoint::last_checkpoint;
 use swa_training::corpus::Corpus;
+use swa_training::error::TrainingError;
 use swa_training::eval::with_eval_window;
 use swa_training::loader::{LoaderConfig, Sampling, WindowLoader};
 use swa_training::schedule::WarmupCosine;
@@ -111,6 +113,28 @@ fn batches_depend_only_on_seed_epoch_and_step() {
     );
 }
 
+/// With a BOS, each window is the BOS and `len` tokens of the text, all scored; sequential
+/// windows score every token of the text exactly once; streams refuse a BOS.
+#[test]
+fn windows_after_a_bos_score_every_token_of_the_text_once() {
+    let tokens = Arc::new((10..30u32).collect::<Vec<_>>());
+    let loader = LoaderConfig::new(4, 2).with_steps(10).with_bos(Some(1));
+    let loader = loader.init_text::<NdArray>(tokens.clone(), &Default::default()).unwrap();
+    assert_eq!(loader.num_items(), 4, "20 tokens: 5 windows of 4, cut to whole batches of 2");
+    let batch = loader.batch(0, 1);
+    let inputs = to_vec(batch.inputs.float());
+    let targets = to_vec(batch.targets.float());
+    assert_eq!(inputs, [1., 18., 19., 20., 1., 22., 23., 24.]);
+    assert_eq!(targets, [18., 19., 20., 21., 22., 23., 24., 25.]);
+    let exact = LoaderConfig::new(20, 1).with_bos(Some(1));
+    assert!(exact.init_text::<NdArray>(tokens.clone(), &Default::default()).is_ok());
+    let streams = LoaderConfig::new(4, 1)
+        .with_bos(Some(1))
+        .with_sampling(Sampling::Streams { continuing: false })
+        .init_text::<NdArray>(tokens, &Default::default());
+    assert!(matches!(streams.err(), Some(TrainingError::BosInStreams)));
+}
+
 #[test]
 fn evaluation_windows_replace_local_windows_only() {
     let config = DecoderConfig::new(vec![AttentionKind::Full, AttentionKind::swat(64)])
@@ -148,7 +172,7 @@ fn decoded_loss_matches_the_parallel_evaluation() {
         .with_layers(2)
         .with_heads(2);
     let model = config.init::<NdArray>(&device).unwrap();
-    let parallel = mean_loss(&model, corpus.valid(), 12, 3, 1, &device).unwrap();
+    let parallel = mean_loss(&model, (corpus.valid(), None), 12, 3, 1, &device).unwrap();
     let decoded =
         decoded_loss(&model, corpus.valid(), 12, 3, CachePositions::Absolute, &device).unwrap();
     assert!((parallel - decoded).abs() < 1e-5, "parallel {parallel}, decoded {decoded}");
