@@ -7,6 +7,8 @@
 mod checkpoint;
 mod file;
 mod quants;
+#[cfg(test)]
+mod tests;
 mod tokenizer;
 
 pub use checkpoint::GgufCheckpoint;
