@@ -1,6 +1,6 @@
 //! Mutation tests of every input the project reads (docs/reliability.md): valid files
 //! (`config.json`, `model.safetensors` header and data, a sharded checkpoint's index,
-//! `tokenizer.json`, `train.json`, a
+//! `tokenizer.json`, a GGUF file, `train.json`, a
 //! training checkpoint's records, an `eval-choice` tasks file, a corpus), each mutated many
 //! times with byte flips, truncations, insertions and JSON field changes, seeded so that a
 //! failure reproduces. Every mutated input must end in a result or an error: a panic fails the
@@ -124,6 +124,11 @@ fn read_hf(dir: &Path) -> Result<(), String> {
     tokenizer.decode(&ids).map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// A GGUF checkpoint (`model.gguf` of `dir`) as `generate --hf FILE` reads it.
+fn read_gguf(dir: &Path) -> Result<(), String> {
+    read_hf(&dir.join("model.gguf"))
+}
+
 /// A training run's folder as `train --resume` reads it, up to the Learner: `train.json`, the
 /// model record checked against it, and the search for a complete checkpoint.
 fn read_run(dir: &Path) -> Result<(), String> {
@@ -225,6 +230,8 @@ fn mutated_inputs_end_in_a_result_or_an_error() {
     let (hf, sharded) = (root.join("hf"), root.join("sharded"));
     copy_folder(&fixtures.join("mistral"), &hf);
     copy_folder(&fixtures.join("qwen2"), &sharded);
+    let gguf = root.join("gguf");
+    copy_folder(&fixtures.join("../gguf/tiny"), &gguf);
     let run = training_run(&root);
     let files = root.join("files");
     std::fs::create_dir_all(&files).unwrap();
@@ -237,6 +244,7 @@ fn mutated_inputs_end_in_a_result_or_an_error() {
         (bytes("model.safetensors", "model.safetensors", 1200, read_hf), &hf),
         (json("tokenizer.json", 1800, read_hf), &hf),
         (json("model.safetensors.index.json", 1000, read_hf), &sharded),
+        (bytes("model.gguf", "model.gguf", 800, read_gguf), &gguf),
         (json("train.json", 4000, read_run), &run),
         (bytes("model checkpoint", "checkpoint/model-2.mpk", 2000, read_run), &run),
         (bytes("tasks.jsonl", "tasks.jsonl", 3000, read_tasks), &files),
