@@ -11,7 +11,7 @@ use swa_models::files::EXIT_WRITE_FAILED;
 use swa_models::hf::WeightPrecision;
 use swa_models::{LayerError, ModelError};
 use swa_training::TrainingError;
-use swa_training::run_lock::{EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
+use swa_training::run_lock::{EXIT_DIVERGED, EXIT_RUN_LOCKED, EXIT_STOPPED_BY_REQUEST};
 
 use crate::choice::Precision;
 use crate::report::ReportError;
@@ -156,12 +156,13 @@ impl AppError {
     /// The process's exit status for this error (docs/reliability.md, "Exit statuses"):
     /// [`EXIT_RUN_LOCKED`] when another process trains the run, [`EXIT_WRITE_FAILED`] when a
     /// file could not be written, [`EXIT_STOPPED_BY_REQUEST`] when training was stopped by a
-    /// signal, 1 for any other failure.
+    /// signal, [`EXIT_DIVERGED`] when its loss stopped being finite, 1 for any other failure.
     pub fn exit_code(&self) -> i32 {
         use AppError::{Model, Report, Step, Training};
         match self {
             Training(TrainingError::RunLocked { .. }) => EXIT_RUN_LOCKED,
             Training(TrainingError::Stopped { .. }) => EXIT_STOPPED_BY_REQUEST,
+            Training(TrainingError::Diverged { .. }) => EXIT_DIVERGED,
             Training(TrainingError::Write(_) | TrainingError::Model(ModelError::Write(_)))
             | Model(ModelError::Write(_))
             | Report(ReportError::Write(_)) => EXIT_WRITE_FAILED,

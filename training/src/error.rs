@@ -86,6 +86,17 @@ pub enum TrainingError {
     /// A file of the run could not be written (the disk is full, the folder is read-only or
     /// gone): the run stopped there, its last complete checkpoint intact.
     Write(WriteError),
+    /// A value was not finite (a step's loss, before its update; the validation loss or a
+    /// weight, before a checkpoint; here, or under MPI in any process): the run stopped there
+    /// and wrote nothing after it; `--resume` continues from its last checkpoint.
+    Diverged {
+        /// Where: the step, and what was not finite.
+        at: crate::stop::Divergence,
+        /// The run's checkpoint folder.
+        dir: PathBuf,
+        /// The last complete checkpoint; `None` before the first.
+        checkpoint: Option<usize>,
+    },
     /// The run was asked to stop (a signal, the dashboard's quit) and stopped at the next
     /// optimizer step, without saving `model.mpk`; `--resume` continues from its last
     /// checkpoint.
@@ -231,6 +242,21 @@ impl fmt::Display for TrainingError {
                 dir.display(),
                 if *at_stop { "" } else { " (the steps after it are trained again)" }
             ),
+            Diverged { at, dir, checkpoint } => {
+                write!(f, "training diverged at step {}: {} is {}", at.step, at.what, at.value)?;
+                if at.value.is_finite() {
+                    write!(f, " here and not finite in another process")?;
+                }
+                match checkpoint {
+                    Some(checkpoint) => write!(
+                        f,
+                        "; nothing was saved after it, and --resume continues from checkpoint \
+                         {checkpoint} in {}",
+                        dir.display()
+                    ),
+                    None => write!(f, "; no checkpoint was saved before it"),
+                }
+            }
             Stopped { reason, dir, checkpoint: None, .. } => write!(
                 f,
                 "training stopped by {reason} before its first checkpoint (none in {}); --resume starts it afresh",

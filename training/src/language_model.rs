@@ -7,7 +7,7 @@
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, Transaction};
+use burn::tensor::{ElementConversion, Int, Tensor, Transaction};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
@@ -43,6 +43,19 @@ pub struct LossOutput<B: Backend> {
     /// For a synthetic task: scored positions whose most likely token is the target, `[1]`,
     /// and how many positions are scored.
     pub hits: Option<(Tensor<B, 1, Int>, usize)>,
+}
+
+/// The loss of a step's output, read from the device: what the run's divergence check asks of
+/// every step before its update ([`crate::train`]).
+pub trait StepLoss {
+    /// The step's loss.
+    fn loss_value(&self) -> f64;
+}
+
+impl<B: Backend> StepLoss for LossOutput<B> {
+    fn loss_value(&self) -> f64 {
+        self.loss.clone().into_scalar().elem()
+    }
 }
 
 impl<B: Backend> ItemLazy for LossOutput<B> {

@@ -36,6 +36,10 @@ pub const EXIT_RUN_LOCKED: i32 = 5;
 /// step in flight (`--resume` continues it).
 pub const EXIT_STOPPED_BY_REQUEST: i32 = 7;
 
+/// The exit status of `swa-zoo train` whose loss stopped being finite: it stopped before that
+/// step's update, nothing written after it (`--resume` continues from the last checkpoint).
+pub const EXIT_DIVERGED: i32 = 8;
+
 /// The exclusive lock of one run's folder, held while this value lives (and released by the
 /// operating system when the process ends, however it ends).
 #[derive(Debug)]

@@ -8,6 +8,8 @@
 //! intact. A stop request ends the Learner after the step in flight; the run then ends with
 //! [`TrainingError::Stopped`](crate::TrainingError::Stopped) instead of saving `model.mpk`, and
 //! `--resume` trains again from the last checkpoint. A second signal ends the process at once.
+//! A step whose loss is not finite ends the run before its update, with
+//! [`TrainingError::Diverged`](crate::TrainingError::Diverged) and no file written after it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -17,6 +19,18 @@ use std::time::Duration;
 use burn::train::Interrupter;
 use swa_models::files::WriteError;
 
+/// Where a run diverged: the first value found not finite.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Divergence {
+    /// The step (counted from 1 over the whole run).
+    pub step: usize,
+    /// What was not finite: `the loss` (checked before the step's update), `the validation
+    /// loss` or `a weight` (checked before a checkpoint is written).
+    pub what: &'static str,
+    /// Its value in this process (finite when another process's was not).
+    pub value: f64,
+}
+
 /// The run's stop request and the failure behind it, shared by the Learner's writers.
 #[derive(Clone, Default)]
 pub struct RunStop {
@@ -24,12 +38,16 @@ pub struct RunStop {
     failure: Arc<Mutex<Option<WriteError>>>,
     /// The step a stop request ended training at (its checkpoint's number).
     stopped_at: Arc<OnceLock<usize>>,
+    /// The step at which a value was not finite, what it was and its value
+    /// ([`RunStop::diverged_at`]).
+    diverged: Arc<OnceLock<Divergence>>,
 }
 
 impl RunStop {
     /// A stop that asks the Learner holding `interrupter` to stop.
     pub fn new(interrupter: Interrupter) -> Self {
-        Self { interrupter, failure: Arc::default(), stopped_at: Arc::default() }
+        let (failure, stopped_at, diverged) = Default::default();
+        Self { interrupter, failure, stopped_at, diverged }
     }
 
     /// Records a write that failed (the first one is kept: later ones follow from it) and asks
@@ -56,6 +74,17 @@ impl RunStop {
     /// Training ended at step `step` for a stop request, before its last step.
     pub fn stopped_at(&self, step: usize) {
         let _ = self.stopped_at.set(step);
+    }
+
+    /// Training diverged at step `step` (a value not finite here, or under MPI in another
+    /// process): it stopped there, and nothing after it is saved.
+    pub fn diverged_at(&self, step: usize, what: &'static str, value: f64) {
+        let _ = self.diverged.set(Divergence { step, what, value });
+    }
+
+    /// Where training diverged, if it did.
+    pub fn divergence(&self) -> Option<Divergence> {
+        self.diverged.get().copied()
     }
 
     /// The step a stop request ended training at, if one did.

@@ -170,9 +170,9 @@ fn train_run<B: TrainingBackend>(
         false => StreamMemory::off(),
     };
     let model = match run.train(LanguageModel { memory, ..LanguageModel::new(decoder) }) {
-        // Every process stopped at the same step: they leave the run together, and the
+        // Every process stopped (or diverged) at the same step: they leave the run together, and the
         // launcher's `SIGTERM` when the first one exits cannot cut another's last line.
-        Err(stopped @ TrainingError::Stopped { .. }) => {
+        Err(stopped @ (TrainingError::Stopped { .. } | TrainingError::Diverged { .. })) => {
             if let Some(cluster) = cluster {
                 crate::stop::ignore_stop_signals();
                 cluster.finish();

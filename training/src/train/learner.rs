@@ -161,6 +161,10 @@ impl<B: TrainingBackend> Session<'_, B> {
         if let Some(failure) = stop.take_failure() {
             return Err(TrainingError::Write(failure));
         }
+        if let Some(at) = stop.divergence() {
+            let (dir, checkpoint) = (self.out.join("checkpoint"), last_checkpoint(self.out));
+            return Err(TrainingError::Diverged { at, dir, checkpoint });
+        }
         // burn-train's own loop stops at an epoch's end without saying where (and its
         // dashboard clears the Interrupter as training ends): its last checkpoint tells.
         let checkpoint = match stop.stop_step() {

@@ -11,20 +11,28 @@
 //!   every process stops at the same step and rank 0 writes one checkpoint.
 //!
 //! A failed write ([`RunStop::write_failed`]) ends the loop after the batch in flight, without
-//! a checkpoint: the last complete one stays as it is.
+//! a checkpoint: the last complete one stays as it is. So does a divergence
+//! ([`RunStop::diverged_at`]): a batch's loss that is not finite, checked before its update, or
+//! a validation loss or weight that is not, checked before a checkpoint (under MPI each check
+//! agreed by every process, one float): nothing after it is written. A gradient that overflows
+//! on a finite loss shows in the next check (in half precision, loss scaling skips such a step
+//! as before).
 
 use burn::data::dataloader::Progress;
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::GradientsAccumulator;
 use burn::tensor::Device;
+use burn::tensor::backend::Backend;
 use burn::tensor::backend::DeviceOps;
+use burn::tensor::{ElementConversion, Tensor};
 use burn::train::{
     EventProcessorTraining, InferenceStep, Learner, LearnerEvent, LearningComponentsTypes,
-    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingBackend,
-    TrainingComponents, TrainingItem, TrainingModel, ValidLoader,
+    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainStep,
+    TrainingBackend, TrainingComponents, TrainingItem, TrainingModel, ValidLoader,
 };
 
 use crate::distributed::Cluster;
+use crate::language_model::StepLoss;
 use crate::stop::RunStop;
 
 /// The training loop of a run on one device, from step `start`.
@@ -52,9 +60,23 @@ impl<LC: LearningComponentsTypes> StepLoop<LC> {
         }
     }
 
+    /// Whether the run diverged at `step`: `what` (of `value`) not finite here or (under MPI)
+    /// in any process, recorded in the run's stop. Every process calls it at the same steps.
+    fn diverged(&self, step: usize, what: &'static str, value: f64) -> bool {
+        let here = !value.is_finite();
+        let any = match &self.cluster {
+            Some(cluster) => cluster.any(here, "the divergence check's all-reduce"),
+            None => here,
+        };
+        if any {
+            self.stop.diverged_at(step, what, value);
+        }
+        any
+    }
+
     /// Trains steps `from + 1 ..= every` of `epoch` (counted from 1 among `epochs`), the
     /// batches before `from` skipped; returns the last step trained: `every`, or fewer when a
-    /// stop request or a failed write ended the epoch.
+    /// stop request, a failed write or a divergence ended the epoch.
     fn train_epoch(
         &self,
         learner: &mut Learner<LC>,
@@ -62,7 +84,10 @@ impl<LC: LearningComponentsTypes> StepLoop<LC> {
         (epoch, epochs, from): (usize, usize, usize),
         processor: &mut SupervisedTrainingEventProcessor<LC>,
         accumulation: Option<usize>,
-    ) -> usize {
+    ) -> usize
+    where
+        <TrainingModel<LC> as TrainStep>::Output: StepLoss,
+    {
         let global = Progress::new(epoch, epochs);
         let mut iterator = loader.iter();
         for _ in 0..from {
@@ -74,6 +99,10 @@ impl<LC: LearningComponentsTypes> StepLoop<LC> {
             learner.lr_step();
             let progress = iterator.progress();
             let output = learner.train_step(item);
+            let loss = output.item.loss_value();
+            if self.diverged((epoch - 1) * self.every + step, "the loss", loss) {
+                break;
+            }
             let stepped = match accumulation {
                 Some(accumulation) => {
                     accumulator.accumulate(&learner.model(), output.grads);
@@ -101,29 +130,55 @@ impl<LC: LearningComponentsTypes> StepLoop<LC> {
         step
     }
 
-    /// Validates `learner`'s model on the whole validation loader at the end of `epoch`.
+    /// Validates `learner`'s model on the whole validation loader at the end of `epoch`;
+    /// returns the worst batch loss: the first that is not finite, else the largest.
     fn validate(
         &self,
         learner: &Learner<LC>,
         loader: &ValidLoader<LC>,
         global: Progress,
         processor: &mut SupervisedTrainingEventProcessor<LC>,
-    ) {
+    ) -> f64
+    where
+        <LC::InferenceModel as InferenceStep>::Output: StepLoss,
+    {
         let model = learner.model().valid();
         let mut iterator = loader.iter();
-        let mut iteration = 0;
+        let (mut iteration, mut worst) = (0, 0.0_f64);
         while let Some(item) = iterator.next() {
             iteration += 1;
             let progress = iterator.progress();
             let item = model.step(item);
+            let loss = item.loss_value();
+            if !loss.is_finite() || worst.is_finite() && loss > worst {
+                worst = loss;
+            }
             let item = TrainingItem::new(item, progress, global.clone(), Some(iteration), None);
             processor.process_valid(LearnerEvent::ProcessedItem(item));
         }
         processor.process_valid(LearnerEvent::EndEpoch(global.items_processed));
+        worst
     }
 }
 
-impl<LC: LearningComponentsTypes> SupervisedLearningStrategy<LC> for StepLoop<LC> {
+/// The sum of every weight of `model`: not finite when one of them is not.
+fn finite_sum<B: Backend, M: Module<B>>(model: &M) -> f64 {
+    struct Sum(f64);
+    impl<B: Backend> ModuleVisitor<B> for Sum {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0 += param.val().sum().into_scalar().elem::<f64>();
+        }
+    }
+    let mut sum = Sum(0.0);
+    model.visit(&mut sum);
+    sum.0
+}
+
+impl<LC: LearningComponentsTypes> SupervisedLearningStrategy<LC> for StepLoop<LC>
+where
+    <TrainingModel<LC> as TrainStep>::Output: StepLoss,
+    <LC::InferenceModel as InferenceStep>::Output: StepLoss,
+{
     /// Trains from step `start` to the end of the last epoch, validating and checkpointing at
     /// every epoch's end, and checkpointing the step a stop request ends at. The Learner comes
     /// with the checkpoint already loaded (`starting_epoch` is not used); the run sets no early
@@ -149,10 +204,15 @@ impl<LC: LearningComponentsTypes> SupervisedLearningStrategy<LC> for StepLoop<LC
             let step = self.train_epoch(&mut learner, &train, span, &mut processor, accumulation);
             done = (epoch - 1) * self.every + step;
             let complete = step == self.every;
-            if complete && !self.stop.has_failed() {
-                self.validate(&learner, &valid, Progress::new(epoch, epochs), &mut processor);
+            if complete && !self.stop.has_failed() && self.stop.divergence().is_none() {
+                let global = Progress::new(epoch, epochs);
+                let loss = self.validate(&learner, &valid, global, &mut processor);
+                self.diverged(done, "the validation loss", loss);
             }
-            if self.stop.has_failed() {
+            if self.stop.divergence().is_none() {
+                self.diverged(done, "a weight", finite_sum(&learner.model()));
+            }
+            if self.stop.has_failed() || self.stop.divergence().is_some() {
                 break;
             }
             if let Some(checkpointer) = &mut checkpointer {

@@ -31,6 +31,8 @@ const RESUME_VARIABLE: &str = "SWA_MPI_TEST_RESUME";
 const OTHER_SEED_VARIABLE: &str = "SWA_MPI_TEST_OTHER_SEED";
 /// Set: the run trains this many steps instead of 60.
 const STEPS_VARIABLE: &str = "SWA_MPI_TEST_STEPS";
+/// Set: the run's learning rate, reached over 12 warm-up steps.
+const LR_VARIABLE: &str = "SWA_MPI_TEST_LR";
 
 /// The run of these tests: 2 layers of sliding windows of 8 keys, `d_model` 16, 2 heads, 60
 /// steps of `batch` sequences of 16, a checkpoint every 5.
@@ -53,6 +55,9 @@ fn rank_trains(cluster: &Cluster, dir: &Path) {
     let mut config = run_config(2);
     if let Some(steps) = std::env::var(STEPS_VARIABLE).ok().and_then(|s| s.parse().ok()) {
         config.steps = steps;
+    }
+    if let Some(lr) = std::env::var(LR_VARIABLE).ok().and_then(|s| s.parse().ok()) {
+        (config.learning_rate, config.warmup_steps) = (lr, 12);
     }
     if std::env::var_os(OTHER_SEED_VARIABLE).is_some() && cluster.rank() == 1 {
         config.seed += 1;
@@ -312,6 +317,35 @@ fn a_locked_run_folder_stops_every_rank_before_it_writes() {
     eprintln!("mpirun {}: {}", output.status, line.unwrap_or_else(|| panic!("{errors}")));
     assert!(!out.join("rank-1").exists(), "rank 1 wrote its logs:\n{errors}");
     assert!(!out.join("train.json").exists(), "the refused run wrote train.json");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run whose loss turns NaN (a learning rate of 100) stops on every rank at one step, each
+/// rank's line naming it, with nothing written after it: the last checkpoint is before it, and
+/// no `model.mpk`.
+#[test]
+fn a_diverging_run_stops_every_rank_at_one_step() {
+    if let Some((cluster, dir)) = as_rank() {
+        return rank_trains(&cluster, &dir);
+    }
+    let name = "runs::a_diverging_run_stops_every_rank_at_one_step";
+    let dir = run_dir("diverging");
+    let env = [(LR_VARIABLE, "100".to_string()), (STEPS_VARIABLE, "40".to_string())];
+    let output = train_mpi(2, (name, &dir, "diverging"), &env).output().unwrap();
+    let errors = text(&output);
+    assert!(!output.status.success(), "{errors}");
+    let steps: Vec<usize> = errors
+        .split("error: training diverged at step ")
+        .skip(1)
+        .map(|rest| rest.split(':').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 2, "one line per rank:\n{errors}");
+    assert_eq!(steps[0], steps[1], "the ranks stopped at different steps:\n{errors}");
+    let out = dir.join("diverging");
+    let last = last_checkpoint(&out).expect("a checkpoint before the divergence");
+    assert!(last < steps[0], "checkpoint {last} written at or after step {}", steps[0]);
+    assert!(!out.join("model.mpk").exists());
+    eprintln!("both ranks diverged at step {}; last checkpoint {last}", steps[0]);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -15,6 +15,7 @@ pub use runs::{logits, run_dir, tiny, tiny_model};
 pub use tensors::{Reference, max_abs, to_vec, values};
 
 mod checkpoints;
+mod divergence;
 mod memory;
 mod mixed_precision;
 mod run;

@@ -144,3 +144,50 @@ fn train_with_mpi_needs_the_mpi_build() {
     assert!(!out.join("train.json").exists(), "a refused run wrote its configuration");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `train` at a learning rate that turns the loss NaN (the user's `--lr 1000`) stops at the
+/// first NaN step with [`EXIT_DIVERGED`] and a line naming the step and where `--resume`
+/// continues; no `model.mpk`, no checkpoint after the step.
+#[test]
+fn a_diverging_run_stops_with_its_exit_status_and_one_line() {
+    use swa_zoo::training::checkpoint::last_checkpoint;
+    use swa_zoo::training::run_lock::EXIT_DIVERGED;
+    let dir = run_dir("diverging-cli");
+    let (config, out) = (dir.join("model.json"), dir.join("run"));
+    std::fs::write(&config, tiny_model().to_string()).unwrap();
+    let args = [
+        "train",
+        "--backend",
+        "ndarray",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "2",
+        "--lr",
+        "1000",
+        "--warmup",
+        "12",
+        "--steps",
+        "200",
+        "--checkpoint-every",
+        "2",
+    ];
+    let output = Command::new(env!("CARGO_BIN_EXE_swa-zoo")).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(EXIT_DIVERGED), "{stderr}");
+    let line = stderr.lines().last().unwrap_or_default();
+    assert!(line.starts_with("error: training diverged at step "), "{stderr}");
+    let step: usize = line["error: training diverged at step ".len()..]
+        .split(':')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let last = last_checkpoint(&out).expect("a checkpoint before the divergence");
+    assert!(last < step && line.contains(&format!("checkpoint {last}")), "{line}");
+    assert!(!out.join("model.mpk").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
