@@ -103,7 +103,7 @@ pub struct WeightArgs {
 impl WeightArgs {
     /// The library's weight precision for a run on `device`: narrower weights than the
     /// computation only on the CPU backends.
-    fn precision(&self, device: &DeviceArgs) -> Result<WeightPrecision, AppError> {
+    pub fn precision(&self, device: &DeviceArgs) -> Result<WeightPrecision, AppError> {
         let Some(weights) = self.weights else {
             return Ok(WeightPrecision::Compute);
         };
@@ -133,7 +133,7 @@ impl ModelArgs {
 
 impl DeviceArgs {
     /// One device, in the chosen precision.
-    fn placement(&self) -> Placement {
+    pub fn placement(&self) -> Placement {
         Placement { backend: self.backend, devices: vec![self.device], precision: self.precision }
     }
 }

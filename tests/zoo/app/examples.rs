@@ -21,6 +21,9 @@ mod mswa_linear;
 #[path = "../../../examples/streaming.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod streaming;
+#[path = "../../../examples/streaming_pretrained.rs"]
+#[allow(dead_code)] // the example's `main`; the test calls its `run`
+mod streaming_pretrained;
 #[path = "../../../examples/swat.rs"]
 #[allow(dead_code)] // the example's `main`; the test calls its `run`
 mod swat;
@@ -89,6 +92,37 @@ fn streaming_example_runs_end_to_end() {
             "swat-window.svg",
         ],
     );
+}
+
+/// The pretrained streaming example on the tiny GGUF fixture: 300 tokens, caches of 16 and 32,
+/// 12 positions.
+#[test]
+fn streaming_pretrained_example_runs_end_to_end() {
+    let out = out_dir("streaming-pretrained");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = root.join("tests/fixtures/gguf/tiny/model.gguf");
+    let text = root.join("tests/fixtures/hf/corpus.txt");
+    let flags = [
+        "streaming_pretrained",
+        "--hf",
+        model.to_str().unwrap(),
+        "--text",
+        text.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--windows",
+        "16,32",
+        "--positions",
+        "12",
+        "--backend",
+        "ndarray",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    streaming_pretrained::run(streaming_pretrained::Flags::parse_from(flags)).unwrap();
+    let table = std::fs::read_to_string(out.join("table.csv")).unwrap();
+    assert_eq!(table.lines().count(), 1 + 4, "dense, window, sinks, recomputation: {table}");
+    assert_wrote(&out, &["positions.csv", "table.csv", "perplexity.svg", "time.svg"]);
 }
 
 #[test]
