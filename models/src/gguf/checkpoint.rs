@@ -188,7 +188,8 @@ impl GgufCheckpoint {
         })
     }
 
-    /// transformers' `tokenizer.json` for this file's tokenizer ([`super::tokenizer`]).
+    /// transformers' `tokenizer.json` for this file's tokenizer, as transformers' GGUF
+    /// conversion builds it.
     pub fn tokenizer_json(&self) -> Result<String, HfProblem> {
         super::tokenizer::tokenizer_json(&self.file.metadata, &self.architecture)
     }
