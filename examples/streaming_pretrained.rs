@@ -61,6 +61,10 @@ pub struct Flags {
     /// Sink tokens kept visible in the sinks mode.
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
+    /// The methods run: dense, window, sinks, recomputation (dense decoding keeps every key,
+    /// so it is the slowest by far on a long stream).
+    #[arg(long, value_delimiter = ',', default_value = "dense,window,sinks,recomputation")]
+    pub methods: Vec<String>,
     /// Positions scored, spread evenly over the stream.
     #[arg(long, default_value_t = 200)]
     pub positions: usize,
@@ -110,14 +114,24 @@ impl Job for Flags {
         println!("{} tokens; {} positions scored, {} to {}", n, count, positions[0], n - 2);
         let (config, model, sinks) = (&run.config, &run.model, self.sinks);
         let stream = (ids.as_slice(), positions.as_slice());
-        let mut scores = vec![decode(model, stream, None, CachePositions::Absolute, &device)?];
+        let runs = |method: &str| self.methods.iter().any(|m| m == method);
+        let mut scores = Vec::new();
+        if runs("dense") {
+            scores.push(decode(model, stream, None, CachePositions::Absolute, &device)?);
+        }
         for &w in &self.windows {
-            let window = rebuild(model, &with_eval_window(config, w, 0)?, &device)?;
-            scores.push(decode(&window, stream, Some(w), CachePositions::Absolute, &device)?);
-            let sink = with_eval_window(config, w.saturating_sub(sinks).max(1), sinks)?;
-            let sink = rebuild(model, &sink, &device)?;
-            scores.push(decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?);
-            scores.push(recompute(model, stream, w, &device)?);
+            if runs("window") {
+                let window = rebuild(model, &with_eval_window(config, w, 0)?, &device)?;
+                scores.push(decode(&window, stream, Some(w), CachePositions::Absolute, &device)?);
+            }
+            if runs("sinks") {
+                let sink = with_eval_window(config, w.saturating_sub(sinks).max(1), sinks)?;
+                let sink = rebuild(model, &sink, &device)?;
+                scores.push(decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?);
+            }
+            if runs("recomputation") {
+                scores.push(recompute(model, stream, w, &device)?);
+            }
         }
         report(&self, &positions, &scores)
     }
