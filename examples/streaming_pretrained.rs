@@ -159,7 +159,8 @@ fn decode<B: ModelBackend>(
         |t: usize| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![t as i64], [1]), device);
     for t in 0..=last {
         let logits = model.step(token(ids[t]), &mut cache);
-        if positions.contains(&t) {
+        // Positions are increasing: the next one scored is the one after those scored.
+        if positions.get(losses.len()) == Some(&t) {
             let loss = cross_entropy(logits, token(ids[t + 1])).into_scalar().elem::<f64>();
             losses.push(loss);
             ms.push(since.elapsed().as_secs_f64() * 1e3 / (t + 1 - from) as f64);
