@@ -1,8 +1,8 @@
 //! SWAT's efficiency comparison: decoding with a model trained for its window (SWA, SWAT)
 //! against a vanilla full-attention model run StreamingLLM-style, with `S` sinks and the
 //! `W − S` most recent keys, the same total cache, and StreamingLLM's position shift
-//! ([`CachePositions::Streaming`], docs/semantics.md §7: keys cached before RoPE and rotated at every
-//! step by their slot index). The vanilla model without eviction is the last row.
+//! ([`CachePositions::Streaming`], docs/semantics.md §7: each key at its slot index, the sinks
+//! turned again at every step). The vanilla model without eviction is the last row.
 
 use swa_attention::ModelBackend;
 use swa_models::layers::CachePositions;

@@ -1,7 +1,7 @@
 //! Unit tests of the kernel's own helpers: the schedule's claim about class rows, the
-//! vectorised `exp`, the decode step's two schedules (threads or one thread), and the fused
-//! append, the layout of heads and the reading of strided views. The kernel's outputs and gradients
-//! are tested against the dense reference through the backend seam, where they run
+//! vectorised `exp`, the decode step against a scalar reference and its two schedules (threads or
+//! one thread), and the fused append, the layout of heads and the reading of strided views. The
+//! kernel's outputs and gradients are tested against the dense reference through the backend seam, where they run
 //! (`attention/tests/attention/flex.rs`: the spec matrix, random specs, f16; `models/tests/models`:
 //! decoding on flex; `tests/zoo/backends`: training on flex), and timed by
 //! `benches/cpu_attention.rs`.
@@ -90,7 +90,7 @@ fn exp_is_within_an_ulp_or_two_of_std() {
     }
 }
 
-/// The decode step's two schedules agree: a cache above `decode::PARALLEL_FLOATS` runs its rows
+/// The decode step's two schedules agree: a cache above `decode::PARALLEL_FLOATS` runs its jobs
 /// on rayon's threads, and each head alone (a cache of one kv head, under the threshold) runs on
 /// one thread; the outputs are bit for bit the same.
 #[test]
@@ -128,6 +128,96 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
         let step = DecodeStep { specs, opts: &opts, position: t, rope };
         let alone = decode(&q[h * dim..(h + 1) * dim], &[buffer], 1, dim, &step);
         assert_eq!(alone, together[h * dim..(h + 1) * dim], "head {h}");
+    }
+}
+
+/// The decode step against a scalar reference written here, on a ring of 704 slots (three
+/// chunks of `decode::CHUNK_SLOTS`, the last one short) in ring order, with 3 query heads per kv
+/// head, sinks, and each score option: softmax with softcap and ALiBi, sigmoid with β, and two
+/// LongNet branches mixed by their log-normalisers. Tolerance 2e-5 absolute (f32, sums over
+/// 704 slots in another order).
+#[test]
+fn decode_in_chunks_matches_a_scalar_reference() {
+    use super::decode::{CHUNK_SLOTS, DecodeBuffer, decode};
+    use crate::decode::DecodeStep;
+    use crate::{ScoreFn, ScoreOptions};
+    let (heads, kv_heads, dim, t) = (6, 2, 8, 5000);
+    // Sinks 0 … 3 and the last 700 positions, held in a ring whose oldest slot is 300.
+    let recent: Vec<usize> = (t + 1 - 700..=t).collect();
+    let ring = recent[400..].iter().chain(&recent[..400]).copied();
+    let positions: Vec<usize> = (0..4).chain(ring).collect();
+    let slots = positions.len();
+    assert!(slots > 2 * CHUNK_SLOTS && !slots.is_multiple_of(CHUNK_SLOTS));
+    let value = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+    let q: Vec<f32> = (0..heads * dim).map(|i| 2.0 * value(i + 11)).collect();
+    let keys: Vec<f32> = (0..kv_heads * slots * dim).map(|i| value(3 * i + 1)).collect();
+    let values: Vec<f32> = (0..kv_heads * slots * dim).map(|i| value(5 * i + 2)).collect();
+    let windows = (0..heads).map(|h| HeadWindow::sliding([100, 300, 700][h % 3])).collect();
+    let sliding = WindowSpec::new(windows, kv_heads).expect("a valid spec").with_sinks(4);
+    let longnet = |segment, dilation| {
+        WindowSpec::longnet_branch(heads, kv_heads, segment, dilation).expect("a valid spec")
+    };
+    let alibi = (0..heads).map(|h| 0.01 / (h + 1) as f32).collect();
+    let cases = [
+        (vec![sliding.clone()], ScoreOptions::softmax().with_softcap(3.0).with_alibi(alibi)),
+        (vec![sliding], ScoreOptions::sigmoid(-2.0)),
+        (vec![longnet(256, 1), longnet(1024, 4)], ScoreOptions::softmax()),
+    ];
+    let kv_all: Vec<usize> = (0..kv_heads).collect();
+    let buffer =
+        DecodeBuffer { keys: &keys, values: &values, kv_heads: &kv_all, positions: &positions };
+    for (specs, opts) in cases {
+        let step = DecodeStep { specs: &specs, opts: &opts, position: t, rope: None };
+        let got = decode(&q, &[buffer], 1, dim, &step);
+        for h in 0..heads {
+            let kv = h / (heads / kv_heads);
+            let (mut outputs, mut lses) = (Vec::new(), Vec::new());
+            for spec in &specs {
+                let mut o = vec![0.0f64; dim];
+                let mut total = 0.0f64;
+                let mut top = f64::NEG_INFINITY;
+                let mut scored = Vec::new();
+                for (slot, &j) in
+                    positions.iter().enumerate().filter(|(_, j)| spec.visible(h, t, **j, t + 1))
+                {
+                    let key = &keys[(kv * slots + slot) * dim..][..dim];
+                    let dot: f64 = (0..dim).map(|c| (q[h * dim + c] * key[c]) as f64).sum();
+                    let mut s = dot * opts.scale_for(dim) as f64;
+                    if let Some(cap) = opts.softcap {
+                        s = cap as f64 * (s / cap as f64).tanh();
+                    }
+                    let slope = opts.alibi.as_ref().map_or(0.0, |a| a[h] as f64);
+                    s -= slope * (t - j) as f64;
+                    top = top.max(s);
+                    scored.push((slot, s));
+                }
+                for (slot, s) in scored {
+                    let w = match opts.score_fn {
+                        ScoreFn::Softmax => (s - top).exp(),
+                        ScoreFn::Sigmoid { beta } => 1.0 / (1.0 + (-(s + beta as f64)).exp()),
+                    };
+                    total += w;
+                    let v = &values[(kv * slots + slot) * dim..][..dim];
+                    o.iter_mut().zip(v).for_each(|(o, &x)| *o += w * x as f64);
+                }
+                let (shift, norm) = match opts.score_fn {
+                    ScoreFn::Softmax => (top, total),
+                    ScoreFn::Sigmoid { .. } => (0.0, 1.0),
+                };
+                // A branch that sees no key weighs nothing in the mixture.
+                let norm = if total == 0.0 { 1.0 } else { norm };
+                outputs.push(o.into_iter().map(|x| x / norm).collect::<Vec<_>>());
+                lses.push(total.ln() + shift);
+            }
+            let top = lses.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let weights: Vec<f64> = lses.iter().map(|l| (l - top).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            for c in 0..dim {
+                let want: f64 = weights.iter().zip(&outputs).map(|(w, o)| w / sum * o[c]).sum();
+                let error = (got[h * dim + c] as f64 - want).abs();
+                assert!(error < 2e-5, "{:?}, head {h}: {error}", opts.score_fn);
+            }
+        }
     }
 }
 

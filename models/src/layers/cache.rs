@@ -30,8 +30,11 @@ pub enum CachePositions {
     #[default]
     Absolute,
     /// StreamingLLM's position shift: every cached key sits at its slot index in the cache
-    /// (positions in order, sinks first) and the query at its own. Keys are cached before RoPE
-    /// and rotated at every step.
+    /// (positions in order, sinks first) and the query at its own. Only distances matter to RoPE
+    /// and ALiBi, and the recent keys are contiguous up to the query, so they keep the rotation
+    /// of their absolute positions; the pinned keys (sinks, globals) are turned again at every
+    /// step, from a copy kept before RoPE, to the position that gives them their slot distance
+    /// (`Buffer::shifted_positions`). A step costs what an absolute one does.
     Streaming,
 }
 
@@ -43,6 +46,9 @@ pub struct KvCache<B: Backend> {
     opts: ScoreOptions,
     positions: CachePositions,
     buffers: Vec<Buffer<B>>,
+    /// Under [`CachePositions::Streaming`] with RoPE: each pinned position with its key and
+    /// value `[batch, H_kv, 1, d]` before RoPE, which [`KvCache::shift_pinned`] turns.
+    pinned: Vec<(usize, Tensor<B, 4>, Tensor<B, 4>)>,
     /// Tokens appended so far; the next one sits at this position.
     len: usize,
 }
@@ -83,7 +89,7 @@ impl<B: Backend> KvCache<B> {
             buffer.kv_heads.push(c);
             buffer.heads.extend(c * ratio..(c + 1) * ratio);
         }
-        Ok(Self { specs, opts, positions, buffers, len: 0 })
+        Ok(Self { specs, opts, positions, buffers, pinned: Vec::new(), len: 0 })
     }
 
     /// Tokens appended so far.
@@ -113,12 +119,12 @@ impl<B: Backend> KvCache<B> {
     /// Caches the key and value of the next position. `k, v: [batch, H_kv, 1, d]`, before RoPE;
     /// `rope` is the layer's rotation, `None` for a layer without RoPE.
     ///
-    /// Under absolute positions a ring with no slot for the position first grows by doubling
-    /// (`Buffer::reserve`); then a backend with a fused append
+    /// A ring with no slot for the position first grows by doubling (`Buffer::reserve`); then a
+    /// backend with a fused append
     /// ([`swa_attention::WindowedAttentionBackend::windowed_cache_write`]) writes every buffer
     /// in one op (unless [`swa_attention::FUSED_OPS_VARIABLE`] turns the fused ops off);
-    /// otherwise each buffer writes its slot with tensor ops (under StreamingLLM's positions,
-    /// whose slots must be in order, a growing ring grows by one slot).
+    /// otherwise each buffer writes its slot with tensor ops. Under StreamingLLM's positions the
+    /// pinned keys are then turned to their shifted positions ([`CachePositions::Streaming`]).
     pub fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>, rope: Option<&Rope>)
     where
         B: ModelBackend,
@@ -126,17 +132,15 @@ impl<B: Backend> KvCache<B> {
         let position = self.len;
         let spec = &self.specs[0];
         let pinned = position < spec.sinks() || spec.is_global(position);
+        if pinned && self.positions == CachePositions::Streaming && rope.is_some() {
+            self.pinned.push((position, k.clone(), v.clone()));
+        }
         // Keys are kept rotated at their absolute positions, turned once for every buffer (RoPE
         // acts on each head alone): by the fused append, or here.
-        let rotation = match (self.positions, rope) {
-            (CachePositions::Absolute, Some(rope)) => Some(rope.angles(&[position])),
-            _ => None,
-        };
-        if self.positions == CachePositions::Absolute {
-            for buffer in &mut self.buffers {
-                if buffer.reusable_slot(pinned).is_none() {
-                    buffer.reserve(pinned, &select_heads(k.clone(), &buffer.kv_heads));
-                }
+        let rotation = rope.map(|rope| rope.angles(&[position]));
+        for buffer in &mut self.buffers {
+            if buffer.reusable_slot(pinned).is_none() {
+                buffer.reserve(pinned, &select_heads(k.clone(), &buffer.kv_heads));
             }
         }
         let write = B::windowed_cache_write().filter(|_| !fused_ops_off());
@@ -144,7 +148,11 @@ impl<B: Backend> KvCache<B> {
             self.buffers.iter().map(|buffer| buffer.reusable_slot(pinned)).collect();
         match (write, slots) {
             (Some(write), Some(slots)) => {
-                self.write_fused(write, [k, v], rotation.as_ref(), &slots, pinned)
+                let targets: Vec<usize> = (0..self.buffers.len()).collect();
+                self.write_fused(write, [k, v], rotation.as_ref(), &targets, &slots);
+                for (buffer, slot) in self.buffers.iter_mut().zip(slots) {
+                    buffer.occupy(slot, position, pinned);
+                }
             }
             _ => {
                 let k = match &rotation {
@@ -161,39 +169,83 @@ impl<B: Backend> KvCache<B> {
             }
         }
         self.len += 1;
+        self.shift_pinned(rope);
     }
 
-    /// The backend's fused append: the next position's `[k, v]` into `slots`, one per buffer (an
-    /// empty slot, or the oldest recent one of a full ring), the key turned by `rotation`.
+    /// The backend's fused append: `[k, v]` (every kv head) into `slots[i]` of buffer
+    /// `targets[i]`, the key turned by `rotation`; the caller keeps the ring's books.
     fn write_fused(
         &mut self,
         write: CacheWrite<B>,
         [k, v]: [Tensor<B, 4>; 2],
         rotation: Option<&RopeAngles>,
+        targets: &[usize],
         slots: &[usize],
-        pinned: bool,
     ) {
         let primitive = |x: &mut Option<Tensor<B, 4>>| {
             x.take().expect("a ring with a slot holds keys").into_primitive().tensor()
         };
-        let writes: Vec<SlotWrite<B>> = self
-            .buffers
-            .iter_mut()
-            .zip(slots)
-            .map(|(buffer, &slot)| SlotWrite {
-                keys: primitive(&mut buffer.keys),
-                values: primitive(&mut buffer.values),
-                kv_heads: &buffer.kv_heads,
-                slot,
-            })
-            .collect();
+        let mut writes: Vec<SlotWrite<B>> = Vec::with_capacity(targets.len());
+        for (index, buffer) in self.buffers.iter_mut().enumerate() {
+            if let Some(i) = targets.iter().position(|&b| b == index) {
+                writes.push(SlotWrite {
+                    keys: primitive(&mut buffer.keys),
+                    values: primitive(&mut buffer.values),
+                    kv_heads: &buffer.kv_heads,
+                    slot: slots[i],
+                });
+            }
+        }
         let (k, v) = (k.into_primitive().tensor(), v.into_primitive().tensor());
         let written = write(k, v, rotation, writes);
-        let position = self.len;
-        for ((buffer, [keys, values]), &slot) in self.buffers.iter_mut().zip(written).zip(slots) {
+        for (&index, [keys, values]) in targets.iter().zip(written) {
             let tensor = |x| Tensor::from_primitive(TensorPrimitive::Float(x));
+            let buffer = &mut self.buffers[index];
             (buffer.keys, buffer.values) = (Some(tensor(keys)), Some(tensor(values)));
-            buffer.occupy(slot, position, pinned);
+        }
+    }
+
+    /// Under [`CachePositions::Streaming`] with RoPE, rewrites each buffer's pinned keys turned
+    /// to their shifted positions for the latest query (`Buffer::shifted_positions`), from the
+    /// copies kept before RoPE; a key already at its absolute position (nothing evicted yet) is
+    /// left as the append wrote it.
+    fn shift_pinned(&mut self, rope: Option<&Rope>)
+    where
+        B: ModelBackend,
+    {
+        let (CachePositions::Streaming, Some(rope)) = (self.positions, rope) else { return };
+        let t = self.len - 1;
+        let write = B::windowed_cache_write().filter(|_| !fused_ops_off());
+        for index in 0..self.buffers.len() {
+            let shifted = self.buffers[index].shifted_positions(t);
+            debug_assert!(
+                self.buffers[index]
+                    .recent
+                    .iter()
+                    .all(|&slot| shifted[slot] == self.buffers[index].slots[slot]),
+                "recent keys keep their absolute rotation"
+            );
+            for (position, k, v) in self.pinned.clone() {
+                let buffer = &self.buffers[index];
+                let Some(slot) = buffer.slots.iter().position(|&p| p == position) else { continue };
+                if shifted[slot] == position {
+                    continue;
+                }
+                let angles = rope.angles(&[shifted[slot]]);
+                match write {
+                    Some(write) => {
+                        self.write_fused(write, [k, v], Some(&angles), &[index], &[slot])
+                    }
+                    None => {
+                        let buffer = &mut self.buffers[index];
+                        let (k, v) = (
+                            select_heads(rotate(k, &angles), &buffer.kv_heads),
+                            select_heads(v, &buffer.kv_heads),
+                        );
+                        buffer.overwrite(slot, k, v);
+                    }
+                }
+            }
         }
     }
 
@@ -209,9 +261,14 @@ impl<B: Backend> KvCache<B> {
         let n = k.dims()[2];
         let spec = &self.specs[0];
         let pinned = |j: usize| j < spec.sinks() || spec.is_global(j);
-        let k = match (self.positions, rope) {
-            (CachePositions::Absolute, Some(rope)) => rope.forward(k, 0),
-            _ => k,
+        if self.positions == CachePositions::Streaming && rope.is_some() {
+            let rows = |x: &Tensor<B, 4>, j| x.clone().narrow(2, j, 1);
+            let kept = (0..n).filter(|&j| pinned(j)).map(|j| (j, rows(&k, j), rows(&v, j)));
+            self.pinned = kept.collect();
+        }
+        let k = match rope {
+            Some(rope) => rope.forward(k, 0),
+            None => k,
         };
         let unpinned: Vec<usize> = (0..n).filter(|&j| !pinned(j)).collect();
         for buffer in &mut self.buffers {
@@ -231,6 +288,7 @@ impl<B: Backend> KvCache<B> {
             buffer.slots = kept;
         }
         self.len = n;
+        self.shift_pinned(rope);
     }
 
     /// Attends the query of the latest appended position, `q: [batch, H, 1, d]` before RoPE,
@@ -245,7 +303,9 @@ impl<B: Backend> KvCache<B> {
         B: ModelBackend,
     {
         let fused = B::windowed_decode().filter(|_| !fused_ops_off());
-        if let (Some(decode), CachePositions::Absolute) = (fused, self.positions) {
+        // The fused step scores ALiBi by the slots' absolute positions.
+        let absolute = self.positions == CachePositions::Absolute || self.opts.alibi.is_none();
+        if let (Some(decode), true) = (fused, absolute) {
             return self.attend_fused(decode, q, rope);
         }
         let outputs: Vec<_> = self
@@ -355,25 +415,21 @@ impl<B: Backend> KvCache<B> {
         let (keys, values) = keys.zip(values).expect("append comes before attend");
         let device = keys.device();
         let t = self.len - 1;
-        let (query_position, key_positions) = match self.positions {
-            CachePositions::Absolute => (t, buffer.slots.clone()),
-            CachePositions::Streaming => buffer.slot_ranks(),
+        // Where each key sits for ALiBi: its rotation's position, which RoPE already gave it.
+        let key_positions = match self.positions {
+            CachePositions::Absolute => buffer.slots.clone(),
+            CachePositions::Streaming => buffer.shifted_positions(t),
         };
-        let rotate = |x: Tensor<B, 4>, positions: &[usize]| match rope {
-            Some(rope) => rope.forward_at(x, positions),
-            None => x,
-        };
-        let q = rotate(select_heads(q, &buffer.heads), &[query_position]);
-        let keys = match self.positions {
-            CachePositions::Absolute => keys,
-            CachePositions::Streaming => rotate(keys, &key_positions),
+        let q = select_heads(q, &buffer.heads);
+        let q = match rope {
+            Some(rope) => rope.forward_at(q, &[t]),
+            None => q,
         };
         let rows = buffer.heads.len();
         let (keys, values) = (expand_kv(keys, rows), expand_kv(values, rows));
         let slots = buffer.slots.len();
         let alibi = self.opts.alibi.as_ref().map(|slopes| {
-            let distance =
-                key_positions.iter().map(|&j| query_position as f32 - j as f32).collect();
+            let distance = key_positions.iter().map(|&j| t as f32 - j as f32).collect();
             let slopes = buffer.heads.iter().map(|&h| slopes[h]).collect();
             (distance, slopes)
         });

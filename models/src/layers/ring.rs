@@ -13,7 +13,7 @@ use std::iter::repeat_n;
 
 use burn::tensor::{Tensor, backend::Backend};
 
-use swa_attention::index::{index_tensor, inverse_permutation};
+use swa_attention::index::index_tensor;
 
 /// The keys and values of the kv heads that share one reach.
 #[derive(Clone)]
@@ -23,8 +23,9 @@ pub(super) struct Buffer<B: Backend> {
     pub(super) heads: Vec<usize>,
     /// How many recent (unpinned) positions to keep; `None` keeps them all.
     pub(super) reach: Option<usize>,
-    /// `[batch, kv_heads, slots, d]`: keys rotated at their absolute position, or not rotated
-    /// under [`CachePositions::Streaming`] or without RoPE. `None` before the first token.
+    /// `[batch, kv_heads, slots, d]`: keys rotated at their absolute position (pinned ones at
+    /// their shifted position under [`CachePositions::Streaming`]), or not rotated without RoPE.
+    /// `None` before the first token.
     pub(super) keys: Option<Tensor<B, 4>>,
     pub(super) values: Option<Tensor<B, 4>>,
     /// The position held by each slot.
@@ -96,10 +97,7 @@ impl<B: Backend> Buffer<B> {
     ) {
         match self.reusable_slot(pinned) {
             Some(slot) => {
-                let [batch, heads, _, d] = k.dims();
-                let range = [0..batch, 0..heads, slot..slot + 1, 0..d];
-                self.keys = self.keys.take().map(|keys| keys.slice_assign(range.clone(), k));
-                self.values = self.values.take().map(|values| values.slice_assign(range, v));
+                self.overwrite(slot, k, v);
                 self.occupy(slot, position, pinned);
             }
             None => {
@@ -115,6 +113,14 @@ impl<B: Backend> Buffer<B> {
                 }
             }
         }
+    }
+
+    /// Writes `k, v: [batch, kv heads of this buffer, 1, d]` into slot `slot`, with tensor ops.
+    pub(super) fn overwrite(&mut self, slot: usize, k: Tensor<B, 4>, v: Tensor<B, 4>) {
+        let [batch, heads, _, d] = k.dims();
+        let range = [0..batch, 0..heads, slot..slot + 1, 0..d];
+        self.keys = self.keys.take().map(|keys| keys.slice_assign(range.clone(), k));
+        self.values = self.values.take().map(|values| values.slice_assign(range, v));
     }
 
     /// The slot the next position goes to without growing the ring: an empty one, else (an
@@ -140,12 +146,16 @@ impl<B: Backend> Buffer<B> {
         }
     }
 
-    /// StreamingLLM positions: the query's slot index and each slot's index in position order.
-    pub(super) fn slot_ranks(&self) -> (usize, Vec<usize>) {
-        let mut order: Vec<usize> = (0..self.slots.len()).collect();
-        order.sort_by_key(|&s| self.slots[s]);
-        let ranks = inverse_permutation(self.slots.len(), order.into_iter().map(Some));
-        (self.slots.len() - 1, ranks)
+    /// StreamingLLM's positions, for the query at `t`: the position each slot's key is turned
+    /// to so that its distance to the query is its distance in slots (the query at the last
+    /// slot, every held position in order). That is `t` less the held positions after it: a
+    /// recent key keeps its own position (the recent ones run without a gap up to `t`), a pinned
+    /// one moves up by the positions evicted after it. Empty slots stay [`EMPTY`].
+    pub(super) fn shifted_positions(&self, t: usize) -> Vec<usize> {
+        let mut held: Vec<usize> = self.slots.iter().copied().filter(|&p| p <= t).collect();
+        held.sort_unstable();
+        let after = |j: usize| held.len() - held.partition_point(|&p| p <= j);
+        self.slots.iter().map(|&j| if j == EMPTY { EMPTY } else { t - after(j) }).collect()
     }
 }
 

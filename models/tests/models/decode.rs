@@ -87,14 +87,25 @@ fn multi_scale_heads_keep_their_own_buffer_sizes() {
 /// StreamingLLM (§4, §7): once the cache is full, the query at step t sees the sinks and the
 /// recent keys at their slot positions, which is the layer's forward pass over the cached tokens
 /// alone, `x_0 … x_{S−1}, x_{t−W+1} … x_t`, at positions `0 … S+W−1`.
+/// ndarray: the cache's tensor ops, which turn the sinks with tensor ops.
 #[test]
 fn sinks_shift_positions_to_cache_slots() {
-    let device = Default::default();
+    check_sink_positions::<B>(&Default::default());
+}
+
+/// flex: the fused append turns the sinks, the fused decode step scores them.
+#[cfg(feature = "flex")]
+#[test]
+fn sinks_shift_positions_to_cache_slots_on_the_fused_cpu_kernels() {
+    check_sink_positions::<burn::backend::Flex>(&Default::default());
+}
+
+fn check_sink_positions<D: ModelBackend>(device: &D::Device) {
     let (sinks, window, d, n) = (2, 3, 16, 14);
     let kind = AttentionKind::Sinks { sinks, window };
-    let layer = SelfAttentionConfig::new(d, 4, 2, kind).init::<B>(&device).unwrap();
-    let x = Tensor::<B, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), &device);
-    let mut cache = layer.cache(1, CachePositions::Streaming, &device).unwrap();
+    let layer = SelfAttentionConfig::new(d, 4, 2, kind).init::<D>(device).unwrap();
+    let x = Tensor::<D, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), device);
+    let mut cache = layer.cache(1, CachePositions::Streaming, device).unwrap();
     for t in 0..n {
         let got = to_vec(layer.step(x.clone().narrow(1, t, 1), &mut cache));
         let cached = match t < sinks + window {
@@ -115,14 +126,24 @@ fn sinks_shift_positions_to_cache_slots() {
 /// like its forward pass over the cached tokens alone, `x_{t−W+1} … x_t` at `0 … W−1`. GQA.
 #[test]
 fn swat_ablation_decodes_like_the_forward_pass() {
-    let device = Default::default();
+    check_swat_ablation::<B>(&Default::default());
+}
+
+/// flex: ALiBi under StreamingLLM's shift takes the tensor path, the rest the fused kernels.
+#[cfg(feature = "flex")]
+#[test]
+fn swat_ablation_decodes_like_the_forward_pass_on_the_fused_cpu_kernels() {
+    check_swat_ablation::<burn::backend::Flex>(&Default::default());
+}
+
+fn check_swat_ablation<D: ModelBackend>(device: &D::Device) {
     let (window, d, n) = (4, 16, 11);
-    let x = Tensor::<B, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), &device);
+    let x = Tensor::<D, 3>::from_data(TensorData::new(values(7, n * d), [1, n, d]), device);
     for kind in swat_ablation(window) {
-        let layer = SelfAttentionConfig::new(d, 4, 2, kind.clone()).init::<B>(&device).unwrap();
+        let layer = SelfAttentionConfig::new(d, 4, 2, kind.clone()).init::<D>(device).unwrap();
         let forward = to_vec(layer.forward(x.clone()).unwrap());
-        let mut absolute = layer.cache(1, CachePositions::Absolute, &device).unwrap();
-        let mut streaming = layer.cache(1, CachePositions::Streaming, &device).unwrap();
+        let mut absolute = layer.cache(1, CachePositions::Absolute, device).unwrap();
+        let mut streaming = layer.cache(1, CachePositions::Streaming, device).unwrap();
         for t in 0..n {
             let token = x.clone().narrow(1, t, 1);
             let got = to_vec(layer.step(token.clone(), &mut absolute));
