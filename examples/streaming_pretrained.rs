@@ -15,7 +15,7 @@
 //!
 //! and scores the next-token loss at `--positions` positions spread over the stream. Writes to
 //! `--out` (default `target/examples/streaming-pretrained`): `positions.csv` (every score, with
-//! the time per decoded token around it), `table.csv` (perplexity per method and cache size,
+//! the median time per decoded token since the previous one), `table.csv` (perplexity per method and cache size,
 //! the shape of StreamingLLM's Table 1), `perplexity.svg` (perplexity against position for the
 //! third window, its Figure 3) and `time.svg` (time per token against position).
 //!
@@ -90,8 +90,8 @@ pub fn run(flags: Flags) -> Result<(), AppError> {
     run_on(&placement, flags)
 }
 
-/// One method's scores: the loss at each evaluated position and the milliseconds per decoded
-/// token since the previous one (none for recomputation).
+/// One method's scores: the loss at each evaluated position and the median milliseconds per
+/// decoded token since the previous one (none for recomputation).
 struct Scores {
     method: String,
     window: Option<usize>,
@@ -115,25 +115,31 @@ impl Job for Flags {
         let (config, model, sinks) = (&run.config, &run.model, self.sinks);
         let stream = (ids.as_slice(), positions.as_slice());
         let runs = |method: &str| self.methods.iter().any(|m| m == method);
+        // The results so far are written after each method, so a long run stopped early keeps
+        // what it measured.
         let mut scores = Vec::new();
+        let mut add = |s: Scores| {
+            scores.push(s);
+            report(&self, &positions, &scores)
+        };
         if runs("dense") {
-            scores.push(decode(model, stream, None, CachePositions::Absolute, &device)?);
+            add(decode(model, stream, None, CachePositions::Absolute, &device)?)?;
         }
         for &w in &self.windows {
             if runs("window") {
                 let window = rebuild(model, &with_eval_window(config, w, 0)?, &device)?;
-                scores.push(decode(&window, stream, Some(w), CachePositions::Absolute, &device)?);
+                add(decode(&window, stream, Some(w), CachePositions::Absolute, &device)?)?;
             }
             if runs("sinks") {
                 let sink = with_eval_window(config, w.saturating_sub(sinks).max(1), sinks)?;
                 let sink = rebuild(model, &sink, &device)?;
-                scores.push(decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?);
+                add(decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?)?;
             }
             if runs("recomputation") {
-                scores.push(recompute(model, stream, w, &device)?);
+                add(recompute(model, stream, w, &device)?)?;
             }
         }
-        report(&self, &positions, &scores)
+        Ok(())
     }
 }
 
@@ -152,25 +158,37 @@ fn decode<B: ModelBackend>(
         (Some(_), CachePositions::Streaming) => "sinks + window",
     };
     let mut cache = model.cache(1, cache_positions, device)?;
-    let (mut losses, mut ms) = (Vec::new(), Vec::new());
-    let (mut since, mut from) = (Instant::now(), 0);
+    let (mut losses, mut ms, mut steps) = (Vec::new(), Vec::new(), Vec::new());
     let last = *positions.last().expect("at least two positions");
     let token =
         |t: usize| Tensor::<B, 1, Int>::from_data(TensorData::new(vec![t as i64], [1]), device);
     for t in 0..=last {
+        let start = Instant::now();
         let logits = model.step(token(ids[t]), &mut cache);
         // Positions are increasing: the next one scored is the one after those scored.
         if positions.get(losses.len()) == Some(&t) {
             let loss = cross_entropy(logits, token(ids[t + 1])).into_scalar().elem::<f64>();
             losses.push(loss);
-            ms.push(since.elapsed().as_secs_f64() * 1e3 / (t + 1 - from) as f64);
-            (since, from) = (Instant::now(), t + 1);
+            steps.push(start.elapsed().as_secs_f64() * 1e3);
+            ms.push(median(&mut steps));
+            steps.clear();
+        } else {
+            // The step's logits are read back, so that its time is the step's.
+            let _ = logits.into_data();
+            steps.push(start.elapsed().as_secs_f64() * 1e3);
         }
         if (t + 1) % 1000 == 0 {
             eprintln!("{method} {window:?}: {} of {} tokens", t + 1, last + 1);
         }
     }
     Ok(Scores { method: method.into(), window, losses, ms })
+}
+
+/// The median of `values` (sorted in place): a step time that a moment of another process on
+/// the machine does not move.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Each position's token predicted from a fresh pass over the `window` tokens up to it.
@@ -217,21 +235,21 @@ fn report(flags: &Flags, positions: &[usize], scores: &[Scores]) -> Result<(), A
         }
     }
     rows.write_csv(&out.join("positions.csv"))?;
-    let mut methods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Perplexity per method and window; dense, which has no window, fills every column.
+    let mut methods: BTreeMap<String, BTreeMap<Option<usize>, String>> = BTreeMap::new();
     for s in scores {
         let ppl = (s.losses.iter().sum::<f64>() / s.losses.len() as f64).exp();
-        methods.entry(s.method.clone()).or_default().push(format!("{ppl:.2}"));
+        methods.entry(s.method.clone()).or_default().insert(s.window, format!("{ppl:.2}"));
     }
     let windows: Vec<String> = flags.windows.iter().map(|w| w.to_string()).collect();
     let header: Vec<&str> =
         ["method"].into_iter().chain(windows.iter().map(String::as_str)).collect();
     let mut table = Table::new(&header);
     for (method, cells) in methods {
-        let cells = match cells.len() {
-            1 => vec![cells[0].clone(); windows.len()],
-            _ => cells,
-        };
-        table.rows.push([method].into_iter().chain(cells).collect());
+        let cell = |w: usize| cells.get(&Some(w)).or(cells.get(&None)).cloned().unwrap_or_default();
+        table
+            .rows
+            .push([method].into_iter().chain(flags.windows.iter().map(|&w| cell(w))).collect());
     }
     table.write_csv(&out.join("table.csv"))?;
     println!("{}", table.markdown());
@@ -253,6 +271,10 @@ fn report(flags: &Flags, positions: &[usize], scores: &[Scores]) -> Result<(), A
     line_plot(out.join("perplexity.svg"), &title, "position", "perplexity", &series, false, true)?;
     let timed: Vec<_> =
         chosen.filter(|s| !s.ms.is_empty()).map(|s| (name(s), binned(&s.ms, false))).collect();
+    if timed.is_empty() {
+        println!("wrote {} (no decoding timed)", out.display());
+        return Ok(());
+    }
     line_plot(
         out.join("time.svg"),
         "Time per decoded token",
