@@ -11,6 +11,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::{GgmlType, GgufFile};
 use crate::ModelError;
+use crate::hf::tests::max_abs;
 use crate::hf::{HfProblem, Pretrained};
 
 type B = NdArray;
@@ -36,12 +37,6 @@ fn stored(name: &str) -> Option<TensorData> {
 /// The tensor `name` of `expected.safetensors`.
 fn expected(name: &str) -> TensorData {
     stored(name).expect("fixture tensor")
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let error = |(x, y): (&f32, &f32)| if (x - y).is_nan() { f32::INFINITY } else { (x - y).abs() };
-    a.iter().zip(b).map(error).fold(0.0, f32::max)
 }
 
 #[test]

@@ -14,7 +14,7 @@ mod import;
 mod names;
 mod pretrained;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod tokenizer;
 
 use crate::gguf::{GgufCheckpoint, is_gguf};

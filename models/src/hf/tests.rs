@@ -35,7 +35,8 @@ fn ids(family: &str, name: &str) -> Vec<i64> {
     expected(family, name).0.convert::<i64>().to_vec().unwrap()
 }
 
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+/// The largest absolute difference of two equally long slices; a NaN counts as infinite.
+pub(crate) fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let error = |(x, y): (&f32, &f32)| (x - y).abs();
     // A NaN counts as an infinite error: `f32::max` would drop it.
