@@ -35,6 +35,7 @@ pub mod gguf;
 pub mod hf;
 mod info;
 pub mod layers;
+pub mod lora;
 mod memory;
 mod mlp;
 pub mod panics;

@@ -11,6 +11,7 @@ mod check_backends;
 mod eval;
 pub mod eval_choice;
 mod export;
+mod finetune;
 mod generate;
 pub mod info;
 mod tasks;
@@ -38,7 +39,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a model with Burn's dashboard (a plain log when stdout is not a terminal).
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Loss, perplexity and bits per byte (character, word) at several lengths, and the
     /// window × length grid.
     Eval(eval::EvalArgs),
@@ -146,7 +147,7 @@ pub fn main() -> Result<(), AppError> {
 /// Runs a parsed command line (`Cli::parse_from` in tests).
 pub fn run(cli: Cli) -> Result<(), AppError> {
     match cli.command {
-        Command::Train(args) => train::train(args),
+        Command::Train(args) => train::train(*args),
         Command::Eval(args) => eval::eval(args),
         Command::Generate(args) => generate::generate(args),
         Command::AttentionMap(args) => attention_map::attention_map(args),

@@ -12,9 +12,10 @@ use swa_models::{Architecture, Decoder};
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::{Cluster, ClusterConfig};
 use swa_training::eval::{mean_loss, stream_loss};
-use swa_training::train::{TrainConfig, train_in_cluster, train_with};
+use swa_training::train::{TrainConfig, initial_model, train_in_cluster, train_with};
 use swa_training::{TrainingBackend, TrainingError};
 
+use super::finetune::FineTuneArgs;
 use super::tasks::TaskArgs;
 use super::{DeviceArgs, ModelArgs};
 use crate::error::AppError;
@@ -76,6 +77,8 @@ pub struct TrainArgs {
     #[command(flatten)]
     transformer_xl: TransformerXlArgs,
     #[command(flatten)]
+    finetune: FineTuneArgs,
+    #[command(flatten)]
     cluster: ClusterArgs,
 }
 
@@ -131,9 +134,12 @@ impl ClusterArgs {
 /// `train`: the run's configuration and corpus (a new run's from the flags, a resumed one's
 /// from its `train.json`), the flags that override it, then the run on the chosen devices.
 pub fn train(args: TrainArgs) -> Result<(), AppError> {
-    let (out, mut config, corpus) = match args.resume {
-        true => resumed_run(&args)?,
-        false => new_run(&args)?,
+    let (out, mut config, corpus) = match (args.resume, &args.finetune.hf) {
+        (true, _) => resumed_run(&args)?,
+        (false, Some(checkpoint)) => {
+            args.finetune.new_run(checkpoint, args.corpus.as_deref(), args.out.clone())?
+        }
+        (false, None) => new_run(&args)?,
     };
     apply_flags(&args, &mut config);
     if !args.resume {
@@ -233,13 +239,16 @@ impl Job for TrainJob {
         let TrainJob { config, corpus, out, resume, cluster } = &self;
         let device = strategy.main_device().clone();
         config.validate()?;
-        let untrained = config.model.init::<B::InnerBackend>(&device)?;
+        let (untrained, _) = initial_model::<B::InnerBackend>(config, !resume, &device)?;
         self.announce::<B>(&untrained, &device);
         if config.task.is_none() && !resume {
             let loss = self.validation_loss(&untrained, &device)?;
+            let model = match &config.pretrained {
+                Some(checkpoint) => format!("{checkpoint} under this run's attention"),
+                None => "an untrained model of this config".into(),
+            };
             println!(
-                "validation before training (an untrained model of this config): loss \
-                 {loss:.4}, {:.4} bits per {}",
+                "validation before training ({model}): loss {loss:.4}, {:.4} bits per {}",
                 bits_per_unit(loss),
                 corpus.unit_name()
             );
@@ -305,7 +314,7 @@ impl TrainJob {
         let (len, batches) = (config.seq_len, config.valid_batches);
         Ok(match config.segment_memory {
             true => stream_loss(model, valid, (len, batch, batches), config.full_memory(), device)?,
-            false => mean_loss(model, (valid, None), len, batch, batches, device)?,
+            false => mean_loss(model, (valid, config.bos), len, batch, batches, device)?,
         })
     }
 

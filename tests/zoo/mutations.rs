@@ -138,7 +138,7 @@ fn read_run(dir: &Path) -> Result<(), String> {
         swa_zoo::training::config_file::load(&dir.join("train.json")).map_err(|e| e.to_string())?;
     // The record is read even when its sidecar rejects it: the reader beneath must hold too.
     let model = dir.join("checkpoint").join("model-2.mpk");
-    let checked = check_model_checkpoint::<NdArray>(&config.model, &model, &Default::default());
+    let checked = check_model_checkpoint::<NdArray>(&config, &model, &Default::default());
     find_checkpoint(dir).found.ok_or("no complete checkpoint")?;
     checked.map_err(|e| e.to_string())
 }

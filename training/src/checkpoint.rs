@@ -9,7 +9,6 @@ use std::path::Path;
 use burn::module::Module;
 use burn::record::Recorder;
 use burn::tensor::backend::Backend;
-use swa_models::DecoderConfig;
 use swa_models::panics::without_panics;
 use swa_models::records::MpkRecorder;
 use swa_models::weights::{
@@ -19,6 +18,7 @@ use swa_models::weights::{
 use crate::checkpoint_file::{steps, verify};
 use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
+use crate::train::{TrainConfig, initial_model};
 
 /// What a resume finds in a run's `checkpoint/` folder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,15 +58,17 @@ pub fn last_checkpoint(out: &Path) -> Option<usize> {
 }
 
 /// Whether the model checkpoint `path` (a `LanguageModel` record, as the Learner writes it)
-/// holds the weights of `config`: a readable record of the same structure and shapes. The
+/// holds the weights of `config`'s model (with its LoRA adapters): a readable record of the same structure and shapes. The
 /// structure is checked before Burn's `load_record`, which panics on some mismatches (another
 /// number of blocks, a layer's mixer of another variant).
 pub fn check_model_checkpoint<B: Backend>(
-    config: &DecoderConfig,
+    config: &TrainConfig,
     path: &Path,
     device: &B::Device,
 ) -> Result<(), TrainingError> {
-    let fresh = LanguageModel::new(config.init::<B>(device)?);
+    let (decoder, lora) = initial_model::<B>(config, false, device)?;
+    let fresh = LanguageModel { lora, ..LanguageModel::new(decoder) };
+    let config = &config.model;
     let unreadable =
         |problem| TrainingError::CheckpointUnreadable { path: path.to_path_buf(), problem };
     let load = || MpkRecorder.load(path.to_path_buf(), device);

@@ -1,8 +1,9 @@
 //! Token corpora for language modelling: a train / valid / test split of token ids, at the
-//! level of bytes (vocabulary 256, as in enwik8 character-level modelling) or of words (a
-//! vocabulary built from the training split, as in WikiText-103).
+//! level of bytes (vocabulary 256, as in enwik8 character-level modelling), of words (a
+//! vocabulary built from the training split, as in WikiText-103), or of a pretrained checkpoint's
+//! tokens (`crate::tokenized`: a text file or any burn-dataset `Dataset` of texts).
 //!
-//! Three sources:
+//! Three sources of bytes and words:
 //! - [`Corpus::embedded`]: the Book of Genesis (King James Bible, public domain), compiled into
 //!   the binary so that training, tests and examples run with no download;
 //! - [`Corpus::bytes_from_file`]: any file as bytes, with the standard enwik8 split when the file
@@ -16,10 +17,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use swa_models::hf::HfTokenizer;
+
 use crate::error::TrainingError;
 
 /// The embedded default corpus: the Book of Genesis, King James Bible (public domain).
-const GENESIS: &str = include_str!("../data/genesis.txt");
+pub(crate) const GENESIS: &str = include_str!("../data/genesis.txt");
 /// Bytes of the standard enwik8 training split; valid and test take 5,000,000 each.
 const ENWIK8_TRAIN: usize = 90_000_000;
 const ENWIK8_HELD_OUT: usize = 5_000_000;
@@ -35,6 +38,8 @@ pub enum Unit {
     Byte,
     /// One whitespace-separated word, `<eos>` or `<unk>`.
     Word,
+    /// One token of a pretrained checkpoint's tokenizer.
+    Token,
 }
 
 /// A tokenised corpus split into training, validation and test token streams.
@@ -48,6 +53,8 @@ pub struct Corpus {
     test: Arc<Vec<u32>>,
     /// The word of each id, for word corpora.
     words: Option<Vec<String>>,
+    /// The tokenizer, for corpora of a checkpoint's tokens.
+    tokenizer: Option<Arc<HfTokenizer>>,
 }
 
 /// Bits per unit (per byte, i.e. per character of enwik8, for byte corpora; per word for word
@@ -102,7 +109,20 @@ impl Corpus {
 
     fn bytes(name: String, train: Vec<u32>, valid: Vec<u32>, test: Vec<u32>) -> Corpus {
         let (train, valid, test) = (Arc::new(train), Arc::new(valid), Arc::new(test));
-        Corpus { name, unit: Unit::Byte, vocab_size: 256, train, valid, test, words: None }
+        let (words, tokenizer) = (None, None);
+        Corpus { name, unit: Unit::Byte, vocab_size: 256, train, valid, test, words, tokenizer }
+    }
+
+    /// A corpus of `tokenizer`'s tokens, `vocab_size` of them, split as given.
+    pub(crate) fn of_tokens(
+        name: String,
+        tokenizer: Arc<HfTokenizer>,
+        vocab_size: usize,
+        [train, valid, test]: [Vec<u32>; 3],
+    ) -> Corpus {
+        let (train, valid, test) = (Arc::new(train), Arc::new(valid), Arc::new(test));
+        let tokenizer = Some(tokenizer);
+        Corpus { name, unit: Unit::Token, vocab_size, train, valid, test, words: None, tokenizer }
     }
 
     /// A byte-level corpus from the file at `path`. A file named `enwik8` gets the standard split
@@ -171,6 +191,7 @@ impl Corpus {
             valid,
             test,
             words: Some(words),
+            tokenizer: None,
         })
     }
 
@@ -201,11 +222,12 @@ impl Corpus {
     pub fn unit_name(&self) -> &'static str {
         match (self.unit, self.name.as_str()) {
             (Unit::Word, _) => "word",
+            (Unit::Token, _) => "token",
             (Unit::Byte, "enwik8") => "character",
             (Unit::Byte, _) => "byte",
         }
     }
-    /// Number of distinct token ids: 256 for bytes, the vocabulary for words.
+    /// Number of distinct token ids: 256 for bytes, the vocabulary for words or tokens.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
@@ -223,9 +245,13 @@ impl Corpus {
     }
 
     /// The text of `tokens`: bytes decoded as UTF-8 (invalid sequences become U+FFFD); words
-    /// joined by spaces with `<eos>` as a newline. Ids outside the vocabulary read as `?` (bytes)
-    /// or `<unk>` (words).
+    /// joined by spaces with `<eos>` as a newline; a checkpoint's tokens as its tokenizer
+    /// decodes them. Ids outside the vocabulary read as `?` (bytes) or `<unk>` (words), and
+    /// tokens the tokenizer cannot decode as nothing.
     pub fn decode(&self, tokens: &[usize]) -> String {
+        if let Some(tokenizer) = &self.tokenizer {
+            return tokenizer.decode(tokens).unwrap_or_default();
+        }
         let Some(words) = &self.words else {
             let bytes: Vec<u8> = tokens.iter().map(|&t| u8::try_from(t).unwrap_or(b'?')).collect();
             return String::from_utf8_lossy(&bytes).into_owned();
@@ -245,9 +271,13 @@ impl Corpus {
         text
     }
 
-    /// The tokens of `text`: its bytes, or its words with `<eos>` for each newline and `<unk>`
-    /// for words outside the vocabulary.
+    /// The tokens of `text`: its bytes, its words with `<eos>` for each newline and `<unk>`
+    /// for words outside the vocabulary, or a checkpoint's tokens without special ones (none
+    /// where its tokenizer fails).
     pub fn encode(&self, text: &str) -> Vec<usize> {
+        if let Some(tokenizer) = &self.tokenizer {
+            return tokenizer.encode(text, false).unwrap_or_default();
+        }
         let Some(words) = &self.words else {
             return text.bytes().map(usize::from).collect();
         };

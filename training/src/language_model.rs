@@ -12,6 +12,7 @@ use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use swa_attention::ModelBackend;
 use swa_attention::layer_ops::cross_entropy;
 use swa_models::Decoder;
+use swa_models::lora::Lora;
 
 use crate::batch::TokenBatch;
 use crate::metrics::StepStats;
@@ -23,6 +24,9 @@ use crate::stream_memory::{Stream, StreamMemory};
 pub struct LanguageModel<B: Backend> {
     /// The model.
     pub decoder: Decoder<B>,
+    /// LoRA adapters on the model's projections (`swa_models::lora`), with the model's own
+    /// weights frozen but the norms and the embedding table; `None`: every weight trains.
+    pub lora: Option<Lora<B>>,
     /// The loss scale shared with [`crate::mixed_precision::MixedPrecision`] in half-precision
     /// training; `None` (f32) takes gradients of the loss itself. Not part of the record (the
     /// optimizer's record holds it).
@@ -80,7 +84,15 @@ impl<B: Backend> ItemLazy for LossOutput<B> {
 impl<B: Backend> LanguageModel<B> {
     /// `decoder` trained in f32, without loss scaling.
     pub fn new(decoder: Decoder<B>) -> Self {
-        Self { decoder, loss_scale: None, memory: StreamMemory::off() }
+        Self { decoder, lora: None, loss_scale: None, memory: StreamMemory::off() }
+    }
+
+    /// The model as trained so far: the decoder with its adapters merged into its weights.
+    pub fn merged(&self) -> Decoder<B> {
+        match &self.lora {
+            Some(lora) => lora.apply(self.decoder.clone()),
+            None => self.decoder.clone(),
+        }
     }
 }
 
@@ -93,9 +105,11 @@ impl<B: ModelBackend> LanguageModel<B> {
     /// starts, so the forward pass cannot fail here.
     pub fn loss(&self, batch: TokenBatch<B>, stream: Stream) -> LossOutput<B> {
         let [rows, n] = batch.inputs.dims();
+        // With adapters, the weights `W + (α/r)·A·B` the gradient reaches A and B through.
+        let decoder = self.merged();
         let logits = match batch.stream_start {
-            Some(start) => self.memory.forward(stream, &self.decoder, batch.inputs, start),
-            None => self.decoder.forward(batch.inputs),
+            Some(start) => self.memory.forward(stream, &decoder, batch.inputs, start),
+            None => decoder.forward(batch.inputs),
         }
         .expect("checked before training");
         let vocab = logits.dims()[2];

@@ -63,6 +63,7 @@ pub mod stop;
 pub mod stream_memory;
 pub mod synthetic;
 pub mod tasks;
+pub mod tokenized;
 pub mod train;
 mod train_config;
 

@@ -1,13 +1,16 @@
 //! The configuration of a training run (`train.json`) and its checks before any work.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use burn::config::Config;
 use swa_models::DecoderConfig;
+use swa_models::lora::LoraConfig;
 
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, GENESIS};
 use crate::error::TrainingError;
 use crate::synthetic::SyntheticTask;
+use crate::tokenized::{tokenized_file, tokenized_text};
 
 /// Configuration of a training run, saved as `train.json` in the run's folder.
 #[derive(Config, Debug)]
@@ -73,6 +76,20 @@ pub struct TrainConfig {
     /// length); `None` is `seq_len`.
     #[config(default = "None")]
     pub full_memory: Option<usize>,
+    /// The pretrained checkpoint the run fine-tunes (a GGUF file or a Hugging Face directory):
+    /// its weights start the model (`model` is its configuration, with this run's attention
+    /// kinds), and its tokenizer reads `corpus`. `None`: random weights from `seed`.
+    #[config(default = "None")]
+    pub pretrained: Option<String>,
+    /// LoRA adapters trained beside the norms and the embedding table, the other weights frozen
+    /// and the adapters merged into them when the run saves its model (`swa_models::lora`);
+    /// `None`: every weight trains.
+    #[config(default = "None")]
+    pub lora: Option<LoraConfig>,
+    /// The token every training and validation window starts with, as the pretrained model saw
+    /// its sequences (its tokenizer's BOS); `None`: windows of the text alone.
+    #[config(default = "None")]
+    pub bos: Option<u32>,
 }
 
 impl TrainConfig {
@@ -94,6 +111,18 @@ impl TrainConfig {
             return Err(TrainingError::field(
                 "TrainConfig.learning_rate",
                 "must be positive and finite",
+            ));
+        }
+        if self.pretrained.is_some() && (self.task.is_some() || self.word_min_count.is_some()) {
+            return Err(TrainingError::field(
+                "TrainConfig.pretrained",
+                "fine-tunes on text in the checkpoint's own tokens: no task or word vocabulary",
+            ));
+        }
+        if self.lora.is_some() && self.pretrained.is_none() {
+            return Err(TrainingError::field(
+                "TrainConfig.lora",
+                "adapts a pretrained model: set TrainConfig.pretrained",
             ));
         }
         if let Some(task) = &self.task {
@@ -130,9 +159,18 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The corpus this run trains on.
+    /// The corpus this run trains on: in the pretrained checkpoint's tokens when there is one.
     pub fn load_corpus(&self) -> Result<Corpus, TrainingError> {
-        Corpus::load(self.corpus.as_deref().map(Path::new), self.word_min_count)
+        let file = self.corpus.as_deref().map(Path::new);
+        let Some(checkpoint) = &self.pretrained else {
+            return Corpus::load(file, self.word_min_count);
+        };
+        let vocab = self.model.vocab_size;
+        let tokenizer = Arc::new(swa_models::hf::load_tokenizer(Path::new(checkpoint), vocab)?);
+        match file {
+            Some(file) => tokenized_file(file, tokenizer, vocab),
+            None => tokenized_text("genesis".into(), GENESIS, tokenizer, vocab),
+        }
     }
 
     /// The positions full-attention layers keep with segment memory.
@@ -173,5 +211,10 @@ mod tests {
         assert!(message(config(8, 16).with_learning_rate(f64::NAN)).contains("learning_rate"));
         let task = config(8, 16).with_task(Some(SyntheticTask::mqar(8)));
         assert!(message(task).starts_with("Mqar.seq_len"));
+        let lora = config(8, 16).with_lora(Some(LoraConfig::new()));
+        assert!(message(lora).starts_with("TrainConfig.lora: adapts a pretrained model"));
+        let pretrained = config(8, 16).with_pretrained(Some("model.gguf".into()));
+        let words = pretrained.with_word_min_count(Some(2));
+        assert!(message(words).starts_with("TrainConfig.pretrained: fine-tunes on text"));
     }
 }

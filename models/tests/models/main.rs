@@ -21,6 +21,7 @@ mod layer_forward;
 mod layer_reference;
 mod layers;
 mod linear_attention;
+mod lora;
 mod memory;
 mod own_mechanism;
 mod presets;

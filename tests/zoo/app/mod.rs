@@ -6,6 +6,7 @@ mod bench;
 mod check_backends;
 mod cli;
 mod examples;
+mod finetune;
 mod gguf;
 mod library;
 mod pretrained;

@@ -156,7 +156,7 @@ impl<B: TrainingBackend> Session<'_, B> {
         // Under MPI too: the request travels to the other processes (`StepLoop`), and the
         // watchdog ends a process that cannot agree on it.
         let signals = SignalStop::install(&stop);
-        let trained = training.launch(learner).model.decoder;
+        let trained = training.launch(learner).model.merged();
         drop(signals);
         if let Some(failure) = stop.take_failure() {
             return Err(TrainingError::Write(failure));

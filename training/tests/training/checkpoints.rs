@@ -128,10 +128,11 @@ fn a_checkpoint_of_another_mixer_is_a_mismatch() {
     let device = Default::default();
     let model = LanguageModel::new(tiny_model().init::<NdArray>(&device).unwrap());
     Recorder::<NdArray>::record(&MpkRecorder, model.into_record(), path.clone()).unwrap();
-    check_model_checkpoint::<NdArray>(&tiny_model(), &path, &device).unwrap();
+    let run = |model| swa_training::train::TrainConfig::new(model, 16);
+    check_model_checkpoint::<NdArray>(&run(tiny_model()), &path, &device).unwrap();
     let mut linear = tiny_model();
     linear.attention = vec![AttentionKind::Linear { feature_dim: 4 }];
-    match check_model_checkpoint::<NdArray>(&linear, &path, &device) {
+    match check_model_checkpoint::<NdArray>(&run(linear), &path, &device) {
         Err(TrainingError::CheckpointMismatch { problem, .. }) => assert!(
             problem.contains("the file has `blocks.0.attention.mixer.Windowed` weights"),
             "{problem}"
