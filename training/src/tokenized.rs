@@ -83,3 +83,54 @@ fn split(
     let splits = [ids[..a].to_vec(), ids[a..b].to_vec(), ids[b..].to_vec()];
     Ok(Corpus::of_tokens(name, tokenizer, vocab_size, splits))
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::data::dataset::InMemDataset;
+    use swa_models::hf::load_tokenizer;
+
+    use super::*;
+
+    /// The tokenizer of the repository's tiny GGUF fixture: byte-level BPE of 512 ids, a BOS.
+    fn tokenizer() -> Arc<HfTokenizer> {
+        let fixture =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/gguf/tiny/model.gguf");
+        Arc::new(load_tokenizer(Path::new(fixture), 512).unwrap())
+    }
+
+    #[test]
+    fn texts_of_a_dataset_each_follow_the_bos_and_split_90_5_5() {
+        let tokenizer = tokenizer();
+        let bos = tokenizer.bos().expect("the fixture adds a BOS") as u32;
+        let line = "In the beginning God created the heaven and the earth. ";
+        let texts: Vec<String> = (1..=3).map(|n| line.repeat(4 * n)).collect();
+        let dataset = InMemDataset::new(texts.clone());
+        let corpus = tokenized_texts("genesis", &dataset, tokenizer.clone(), 512).unwrap();
+        let all: Vec<u32> = [corpus.train(), corpus.valid(), corpus.test()]
+            .iter()
+            .flat_map(|s| s.to_vec())
+            .collect();
+        let mut expected = Vec::new();
+        for text in &texts {
+            expected.push(bos);
+            expected.extend(tokenizer.encode(text, false).unwrap().iter().map(|&id| id as u32));
+        }
+        assert_eq!(all, expected);
+        assert_eq!(corpus.train().len(), all.len() * 9 / 10);
+        assert_eq!(corpus.unit_name(), "token");
+        assert_eq!(
+            corpus.decode(&[expected[1] as usize]),
+            tokenizer.decode(&[expected[1] as usize]).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_text_too_short_or_past_the_vocabulary_is_refused_by_name() {
+        let short = tokenized_text("short".into(), "In the beginning", tokenizer(), 512);
+        let message = short.unwrap_err().to_string();
+        assert!(message.contains("short") && message.contains("tokens"), "{message}");
+        let text = "In the beginning God created the heaven and the earth. ".repeat(8);
+        let small = tokenized_text("kjv".into(), &text, tokenizer(), 8).unwrap_err().to_string();
+        assert!(small.contains("past the model's 8 embeddings"), "{small}");
+    }
+}

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use swa_attention::RopeScaling;
 
 use crate::files::WriteError;
-use crate::hf::{Family, HfProblem, names};
+use crate::gguf::{GgufCheckpoint, is_gguf};
+use crate::hf::{Family, HfProblem, config_text, load_tokenizer, names};
 use crate::layers::AttentionKind;
 use crate::mlp::MlpActivation;
 use crate::stored::{self, Layout};
@@ -44,9 +45,70 @@ pub fn export_decoder<B: Backend>(
     write_atomically(&dir.join("model.safetensors"), |temp| {
         stored::write(model, heads, &layout, Some(DType::F32), &metadata, temp)
     })?;
-    let text = serde_json::to_string_pretty(&json).expect("a JSON value prints");
-    write_atomically(&dir.join("config.json"), |temp| fs::write(temp, text + "\n"))?;
+    write_atomically(&dir.join("config.json"), |temp| fs::write(temp, pretty(&json)))?;
     Ok(family)
+}
+
+/// Writes the tokenizer of the pretrained checkpoint `source` (a GGUF file or a Hugging Face
+/// directory) into `dir`, which [`export_decoder`] wrote from a model fine-tuned from it:
+/// `tokenizer.json` (the directory's own, or the one transformers' GGUF conversion builds), the
+/// directory's `tokenizer_config.json` and `special_tokens_map.json` where it has them (for a
+/// GGUF file, a `tokenizer_config.json` naming its BOS and EOS), and the source's
+/// `bos_token_id`, `eos_token_id` and `pad_token_id` in `dir`'s `config.json`. Each file is
+/// written whole or not at all.
+pub fn export_tokenizer(source: &Path, dir: &Path, vocab_size: usize) -> Result<(), ModelError> {
+    let fail = |problem| ModelError::Checkpoint { dir: source.to_path_buf(), problem };
+    let write = |name: &str, text: String| {
+        write_atomically(&dir.join(name), |temp| fs::write(temp, text.as_bytes()))
+    };
+    let tokenizer_json = match is_gguf(source) {
+        true => {
+            GgufCheckpoint::open(source).and_then(|file| file.tokenizer_json()).map_err(fail)?
+        }
+        false => fs::read_to_string(source.join("tokenizer.json"))
+            .map_err(|e| fail(HfProblem::Tokenizer { problem: e.to_string() }))?,
+    };
+    let tokenizer = load_tokenizer(source, vocab_size)?;
+    let mut ids: Value = serde_json::from_str(&config_text(source)?).unwrap_or_default();
+    // A GGUF file's metadata says whether its tokenizer adds a BOS, not always which.
+    if let (Value::Null, Some(bos)) = (&ids["bos_token_id"], tokenizer.bos()) {
+        ids["bos_token_id"] = json!(bos);
+    }
+    let mut files = vec![("tokenizer.json", tokenizer_json)];
+    if is_gguf(source) {
+        let piece = |key: &str| ids[key].as_u64().and_then(|id| tokenizer.piece(id as usize));
+        let mut config = json!({"tokenizer_class": "PreTrainedTokenizerFast"});
+        for (key, token) in [("bos_token_id", "bos_token"), ("eos_token_id", "eos_token")] {
+            if let Some(piece) = piece(key) {
+                config[token] = Value::String(piece);
+            }
+        }
+        files.push(("tokenizer_config.json", pretty(&config)));
+    } else {
+        for name in ["tokenizer_config.json", "special_tokens_map.json"] {
+            if let Ok(text) = fs::read_to_string(source.join(name)) {
+                files.push((name, text));
+            }
+        }
+    }
+    for (name, text) in files {
+        write(name, text)?;
+    }
+    let path = dir.join("config.json");
+    let text = fs::read_to_string(&path)
+        .map_err(|source| ModelError::Write(WriteError { path: path.clone(), source }))?;
+    let mut config: Value = serde_json::from_str(&text).unwrap_or_default();
+    for key in ["bos_token_id", "eos_token_id", "pad_token_id"] {
+        if !ids[key].is_null() {
+            config[key] = ids[key].clone();
+        }
+    }
+    write("config.json", pretty(&config))
+}
+
+/// `value` as indented JSON with a final newline.
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).expect("a JSON value prints") + "\n"
 }
 
 /// The family that expresses `config`, and its `config.json`: the 5.x fields with the 4.x

@@ -25,7 +25,7 @@ use std::fs;
 use std::path::Path;
 
 pub use config::parse as parse_config;
-pub use export::export_decoder;
+pub use export::{export_decoder, export_tokenizer};
 pub use import::{WeightPrecision, load_decoder, load_weights};
 pub use pretrained::Pretrained;
 pub use tokenizer::{HfTokenizer, load_tokenizer};

@@ -28,7 +28,7 @@ pub struct HfTokenizer {
 /// `vocab_size` ids; fails when the file is missing or unreadable, or when it has more ids than
 /// the model.
 pub fn load_tokenizer(dir: &Path, vocab_size: usize) -> Result<HfTokenizer, ModelError> {
-    let config = fs::read_to_string(dir.join("config.json")).unwrap_or_default();
+    let config = super::config_text(dir).unwrap_or_default();
     read_tokenizer(dir, vocab_size, &config)
 }
 

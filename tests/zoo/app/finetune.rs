@@ -20,13 +20,17 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/tiny/model.gguf")
 }
 
-/// `swa-zoo train --hf` on the fixture: MSWA-h around 8 keys, LoRA of rank 2, 4 steps of 2
-/// sequences of 32 tokens, a checkpoint every 2.
-fn finetune(dir: &Path, out: &str, resume: bool) -> Command {
+/// MSWA-h around 8 keys, LoRA adapters of rank 2.
+const MSWA_LORA: [&str; 4] = ["--attention", "mswa-h:8", "--lora-rank", "2"];
+
+/// `swa-zoo train --hf` on the fixture with `flags`: 4 steps of 2 sequences of 32 tokens, a
+/// checkpoint every 2.
+fn finetune(dir: &Path, out: &str, flags: &[&str], resume: bool) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
     command
         .args(["train", "--backend", "ndarray", "--hf", fixture().to_str().unwrap()])
-        .args(["--attention", "mswa-h:8", "--lora-rank", "2", "--lr", "1e-2", "--warmup", "1"])
+        .args(flags)
+        .args(["--lr", "1e-2", "--warmup", "1"])
         .args(["--seq-len", "32", "--batch-size", "2", "--steps", "4", "--checkpoint-every", "2"])
         .args(["--out", dir.join(out).to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -48,7 +52,7 @@ fn succeed(mut command: Command) -> String {
 #[test]
 fn a_pretrained_model_fine_tuned_with_lora_saves_it_merged_and_resumes_exactly() {
     let dir = run_dir("finetune");
-    let printed = succeed(finetune(&dir, "straight", false));
+    let printed = succeed(finetune(&dir, "straight", &MSWA_LORA, false));
     assert!(printed.contains("model.gguf under this run's attention): loss"), "{printed}");
     let out = dir.join("straight");
     let config: TrainConfig =
@@ -78,11 +82,42 @@ fn a_pretrained_model_fine_tuned_with_lora_saves_it_merged_and_resumes_exactly()
             std::fs::copy(entry.path(), copy.join("checkpoint").join(&name)).unwrap();
         }
     }
-    succeed(finetune(&dir, "resumed", true));
+    succeed(finetune(&dir, "resumed", &MSWA_LORA, true));
     let resumed =
         logits(&load_record::<NdArray>(&config.model, &copy.join("model.mpk"), &device).unwrap());
     // Within 1e-5 on the logits, as every resume test: f32 sums in another order.
     let error = max_abs(&saved, &resumed);
     assert!(error < 1e-5, "the resumed run ends {error} from the straight one");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every weight fine-tuned into one window of 8 keys: `swa-zoo export` writes it as a Mistral
+/// directory with the GGUF's tokenizer, which `--hf` reads back to the same logits, BOS and
+/// tokens.
+#[test]
+fn a_model_fine_tuned_into_one_window_exports_with_its_tokenizer() {
+    use swa_zoo::models::hf::{Pretrained, load_tokenizer};
+    let dir = run_dir("finetune-export");
+    succeed(finetune(&dir, "swa", &["--attention", "swa:8"], false));
+    let (out, to) = (dir.join("swa"), dir.join("exported"));
+    let mut export = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
+    export.args(["export", "--out", out.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+    let printed = succeed(export);
+    assert!(printed.contains("as mistral") && printed.contains("with the tokenizer"), "{printed}");
+    let config: TrainConfig =
+        swa_zoo::training::config_file::load(&out.join("train.json")).unwrap();
+    assert!(config.lora.is_none(), "full fine-tuning");
+    let device = Default::default();
+    let saved = load_record::<NdArray>(&config.model, &out.join("model.mpk"), &device).unwrap();
+    let exported = Pretrained::<NdArray>::load(&to, &device).unwrap();
+    assert!(max_abs(&logits(&saved), &logits(&exported.model)) < 1e-5);
+    let vocab = config.model.vocab_size;
+    let original = load_tokenizer(&fixture(), vocab).unwrap();
+    assert_eq!(exported.tokenizer.bos(), original.bos());
+    let text = "In the beginning God created the heaven and the earth.";
+    assert_eq!(
+        exported.tokenizer.encode(text, true).unwrap(),
+        original.encode(text, true).unwrap()
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
