@@ -12,7 +12,7 @@ use swa_models::{Architecture, Decoder};
 use swa_training::corpus::{Corpus, bits_per_unit};
 use swa_training::distributed::{Cluster, ClusterConfig};
 use swa_training::eval::{mean_loss, stream_loss};
-use swa_training::train::{TrainConfig, initial_model, train_in_cluster, train_with};
+use swa_training::train::{TrainConfig, train_in_cluster, train_with};
 use swa_training::{TrainingBackend, TrainingError};
 
 use super::finetune::FineTuneArgs;
@@ -239,7 +239,7 @@ impl Job for TrainJob {
         let TrainJob { config, corpus, out, resume, cluster } = &self;
         let device = strategy.main_device().clone();
         config.validate()?;
-        let (untrained, _) = initial_model::<B::InnerBackend>(config, !resume, &device)?;
+        let (untrained, _) = config.initial_model::<B::InnerBackend>(!resume, &device)?;
         self.announce::<B>(&untrained, &device);
         if config.task.is_none() && !resume {
             let loss = self.validation_loss(&untrained, &device)?;

@@ -18,7 +18,7 @@ use swa_models::weights::{
 use crate::checkpoint_file::{steps, verify};
 use crate::error::TrainingError;
 use crate::language_model::{LanguageModel, LanguageModelRecord};
-use crate::train::{TrainConfig, initial_model};
+use crate::train_config::TrainConfig;
 
 /// What a resume finds in a run's `checkpoint/` folder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub fn check_model_checkpoint<B: Backend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<(), TrainingError> {
-    let (decoder, lora) = initial_model::<B>(config, false, device)?;
+    let (decoder, lora) = config.initial_model::<B>(false, device)?;
     let fresh = LanguageModel { lora, ..LanguageModel::new(decoder) };
     let config = &config.model;
     let unreadable =

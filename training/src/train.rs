@@ -28,8 +28,6 @@ use burn::train::ExecutionStrategy;
 use swa_attention::rng::SplitMix64;
 use swa_models::Decoder;
 use swa_models::files::{WriteError, remove_leftovers, write_bytes_atomically};
-use swa_models::hf::Pretrained;
-use swa_models::lora::Lora;
 
 use crate::backend::TrainingBackend;
 use crate::checkpoint::{check_model_checkpoint, find_checkpoint};
@@ -37,7 +35,6 @@ use crate::corpus::Corpus;
 use crate::distributed::cluster::Cluster;
 use crate::distributed::gradients::{agree_on_weights, rank_zero_weights};
 use crate::error::TrainingError;
-use crate::eval::rebuild;
 use crate::language_model::LanguageModel;
 use crate::loader::{LoaderConfig, Sampling, WindowLoader};
 use crate::resume_logs::cut_logs;
@@ -139,7 +136,7 @@ fn train_run<B: TrainingBackend>(
     }
     let (train_loader, valid_loader) = loaders(config, corpus, start, (rank, processes), device)?;
     B::seed(device, config.seed);
-    let (mut decoder, lora) = initial_model::<B>(config, start == 0, device)?;
+    let (mut decoder, lora) = config.initial_model::<B>(start == 0, device)?;
     if config.segment_memory {
         check_segment_memory(config, &decoder, &strategy)?;
     }
@@ -197,26 +194,6 @@ fn train_run<B: TrainingBackend>(
         tracing::info!("saved {}", out.join("model.mpk").display());
     }
     Ok(TrainOutcome { model, out: out.to_path_buf(), fingerprint })
-}
-
-/// The model a run starts from, with its LoRA adapters: at a fresh start, the pretrained
-/// checkpoint's weights under the run's configuration (the attention kinds it fine-tunes
-/// into); otherwise fresh weights, which a resumed run's checkpoint replaces. Under LoRA the
-/// model's weights are frozen but the norms and the embedding table, beside new adapters.
-pub fn initial_model<B: Backend>(
-    config: &TrainConfig,
-    fresh: bool,
-    device: &B::Device,
-) -> Result<(Decoder<B>, Option<Lora<B>>), TrainingError> {
-    let mut decoder = config.model.init::<B>(device)?;
-    if let (Some(checkpoint), true) = (&config.pretrained, fresh) {
-        let pretrained = Pretrained::<B>::load(checkpoint, device)?;
-        decoder = rebuild(&pretrained.model, &config.model, device)?;
-    }
-    let Some(lora) = &config.lora else { return Ok((decoder, None)) };
-    let decoder = lora.freeze(decoder);
-    let adapters = lora.init(&decoder, &config.model, device)?;
-    Ok((decoder, Some(adapters)))
 }
 
 /// Takes the run folder's lock ([`RunLock`]) before anything is written there: rank 0 takes

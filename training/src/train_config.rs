@@ -4,11 +4,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::config::Config;
-use swa_models::DecoderConfig;
-use swa_models::lora::LoraConfig;
+use burn::tensor::backend::Backend;
+use swa_models::hf::Pretrained;
+use swa_models::lora::{Lora, LoraConfig};
+use swa_models::{Decoder, DecoderConfig};
 
 use crate::corpus::{Corpus, GENESIS};
 use crate::error::TrainingError;
+use crate::eval::rebuild;
 use crate::synthetic::SyntheticTask;
 use crate::tokenized::{tokenized_file, tokenized_text};
 
@@ -171,6 +174,26 @@ impl TrainConfig {
             Some(file) => tokenized_file(file, tokenizer, vocab),
             None => tokenized_text("genesis".into(), GENESIS, tokenizer, vocab),
         }
+    }
+
+    /// The model the run starts from, with its LoRA adapters: at a fresh start, the pretrained
+    /// checkpoint's weights under the run's configuration (the attention kinds it fine-tunes
+    /// into); otherwise fresh weights, which a resumed run's checkpoint replaces. Under LoRA the
+    /// model's weights are frozen but the norms and the embedding table, beside new adapters.
+    pub fn initial_model<B: Backend>(
+        &self,
+        fresh: bool,
+        device: &B::Device,
+    ) -> Result<(Decoder<B>, Option<Lora<B>>), TrainingError> {
+        let mut decoder = self.model.init::<B>(device)?;
+        if let (Some(checkpoint), true) = (&self.pretrained, fresh) {
+            let pretrained = Pretrained::<B>::load(checkpoint, device)?;
+            decoder = rebuild(&pretrained.model, &self.model, device)?;
+        }
+        let Some(lora) = &self.lora else { return Ok((decoder, None)) };
+        let decoder = lora.freeze(decoder);
+        let adapters = lora.init(&decoder, &self.model, device)?;
+        Ok((decoder, Some(adapters)))
     }
 
     /// The positions full-attention layers keep with segment memory.

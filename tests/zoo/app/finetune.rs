@@ -12,7 +12,7 @@ use burn::record::Recorder;
 use swa_zoo::models::records::MpkRecorder;
 use swa_zoo::models::weights::load_record;
 use swa_zoo::training::language_model::{LanguageModel, LanguageModelRecord};
-use swa_zoo::training::train::{TrainConfig, initial_model};
+use swa_zoo::training::train::TrainConfig;
 
 use crate::{logits, max_abs, run_dir};
 
@@ -64,12 +64,12 @@ fn a_pretrained_model_fine_tuned_with_lora_saves_it_merged_and_resumes_exactly()
         logits(&load_record::<NdArray>(&config.model, &out.join("model.mpk"), &device).unwrap());
 
     // The last checkpoint, its adapters merged, is the saved model.
-    let (decoder, lora) = initial_model::<NdArray>(&config, false, &device).unwrap();
+    let (decoder, lora) = config.initial_model::<NdArray>(false, &device).unwrap();
     let record: LanguageModelRecord<NdArray> =
         MpkRecorder.load(out.join("checkpoint/model-4.mpk"), &device).unwrap();
     let trained = LanguageModel { lora, ..LanguageModel::new(decoder) }.load_record(record);
     assert!(max_abs(&saved, &logits(&trained.merged())) < 1e-6);
-    let (pretrained, _) = initial_model::<NdArray>(&config, true, &device).unwrap();
+    let (pretrained, _) = config.initial_model::<NdArray>(true, &device).unwrap();
     assert!(max_abs(&saved, &logits(&pretrained)) > 1e-3, "fine-tuning moved the model");
 
     // A copy of the run that lost everything after its first checkpoint, resumed.
