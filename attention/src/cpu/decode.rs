@@ -130,9 +130,11 @@ pub fn write_slot(
 /// (8 heads of 16, W = 256: 65,536 floats per layer; docs/architecture/kernels.md).
 pub(super) const PARALLEL_FLOATS: usize = 1 << 18;
 
-/// Slots scored by one job: 256 keys and values of 64 floats are 128 KiB, which stay in L2
-/// between the scores and the weighted sum of values.
-pub(super) const CHUNK_SLOTS: usize = 256;
+/// Slots scored by one job: a window of up to 2048 keys is one chunk, and a longer cache
+/// (full attention's) splits over the threads. Smaller chunks cost more in jobs than they save:
+/// on the efficiency bench's heads of 16, full attention at 8192 positions took 8.9 ms per token
+/// with chunks of 256 and 6.1 ms with 2048 (docs/benchmarks.md).
+pub(super) const CHUNK_SLOTS: usize = 2048;
 
 /// The query heads of one kv head (one batch row) against one chunk of its buffer's slots.
 struct Job<'a> {
