@@ -15,13 +15,14 @@ use std::fmt;
 use std::str::FromStr;
 
 use burn::config::Config;
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ModelError;
 use crate::stored::{EMBEDDING, parts};
+use crate::weights::parameter_shapes;
 use crate::{Decoder, DecoderConfig};
 
 /// A projection LoRA can adapt, named as in Hugging Face's checkpoints (and PEFT's
@@ -126,7 +127,7 @@ struct Place {
     width: usize,
 }
 
-/// The adapters of a model, in the order of its parameters.
+/// The adapters of a model, in the order of its parameters' paths.
 #[derive(Module, Debug)]
 pub struct Lora<B: Backend> {
     /// The adapters.
@@ -154,15 +155,19 @@ impl LoraConfig {
         if self.rank == 0 {
             return Err(field("LoraConfig.rank", "must be at least 1".into()));
         }
-        let mut finder = Finder {
-            targets: &self.targets,
-            heads: (config.heads, config.kv_heads()),
-            path: Vec::new(),
-            found: Vec::new(),
-        };
-        model.visit(&mut finder);
+        let (heads, kv_heads) = (config.heads, config.kv_heads());
+        let mut found = Vec::new();
+        for (path, shape) in parameter_shapes(model).into_iter().filter(|(_, s)| s.len() == 2) {
+            for part in parts(&path, &shape, heads, kv_heads) {
+                let Some(target) = LoraTarget::of_part(&part.name) else { continue };
+                if self.targets.contains(&target) {
+                    let place = Place { path: path.clone(), start: part.start, width: part.width };
+                    found.push((place, target, shape[0]));
+                }
+            }
+        }
         let (mut adapters, mut places) = (Vec::new(), Vec::new());
-        for (place, target, inputs) in finder.found {
+        for (place, target, inputs) in found {
             let largest = inputs.min(place.width);
             if self.rank > largest {
                 let block = place.path.split('.').nth(1).unwrap_or("?");
@@ -238,38 +243,6 @@ impl<B: Backend> Lora<B> {
             pieces.push(Tensor::zeros([inputs, out - columns], &device));
         }
         Some(Tensor::cat(pieces, 1))
-    }
-}
-
-/// Finds the adapted parts of a model's parameters: each with its target and input width.
-struct Finder<'a> {
-    targets: &'a [LoraTarget],
-    heads: (usize, usize),
-    path: Vec<String>,
-    found: Vec<(Place, LoraTarget, usize)>,
-}
-
-impl<B: Backend> ModuleVisitor<B> for Finder<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
-        if D != 2 {
-            return;
-        }
-        for part in parts(&path, &shape, self.heads.0, self.heads.1) {
-            let Some(target) = LoraTarget::of_part(&part.name) else { continue };
-            if self.targets.contains(&target) {
-                let place = Place { path: path.clone(), start: part.start, width: part.width };
-                self.found.push((place, target, shape[0]));
-            }
-        }
     }
 }
 

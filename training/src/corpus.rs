@@ -64,7 +64,7 @@ pub fn bits_per_unit(loss_nats: f64) -> f64 {
 }
 
 /// `[0, n·a/b)`: the index at fraction `a/b` of `n`, without overflow.
-fn cut(n: usize, a: usize, b: usize) -> usize {
+pub(crate) fn cut(n: usize, a: usize, b: usize) -> usize {
     (n as u128 * a as u128 / b as u128) as usize
 }
 

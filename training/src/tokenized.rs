@@ -9,7 +9,7 @@ use std::sync::Arc;
 use burn::data::dataset::Dataset;
 use swa_models::hf::HfTokenizer;
 
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, cut};
 use crate::error::TrainingError;
 
 /// The text file at `path` in `tokenizer`'s tokens ([`tokenized_text`]).
@@ -70,7 +70,7 @@ fn split(
     vocab_size: usize,
 ) -> Result<Corpus, TrainingError> {
     let n = ids.len();
-    let (a, b) = (n * 9 / 10, n * 19 / 20);
+    let (a, b) = (cut(n, 9, 10), cut(n, 19, 20));
     if [a, b - a, n - b].iter().any(|&len| len < 2) {
         let problem = format!("{n} tokens; a 90/5/5 split with at least 2 per split needs 40");
         return Err(TrainingError::CorpusTooSmall { path: name.into(), problem });

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::store::ModuleSnapshot;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use swa_models::layers::AttentionKind;
@@ -31,29 +32,11 @@ fn tokens<D: Backend>(device: &D::Device) -> Tensor<D, 2, Int> {
     Tensor::from_data(TensorData::new(ids, [1, 12]), device)
 }
 
-/// Every float parameter's values by module path.
-#[derive(Default)]
-struct Values {
-    path: Vec<String>,
-    values: BTreeMap<String, Vec<f32>>,
-}
-
-impl<D: Backend> ModuleVisitor<D> for Values {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.into());
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const N: usize>(&mut self, param: &Param<Tensor<D, N>>) {
-        self.values.insert(self.path.join("."), to_vec(param.val()));
-    }
-}
-
-fn values_of<D: Backend, M: Module<D>>(module: &M) -> BTreeMap<String, Vec<f32>> {
-    let mut visitor = Values::default();
-    module.visit(&mut visitor);
-    visitor.values
+/// Every float parameter's values by module path, as burn-store collects them.
+fn values_of<D: Backend, M: ModuleSnapshot<D>>(module: &M) -> BTreeMap<String, Vec<f32>> {
+    let snapshots = module.collect(None, None, false).into_iter();
+    let values = |s: &burn::store::TensorSnapshot| s.to_data().unwrap().convert::<f32>().to_vec();
+    snapshots.map(|s| (s.full_path(), values(&s).unwrap())).collect()
 }
 
 /// Fills every adapter's B with values, as training would.
