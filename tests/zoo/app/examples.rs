@@ -122,6 +122,29 @@ fn streaming_pretrained_example_runs_end_to_end() {
     streaming_pretrained::run(streaming_pretrained::Flags::parse_from(flags)).unwrap();
     let table = std::fs::read_to_string(out.join("table.csv")).unwrap();
     assert_eq!(table.lines().count(), 1 + 4, "dense, window, sinks, recomputation: {table}");
+
+    // A run again into the same folder with one more window keeps what the first wrote (its
+    // dense losses, marked here, are not computed again) and runs the new window only.
+    let positions = out.join("positions.csv");
+    let first = std::fs::read_to_string(&positions).unwrap();
+    let marked: String = first
+        .lines()
+        .map(|line| match line.strip_prefix("dense,,") {
+            Some(rest) => {
+                let cells: Vec<&str> = rest.split(',').collect();
+                format!("dense,,{},9.87654,{}\n", cells[0], cells[2])
+            }
+            None => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::write(&positions, &marked).unwrap();
+    let mut again = flags;
+    again[8] = "16,32,8";
+    streaming_pretrained::run(streaming_pretrained::Flags::parse_from(again)).unwrap();
+    let second = std::fs::read_to_string(&positions).unwrap();
+    assert!(second.starts_with(&marked), "the earlier rows are kept as they were");
+    let added = second.lines().count() - marked.lines().count();
+    assert_eq!(added, 3 * 12, "window, sinks and recomputation at cache 8 only");
     assert_wrote(&out, &["positions.csv", "table.csv", "perplexity.svg", "time.svg"]);
 }
 
