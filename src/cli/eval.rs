@@ -29,11 +29,14 @@ pub struct EvalArgs {
     /// window inference (SWAT's experiment 2). Results go to `runs/eval/<checkpoint>`.
     #[arg(long, requires = "corpus")]
     hf: Option<PathBuf>,
-    /// With --hf: the text to evaluate on.
+    /// The text to evaluate on: with --hf, required; with --out, in place of the run's test
+    /// split, read in the run's units (bytes, words, or its checkpoint's tokens after its BOS),
+    /// e.g. text held out from a fine-tuning corpus, scored alike for every model.
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// With --hf: where to write eval.csv and the grid. Default: `runs/eval/<checkpoint>`.
-    #[arg(long, requires = "hf")]
+    /// Where to write eval.csv and the grid. Default: the run's folder with --out,
+    /// `runs/eval/<checkpoint>` with --hf.
+    #[arg(long)]
     to: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
@@ -90,18 +93,26 @@ pub fn eval(args: EvalArgs) -> Result<(), AppError> {
                 );
             }
             let corpus = config.load_corpus()?;
+            let tokens = match &args.corpus {
+                None => corpus.test(),
+                Some(path) => {
+                    let ids = corpus.encode(&read_text(path)?).into_iter().map(|t| t as u32);
+                    Arc::new(ids.collect())
+                }
+            };
             let lengths = match args.lengths.is_empty() {
                 true => [1, 2, 4, 8, 16].iter().map(|m| m * config.seq_len).collect(),
                 false => args.lengths.clone(),
             };
-            let grid = Grid { args: &args, lengths, unit: corpus.unit_name(), to: out.clone() };
-            grid.run(&config.model, &model, (corpus.test(), None), &device)?;
+            let to = args.to.clone().unwrap_or_else(|| out.clone());
+            let grid = Grid { args: &args, lengths, unit: corpus.unit_name(), to };
+            grid.run(&config.model, &model, (tokens.clone(), config.bos), &device)?;
             if config.segment_memory {
                 // A run trained with segment memory is also scored as it validated: one stream
                 // of --sequences segments, every layer keeping what its windows reach.
                 let (len, full) = (config.seq_len, config.full_memory());
                 let segments = (len, 1, args.sequences);
-                let loss = stream_loss(&model, corpus.test(), segments, full, &device)?;
+                let loss = stream_loss(&model, tokens, segments, full, &device)?;
                 println!(
                     "segment memory: {} segments of {len} in one stream: loss {loss:.4}  bits {:.4}",
                     args.sequences,
@@ -199,9 +210,8 @@ fn eval_hf<B: ModelBackend>(
 ) -> Result<(), AppError> {
     let run = Pretrained::<B>::load_with(dir, weights, device)?;
     let path = args.corpus.as_ref().expect("clap requires --corpus with --hf");
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| AppError::Io { path: path.clone(), source })?;
-    let tokens: Vec<u32> = run.encode(&text, false)?.into_iter().map(|t| t as u32).collect();
+    let tokens: Vec<u32> =
+        run.encode(&read_text(path)?, false)?.into_iter().map(|t| t as u32).collect();
     let bos = run.tokenizer.bos().map(|t| t as u32);
     let lengths = match args.lengths.is_empty() {
         true => vec![128, 256, 512],
@@ -211,4 +221,9 @@ fn eval_hf<B: ModelBackend>(
     let to = args.to.clone().unwrap_or_else(|| Path::new("runs/eval").join(name));
     let grid = Grid { args, lengths, unit: "token", to };
     grid.run(&run.config, &run.model, (Arc::new(tokens), bos), device)
+}
+
+/// The text of the file at `path`.
+fn read_text(path: &Path) -> Result<String, AppError> {
+    std::fs::read_to_string(path).map_err(|source| AppError::Io { path: path.into(), source })
 }

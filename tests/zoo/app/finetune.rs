@@ -93,7 +93,7 @@ fn a_pretrained_model_fine_tuned_with_lora_saves_it_merged_and_resumes_exactly()
 
 /// Every weight fine-tuned into one window of 8 keys: `swa-zoo export` writes it as a Mistral
 /// directory with the GGUF's tokenizer, which `--hf` reads back to the same logits, BOS and
-/// tokens.
+/// tokens, and the same loss on held-out text as the run's own.
 #[test]
 fn a_model_fine_tuned_into_one_window_exports_with_its_tokenizer() {
     use swa_zoo::models::hf::{Pretrained, load_tokenizer};
@@ -119,5 +119,23 @@ fn a_model_fine_tuned_into_one_window_exports_with_its_tokenizer() {
         exported.tokenizer.encode(text, true).unwrap(),
         original.encode(text, true).unwrap()
     );
+
+    // Held-out text scores alike from the run (`eval --out --corpus`) and from the export.
+    let held_out = dir.join("held-out.txt");
+    std::fs::write(&held_out, "And the earth was without form, and void. ".repeat(8)).unwrap();
+    let loss = |source: [&str; 2], to: &str| {
+        let to = dir.join(to);
+        let mut eval = Command::new(env!("CARGO_BIN_EXE_swa-zoo"));
+        eval.args(["eval", "--backend", "ndarray", source[0], source[1]])
+            .args(["--corpus", held_out.to_str().unwrap(), "--to", to.to_str().unwrap()])
+            .args(["--lengths", "16", "--sequences", "2"]);
+        succeed(eval);
+        let csv = std::fs::read_to_string(to.join("eval.csv")).unwrap();
+        let row = csv.lines().nth(1).unwrap().to_string();
+        row.split(',').nth(2).unwrap().parse::<f64>().unwrap()
+    };
+    let (run, export) =
+        (loss(["--out", out.to_str().unwrap()], "run"), loss(["--hf", to.to_str().unwrap()], "hf"));
+    assert!((run - export).abs() < 1e-5, "the run scores {run}, its export {export}");
     let _ = std::fs::remove_dir_all(dir);
 }
