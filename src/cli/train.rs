@@ -53,7 +53,7 @@ pub struct TrainArgs {
     /// Sequences per step.
     #[arg(long)]
     batch_size: Option<usize>,
-    /// Training steps in all.
+    /// Training steps in all, rounded up to whole checkpoint intervals.
     #[arg(long)]
     steps: Option<usize>,
     /// Peak learning rate (AdamW, warmup then cosine decay).
@@ -62,7 +62,8 @@ pub struct TrainArgs {
     /// Warmup steps.
     #[arg(long)]
     warmup: Option<usize>,
-    /// Steps between checkpoints.
+    /// Steps between checkpoints (each followed by a validation). Default: the configuration's
+    /// (100 for a new run), or --steps where that is fewer.
     #[arg(long)]
     checkpoint_every: Option<usize>,
     /// Checkpoints kept.
@@ -201,6 +202,10 @@ fn apply_flags(args: &TrainArgs, config: &mut TrainConfig) {
     set(&mut config.steps, args.steps);
     set(&mut config.warmup_steps, args.warmup);
     set(&mut config.checkpoint_every, args.checkpoint_every);
+    if args.checkpoint_every.is_none() {
+        // A short run is one interval: the default of 100 would train 100 steps.
+        config.checkpoint_every = config.checkpoint_every.min(config.steps);
+    }
     set(&mut config.keep_checkpoints, args.keep);
     set(&mut config.grad_accumulation, args.grad_accumulation);
     config.learning_rate = args.lr.unwrap_or(config.learning_rate);
@@ -336,5 +341,36 @@ impl TrainJob {
         let curve = crate::report::curve::plot_loss_curve(&self.out, self.config.checkpoint_every)?;
         println!("loss curve: {}", curve.display());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use swa_models::DecoderConfig;
+    use swa_models::layers::AttentionKind;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// The checkpoint interval after `flags` on a new run's defaults (100 steps).
+    fn interval(flags: &[&str]) -> usize {
+        let args = Flags::parse_from(std::iter::once("train").chain(flags.iter().copied())).train;
+        let model = DecoderConfig::new(vec![AttentionKind::Full]);
+        let mut config = TrainConfig::new(model, 16);
+        apply_flags(&args, &mut config);
+        config.checkpoint_every
+    }
+
+    #[test]
+    fn a_run_shorter_than_the_default_interval_is_one_interval() {
+        assert_eq!(interval(&["--steps", "25"]), 25);
+        assert_eq!(interval(&["--steps", "250"]), 100);
+        assert_eq!(interval(&["--steps", "25", "--checkpoint-every", "50"]), 50);
     }
 }

@@ -127,7 +127,8 @@ fn train_run<B: TrainingBackend>(
     let start = starting_checkpoint::<B>(config, out, resume, rank, device)?;
     check_several_devices(config, start, &strategy)?;
     let (logs, _log) = open_logs(out, rank)?;
-    tracing::info!("training {} from step {start} to step {}", out.display(), config.steps);
+    let end = config.epochs() * config.checkpoint_every;
+    tracing::info!("training {} from step {start} to step {end}", out.display());
     if let Some(cluster) = &cluster {
         agree_on_start(cluster, config, start)?;
     }

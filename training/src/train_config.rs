@@ -26,7 +26,7 @@ pub struct TrainConfig {
     /// Sequences per step.
     #[config(default = 8)]
     pub batch_size: usize,
-    /// Training steps (batches) in all.
+    /// Training steps (batches) in all, rounded up to whole epochs of `checkpoint_every`.
     #[config(default = 1000)]
     pub steps: usize,
     /// Steps between checkpoints (one Learner epoch).
