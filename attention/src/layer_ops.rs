@@ -12,13 +12,14 @@
 //! each a wake-up of the thread pool); fused, each is one pass forward and one backward.
 //! `Autodiff<B>` differentiates through its inner backend's kernels (`crate::layer_ops_autodiff`).
 
-use burn::nn::Linear;
+use burn::nn::{Embedding, Linear};
 use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
+use burn::tensor::{Device, Int, Tensor, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::fused_ops::fused_ops_off;
+use crate::packed::Packing;
 use crate::split::split;
 
 /// How an RMSNorm scales: `x / √(mean(x²) + ε) · γ` with `γ = w`, or `γ = 1 + w` under
@@ -155,6 +156,31 @@ pub trait LayerOpsBackend: Backend {
         None
     }
 
+    /// Weights kept packed ([`crate::packed`]): `bytes`, the rows of `shape = [rows, in]` in
+    /// `packing`'s blocks, as a float tensor of dtype [`Packing::dtype`] on `device`, which
+    /// [`Self::fused_linear`] and [`Self::unpack`] read; `None` (the default) where the backend
+    /// keeps no packed weights. Flex keeps them.
+    fn pack(
+        _bytes: Vec<u8>,
+        _packing: Packing,
+        _shape: [usize; 2],
+        _device: &Device<Self>,
+    ) -> Option<FloatTensor<Self>> {
+        None
+    }
+
+    /// The values of `w` in the backend's float type, the same shape and view: for a packed
+    /// weight ([`Self::pack`], or its transposed view) its unpacked values, the products'
+    /// reference and fallback; with `rows`, only those of its stored rows, `[ids, in]` (an
+    /// embedding table's lookup). The default, for backends that keep no packed weights, is `w`
+    /// itself (or its rows `ids`).
+    fn unpack(w: FloatTensor<Self>, rows: Option<IntTensor<Self>>) -> FloatTensor<Self> {
+        match rows {
+            Some(ids) => Self::float_select(w, 0, ids),
+            None => w,
+        }
+    }
+
     /// Runs `work`, a decoding step's few hundred small ops one after the other, with the
     /// backend's CPU threads awake: where it has a pool, its idle threads keep looking for the
     /// ops' parallel parts until `work` returns, instead of falling asleep between two ops and
@@ -285,6 +311,10 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     let y = match fused {
         Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
         None => {
+            let w = match Packing::of(w.dtype()) {
+                Some(_) => unpack(w, None),
+                None => w,
+            };
             // Only a weight of another dtype is cast: under `Autodiff` a cast to the same dtype
             // would still add a node per weight to every step's graph.
             let dtype = x.dtype();
@@ -295,6 +325,29 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     };
     dims[N - 1] = d_out;
     y.reshape(dims)
+}
+
+/// The values of `w` ([`LayerOpsBackend::unpack`]): a packed weight's unpacked, or with `rows`
+/// only those stored rows.
+fn unpack<B: LayerOpsBackend, const D: usize>(
+    w: Tensor<B, D>,
+    rows: Option<Tensor<B, 1, Int>>,
+) -> Tensor<B, D> {
+    let ids = rows.map(|ids| ids.into_primitive());
+    Tensor::from_primitive(TensorPrimitive::Float(B::unpack(w.into_primitive().tensor(), ids)))
+}
+
+/// The embeddings of `tokens: [batch, N]` → `[batch, N, d]` from `table: [vocab, d]`, in the
+/// table's float type: rows looked up, or unpacked where the table is kept packed
+/// ([`crate::packed`]).
+pub fn embedding<B: LayerOpsBackend>(table: &Embedding<B>, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    let weight = table.weight.val();
+    if Packing::of(weight.dtype()).is_none() {
+        return table.forward(tokens);
+    }
+    let [batch, n] = tokens.dims();
+    let d = weight.dims()[1];
+    unpack(weight, Some(tokens.reshape([batch * n]))).reshape([batch, n, d])
 }
 
 /// RMSNorm as tensor ops on any backend, `x: [..., D]`, `w: [D]` → the same shape. Written

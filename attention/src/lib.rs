@@ -55,6 +55,7 @@ pub mod layer_ops;
 mod layer_ops_autodiff;
 mod mask;
 mod options;
+pub mod packed;
 mod plan;
 pub mod reciprocal;
 pub mod reference;

@@ -11,7 +11,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{DType, Int, Tensor, backend::Backend, get_device_settings};
 use swa_attention::ModelBackend;
-use swa_attention::layer_ops::{linear, product};
+use swa_attention::layer_ops::{embedding, linear, product};
+use swa_attention::packed::held_bytes;
 
 use crate::architecture::Architecture;
 use crate::block::Block;
@@ -262,7 +263,7 @@ impl<B: Backend> Decoder<B> {
         impl<B: Backend> ModuleVisitor<B> for Bytes {
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
                 let value = param.val();
-                self.0 += value.shape().num_elements() * value.dtype().size();
+                self.0 += held_bytes(value.dtype(), value.shape().num_elements());
             }
         }
         let mut bytes = Bytes(0);
@@ -273,7 +274,7 @@ impl<B: Backend> Decoder<B> {
     /// Bytes of the embedding table as it is held.
     pub fn embedding_bytes(&self) -> usize {
         let table = self.embedding.weight.val();
-        table.shape().num_elements() * table.dtype().size()
+        held_bytes(table.dtype(), table.shape().num_elements())
     }
 
     /// One decoding step: `tokens: [batch]` at the cache's next position → logits
@@ -296,10 +297,13 @@ impl<B: Backend> Decoder<B> {
 
     /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]`, scaled if the model says so.
     /// A table kept in another float type than the backend's (bf16 weights on an f32 backend,
-    /// [`crate::hf::WeightPrecision`]) gives rows in its own type, widened here: only the
-    /// looked-up rows are ever in the backend's type.
-    pub(crate) fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        let x = self.embedding.forward(tokens);
+    /// [`crate::hf::WeightPrecision`]) gives rows in its own type, widened here, and a packed
+    /// one its rows unpacked: only the looked-up rows are ever in the backend's type.
+    pub(crate) fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3>
+    where
+        B: ModelBackend,
+    {
+        let x = embedding(&self.embedding, tokens);
         let float: DType = get_device_settings::<B>(&x.device()).float_dtype.into();
         let x = if x.dtype() == float { x } else { x.cast(float) };
         match self.embedding_scale {

@@ -47,6 +47,12 @@ pub enum ModelError {
         /// The type asked for.
         dtype: DType,
     },
+    /// Weights were asked to be kept packed (`--weights q8_0|q4_0|q4_1`) on a backend that keeps
+    /// no packed weights (only flex does, for inference).
+    PackedWeights {
+        /// The block format asked for.
+        packing: &'static str,
+    },
     /// A Hugging Face directory could not be read or written (docs/semantics.md §9).
     Checkpoint {
         /// The directory.
@@ -64,6 +70,11 @@ impl fmt::Display for ModelError {
             ModelError::Weights { path, problem, .. } => write!(f, "{}: {problem}", path.display()),
             ModelError::Checkpoint { dir, problem } => write!(f, "{}: {problem}", dir.display()),
             ModelError::Write(error) => error.fmt(f),
+            ModelError::PackedWeights { packing } => write!(
+                f,
+                "weights packed in {packing}: this backend keeps no packed weights (flex does, \
+                 without autodiff)"
+            ),
             ModelError::WeightType { dtype } => write!(
                 f,
                 "weights in {dtype:?}: this backend cannot hold tensors of that type (flex can)"
@@ -79,7 +90,9 @@ impl std::error::Error for ModelError {
             ModelError::Checkpoint { problem, .. } => Some(problem),
             ModelError::Weights { source, .. } => source.as_deref().map(|source| source as _),
             ModelError::Write(error) => Some(error),
-            ModelError::Config { .. } | ModelError::WeightType { .. } => None,
+            ModelError::Config { .. }
+            | ModelError::WeightType { .. }
+            | ModelError::PackedWeights { .. } => None,
         }
     }
 }

@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Device, Tensor, TensorData, TensorPrimitive};
+use swa_attention::packed::{BLOCK, Packing};
 
-use crate::gguf::GgufCheckpoint;
+use crate::gguf::{GgmlType, GgufCheckpoint};
 use crate::safetensors::{SafetensorsFile, SafetensorsWriter};
 
 /// One tensor of a file that is all or part of a parameter: its stable name (a module path
@@ -202,7 +204,49 @@ pub enum WeightFile {
     Gguf(Box<GgufCheckpoint>),
 }
 
+/// How a loaded parameter holds its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// In this float type.
+    Float(DType),
+    /// Packed in this block format ([`swa_attention::packed`]), by the backend's
+    /// `swa_attention::LayerOpsBackend::pack`.
+    Packed(Packing),
+    /// As its file stores it ([`WeightFile::stored`]).
+    AsStored,
+}
+
 impl WeightFile {
+    /// How the tensor `name` is stored: a safetensors tensor in its float type; a GGUF tensor
+    /// packed where products read its format, in its float type where it is one, else
+    /// (K-quants, Q5_0, Q5_1) in bf16.
+    pub fn stored(&self, name: &str) -> Keep {
+        match self {
+            WeightFile::Safetensors(file) => Keep::Float(file.tensors[name].dtype),
+            WeightFile::Gguf(file) => match (file.packing(name), file.kind(name)) {
+                (Some(packing), _) => Keep::Packed(packing),
+                (None, GgmlType::F32) => Keep::Float(DType::F32),
+                (None, GgmlType::F16) => Keep::Float(DType::F16),
+                (None, _) => Keep::Float(DType::BF16),
+            },
+        }
+    }
+
+    /// The tensor `name`, `[rows, in]` with `in` a multiple of 32, packed in `packing`: a GGUF
+    /// file's own blocks where it stores them so, else the values packed on load.
+    pub fn read_packed(&mut self, name: &str, packing: Packing) -> Result<Vec<u8>, String> {
+        match self {
+            WeightFile::Gguf(file) => file.read_packed(name, packing),
+            WeightFile::Safetensors(file) => {
+                let data = file.read(name)?.convert::<f32>();
+                let values = data.to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+                let mut bytes = Vec::with_capacity(packing.row_bytes(values.len()));
+                packing.pack(&values, &mut bytes);
+                Ok(bytes)
+            }
+        }
+    }
+
     /// Every tensor's shape, by name.
     pub fn shapes(&self) -> BTreeMap<String, Vec<usize>> {
         match self {
@@ -228,7 +272,7 @@ impl WeightFile {
 /// Replaces every float parameter of a model by its tensors from weight files, read when
 /// it is reached and joined where the parameter is several ([`parts`]). The first failure is
 /// kept and the parameters after it are left as they are.
-pub struct Load<'a> {
+pub struct Load<'a, B: Backend> {
     /// The weight files, each with its path.
     pub files: Vec<(PathBuf, WeightFile)>,
     /// The index in `files` of the file holding each tensor.
@@ -237,13 +281,19 @@ pub struct Load<'a> {
     pub layout: Layout<'a>,
     /// The model's query and key/value heads.
     pub heads: (usize, usize),
-    /// The float type of each parameter, by module path and shape.
-    pub dtype: &'a dyn Fn(&str, &[usize]) -> DType,
+    /// How each parameter holds its values, by module path and shape.
+    pub keep: &'a dyn Fn(&str, &[usize]) -> Keep,
+    /// The backend's packed tensor of rows of bytes ([`LayerOpsBackend::pack`]), `None` where it
+    /// keeps none.
+    pub pack: Pack<B>,
     /// The module path being visited.
     pub path: Vec<String>,
     /// The first failure: the file's tensor and what is wrong, or a missing tensor's name.
     pub error: Option<LoadProblem>,
 }
+
+/// `bytes`, rows `[rows, in]` packed in a block format, as a backend's packed float tensor.
+pub type Pack<B> = fn(Vec<u8>, Packing, [usize; 2], &Device<B>) -> Option<FloatTensor<B>>;
 
 /// Why [`Load`] stopped.
 #[derive(Debug)]
@@ -252,38 +302,88 @@ pub enum LoadProblem {
     Missing(String),
     /// The file at this path could not be read: why.
     Unreadable(PathBuf, String),
+    /// Weights were asked to be kept packed on a backend that keeps none (only flex does).
+    Packed,
 }
 
-impl Load<'_> {
+impl<B: Backend> Load<'_, B> {
     /// The tensors of the parameter at `path` of `shape`, joined, on `device`.
-    fn tensor<B: Backend, const D: usize>(
+    fn tensor<const D: usize>(
         &mut self,
         path: &str,
         shape: &[usize],
         device: &B::Device,
     ) -> Result<Tensor<B, D>, LoadProblem> {
         let (heads, kv_heads) = self.heads;
-        let (dtype, transposed) = ((self.dtype)(path, shape), self.layout.transposes(path, shape));
+        let transposed = self.layout.transposes(path, shape);
         let mut pieces = Vec::new();
         for part in parts(path, shape, heads, kv_heads) {
             let missing = || LoadProblem::Missing(part.name.clone());
             let name = (self.layout.name)(&part.name).ok_or_else(missing)?;
             let index = *self.holder.get(&name).ok_or(LoadProblem::Missing(name.clone()))?;
-            let (file, reader) = &mut self.files[index];
-            let data =
-                reader.read(&name, dtype).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
-            pieces.push(Tensor::<B, D>::from_data(data, (device, dtype)));
+            pieces.push((name, index));
+        }
+        let keep = self.resolve(path, shape, &pieces);
+        if let Keep::Packed(packing) = keep {
+            let mut bytes = Vec::new();
+            for (name, index) in &pieces {
+                let (file, reader) = &mut self.files[*index];
+                let part = reader.read_packed(name, packing);
+                bytes.extend(part.map_err(|p| LoadProblem::Unreadable(file.clone(), p))?);
+            }
+            let [rows, k] = match transposed {
+                true => [shape[1], shape[0]],
+                false => [shape[0], shape[1]],
+            };
+            let packed = (self.pack)(bytes, packing, [rows, k], device).ok_or(LoadProblem::Packed)?;
+            let tensor = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(packed));
+            let tensor = if transposed { tensor.transpose() } else { tensor };
+            return Ok(Tensor::from_primitive(tensor.into_primitive()));
+        }
+        let dtype = match keep {
+            Keep::Float(dtype) => dtype,
+            _ => DType::F32,
+        };
+        let mut tensors = Vec::new();
+        for (name, index) in &pieces {
+            let (file, reader) = &mut self.files[*index];
+            let data = reader.read(name, dtype).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
+            tensors.push(Tensor::<B, D>::from_data(data, (device, dtype)));
         }
         // `[out, in]` parts stack along their first axis: the joined storage stays `[out, in]`
         // and the parameter is its transposed view, as one part's would be.
         Ok(match transposed {
-            true => Tensor::cat(pieces, 0).transpose(),
-            false => Tensor::cat(pieces, D - 1),
+            true => Tensor::cat(tensors, 0).transpose(),
+            false => Tensor::cat(tensors, D - 1),
         })
+    }
+
+    /// How the parameter at `path` of `shape`, read from `pieces` (file names and files),
+    /// holds its values: as [`Load::keep`] says, its parts' own way for [`Keep::AsStored`]
+    /// (bf16 where they differ). Packed only where it can be: a linear layer's weight stored
+    /// `[out, in]` or the embedding table, rows of whole blocks; else in the first float
+    /// type asked (f32 for a packing).
+    fn resolve(&self, path: &str, shape: &[usize], pieces: &[(String, usize)]) -> Keep {
+        let asked = (self.keep)(path, shape);
+        let stored = |(name, index): &(String, usize)| self.files[*index].1.stored(name);
+        let keep = match asked {
+            Keep::AsStored => {
+                let mut kinds = pieces.iter().map(stored);
+                let first = kinds.next().unwrap_or(Keep::Float(DType::F32));
+                if kinds.all(|kind| kind == first) { first } else { Keep::Float(DType::BF16) }
+            }
+            keep => keep,
+        };
+        let rows_along_in = self.layout.transposes(path, shape) || path == EMBEDDING;
+        let whole_blocks = shape.len() == 2 && shape.iter().all(|d| d % BLOCK == 0);
+        match keep {
+            Keep::Packed(_) if !(rows_along_in && whole_blocks) => Keep::Float(DType::F32),
+            keep => keep,
+        }
     }
 }
 
-impl<B: Backend> ModuleMapper<B> for Load<'_> {
+impl<B: Backend> ModuleMapper<B> for Load<'_, B> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -297,7 +397,7 @@ impl<B: Backend> ModuleMapper<B> for Load<'_> {
             return param;
         }
         let (path, shape) = (self.path.join("."), param.lazy_shape().to_vec());
-        match self.tensor::<B, D>(&path, &shape, &param.lazy_device()) {
+        match self.tensor::<D>(&path, &shape, &param.lazy_device()) {
             Ok(tensor) => {
                 let id = param.id;
                 param.transform_for_load(tensor, id)

@@ -65,7 +65,7 @@ use crate::layers::MixerRecord;
 use crate::panics::without_panics;
 use crate::records::{MpkRecorder, RECORD_EXTENSION, write_record_item};
 use crate::safetensors::SafetensorsFile;
-use crate::stored::{self, Layout, Load, LoadProblem, WeightFile};
+use crate::stored::{self, Keep, Layout, Load, LoadProblem, WeightFile};
 
 /// Saves `model` as a Burn record at `path` with its extension set to `.mpk`, as Burn's file
 /// recorders do, and returns that path.
@@ -137,7 +137,8 @@ pub fn import_safetensors<B: Backend>(
         holder,
         layout: stable_layout(),
         heads,
-        dtype: &|_, _| float,
+        keep: &|_, _| Keep::Float(float),
+        pack: |_, _, _, _| None,
         path: Vec::new(),
         error: None,
     };
@@ -148,6 +149,7 @@ pub fn import_safetensors<B: Backend>(
             Err(fail(format!("weight `{name}` is missing from the file")))
         }
         Some(LoadProblem::Unreadable(_, problem)) => Err(unreadable(problem)),
+        Some(LoadProblem::Packed) => Err(fail("holds packed weights, which runs never do".into())),
     }
 }
 

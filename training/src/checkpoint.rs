@@ -8,7 +8,6 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::record::Recorder;
-use burn::tensor::backend::Backend;
 use swa_models::panics::without_panics;
 use swa_models::records::MpkRecorder;
 use swa_models::weights::{
@@ -61,7 +60,7 @@ pub fn last_checkpoint(out: &Path) -> Option<usize> {
 /// holds the weights of `config`'s model (with its LoRA adapters): a readable record of the same structure and shapes. The
 /// structure is checked before Burn's `load_record`, which panics on some mismatches (another
 /// number of blocks, a layer's mixer of another variant).
-pub fn check_model_checkpoint<B: Backend>(
+pub fn check_model_checkpoint<B: swa_attention::LayerOpsBackend>(
     config: &TrainConfig,
     path: &Path,
     device: &B::Device,

@@ -23,7 +23,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::train::ExecutionStrategy;
 use swa_attention::rng::SplitMix64;
 use swa_models::Decoder;
@@ -303,7 +303,7 @@ fn scheduler_steps<B: AutodiffBackend>(
 /// start), checking that it holds `config`'s model. A fresh run of rank 0 fails where a run
 /// already is ([`refuse_overwrite`] again: a run may have ended between the first ask and the
 /// lock).
-fn starting_checkpoint<B: Backend>(
+fn starting_checkpoint<B: swa_attention::LayerOpsBackend>(
     config: &TrainConfig,
     out: &Path,
     resume: bool,

@@ -4,7 +4,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::config::Config;
-use burn::tensor::backend::Backend;
 use swa_models::hf::Pretrained;
 use swa_models::lora::{Lora, LoraConfig};
 use swa_models::{Decoder, DecoderConfig};
@@ -180,7 +179,7 @@ impl TrainConfig {
     /// checkpoint's weights under the run's configuration (the attention kinds it fine-tunes
     /// into); otherwise fresh weights, which a resumed run's checkpoint replaces. Under LoRA the
     /// model's weights are frozen but the norms and the embedding table, beside new adapters.
-    pub fn initial_model<B: Backend>(
+    pub fn initial_model<B: swa_attention::LayerOpsBackend>(
         &self,
         fresh: bool,
         device: &B::Device,

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::Flex;
+use burn::backend::flex::FlexDevice;
 use burn::backend::flex::FlexTensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData, TensorMetadata};
@@ -30,6 +31,7 @@ use crate::backend::{
 use crate::decode::{CacheWrite, CachedBuffer, DecodeKernel, DecodeStep, SlotWrite};
 use crate::fused_ops::fused_ops_off;
 use crate::layer_ops::{LayerKernels, LayerOpsBackend};
+use crate::packed::Packing;
 use crate::rope::{RopeAngles, RopeBackend, RotateKernel};
 use crate::{ScoreOptions, WindowSpec};
 
@@ -122,6 +124,19 @@ impl LayerOpsBackend for Flex {
             true => None,
             false => super::linear::product(&x, &w, b.as_ref()),
         }
+    }
+
+    fn pack(
+        bytes: Vec<u8>,
+        packing: Packing,
+        shape: [usize; 2],
+        _device: &FlexDevice,
+    ) -> Option<FlexTensor> {
+        Some(super::linear::packed_tensor(bytes, packing, shape))
+    }
+
+    fn unpack(w: FlexTensor, rows: Option<FlexTensor>) -> FlexTensor {
+        super::linear::unpacked_tensor(w, rows)
     }
 
     /// `work` on a thread of rayon's pool (where it already is when called from a job,

@@ -13,6 +13,8 @@ use burn::tensor::{DType, TensorData};
 use serde_json::json;
 
 use super::file::{GgufFault, GgufFile, MetaValue};
+use super::quants::GgmlType;
+use swa_attention::packed::Packing;
 use crate::hf::HfProblem;
 
 /// The architectures read, by `general.architecture`, and the `model_type` each becomes.
@@ -188,6 +190,36 @@ impl GgufCheckpoint {
         })
     }
 
+    /// The block format of the tensor transformers names `name` where the file stores it
+    /// packed in one that products read ([`GgmlType::packing`]).
+    pub fn packing(&self, name: &str) -> Option<Packing> {
+        self.kind(name).packing()
+    }
+
+    /// The ggml type the file stores the tensor transformers names `name` in.
+    pub fn kind(&self, name: &str) -> GgmlType {
+        self.file.tensors[&self.names[name].0].kind
+    }
+
+    /// The tensor transformers names `name` (a 2-D weight of rows a multiple of 32 long)
+    /// packed in `packing`, rows in transformers' order: the file's own bytes where it stores
+    /// the tensor in that format, else its values packed.
+    pub fn read_packed(&mut self, name: &str, packing: Packing) -> Result<Vec<u8>, String> {
+        let (gguf, convert) = self.names[name].clone();
+        let shape = self.file.tensors[&gguf].shape.clone();
+        if self.packing(name) != Some(packing) || convert == Convert::UnitOffset {
+            let values = self.read(name, DType::F32)?.to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+            let mut bytes = Vec::with_capacity(packing.row_bytes(values.len()));
+            packing.pack(&values, &mut bytes);
+            return Ok(bytes);
+        }
+        let bytes = self.file.read_stored(&gguf)?;
+        match convert {
+            Convert::Unpermute(heads) => unpermute_rows(&bytes, shape[0], heads),
+            _ => Ok(bytes),
+        }
+    }
+
     /// transformers' `tokenizer.json` for this file's tokenizer, as transformers' GGUF
     /// conversion builds it.
     pub fn tokenizer_json(&self) -> Result<String, HfProblem> {
@@ -271,14 +303,17 @@ fn text<'a>(metadata: &'a BTreeMap<String, MetaValue>, key: &str) -> Result<&'a 
 /// interleaved where transformers has `(2, pair)` halves: row `h·d + i·(d/2) + p` of
 /// transformers' is row `h·d + 2p + i` of the file (`d` the head's rows).
 fn unpermute(data: TensorData, heads: usize) -> Result<TensorData, String> {
-    let shape = data.shape.clone();
-    let (rows, columns) = (shape[0], shape[1..].iter().product::<usize>());
+    let (shape, dtype) = (data.shape.clone(), data.dtype);
+    let out = unpermute_rows(data.as_bytes(), shape[0], heads)?;
+    Ok(TensorData::from_bytes_vec(out, shape, dtype))
+}
+
+/// [`unpermute`] on `rows` rows of bytes, each the same length (floats or packed blocks).
+fn unpermute_rows(bytes: &[u8], rows: usize, heads: usize) -> Result<Vec<u8>, String> {
     if heads == 0 || !rows.is_multiple_of(2 * heads) {
         return Err(format!("{rows} rows do not split into {heads} heads of pairs"));
     }
-    let (dtype, half) = (data.dtype, rows / heads / 2);
-    let bytes = data.as_bytes();
-    let width = columns * dtype.size();
+    let (width, half) = (bytes.len() / rows, rows / heads / 2);
     let mut out = vec![0u8; bytes.len()];
     for row in 0..rows {
         let (head, within) = (row / (2 * half), row % (2 * half));
@@ -287,5 +322,5 @@ fn unpermute(data: TensorData, heads: usize) -> Result<TensorData, String> {
         out[row * width..(row + 1) * width]
             .copy_from_slice(&bytes[from * width..(from + 1) * width]);
     }
-    Ok(TensorData::from_bytes_vec(out, shape, dtype))
+    Ok(out)
 }

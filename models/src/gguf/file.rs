@@ -269,6 +269,20 @@ impl GgufFile {
     }
 }
 
+impl GgufFile {
+    /// The stored bytes of the tensor `name` (which must be in [`Self::tensors`]), as they are.
+    pub fn read_stored(&mut self, name: &str) -> Result<Vec<u8>, String> {
+        let tensor = &self.tensors[name];
+        let (&row, outer) = tensor.shape.split_last().expect("at least one dimension");
+        let rows: usize = outer.iter().product();
+        let row_bytes = tensor.kind.row_bytes(row as u64).expect("checked on open") as usize;
+        let mut bytes = vec![0; rows * row_bytes];
+        self.file.seek(SeekFrom::Start(tensor.offset)).map_err(|e| e.to_string())?;
+        self.file.read_exact(&mut bytes).map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
 /// `count` values of type `kind` from `file`, each dequantized to f32 and stored by `store`.
 fn decode<T>(
     file: &mut File,

@@ -3,7 +3,8 @@
 //! stores half-precision scales and packed integers, and a value is `scale · q` or
 //! `scale · q − min`.
 
-use burn::tensor::{bf16, f16};
+use burn::tensor::bf16;
+use swa_attention::packed::{Packing, half};
 
 /// Values per K-quant super-block.
 const QK_K: usize = 256;
@@ -129,6 +130,16 @@ impl GgmlType {
         }
     }
 
+    /// The block format of a type that products read packed ([`Packing`]): Q8_0, Q4_0, Q4_1.
+    pub fn packing(self) -> Option<Packing> {
+        match self {
+            GgmlType::Q8_0 => Some(Packing::Q8_0),
+            GgmlType::Q4_0 => Some(Packing::Q4_0),
+            GgmlType::Q4_1 => Some(Packing::Q4_1),
+            _ => None,
+        }
+    }
+
     /// The bytes of a row of `len` values, `None` unless `len` is a whole number of blocks.
     pub fn row_bytes(self, len: u64) -> Option<u64> {
         let block = self.block_len() as u64;
@@ -146,23 +157,9 @@ pub fn dequantize(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
             GgmlType::Bf16 => {
                 out[0] = bf16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32()
             }
-            GgmlType::Q8_0 => {
-                let d = half(block, 0);
-                for (o, &q) in out.iter_mut().zip(&block[2..]) {
-                    *o = d * q as i8 as f32;
-                }
-            }
-            GgmlType::Q4_0 | GgmlType::Q4_1 => {
-                let (d, qs) = (half(block, 0), &block[block.len() - 16..]);
-                let (min, offset) = match kind {
-                    GgmlType::Q4_1 => (half(block, 2), 0.0),
-                    _ => (0.0, 8.0),
-                };
-                for (j, &q) in qs.iter().enumerate() {
-                    out[j] = d * ((q & 0xF) as f32 - offset) + min;
-                    out[j + 16] = d * ((q >> 4) as f32 - offset) + min;
-                }
-            }
+            GgmlType::Q8_0 => Packing::Q8_0.unpack_block(block, out),
+            GgmlType::Q4_0 => Packing::Q4_0.unpack_block(block, out),
+            GgmlType::Q4_1 => Packing::Q4_1.unpack_block(block, out),
             GgmlType::Q5_0 | GgmlType::Q5_1 => {
                 let (d, qs) = (half(block, 0), &block[block.len() - 16..]);
                 let (min, offset, at) = match kind {
@@ -184,10 +181,6 @@ pub fn dequantize(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The f16 at `bytes[at..at + 2]` as f32.
-fn half(bytes: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
-}
 
 /// Scale and minimum of group `j` (0–7) of a Q4_K/Q5_K block's 12 packed bytes: 6 bits each,
 /// groups 4–7 keeping their high two bits in the top of groups 0–3's bytes.

@@ -15,22 +15,24 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::DType;
-use burn::tensor::backend::Backend;
 use serde_json::Value;
+use swa_attention::LayerOpsBackend;
+use swa_attention::packed::{BLOCK, Packing};
 
 use crate::gguf::{GgufCheckpoint, is_gguf};
 use crate::hf::{Family, HfProblem, names, read_config};
 use crate::safetensors::SafetensorsFile;
-use crate::stored::{EMBEDDING, Layout, Load, LoadProblem, WeightFile, is_linear_weight};
+use crate::stored::{EMBEDDING, Keep, Layout, Load, LoadProblem, WeightFile, is_linear_weight};
 use crate::weights::parameter_shapes;
 use crate::{Decoder, DecoderConfig, ModelError};
 
-/// The float type a loaded model keeps its linear layers' weights and its embedding table in,
-/// whatever the checkpoint's (`--weights`). Norms, biases, activations, caches and every sum
-/// stay in the backend's float type: with bf16 or f16 weights on an f32 backend the weights are
-/// the only values rounded, and the products widen them as they read them
+/// How a loaded model keeps its linear layers' weights and its embedding table, whatever the
+/// checkpoint's (`--weights`): in a float type, or packed in ggml's blocks
+/// ([`swa_attention::packed`]). Norms, biases, activations, caches and every sum stay in the
+/// backend's float type: with bf16, f16 or packed weights on an f32 backend the weights are the
+/// only values rounded, and the products read them as they are
 /// ([`swa_attention::layer_ops::product`]), so a bf16 checkpoint takes its own bytes in memory
-/// and per decoded token rather than twice that.
+/// and per decoded token rather than twice that, and a Q4_1 file its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WeightPrecision {
@@ -43,36 +45,57 @@ pub enum WeightPrecision {
     Bf16,
     /// IEEE half precision.
     F16,
+    /// Packed in this block format (flex only): a GGUF file's tensors stored in it kept as they
+    /// are, any other weight packed on load (`--weights q8_0` quantizes a bf16 checkpoint as
+    /// llama.cpp's Q8_0 does).
+    Packed(Packing),
+    /// As the file stores each tensor: Q8_0, Q4_0 and Q4_1 kept packed (flex only), float
+    /// tensors in their own type, other quantized types (K-quants, Q5_0, Q5_1) unpacked into
+    /// bf16.
+    File,
 }
 
 impl WeightPrecision {
-    /// The float types a command line names (`--weights f32|bf16|f16`); `Compute` is the
-    /// flag left out.
-    pub const NAMED: [WeightPrecision; 3] =
-        [WeightPrecision::F32, WeightPrecision::Bf16, WeightPrecision::F16];
+    /// The choices a command line names (`--weights f32|bf16|f16|q8_0|q4_0|q4_1|file`);
+    /// `Compute` is the flag left out.
+    pub const NAMED: [WeightPrecision; 7] = [
+        WeightPrecision::F32,
+        WeightPrecision::Bf16,
+        WeightPrecision::F16,
+        WeightPrecision::Packed(Packing::Q8_0),
+        WeightPrecision::Packed(Packing::Q4_0),
+        WeightPrecision::Packed(Packing::Q4_1),
+        WeightPrecision::File,
+    ];
 
-    /// The name of the type: `compute`, `f32`, `bf16` or `f16`.
+    /// The name of the choice: `compute`, `f32`, `bf16`, `f16`, `q8_0`, `q4_0`, `q4_1`, `file`.
     pub fn name(self) -> &'static str {
         match self {
             WeightPrecision::Compute => "compute",
             WeightPrecision::F32 => "f32",
             WeightPrecision::Bf16 => "bf16",
             WeightPrecision::F16 => "f16",
+            WeightPrecision::Packed(Packing::Q8_0) => "q8_0",
+            WeightPrecision::Packed(Packing::Q4_0) => "q4_0",
+            WeightPrecision::Packed(Packing::Q4_1) => "q4_1",
+            WeightPrecision::File => "file",
         }
     }
 
-    /// The named type `name` (`f32`, `bf16`, `f16`), or `None`.
+    /// The named choice `name`, or `None`.
     pub fn named(name: &str) -> Option<Self> {
         Self::NAMED.into_iter().find(|weights| weights.name() == name)
     }
 
-    /// The weights' float type on a backend computing in `compute`.
-    pub fn dtype(self, compute: DType) -> DType {
+    /// How the weights are kept on a backend computing in `compute`.
+    fn keep(self, compute: DType) -> Keep {
         match self {
-            WeightPrecision::Compute => compute,
-            WeightPrecision::F32 => DType::F32,
-            WeightPrecision::Bf16 => DType::BF16,
-            WeightPrecision::F16 => DType::F16,
+            WeightPrecision::Compute => Keep::Float(compute),
+            WeightPrecision::F32 => Keep::Float(DType::F32),
+            WeightPrecision::Bf16 => Keep::Float(DType::BF16),
+            WeightPrecision::F16 => Keep::Float(DType::F16),
+            WeightPrecision::Packed(packing) => Keep::Packed(packing),
+            WeightPrecision::File => Keep::AsStored,
         }
     }
 }
@@ -81,7 +104,7 @@ impl WeightPrecision {
 /// `model.safetensors` or the shards `model.safetensors.index.json` lists, in f32, f16 or bf16,
 /// cast to the backend's float type. Fails, naming the file or tensor, on a missing or corrupt
 /// file, an unsupported architecture, and a missing, unexpected or misshapen tensor.
-pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
+pub fn load_decoder<B: LayerOpsBackend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
     let (family, config) = read_config(dir)?;
     load_weights(dir, family, &config, WeightPrecision::Compute, device)
 }
@@ -90,7 +113,7 @@ pub fn load_decoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Decode
 /// [`read_config`](crate::hf::read_config), and the weights kept in `weights`: the weights of
 /// `dir` into the decoder of `config`. Each tensor goes from its file's type straight to its
 /// own, so a bf16 checkpoint loaded with bf16 weights is never widened.
-pub fn load_weights<B: Backend>(
+pub fn load_weights<B: LayerOpsBackend>(
     dir: &Path,
     family: Family,
     config: &DecoderConfig,
@@ -100,9 +123,16 @@ pub fn load_weights<B: Backend>(
     let fail = |problem| ModelError::Checkpoint { dir: dir.to_path_buf(), problem };
     config.validate()?;
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
-    let weights = weights.dtype(float);
-    if !B::supports_dtype(device, weights) {
-        return Err(ModelError::WeightType { dtype: weights });
+    let weights = weights.keep(float);
+    let packs = B::pack(Vec::new(), Packing::Q8_0, [0, BLOCK], device).is_some();
+    match weights {
+        Keep::Float(dtype) if !B::supports_dtype(device, dtype) => {
+            return Err(ModelError::WeightType { dtype });
+        }
+        Keep::Packed(packing) if !packs => {
+            return Err(ModelError::PackedWeights { packing: packing.name() });
+        }
+        _ => {}
     }
     let mut files = Vec::new();
     let mut found = BTreeMap::new();
@@ -128,18 +158,24 @@ pub fn load_weights<B: Backend>(
     let layout = Layout { name: &name, transposed: true };
     let expected = layout.file_shapes(&parameter_shapes(&model), heads);
     check_tensors(&expected, &found).map_err(fail)?;
-    let dtype =
+    // A file's packed tensors are unpacked where the backend keeps none (`--weights file`).
+    let weights = match weights {
+        Keep::AsStored if !packs => Keep::Float(float),
+        weights => weights,
+    };
+    let keep =
         |path: &str, shape: &[usize]| match is_linear_weight(path, shape) || path == EMBEDDING {
             true => weights,
-            false => float,
+            false => Keep::Float(float),
         };
     let mut load =
-        Load { files, holder, layout, heads, dtype: &dtype, path: Vec::new(), error: None };
+        Load { files, holder, layout, heads, keep: &keep, pack: B::pack, path: Vec::new(), error: None };
     let model = model.map(&mut load);
     match load.error {
         None => Ok(model),
         Some(LoadProblem::Missing(name)) => Err(fail(HfProblem::MissingTensor { name })),
         Some(LoadProblem::Unreadable(file, problem)) => Err(fail(corrupt(&file, problem))),
+        Some(LoadProblem::Packed) => Err(ModelError::PackedWeights { packing: "packed" }),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
+use swa_attention::LayerOpsBackend;
 
 use crate::hf::tokenizer::read_tokenizer;
 use crate::hf::{
@@ -37,7 +38,7 @@ pub struct Pretrained<B: Backend> {
     pub tokenizer: HfTokenizer,
 }
 
-impl<B: Backend> Pretrained<B> {
+impl<B: LayerOpsBackend> Pretrained<B> {
     /// Reads `dir`'s `config.json` (once), its weights and its tokenizer onto `device`, the
     /// weights in the backend's float type.
     pub fn load(dir: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
@@ -58,7 +59,9 @@ impl<B: Backend> Pretrained<B> {
         let tokenizer = read_tokenizer(dir, config.vocab_size, &text)?;
         Ok(Self { dir: dir.to_path_buf(), family, config, model, tokenizer })
     }
+}
 
+impl<B: Backend> Pretrained<B> {
     /// The ids of `text`, with the tokenizer's special tokens (such as BOS) when `special` is
     /// set.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<usize>, ModelError> {

@@ -11,7 +11,8 @@
 //! that case, one row against such columns, [`Dots`] computes them itself: four columns at a
 //! time, as chains of SIMD multiply-adds, it reads the weights faster than gemm's
 //! matrix-vector path.
-//! Weights kept in bf16 or f16 are read by [`half_weights`], over the same split.
+//! Weights kept in bf16 or f16 are read by [`half_weights`], weights packed in ggml's blocks by
+//! [`packed`], over the same split.
 
 use burn::backend::flex::FlexTensor;
 use std::ops::Range;
@@ -23,8 +24,12 @@ use rayon::prelude::*;
 use super::layout;
 use super::math::dot;
 use super::matmul::{Mat, matmul};
+use crate::packed::{BLOCK, Packing};
 
 mod half_weights;
+mod packed;
+
+pub use packed::{packed_tensor, unpacked_tensor};
 
 /// Rows of `x` up to which the product runs here; gemm's own threads take larger products.
 pub const MAX_ROWS: usize = 16;
@@ -36,8 +41,9 @@ const PART: usize = 1 << 15;
 /// `b: [out]` (f32) → `[rows, out]` in f32, where this is faster than Burn's matmul: f32
 /// weights for up to [`MAX_ROWS`] rows; bf16 or f16 weights stored as a checkpoint's
 /// `[out, in]` (viewed as `[in, out]`) for any rows, widened as they are read
-/// ([`half_weights::product`]). `None` for other dtypes and layouts, an empty operand, or more
-/// f32 rows.
+/// ([`half_weights::product`]); weights packed in blocks ([`crate::packed`]) stored likewise,
+/// for any rows ([`packed::product`]). `None` for other dtypes and layouts, an empty operand,
+/// or more f32 rows.
 pub fn product(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Option<FlexTensor> {
     let ([rows, k], [_, n]) = (x.shape().dims::<2>(), w.shape().dims::<2>());
     let strides = w.layout().strides();
@@ -48,10 +54,16 @@ pub fn product(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) -> Option
         && b.is_none_or(|b| b.dtype() == DType::F32)
         && strides.iter().all(|&s| s >= 0);
     let columns = strides == [1, k as isize];
+    let from_start = w.layout().start_offset() == 0;
     match w.dtype() {
         DType::F32 if fits && rows <= MAX_ROWS => Some(few_rows(x, w, b)),
         DType::BF16 | DType::F16 if fits && columns => Some(half_weights::product(x, w, b)),
-        _ => None,
+        dtype => match Packing::of(dtype) {
+            Some(packing) if fits && columns && from_start && k % BLOCK == 0 => {
+                Some(packed::product(x, w, b, packing))
+            }
+            _ => None,
+        },
     }
 }
 
