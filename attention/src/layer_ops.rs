@@ -328,8 +328,8 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
 }
 
 /// The values of `w` ([`LayerOpsBackend::unpack`]): a packed weight's unpacked, or with `rows`
-/// only those stored rows.
-fn unpack<B: LayerOpsBackend, const D: usize>(
+/// only those stored rows; any other tensor is itself (or those rows).
+pub fn unpack<B: LayerOpsBackend, const D: usize>(
     w: Tensor<B, D>,
     rows: Option<Tensor<B, 1, Int>>,
 ) -> Tensor<B, D> {
@@ -340,7 +340,10 @@ fn unpack<B: LayerOpsBackend, const D: usize>(
 /// The embeddings of `tokens: [batch, N]` → `[batch, N, d]` from `table: [vocab, d]`, in the
 /// table's float type: rows looked up, or unpacked where the table is kept packed
 /// ([`crate::packed`]).
-pub fn embedding<B: LayerOpsBackend>(table: &Embedding<B>, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+pub fn embedding<B: LayerOpsBackend>(
+    table: &Embedding<B>,
+    tokens: Tensor<B, 2, Int>,
+) -> Tensor<B, 3> {
     let weight = table.weight.val();
     if Packing::of(weight.dtype()).is_none() {
         return table.forward(tokens);

@@ -335,7 +335,8 @@ impl<B: Backend> Load<'_, B> {
                 true => [shape[1], shape[0]],
                 false => [shape[0], shape[1]],
             };
-            let packed = (self.pack)(bytes, packing, [rows, k], device).ok_or(LoadProblem::Packed)?;
+            let packed =
+                (self.pack)(bytes, packing, [rows, k], device).ok_or(LoadProblem::Packed)?;
             let tensor = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(packed));
             let tensor = if transposed { tensor.transpose() } else { tensor };
             return Ok(Tensor::from_primitive(tensor.into_primitive()));
@@ -347,7 +348,8 @@ impl<B: Backend> Load<'_, B> {
         let mut tensors = Vec::new();
         for (name, index) in &pieces {
             let (file, reader) = &mut self.files[*index];
-            let data = reader.read(name, dtype).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
+            let data =
+                reader.read(name, dtype).map_err(|p| LoadProblem::Unreadable(file.clone(), p))?;
             tensors.push(Tensor::<B, D>::from_data(data, (device, dtype)));
         }
         // `[out, in]` parts stack along their first axis: the joined storage stays `[out, in]`
@@ -360,7 +362,7 @@ impl<B: Backend> Load<'_, B> {
 
     /// How the parameter at `path` of `shape`, read from `pieces` (file names and files),
     /// holds its values: as [`Load::keep`] says, its parts' own way for [`Keep::AsStored`]
-    /// (bf16 where they differ). Packed only where it can be: a linear layer's weight stored
+    /// (f32 where they differ). Packed only where it can be: a linear layer's weight stored
     /// `[out, in]` or the embedding table, rows of whole blocks; else in the first float
     /// type asked (f32 for a packing).
     fn resolve(&self, path: &str, shape: &[usize], pieces: &[(String, usize)]) -> Keep {
@@ -370,7 +372,7 @@ impl<B: Backend> Load<'_, B> {
             Keep::AsStored => {
                 let mut kinds = pieces.iter().map(stored);
                 let first = kinds.next().unwrap_or(Keep::Float(DType::F32));
-                if kinds.all(|kind| kind == first) { first } else { Keep::Float(DType::BF16) }
+                if kinds.all(|kind| kind == first) { first } else { Keep::Float(DType::F32) }
             }
             keep => keep,
         };

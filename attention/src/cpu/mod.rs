@@ -57,6 +57,7 @@ pub use backward::{BackwardInputs, Gradients, backward};
 pub(crate) use block::RelativeSlab;
 pub use decode::{DecodeBuffer, decode, write_slot};
 pub use forward::{Output, forward};
+pub use linear::isa::{ISA_VARIABLE, Isa};
 
 use crate::{AttentionError, ScoreOptions, WindowSpec};
 

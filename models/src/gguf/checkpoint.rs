@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::file::{GgufFault, GgufFile, MetaValue};
 use super::quants::GgmlType;
-use swa_attention::packed::Packing;
 use crate::hf::HfProblem;
+use swa_attention::packed::Packing;
 
 /// The architectures read, by `general.architecture`, and the `model_type` each becomes.
 const ARCHITECTURES: [(&str, &str); 4] =
@@ -208,7 +208,8 @@ impl GgufCheckpoint {
         let (gguf, convert) = self.names[name].clone();
         let shape = self.file.tensors[&gguf].shape.clone();
         if self.packing(name) != Some(packing) || convert == Convert::UnitOffset {
-            let values = self.read(name, DType::F32)?.to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+            let values =
+                self.read(name, DType::F32)?.to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
             let mut bytes = Vec::with_capacity(packing.row_bytes(values.len()));
             packing.pack(&values, &mut bytes);
             return Ok(bytes);

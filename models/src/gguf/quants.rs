@@ -181,7 +181,6 @@ pub fn dequantize(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-
 /// Scale and minimum of group `j` (0–7) of a Q4_K/Q5_K block's 12 packed bytes: 6 bits each,
 /// groups 4–7 keeping their high two bits in the top of groups 0–3's bytes.
 fn scale_min(j: usize, packed: &[u8]) -> (f32, f32) {

@@ -49,9 +49,10 @@ pub enum WeightPrecision {
     /// are, any other weight packed on load (`--weights q8_0` quantizes a bf16 checkpoint as
     /// llama.cpp's Q8_0 does).
     Packed(Packing),
-    /// As the file stores each tensor: Q8_0, Q4_0 and Q4_1 kept packed (flex only), float
-    /// tensors in their own type, other quantized types (K-quants, Q5_0, Q5_1) unpacked into
-    /// bf16.
+    /// As the file stores each tensor: Q8_0, Q4_0 and Q4_1 kept packed (flex only; unpacked
+    /// into the backend's float type elsewhere), float tensors in their own type, other
+    /// quantized types (K-quants, Q5_0, Q5_1) unpacked into bf16; a joined parameter (q|k|v,
+    /// gate|up) whose parts the file stores in different types in f32.
     File,
 }
 
@@ -104,7 +105,10 @@ impl WeightPrecision {
 /// `model.safetensors` or the shards `model.safetensors.index.json` lists, in f32, f16 or bf16,
 /// cast to the backend's float type. Fails, naming the file or tensor, on a missing or corrupt
 /// file, an unsupported architecture, and a missing, unexpected or misshapen tensor.
-pub fn load_decoder<B: LayerOpsBackend>(dir: &Path, device: &B::Device) -> Result<Decoder<B>, ModelError> {
+pub fn load_decoder<B: LayerOpsBackend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<Decoder<B>, ModelError> {
     let (family, config) = read_config(dir)?;
     load_weights(dir, family, &config, WeightPrecision::Compute, device)
 }
@@ -168,8 +172,16 @@ pub fn load_weights<B: LayerOpsBackend>(
             true => weights,
             false => Keep::Float(float),
         };
-    let mut load =
-        Load { files, holder, layout, heads, keep: &keep, pack: B::pack, path: Vec::new(), error: None };
+    let mut load = Load {
+        files,
+        holder,
+        layout,
+        heads,
+        keep: &keep,
+        pack: B::pack,
+        path: Vec::new(),
+        error: None,
+    };
     let model = model.map(&mut load);
     match load.error {
         None => Ok(model),

@@ -24,6 +24,7 @@ mod linear_attention;
 mod lora;
 mod memory;
 mod own_mechanism;
+mod packed_weights;
 mod presets;
 mod pretrained;
 mod transformer_xl;

@@ -27,6 +27,7 @@ use super::matmul::{Mat, matmul};
 use crate::packed::{BLOCK, Packing};
 
 mod half_weights;
+pub mod isa;
 mod packed;
 
 pub use packed::{packed_tensor, unpacked_tensor};

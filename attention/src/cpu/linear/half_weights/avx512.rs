@@ -17,6 +17,7 @@
 //! cache while a thread's outputs pass over them, the tile's weights in L1 while its rows do.
 
 use super::Widen;
+use crate::cpu::linear::isa::Isa;
 
 /// Outputs (weight rows) of a register tile.
 const TILE_OUTPUTS: usize = 4;
@@ -45,7 +46,7 @@ impl<'a> Operand<'a> {
     /// `x: [rows, k]` ready for weights of type `W`, or `None` where the CPU has no AVX-512.
     pub fn new<W: Widen>(x: &'a [f32], rows: usize, k: usize) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if Isa::Avx512.available() {
             let body = k - k % 32;
             let padded = if rows == 1 { 1 } else { rows.next_multiple_of(TILE_ROWS) };
             let mut ordered = vec![0.0; padded * body];

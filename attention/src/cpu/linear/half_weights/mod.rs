@@ -9,19 +9,22 @@
 //! output split of [`super::one_row`], widened in registers: half the bytes per
 //! decoded token of f32 weights. More rows (a prompt's prefill) go by register tiles of
 //! outputs × rows, the outputs split over the threads. Both on AVX-512 ([`avx512`]); without
-//! it, one row by portable lanes ([`HalfDots`]) and more rows panel by panel: a block of
-//! outputs' weights widened into a buffer of its own thread, then multiplied by gemm, so no
-//! more than a panel per thread is ever in f32.
+//! it, one row on AVX2 ([`avx2`]) or by portable lanes ([`HalfDots`]), and more rows panel by
+//! panel: a block of outputs' weights widened into a buffer of its own thread, then multiplied
+//! by gemm, so no more than a panel per thread is ever in f32. The instruction set is the
+//! CPU's best unless `SWA_CPU_ISA` caps it ([`super::isa`]).
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{DType, TensorData, TensorMetadata, bf16, f16};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
+use super::isa::{Isa, isa};
 use super::{PART, one_row};
 use crate::cpu::layout;
 use crate::cpu::matmul::{Mat, matmul};
 
+mod avx2;
 mod avx512;
 
 /// Outputs per panel at least, so that each gemm call has rows to tile.
@@ -47,13 +50,21 @@ fn weights<W: Widen>(x: &FlexTensor, w_t: &[W], b: Option<&FlexTensor>) -> FlexT
     let [rows, k] = x.shape().dims::<2>();
     let (xs, bias) = (layout::read(x), b.map(layout::read));
     let n = w_t.len() / k;
-    let operand = avx512::Operand::new::<W>(&xs, rows, k);
+    let operand = match isa() {
+        Isa::Avx512 => avx512::Operand::new::<W>(&xs, rows, k),
+        _ => None,
+    };
     if rows == 1 {
+        let narrow = match isa() {
+            Isa::Avx2 => avx2::Operand::new::<W>(&xs),
+            _ => None,
+        };
         return one_row(n, k, bias.as_deref(), |outputs, y| {
             let w_t = &w_t[outputs.start * k..outputs.end * k];
-            match &operand {
-                Some(operand) => operand.dots(w_t, y),
-                None => pulp::Arch::new().dispatch(HalfDots { x: &xs, w_t, y }),
+            match (&operand, &narrow) {
+                (Some(operand), _) => operand.dots(w_t, y),
+                (None, Some(operand)) => operand.dots(w_t, y),
+                (None, None) => pulp::Arch::new().dispatch(HalfDots { x: &xs, w_t, y }),
             }
         });
     }
@@ -156,7 +167,7 @@ impl<W: Widen> WithSimd for HalfDots<'_, W> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HalfDots, Widen, avx512, layout, weights};
+    use super::{HalfDots, Widen, avx2, avx512, layout, weights};
     use burn::backend::flex::FlexTensor;
     use burn::tensor::{TensorData, bf16, f16};
 
@@ -177,23 +188,32 @@ mod tests {
                     .collect();
                 let mut portable = vec![0.0; rows];
                 pulp::Arch::new().dispatch(HalfDots { x: &x, w_t: &w, y: &mut portable });
-                let mut wide = vec![f32::NAN; rows];
+                let (mut wide, mut narrow) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
                 let operand = avx512::Operand::new::<W>(&x, 1, k);
                 if let Some(operand) = &operand {
                     operand.dots(&w, &mut wide);
                 }
-                let avx512 = operand.is_some();
+                let avx2 = avx2::Operand::new::<W>(&x);
+                if let Some(operand) = &avx2 {
+                    operand.dots(&w, &mut narrow);
+                }
+                let (avx512, avx2) = (operand.is_some(), avx2.is_some());
                 for (j, &want) in want.iter().enumerate() {
                     let close = |got: f32| (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
                     assert!(close(portable[j]), "k {k}, row {j}: {} vs {want}", portable[j]);
                     assert!(!avx512 || close(wide[j]), "k {k}, row {j}: {} vs {want}", wide[j]);
+                    assert!(
+                        !avx2 || close(narrow[j]),
+                        "k {k}, row {j}: AVX2 {} vs {want}",
+                        narrow[j]
+                    );
                 }
             }
         }
     }
 
-    /// Both one-row kernels (AVX-512 where the CPU has it, and the portable lanes) give the dot
-    /// products of the widened weights, two rows at a time and the odd one, with the elements
+    /// Every one-row kernel (AVX-512 and AVX2 where the CPU has them, and the portable lanes)
+    /// gives the dot products of the widened weights, two rows at a time and the odd one, with the elements
     /// past the last whole vector or line.
     #[test]
     fn one_row_kernels_give_the_dot_products_of_the_widened_weights() {

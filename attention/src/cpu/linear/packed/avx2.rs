@@ -8,6 +8,7 @@
 //! Four weight rows share each block of activations.
 
 use super::Activations;
+use crate::cpu::linear::isa::Isa;
 use crate::packed::Packing;
 
 /// Rows computed side by side, sharing each block of activations.
@@ -17,22 +18,12 @@ const ROWS: usize = 4;
 /// written) where the CPU lacks one of them.
 pub fn dots(packing: Packing, x: &Activations, rows: &[u8], y: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if available() {
+    if Isa::Avx2.available() {
         // SAFETY: the CPU has AVX2, FMA and F16C.
         unsafe { x86::dots(packing, x, rows, y) };
         return true;
     }
     let _ = (packing, x, rows, y);
-    false
-}
-
-/// Whether this CPU runs [`dots`].
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c");
-    #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
@@ -192,12 +183,14 @@ mod x86 {
                 let m = _mm_cvtss_f32(_mm_movehdup_ps(scales));
                 // SAFETY: by the contract.
                 let ints = unsafe { F::ints(block, q) };
-                sums[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(ints), sums[r]);
+                sums[r] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(ints), sums[r]);
                 offsets[r] += F::offset(d, m) * sx;
             }
         }
         std::array::from_fn(|r| {
-            let half = _mm_add_ps(_mm256_castps256_ps128(sums[r]), _mm256_extractf128_ps::<1>(sums[r]));
+            let half =
+                _mm_add_ps(_mm256_castps256_ps128(sums[r]), _mm256_extractf128_ps::<1>(sums[r]));
             let pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
             _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair))) + offsets[r]
         })

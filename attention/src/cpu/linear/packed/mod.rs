@@ -21,6 +21,7 @@ use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Bytes, DType, Shape, TensorData, TensorMetadata};
 use rayon::prelude::*;
 
+use super::isa::{Isa, isa};
 use super::{PART, one_row};
 use crate::cpu::layout;
 use crate::cpu::matmul::{Mat, matmul};
@@ -103,9 +104,9 @@ impl Activations {
 }
 
 /// `y[j] = x · w[j]` for the packed rows `w[j]` of `rows` and the quantized `x`: on AVX2 where
-/// the CPU has it, else by [`row_dot`].
+/// the CPU has it (and `SWA_CPU_ISA` does not cap it, [`super::isa`]), else by [`row_dot`].
 fn dots(packing: Packing, x: &Activations, rows: &[u8], y: &mut [f32]) {
-    if avx2::dots(packing, x, rows, y) {
+    if isa() >= Isa::Avx2 && avx2::dots(packing, x, rows, y) {
         return;
     }
     for (row, y) in rows.chunks_exact(packing.row_bytes(x.quants.len())).zip(y) {

@@ -57,7 +57,10 @@ fn one_row_kernels_give_the_unpacked_products_within_the_activations_rounding() 
                     let (want, bound) = reference(&x, w);
                     let plain = row_dot(packing, &activations, row) as f64;
                     let name = packing.name();
-                    assert!((plain - want).abs() <= bound, "{name} k {k} row {j}: {plain} vs {want}");
+                    assert!(
+                        (plain - want).abs() <= bound,
+                        "{name} k {k} row {j}: {plain} vs {want}"
+                    );
                     let same = (fast[j] as f64 - plain).abs() <= 1e-5 * (1.0 + plain.abs());
                     assert!(!avx2 || same, "{name} k {k} row {j}: AVX2 {} vs {plain}", fast[j]);
                 }
@@ -92,7 +95,10 @@ fn the_product_of_a_packed_layer_is_the_unpacked_layers() {
                     let bound = if rows == 1 { rounding } else { 1e-5 * (1.0 + dot.abs()) };
                     let (got, want) = (y[r * outputs + j] as f64, bias[j] as f64 + dot);
                     let name = packing.name();
-                    assert!((got - want).abs() <= bound, "{name} rows {rows}: {r}, {j}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= bound,
+                        "{name} rows {rows}: {r}, {j}: {got} vs {want}"
+                    );
                 }
             }
         }
