@@ -19,36 +19,47 @@ impl Sampler {
         Self { temperature, top_k, top_p, rng: SplitMix64::new(seed) }
     }
 
-    /// The next token for one row of logits.
+    /// The next token for one row of logits: among the most likely tokens, in order, the
+    /// first `top_k` (all for 0), cut to the shortest prefix whose probability reaches
+    /// `top_p`, one drawn in proportion to `exp((logit − best) / temperature)`. The order is
+    /// found a block at a time (the next likeliest tokens selected, then sorted) until the
+    /// prefix is known: a peaked distribution never sorts the vocabulary.
     pub fn sample(&mut self, logits: &[f32]) -> usize {
         // Most likely first; NaN logits sort last, ties keep the lower token id.
         let likelier =
             |&a: &usize, &b: &usize| logit(logits[b]).total_cmp(&logit(logits[a])).then(a.cmp(&b));
+        let Some(first) = (0..logits.len()).min_by(likelier) else { return 0 };
         if self.temperature == 0.0 {
-            // The first of that order, without sorting the vocabulary at every step.
-            return (0..logits.len()).min_by(likelier).unwrap_or(0);
+            return first;
         }
+        let best = logit(logits[first]);
+        let weight = |t: usize| (((logit(logits[t]) - best) / self.temperature) as f64).exp();
         let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(likelier);
-        if self.top_k > 0 {
-            order.truncate(self.top_k);
+        let keep = if self.top_k > 0 { self.top_k.min(order.len()) } else { order.len() };
+        if keep < order.len() {
+            order.select_nth_unstable_by(keep - 1, likelier);
+            order.truncate(keep);
         }
-        let best = logit(logits[order[0]]);
-        let mut weights: Vec<f64> = order
-            .iter()
-            .map(|&t| (((logit(logits[t]) - best) / self.temperature) as f64).exp())
-            .collect();
-        let total: f64 = weights.iter().sum();
-        // Nucleus: the shortest prefix whose probability reaches top_p.
-        let mut kept = 0.0;
-        let cut = weights
-            .iter()
-            .position(|w| {
-                kept += w / total;
-                kept >= self.top_p as f64
-            })
-            .map_or(weights.len(), |i| i + 1);
-        weights.truncate(cut);
+        let total: f64 = order.iter().map(|&t| weight(t)).sum();
+        // Nucleus: the shortest prefix whose probability reaches top_p, sorted block by block.
+        let (mut sorted, mut kept, mut cut) = (0, 0.0, order.len());
+        'blocks: while sorted < order.len() {
+            let block = sorted.max(64).min(order.len() - sorted);
+            let rest = &mut order[sorted..];
+            if block < rest.len() {
+                rest.select_nth_unstable_by(block - 1, likelier);
+            }
+            rest[..block].sort_by(likelier);
+            for i in sorted..sorted + block {
+                kept += weight(order[i]) / total;
+                if kept >= self.top_p as f64 {
+                    cut = i + 1;
+                    break 'blocks;
+                }
+            }
+            sorted += block;
+        }
+        let weights: Vec<f64> = order[..cut].iter().map(|&t| weight(t)).collect();
         let total: f64 = weights.iter().sum();
         let mut u = self.rng.next_f64() * total;
         for (i, w) in weights.iter().enumerate() {
@@ -57,7 +68,7 @@ impl Sampler {
             }
             u -= w;
         }
-        order[weights.len() - 1]
+        order[cut - 1]
     }
 }
 
@@ -87,6 +98,30 @@ mod tests {
         assert!((0..20).all(|_| nucleus.sample(&[5.0, 1.0, 0.0, 0.0]) == 0));
         let mut top_two = Sampler::new(1.0, 2, 1.0, 7);
         assert!((0..50).all(|_| [1, 2].contains(&top_two.sample(&logits))));
+    }
+
+    /// Tokens drawn from a vocabulary larger than a block (sorted a block at a time) stay in
+    /// the nucleus, the sorted order's shortest prefix reaching `top_p`.
+    #[test]
+    fn the_nucleus_of_a_large_vocabulary_is_its_likeliest_prefix() {
+        // Logits falling by 0.01 a token, shuffled: token t's rank is its position in `ranked`.
+        let ranked: Vec<usize> = (0..1000).map(|i| (i * 617) % 1000).collect();
+        let mut logits = vec![0.0f32; 1000];
+        for (rank, &t) in ranked.iter().enumerate() {
+            logits[t] = -0.01 * rank as f32;
+        }
+        let weights: Vec<f64> = (0..1000).map(|rank| (-0.01 * rank as f64).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let mut kept = 0.0;
+        let cut = weights.iter().position(|w| {
+            kept += w / total;
+            kept >= 0.9
+        });
+        let nucleus = &ranked[..cut.unwrap() + 1];
+        let mut sampler = Sampler::new(1.0, 0, 0.9, 11);
+        let draws: Vec<usize> = (0..300).map(|_| sampler.sample(&logits)).collect();
+        assert!(draws.iter().all(|t| nucleus.contains(t)), "a draw outside the nucleus");
+        assert!(draws.iter().any(|t| !ranked[..64].contains(t)), "never past the first block");
     }
 
     #[test]
