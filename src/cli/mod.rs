@@ -95,8 +95,11 @@ pub struct DeviceArgs {
 #[derive(Args, Debug, Clone)]
 pub struct WeightArgs {
     /// With --hf: keep the checkpoint's linear weights and embedding table in this type (f32,
-    /// bf16, f16), the computation staying in --precision. On flex, bf16 or f16 weights take
-    /// half the memory of f32 and half the bytes per decoded token. Default: --precision.
+    /// bf16, f16), or packed in ggml's blocks of 32 (q8_0, q4_0, q4_1: a GGUF file's own
+    /// blocks, or a float checkpoint quantized on load), or as the file stores each (file), the
+    /// computation staying in --precision. On flex, bf16 or f16 weights take half the memory of
+    /// f32 and half the bytes per decoded token, Q4_1 a sixth; packed weights are flex's alone.
+    /// Default: --precision.
     #[arg(long, value_parser = weights_flag(), requires = "hf")]
     weights: Option<WeightPrecision>,
 }

@@ -19,6 +19,7 @@ use burn::backend::Flex;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Bytes, DType, Shape, TensorData, TensorMetadata};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::isa::{Isa, isa};
@@ -71,7 +72,8 @@ pub fn product(
 }
 
 /// A row of activations quantized for integer dot products: per block of 32, the scale
-/// `d = max|x| / 127`, the `i8` values `round(x / d)`, and their sum times `d`.
+/// `d = max|x| / 127`, the `i8` values `x / d` rounded to the nearest (ties to even, as
+/// llama.cpp's SIMD quantizers round), and their sum times `d`.
 pub struct Activations {
     /// Each block's scale.
     scales: Vec<f32>,
@@ -82,24 +84,42 @@ pub struct Activations {
 }
 
 impl Activations {
-    /// `x` (a multiple of [`BLOCK`] long) quantized.
+    /// `x` (a multiple of [`BLOCK`] long) quantized, in SIMD lanes where the CPU has them.
     pub fn new(x: &[f32]) -> Self {
         let blocks = x.len() / BLOCK;
         let mut quantized = Activations {
-            scales: Vec::with_capacity(blocks),
-            quants: Vec::with_capacity(x.len()),
-            sums: Vec::with_capacity(blocks),
+            scales: vec![0.0; blocks],
+            quants: vec![0; blocks * BLOCK],
+            sums: vec![0.0; blocks],
         };
-        for block in x.chunks_exact(BLOCK) {
+        pulp::Arch::new().dispatch(Quantize { x, to: &mut quantized });
+        quantized
+    }
+}
+
+/// [`Activations::new`]'s work, written as plain loops over a block that the compiler
+/// vectorises under the instruction set `pulp` dispatches to.
+struct Quantize<'a> {
+    x: &'a [f32],
+    to: &'a mut Activations,
+}
+
+impl WithSimd for Quantize<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _simd: S) {
+        let Activations { scales, quants, sums } = self.to;
+        let blocks = self.x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK));
+        for ((block, q), (scale, sum)) in blocks.zip(scales.iter_mut().zip(sums.iter_mut())) {
             let d = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
             let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let start = quantized.quants.len();
-            quantized.quants.extend(block.iter().map(|&v| (v * inverse).round() as i8));
-            let sum: i32 = quantized.quants[start..].iter().map(|&q| q as i32).sum();
-            quantized.scales.push(d);
-            quantized.sums.push(d * sum as f32);
+            for (q, &v) in q.iter_mut().zip(block) {
+                *q = (v * inverse).round_ties_even() as i8;
+            }
+            *scale = d;
+            *sum = d * q.iter().map(|&q| q as i32).sum::<i32>() as f32;
         }
-        quantized
     }
 }
 
