@@ -8,12 +8,17 @@
 //! both scales (plus the minimum or the centre of 8 times the activations' block sum for the
 //! 4-bit formats). Integer products are exact, so every path gives the same sums up to the
 //! order of the f32 additions; the activations' rounding is the only error beside the
-//! weights' own, within `½·d_x·Σ|w|` a block (the tests' bound). On AVX2 ([`avx2`]) four
-//! weight rows meet each block of activations; elsewhere plain code ([`row_dot`]).
+//! weights' own, within `½·d_x·Σ|w|` a block (the tests' bound). On AVX2 ([`avx2`]) two
+//! weight rows meet each block of activations; elsewhere plain code ([`row_dot`]). Chosen by
+//! measurement: with f32 activations (each block unpacked in registers, [`widened`]'s
+//! arithmetic) SmolLM2-135M decodes its Q4_1 file at 11–13 ms a token, with integer dot
+//! products at 7–8 (Xeon with AVX-512, AVX2 kernels, 2 threads).
 //!
-//! More rows (a prompt's prefill) keep f32 activations: a panel of outputs' weights unpacked
-//! into a buffer of its own thread, then multiplied by gemm, as bf16 weights are without
-//! AVX-512 ([`super::half_weights`]); no more than a panel per thread is ever unpacked.
+//! More rows (a prompt's prefill) keep f32 activations, the weights unpacked exactly: up to
+//! [`super::MAX_ROWS`] rows on AVX2 by [`widened::tiles`], each block unpacked in registers once
+//! for up to 8 rows of `x`; more (or without AVX2) a panel of outputs' weights unpacked into a
+//! buffer of its own thread, then multiplied by gemm, as bf16 weights are without AVX-512
+//! ([`super::half_weights`]): no more than a panel per thread is ever unpacked.
 
 use burn::backend::Flex;
 use burn::backend::flex::{FlexTensor, Layout};
@@ -29,6 +34,7 @@ use crate::cpu::matmul::{Mat, matmul};
 use crate::packed::{BLOCK, Packing, half, unpack};
 
 mod avx2;
+mod widened;
 
 /// Outputs per panel at least, so that each gemm call has rows to tile.
 const PANEL: usize = 64;
@@ -54,6 +60,7 @@ pub fn product(
             dots(packing, &activations, rows, y);
         });
     }
+    let few = rows <= super::MAX_ROWS && isa() >= Isa::Avx2;
     let x_t = Mat::new(&xs, rows, k).t();
     let panel = (PART / k).max(PANEL);
     let mut y_t = vec![0.0f32; n * rows];
@@ -64,8 +71,12 @@ pub fn product(
                 row.fill(b);
             }
         }
+        let weights = &stored[outputs.start * row_bytes..outputs.end * row_bytes];
+        if few && widened::tiles(packing, &xs, k, weights, dst) {
+            return;
+        }
         let mut wide = vec![0.0f32; outputs.len() * k];
-        unpack(packing, &stored[outputs.start * row_bytes..outputs.end * row_bytes], &mut wide);
+        unpack(packing, weights, &mut wide);
         matmul(dst, Mat::new(&wide, outputs.len(), k), x_t, 1.0, bias.is_some());
     });
     FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1)

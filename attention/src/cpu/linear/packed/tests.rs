@@ -76,11 +76,14 @@ fn tensor(values: &[f32], shape: [usize; 2]) -> FlexTensor {
 
 /// The product of several rows through [`crate::cpu::linear::product`] (the weights the
 /// transposed view of their stored rows, as a loaded layer's are) gives the unpacked weights'
-/// products plus the bias within f32's rounding; one row within the activations' rounding.
+/// products plus the bias within f32's rounding, by register tiles (up to 16 rows, whole
+/// groups of 8 and the rest) or gemm panels; one row within the activations' rounding.
 #[test]
 fn the_product_of_a_packed_layer_is_the_unpacked_layers() {
     for packing in Packing::ALL {
-        for (rows, k, outputs) in [(1, 64, 7), (2, 32, 9), (5, 96, 4), (17, 64, 130)] {
+        for (rows, k, outputs) in
+            [(1, 64, 7), (2, 32, 9), (5, 96, 4), (9, 64, 5), (16, 32, 3), (17, 64, 130)]
+        {
             let (x, bias) = (values(rows * k, 3), values(outputs, 5));
             let (bytes, wide) = packed(packing, outputs, k);
             let w = packed_tensor(bytes, packing, [outputs, k]).transpose(0, 1);
