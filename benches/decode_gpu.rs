@@ -160,8 +160,7 @@ fn greedy<B: ModelBackend>(
     let input = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch, n]), device);
     let start = Instant::now();
     let (logits, mut cache) = model.prefill(input)?;
-    let mut next: Tensor<B, 1, Int> =
-        logits.narrow(1, n - 1, 1).squeeze_dim::<2>(1).argmax(1).reshape([batch]);
+    let mut next: Tensor<B, 1, Int> = logits.argmax(1).reshape([batch]);
     // Reading the first token waits for the prefill.
     next.clone().into_data();
     let prefill_ms = start.elapsed().as_secs_f64() * 1e3;

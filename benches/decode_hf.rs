@@ -283,7 +283,7 @@ fn greedy(
     let ids: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
     let input = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), device);
     let (logits, mut cache) = model.prefill(input).expect("the prompt fits the model");
-    let mut tokens = vec![argmax(logits.narrow(1, prompt.len() - 1, 1).squeeze_dim(1))];
+    let mut tokens = vec![argmax(logits)];
     let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut steps = Vec::with_capacity(new);
     for _ in 1..new {

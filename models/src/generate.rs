@@ -92,7 +92,7 @@ impl<B: ModelBackend> Decoder<B> {
                 let ids = prompts.iter().flatten().map(|&t| t as i64).collect();
                 let tokens = Tensor::from_data(TensorData::new(ids, [batch, length]), device);
                 let (logits, cache) = self.prefill(tokens)?;
-                (Some(logits.narrow(1, length - 1, 1).squeeze_dim(1)), cache)
+                (Some(logits), cache)
             }
             false => {
                 let mut cache = self.cache(batch, config.positions, device)?;

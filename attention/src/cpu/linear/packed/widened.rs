@@ -10,7 +10,8 @@
 use crate::cpu::linear::isa::Isa;
 use crate::packed::Packing;
 
-/// Rows of `x` per pass over a weight row: 8 accumulators beside the 4 unpacked vectors.
+/// Rows of `x` per pass over a weight row at most (then 4, 2, 1 for the rest): 8 accumulators
+/// beside the 4 unpacked vectors.
 const ROWS: usize = 8;
 
 /// `y_t[j][r] += x[r] · w[j]` for the rows of `x: [y_t.len() / outputs, k]` and the packed
@@ -96,20 +97,41 @@ mod x86 {
         let (row_bytes, x_rows) = (packing.row_bytes(k), x.len() / k);
         assert!(rows.len() >= y_t.len() / x_rows.max(1) * row_bytes);
         for (w, y) in rows.chunks_exact(row_bytes).zip(y_t.chunks_exact_mut(x_rows)) {
-            let mut groups = x.chunks_exact(ROWS * k).zip(y.chunks_exact_mut(ROWS));
-            for (xs, y) in &mut groups {
-                let xs: [&[f32]; ROWS] = std::array::from_fn(|r| &xs[r * k..(r + 1) * k]);
-                // SAFETY: a row of `k` values, `k` each in `xs`; AVX2, FMA, F16C.
-                let sums = unsafe { tile::<ROWS>(packing, w, xs) };
-                y.iter_mut().zip(sums).for_each(|(y, s)| *y += s);
-            }
-            let done = x_rows - x_rows % ROWS;
-            for (x, y) in x[done * k..].chunks_exact(k).zip(&mut y[done..]) {
-                // SAFETY: as above.
-                let [sum] = unsafe { tile::<1>(packing, w, [x]) };
-                *y += sum;
+            let mut done = 0;
+            while done < x_rows {
+                let (xs, y) = (&x[done * k..], &mut y[done..]);
+                // SAFETY: a row of `k` values; the rows of `x` taken exist; AVX2, FMA, F16C.
+                done += unsafe {
+                    match x_rows - done {
+                        8.. => group::<ROWS>(packing, w, xs, k, y),
+                        4.. => group::<4>(packing, w, xs, k, y),
+                        2.. => group::<2>(packing, w, xs, k, y),
+                        _ => group::<1>(packing, w, xs, k, y),
+                    }
+                };
             }
         }
+    }
+
+    /// `y[r] += x[r] · w` for the first `X` rows (of `k` values) of `x`; returns `X`.
+    ///
+    /// # Safety
+    /// `x` holds `X` rows and `y` `X` values, `w` the blocks of a row; the CPU has AVX2, FMA
+    /// and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const X: usize>(
+        packing: Packing,
+        w: &[u8],
+        x: &[f32],
+        k: usize,
+        y: &mut [f32],
+    ) -> usize {
+        let xs: [&[f32]; X] = std::array::from_fn(|r| &x[r * k..(r + 1) * k]);
+        // SAFETY: by the contract.
+        let sums = unsafe { tile::<X>(packing, w, xs) };
+        y.iter_mut().zip(sums).for_each(|(y, s)| *y += s);
+        X
     }
 
     /// `x[r] · w` for a packed weight row `w` and `X` rows of `x`, block by block, each block
