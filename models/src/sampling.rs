@@ -50,8 +50,8 @@ impl Sampler {
                 rest.select_nth_unstable_by(block - 1, likelier);
             }
             rest[..block].sort_by(likelier);
-            for i in sorted..sorted + block {
-                kept += weight(order[i]) / total;
+            for (i, &t) in order.iter().enumerate().skip(sorted).take(block) {
+                kept += weight(t) / total;
                 if kept >= self.top_p as f64 {
                     cut = i + 1;
                     break 'blocks;

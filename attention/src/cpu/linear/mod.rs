@@ -123,6 +123,53 @@ fn one_row(
     FlexTensor::from_data(TensorData::new(y, [1, n]))
 }
 
+/// Several rows' `[rows, out]` outputs `y = x·W (+ bias)`, computed transposed, `[out, rows]`,
+/// by panels of `panel` outputs over the thread pool: `fill` adds the products of a panel's
+/// outputs (a range) into its slice of `yᵀ`, which holds the bias where there is one. The
+/// transposed `[rows, out]` view of `yᵀ`.
+fn by_panels(
+    (n, rows): (usize, usize),
+    panel: usize,
+    bias: Option<&[f32]>,
+    fill: impl Fn(Range<usize>, &mut [f32]) + Sync,
+) -> FlexTensor {
+    let mut y_t = vec![0.0f32; n * rows];
+    y_t.par_chunks_mut(panel * rows).enumerate().for_each(|(part, dst)| {
+        let outputs = part * panel..part * panel + dst.len() / rows;
+        if let Some(bias) = bias {
+            for (row, &b) in dst.chunks_exact_mut(rows).zip(&bias[outputs.clone()]) {
+                row.fill(b);
+            }
+        }
+        fill(outputs, dst);
+    });
+    FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1)
+}
+
+/// `y[j] = dot(row j)` for the rows of `rows` (`len` elements each, `y.len()` of them), two at
+/// a time: row `j` of the first half beside row `j` of the second, two sequential streams,
+/// which keep more reads in flight than one stream or neighbouring rows
+/// (docs/architecture/kernels.md, "What keeps decoding fast"); the odd row last, alone.
+#[inline(always)]
+fn by_halves<T>(
+    rows: &[T],
+    len: usize,
+    y: &mut [f32],
+    mut pair: impl FnMut([&[T]; 2]) -> [f32; 2],
+    mut one: impl FnMut(&[T]) -> f32,
+) {
+    let half = y.len() / 2;
+    let (first, second) = rows[..y.len() * len].split_at(half * len);
+    let (y_first, y_second) = y.split_at_mut(half);
+    let pairs = first.chunks_exact(len).zip(second.chunks_exact(len));
+    for ((a, b), (y_a, y_b)) in pairs.zip(y_first.iter_mut().zip(y_second.iter_mut())) {
+        [*y_a, *y_b] = pair([a, b]);
+    }
+    if let (Some(last), Some(y)) = (second.chunks_exact(len).nth(half), y_second.get_mut(half)) {
+        *y = one(last);
+    }
+}
+
 /// `y[j] = x · w_t[j]` for the rows `w_t[j]` of `Wᵀ`, each `x.len()` floats, contiguous.
 struct Dots<'a> {
     x: &'a [f32],

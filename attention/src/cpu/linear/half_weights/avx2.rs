@@ -55,6 +55,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::{Widen, dot};
+    use crate::cpu::linear::by_halves;
 
     /// Weights read ahead of the line in use: 3 KB of two-byte elements.
     const AHEAD: usize = 1536;
@@ -86,18 +87,11 @@ mod x86 {
     pub(super) unsafe fn dots<W: Widen>(x: &[f32], ordered: &[f32], w_t: &[W], y: &mut [f32]) {
         let k = x.len();
         assert!(ordered.len() >= k - k % 32 && w_t.len() >= y.len() * k);
-        let half = y.len() / 2;
-        let (first, second) = w_t[..y.len() * k].split_at(half * k);
-        let (y_first, y_second) = y.split_at_mut(half);
-        let pairs = first.chunks_exact(k).zip(second.chunks_exact(k));
-        for ((a, b), (y_a, y_b)) in pairs.zip(y_first.iter_mut().zip(y_second.iter_mut())) {
-            // SAFETY: rows of `k` elements; AVX2, FMA, F16C, as this function.
-            [*y_a, *y_b] = unsafe { row_dots(x, ordered, [a, b]) };
-        }
-        if let (Some(last), Some(y)) = (second.chunks_exact(k).nth(half), y_second.get_mut(half)) {
-            // SAFETY: as above.
-            [*y] = unsafe { row_dots(x, ordered, [last]) };
-        }
+        // SAFETY: rows of `k` elements; the target features, as this function's.
+        let pair = |rows: [&[W]; 2]| unsafe { row_dots(x, ordered, rows) };
+        // SAFETY: as above.
+        let one = |row: &[W]| unsafe { row_dots(x, ordered, [row]) }[0];
+        by_halves(w_t, k, y, pair, one);
     }
 
     /// `x · row` for each of `R` rows, 32 elements of each per step into four chains.

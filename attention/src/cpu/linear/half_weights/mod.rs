@@ -15,12 +15,11 @@
 //! CPU's best unless `SWA_CPU_ISA` caps it ([`super::isa`]).
 
 use burn::backend::flex::FlexTensor;
-use burn::tensor::{DType, TensorData, TensorMetadata, bf16, f16};
+use burn::tensor::{DType, TensorMetadata, bf16, f16};
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 use super::isa::{Isa, isa};
-use super::{PART, one_row};
+use super::{PART, by_panels, one_row};
 use crate::cpu::layout;
 use crate::cpu::matmul::{Mat, matmul};
 
@@ -73,14 +72,7 @@ fn weights<W: Widen>(x: &FlexTensor, w_t: &[W], b: Option<&FlexTensor>) -> FlexT
         Some(_) => n.div_ceil(PARTS * rayon::current_num_threads()).next_multiple_of(4),
         None => (PART / k).max(PANEL),
     };
-    let mut y_t = vec![0.0f32; n * rows];
-    y_t.par_chunks_mut(panel * rows).enumerate().for_each(|(part, dst)| {
-        let outputs = part * panel..part * panel + dst.len() / rows;
-        if let Some(bias) = &bias {
-            for (row, &b) in dst.chunks_exact_mut(rows).zip(&bias[outputs.clone()]) {
-                row.fill(b);
-            }
-        }
+    by_panels((n, rows), panel, bias.as_deref(), |outputs, dst| {
         let w_t = &w_t[outputs.start * k..outputs.end * k];
         match &operand {
             Some(operand) => operand.tiles(w_t, dst),
@@ -90,8 +82,7 @@ fn weights<W: Widen>(x: &FlexTensor, w_t: &[W], b: Option<&FlexTensor>) -> FlexT
                 matmul(dst, wide, x_t, 1.0, bias.is_some());
             }
         }
-    });
-    FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1)
+    })
 }
 
 /// A weight element widened to f32 in registers.

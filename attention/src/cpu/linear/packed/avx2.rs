@@ -34,6 +34,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{AHEAD, Activations};
+    use crate::cpu::linear::by_halves;
     use crate::packed::{BLOCK, Packing};
 
     /// A block format's integer dot product and offset.
@@ -148,19 +149,11 @@ mod x86 {
     unsafe fn rows_of<F: Format>(x: &Activations, rows: &[u8], y: &mut [f32]) {
         let row_bytes = x.scales.len() * F::BYTES;
         assert!(rows.len() >= y.len() * row_bytes && x.quants.len() >= x.scales.len() * BLOCK);
-        let half = y.len() / 2;
-        let (first, second) = rows[..y.len() * row_bytes].split_at(half * row_bytes);
-        let (y_first, y_second) = y.split_at_mut(half);
-        let pairs = first.chunks_exact(row_bytes).zip(second.chunks_exact(row_bytes));
-        for ((a, b), (y_a, y_b)) in pairs.zip(y_first.iter_mut().zip(y_second.iter_mut())) {
-            // SAFETY: each row holds the blocks of `x`; AVX2, FMA, F16C.
-            [*y_a, *y_b] = unsafe { row_dots::<F, 2>(x, [a, b]) };
-        }
-        let last = second.chunks_exact(row_bytes).nth(half);
-        if let (Some(last), Some(y)) = (last, y_second.get_mut(half)) {
-            // SAFETY: as above.
-            [*y] = unsafe { row_dots::<F, 1>(x, [last]) };
-        }
+        // SAFETY: each row holds the blocks of `x`; AVX2, FMA, F16C, as this function.
+        let pair = |rows: [&[u8]; 2]| unsafe { row_dots::<F, 2>(x, rows) };
+        // SAFETY: as above.
+        let one = |row: &[u8]| unsafe { row_dots::<F, 1>(x, [row]) }[0];
+        by_halves(rows, row_bytes, y, pair, one);
     }
 
     /// `x · row` for `R` rows of format `F`, block by block.

@@ -25,10 +25,9 @@ use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Bytes, DType, Shape, TensorData, TensorMetadata};
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 use super::isa::{Isa, isa};
-use super::{PART, one_row};
+use super::{PART, by_panels, one_row};
 use crate::cpu::layout;
 use crate::cpu::matmul::{Mat, matmul};
 use crate::packed::{BLOCK, Packing, half, unpack};
@@ -62,15 +61,7 @@ pub fn product(
     }
     let few = rows <= super::MAX_ROWS && isa() >= Isa::Avx2;
     let x_t = Mat::new(&xs, rows, k).t();
-    let panel = (PART / k).max(PANEL);
-    let mut y_t = vec![0.0f32; n * rows];
-    y_t.par_chunks_mut(panel * rows).enumerate().for_each(|(part, dst)| {
-        let outputs = part * panel..part * panel + dst.len() / rows;
-        if let Some(bias) = &bias {
-            for (row, &b) in dst.chunks_exact_mut(rows).zip(&bias[outputs.clone()]) {
-                row.fill(b);
-            }
-        }
+    by_panels((n, rows), (PART / k).max(PANEL), bias.as_deref(), |outputs, dst| {
         let weights = &stored[outputs.start * row_bytes..outputs.end * row_bytes];
         if few && widened::tiles(packing, &xs, k, weights, dst) {
             return;
@@ -78,8 +69,7 @@ pub fn product(
         let mut wide = vec![0.0f32; outputs.len() * k];
         unpack(packing, weights, &mut wide);
         matmul(dst, Mat::new(&wide, outputs.len(), k), x_t, 1.0, bias.is_some());
-    });
-    FlexTensor::from_data(TensorData::new(y_t, [n, rows])).transpose(0, 1)
+    })
 }
 
 /// A row of activations quantized for integer dot products: per block of 32, the scale
