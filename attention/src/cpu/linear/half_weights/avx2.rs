@@ -6,7 +6,7 @@
 //! order. Two rows at a time, one from each half of the thread's rows, each prefetched 3 KB
 //! ahead: two sequential streams, as on AVX-512.
 
-use super::Widen;
+use super::{Widen, in_widened_order};
 use crate::cpu::linear::isa::Isa;
 
 /// `x` as the kernel reads it, for one product: its whole blocks of 32 in [`x86::widen16`]'s
@@ -24,16 +24,7 @@ impl<'a> Operand<'a> {
         }
         let body = x.len() - x.len() % 32;
         let mut ordered = vec![0.0; body];
-        for (to, from) in ordered.chunks_exact_mut(16).zip(x.chunks_exact(16)) {
-            match W::BF16 {
-                true => {
-                    let evens = from.iter().step_by(2);
-                    let order = evens.chain(from.iter().skip(1).step_by(2));
-                    to.iter_mut().zip(order).for_each(|(to, from)| *to = *from);
-                }
-                false => to.copy_from_slice(from),
-            }
-        }
+        in_widened_order::<W>(x, &mut ordered, 16);
         Some(Operand { x, ordered })
     }
 

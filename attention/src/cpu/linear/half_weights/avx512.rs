@@ -16,7 +16,7 @@
 //! accumulators. Blocks of [`BLOCK_ROWS`] rows × [`BLOCK_K`] elements of `x` stay in the L2
 //! cache while a thread's outputs pass over them, the tile's weights in L1 while its rows do.
 
-use super::Widen;
+use super::{Widen, in_widened_order};
 use crate::cpu::linear::isa::Isa;
 
 /// Outputs (weight rows) of a register tile.
@@ -51,16 +51,7 @@ impl<'a> Operand<'a> {
             let padded = if rows == 1 { 1 } else { rows.next_multiple_of(TILE_ROWS) };
             let mut ordered = vec![0.0; padded * body];
             for (row, x) in ordered.chunks_exact_mut(body.max(1)).zip(x.chunks_exact(k)) {
-                for (to, from) in row.chunks_exact_mut(32).zip(x.chunks_exact(32)) {
-                    match W::BF16 {
-                        true => {
-                            let evens = from.iter().step_by(2);
-                            let order = evens.chain(from.iter().skip(1).step_by(2));
-                            to.iter_mut().zip(order).for_each(|(to, from)| *to = *from);
-                        }
-                        false => to.copy_from_slice(from),
-                    }
-                }
+                in_widened_order::<W>(x, row, 32);
             }
             return Some(Operand { x, rows, k, ordered });
         }

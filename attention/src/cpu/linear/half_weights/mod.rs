@@ -120,6 +120,22 @@ impl Widen for f16 {
     }
 }
 
+/// `from`'s whole vectors of `vector` elements into `to` in the order a kernel widens a vector
+/// of weights of type `W`: for bf16, read as pairs, the even elements then the odd ones; for
+/// f16 as they are.
+fn in_widened_order<W: Widen>(from: &[f32], to: &mut [f32], vector: usize) {
+    for (to, from) in to.chunks_exact_mut(vector).zip(from.chunks_exact(vector)) {
+        match W::BF16 {
+            true => {
+                let evens = from.iter().step_by(2);
+                let order = evens.chain(from.iter().skip(1).step_by(2));
+                to.iter_mut().zip(order).for_each(|(to, from)| *to = *from);
+            }
+            false => to.copy_from_slice(from),
+        }
+    }
+}
+
 /// `x · w` with `w` widened, summed in order: the elements past the kernels' last whole vector.
 fn dot<W: Widen>(x: &[f32], w: &[W]) -> f32 {
     x.iter().zip(w).map(|(a, w)| a * w.widen()).sum()
