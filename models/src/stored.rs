@@ -283,8 +283,8 @@ pub struct Load<'a, B: Backend> {
     pub heads: (usize, usize),
     /// How each parameter holds its values, by module path and shape.
     pub keep: &'a dyn Fn(&str, &[usize]) -> Keep,
-    /// The backend's packed tensor of rows of bytes ([`LayerOpsBackend::pack`]), `None` where it
-    /// keeps none.
+    /// The backend's packed tensor of rows of bytes
+    /// ([`swa_attention::LayerOpsBackend::pack`]), `None` where it keeps none.
     pub pack: Pack<B>,
     /// The module path being visited.
     pub path: Vec<String>,
