@@ -156,10 +156,16 @@ pub trait LayerOpsBackend: Backend {
         None
     }
 
+    /// Whether the backend keeps weights packed ([`Self::pack`]); a loader asks before it reads
+    /// a tensor, so that a backend without them is refused before any work. Flex keeps them.
+    fn packs_weights() -> bool {
+        false
+    }
+
     /// Weights kept packed ([`crate::packed`]): `bytes`, the rows of `shape = [rows, in]` in
     /// `packing`'s blocks, as a float tensor of dtype [`Packing::dtype`] on `device`, which
     /// [`Self::fused_linear`] and [`Self::unpack`] read; `None` (the default) where the backend
-    /// keeps no packed weights. Flex keeps them.
+    /// keeps no packed weights ([`Self::packs_weights`]).
     fn pack(
         _bytes: Vec<u8>,
         _packing: Packing,

@@ -81,7 +81,16 @@ impl Packing {
 
     /// The format a tensor of `dtype` holds, if it is packed.
     pub fn of(dtype: DType) -> Option<Packing> {
-        Self::ALL.into_iter().find(|packing| packing.dtype() == dtype)
+        let DType::QFloat(scheme) = dtype else {
+            return None;
+        };
+        let packing = match scheme.value {
+            QuantValue::Q8S => Packing::Q8_0,
+            QuantValue::Q4S => Packing::Q4_0,
+            QuantValue::Q4F => Packing::Q4_1,
+            _ => return None,
+        };
+        (packing.dtype() == dtype).then_some(packing)
     }
 
     /// The 32 values of `block` (its [`Packing::block_bytes`] bytes).

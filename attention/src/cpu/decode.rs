@@ -4,9 +4,11 @@
 //! The cache keeps one buffer per group of kv heads that share a reach
 //! (`swa_models::layers::cache`), so each head reads only its own buffer's slots: an MSWA head with
 //! a window of `w/4` reads `w/4` keys, where the tensor path pays a chain of small ops per buffer.
-//! The query heads that share a kv head (GQA) are scored together, so each cached key and value
-//! is read from memory once per kv head, not once per query head: past a few thousand positions
-//! the step is bound by reading the cache. The slots are cut into chunks of [`CHUNK_SLOTS`],
+//! The query heads that share a kv head (GQA) are scored together, run of [`HOT_SLOTS`] by run,
+//! so each cached key and value is read from memory once per kv head, not once per query head:
+//! past a few thousand positions the step is bound by reading the cache. Each head's scores are
+//! one matrix-vector product over the run's contiguous keys, and its output one vector-matrix
+//! product over the values (`super::math::dots`, `add_weighted_rows`), in SIMD registers. The slots are cut into chunks of [`CHUNK_SLOTS`],
 //! scored apart and merged by their running maxima and sums (split-K, as FlashDecoding), so a
 //! long cache spreads over every thread even with few kv heads; the chunks depend on the slots
 //! alone, so the result does not depend on the threads.
@@ -23,7 +25,7 @@ use std::ops::Range;
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::math::{dot, exp, max, sigmoid, sum};
+use super::math::{add_weighted_rows, dots, exp, max, sigmoid, sum};
 use super::rope::turned;
 use crate::decode::DecodeStep;
 use crate::{ScoreFn, WindowSpec};
@@ -71,7 +73,7 @@ pub fn decode(
             let buffer = &buffers[index];
             let slab = (b * buffer.kv_heads.len() + local) * buffer.positions.len() * dim;
             let first = (b * heads + kv * group) * dim;
-            let slots = buffer.positions.len();
+            let slots = scanned(buffer, step.position);
             // An empty buffer still gets its job, which sees nothing.
             for start in (0..slots.max(1)).step_by(CHUNK_SLOTS) {
                 let slots = start..(start + CHUNK_SLOTS).min(slots);
@@ -83,7 +85,8 @@ pub fn decode(
     let run = |job: &Job| pulp::Arch::new().dispatch(job);
     // Cached floats read in all; below `PARALLEL_FLOATS`, rayon's fork and join would cost more
     // than the jobs they spread.
-    let floats: usize = buffers.iter().map(|b| 2 * b.keys.len()).sum();
+    let scanned_rows = |b: &DecodeBuffer| batch * b.kv_heads.len() * scanned(b, step.position);
+    let floats: usize = buffers.iter().map(|b| 2 * scanned_rows(b) * dim).sum();
     let partials: Vec<Partials> = match floats < PARALLEL_FLOATS {
         true => jobs.iter().map(run).collect(),
         false => jobs.par_iter().map(run).collect(),
@@ -101,6 +104,13 @@ pub fn decode(
         total.write(rows, job.step);
     }
     out
+}
+
+/// How many of `buffer`'s slots a step at position `t` scans: up to the last that holds a
+/// position before `t + 1`, the step's `kv_len`. Every later slot is empty (a growing ring's
+/// reserve) or holds a key that [`WindowSpec::visible`] hides (`j < kv_len` is its first rule).
+fn scanned(buffer: &DecodeBuffer, t: usize) -> usize {
+    buffer.positions.iter().rposition(|&j| j <= t).map_or(0, |last| last + 1)
 }
 
 /// Writes the new position's rows, `new: [batch, H_kv, d]` (every kv head), into slot `slot`
@@ -126,15 +136,22 @@ pub fn write_slot(
 }
 
 /// The cache size, in floats read per step, from which the jobs run on several threads. Below
-/// it, rayon's fork and join costs more than it saves, as at the efficiency bench's CPU model
-/// (8 heads of 16, W = 256: 65,536 floats per layer; docs/architecture/kernels.md).
-pub(super) const PARALLEL_FLOATS: usize = 1 << 18;
+/// it, rayon's fork and join costs more than it saves: 32,768 floats are a few microseconds of
+/// reading, about what a fork costs with the threads awake (`with_threads_awake`).
+pub(super) const PARALLEL_FLOATS: usize = 1 << 15;
 
-/// Slots scored by one job: a window of up to 2048 keys is one chunk, and a longer cache
-/// (full attention's) splits over the threads. Smaller chunks cost more in jobs than they save:
-/// on the efficiency bench's heads of 16, full attention at 8192 positions took 8.9 ms per token
-/// with chunks of 256 and 6.1 ms with 2048 (docs/benchmarks.md).
-pub(super) const CHUNK_SLOTS: usize = 2048;
+/// Slots scored by one job: a longer cache splits over the threads, so that even a model with
+/// few kv heads spreads its step (SmolLM2's 3 kv heads at 640 positions: 6 jobs a layer). Chosen
+/// by measurement (Xeon AMX, 2 threads, 2026-12-01): against one chunk of 2048 slots and the
+/// serial step below 2¹⁸ floats, chunks of 512 took SmolLM2-135M's step at 604 positions from
+/// 17–19 to 12–13 ms and the efficiency bench's full attention at 8192 positions (heads of 16)
+/// from 5.2 to 3.5 ms; chunks of 256 cost that bench more in jobs than they saved (7.7 ms).
+pub(super) const CHUNK_SLOTS: usize = 512;
+
+/// Slots whose keys (or values) the group's heads read one after another: 256 rows of up to
+/// 128 floats are 128 KiB, which stay in any core's level-2 cache between the heads, so the
+/// cache is read from memory once per kv head, not once per query head.
+const HOT_SLOTS: usize = 256;
 
 /// The query heads of one kv head (one batch row) against one chunk of its buffer's slots.
 struct Job<'a> {
@@ -212,48 +229,82 @@ impl WithSimd for &Job<'_> {
     type Output = Partials;
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) -> Partials {
+    fn with_simd<S: Simd>(self, simd: S) -> Partials {
         let (branches, group, dim) = (self.step.specs.len(), self.q.len() / self.dim, self.dim);
-        let rows = branches * group;
+        let (rows, n) = (branches * group, self.slots.len());
+        let nothing = match self.step.opts.score_fn {
+            ScoreFn::Softmax => f32::NEG_INFINITY,
+            ScoreFn::Sigmoid { .. } => 0.0,
+        };
         let mut partials =
-            Partials { m: vec![0.0; rows], l: vec![0.0; rows], o: vec![0.0; rows * dim], dim };
-        let mut scores = vec![0.0; group * self.slots.len()];
-        for (branch, spec) in self.step.specs.iter().enumerate() {
-            self.scores(spec, &mut scores);
-            for (head, scores) in scores.chunks_mut(self.slots.len()).enumerate() {
-                let r = branch * group + head;
-                partials.m[r] = self.weigh(scores);
-                partials.l[r] = sum(scores);
+            Partials { m: vec![nothing; rows], l: vec![0.0; rows], o: vec![0.0; rows * dim], dim };
+        if n == 0 {
+            return partials;
+        }
+        // Each head's `q·k` over the chunk, `[group, slots]`, which every branch scores: the
+        // keys are contiguous, so it is a matrix-vector product per head, taken [`HOT_SLOTS`]
+        // keys at a time so that the group's heads find them in the core's cache.
+        let mut products = vec![0.0; group * n];
+        for part in self.parts() {
+            let keys = self.rows(self.buffer.keys, &part);
+            for (q, y) in self.q.chunks_exact(dim).zip(products.chunks_exact_mut(n)) {
+                dots(simd, q, keys, &mut y[part.clone()]);
             }
+        }
+        let mut scores = vec![0.0; group * n];
+        for (branch, spec) in self.step.specs.iter().enumerate() {
+            self.scores(spec, &products, &mut scores);
+            for (head, weights) in scores.chunks_mut(n).enumerate() {
+                let r = branch * group + head;
+                partials.m[r] = self.weigh(weights);
+                partials.l[r] = sum(weights);
+            }
+            // `o[head] = Σ_slot weight · v`, values taken as the keys were.
             let o = &mut partials.o[branch * group * dim..(branch + 1) * group * dim];
-            self.weighted_values(&scores, o);
+            for part in self.parts() {
+                let values = self.rows(self.buffer.values, &part);
+                for (weights, o) in scores.chunks(n).zip(o.chunks_exact_mut(dim)) {
+                    add_weighted_rows(simd, &weights[part.clone()], values, o);
+                }
+            }
         }
         partials
     }
 }
 
 impl Job<'_> {
-    /// Each head's scores over the chunk, `[group, slots]`, −∞ where the slot is hidden: each
-    /// key read once for the whole group.
-    #[inline(always)]
-    fn scores(&self, spec: &WindowSpec, scores: &mut [f32]) {
-        let (t, opts, dim) = (self.step.position, self.step.opts, self.dim);
-        let scale = opts.scale_for(dim);
+    /// The chunk's slots in runs of [`HOT_SLOTS`], counted from the chunk's first.
+    fn parts(&self) -> impl Iterator<Item = Range<usize>> + use<'_> {
         let n = self.slots.len();
-        let keys = &self.buffer.keys[self.slab..];
-        for (i, slot) in self.slots.clone().enumerate() {
-            let j = self.buffer.positions[slot];
-            let key = &keys[slot * dim..(slot + 1) * dim];
-            for (head, q) in self.q.chunks_exact(dim).enumerate() {
-                let h = self.first_head + head;
-                scores[head * n + i] = match spec.visible(h, t, j, t + 1) {
+        (0..n).step_by(HOT_SLOTS).map(move |start| start..(start + HOT_SLOTS).min(n))
+    }
+
+    /// The rows `[part, d]` of the job's kv head in `buffer` (its keys or values), `part`
+    /// counted from the chunk's first slot.
+    fn rows<'b>(&self, buffer: &'b [f32], part: &Range<usize>) -> &'b [f32] {
+        let first = self.slab + (self.slots.start + part.start) * self.dim;
+        &buffer[first..first + part.len() * self.dim]
+    }
+
+    /// Each head's scores over the chunk, `[group, slots]`, from its products `q·k` (`[group,
+    /// slots]`): scaled, soft-capped and biased where `spec` shows the slot, −∞ where it hides it.
+    #[inline(always)]
+    fn scores(&self, spec: &WindowSpec, products: &[f32], scores: &mut [f32]) {
+        let (t, opts, n) = (self.step.position, self.step.opts, self.slots.len());
+        let scale = opts.scale_for(self.dim);
+        let positions = &self.buffer.positions[self.slots.clone()];
+        let heads = products.chunks_exact(n).zip(scores.chunks_exact_mut(n)).enumerate();
+        for (head, (products, scores)) in heads {
+            let h = self.first_head + head;
+            let slope = opts.alibi.as_ref().map_or(0.0, |slopes| slopes[h]);
+            for ((score, &product), &j) in scores.iter_mut().zip(products).zip(positions) {
+                *score = match spec.visible(h, t, j, t + 1) {
                     false => f32::NEG_INFINITY,
                     true => {
-                        let mut s = scale * dot(q, key);
+                        let mut s = scale * product;
                         if let Some(cap) = opts.softcap {
                             s = cap * (s / cap).tanh();
                         }
-                        let slope = opts.alibi.as_ref().map_or(0.0, |slopes| slopes[h]);
                         // Positions below 2²⁴ convert exactly, as the reference's do.
                         s - slope * (t as f32 - j as f32)
                     }
@@ -277,22 +328,6 @@ impl Job<'_> {
                 let weight = |s: f32| if s == f32::NEG_INFINITY { 0.0 } else { sigmoid(s + beta) };
                 scores.iter_mut().for_each(|s| *s = weight(*s));
                 0.0
-            }
-        }
-    }
-
-    /// `o[head] = Σ_slot weight[head, slot] · v[slot]`, each value read once for the group.
-    #[inline(always)]
-    fn weighted_values(&self, weights: &[f32], o: &mut [f32]) {
-        let (n, dim) = (self.slots.len(), self.dim);
-        let values = &self.buffer.values[self.slab..];
-        for (i, slot) in self.slots.clone().enumerate() {
-            let value = &values[slot * dim..(slot + 1) * dim];
-            for (head, o) in o.chunks_exact_mut(dim).enumerate() {
-                let w = weights[head * n + i];
-                if w != 0.0 {
-                    o.iter_mut().zip(value).for_each(|(o, &x)| *o += w * x);
-                }
             }
         }
     }

@@ -126,6 +126,10 @@ impl LayerOpsBackend for Flex {
         }
     }
 
+    fn packs_weights() -> bool {
+        true
+    }
+
     fn pack(
         bytes: Vec<u8>,
         packing: Packing,

@@ -2,7 +2,10 @@
 //! as plain loops over slices that the compiler vectorises once they run under pulp's dispatch
 //! (`pulp::Arch::dispatch`), which compiles the tile code for the widest SIMD the CPU has
 //! (AVX2 + FMA on most x86-64). Every function here is `#[inline(always)]` so that it is
-//! compiled into its caller under that dispatch.
+//! compiled into its caller under that dispatch; [`dots`] and [`add_weighted_rows`] take the
+//! dispatch's `Simd` token and keep their sums in its registers.
+
+use pulp::Simd;
 
 /// Below this `e^x` is 0 in f32 (subnormals aside); −∞ lands here too.
 const EXP_UNDERFLOW: f32 = -87.33;
@@ -74,6 +77,92 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     lanes.iter().sum::<f32>() + tail
+}
+
+/// `y[r] = x · rows[r]` for the rows of `rows`, each `x.len()` floats, contiguous (a
+/// matrix-vector product): four rows at a time, whose four independent sums hide the
+/// additions' latency, each row's tail past whole vectors by [`dot`].
+#[inline(always)]
+pub(crate) fn dots<S: Simd>(simd: S, x: &[f32], rows: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    if k == 0 {
+        y.fill(0.0);
+        return;
+    }
+    let (x_head, x_tail) = S::as_simd_f32s(x);
+    let mut fours = rows.chunks_exact(4 * k);
+    let mut outputs = y.chunks_exact_mut(4);
+    for (four, y) in (&mut fours).zip(&mut outputs) {
+        let rows: [_; 4] = std::array::from_fn(|r| S::as_simd_f32s(&four[r * k..(r + 1) * k]));
+        let mut sums = [simd.splat_f32s(0.0); 4];
+        for (i, &xv) in x_head.iter().enumerate() {
+            for (sum, (head, _)) in sums.iter_mut().zip(&rows) {
+                *sum = simd.mul_add_e_f32s(xv, head[i], *sum);
+            }
+        }
+        for ((y, sum), (_, tail)) in y.iter_mut().zip(sums).zip(&rows) {
+            *y = simd.reduce_sum_f32s(sum) + dot(x_tail, tail);
+        }
+    }
+    for (row, y) in fours.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
+        *y = dot(x, row);
+    }
+}
+
+/// Vectors of the output [`add_weighted_rows`] keeps in registers while it reads every row.
+const HELD: usize = 4;
+
+/// `out += Σ_r weights[r] · rows[r]` for the rows of `rows`, each `out.len()` floats,
+/// contiguous (a vector-matrix product); rows of weight 0 (hidden keys) are skipped. [`HELD`]
+/// vectors of `out` at a time stay in registers over all the rows, so each row costs one fused
+/// multiply-add per vector and no store.
+#[inline(always)]
+pub(crate) fn add_weighted_rows<S: Simd>(simd: S, weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    let (d, lanes) = (out.len(), S::F32_LANES);
+    let whole = d / lanes * lanes;
+    let (head, tail) = out.split_at_mut(whole);
+    let (head, _) = S::as_mut_simd_f32s(head);
+    let mut blocks = head.chunks_exact_mut(HELD);
+    let mut start = 0;
+    for block in &mut blocks {
+        accumulate::<S, HELD>(simd, weights, rows, [d, start], block);
+        start += HELD * lanes;
+    }
+    for one in blocks.into_remainder().chunks_exact_mut(1) {
+        accumulate::<S, 1>(simd, weights, rows, [d, start], one);
+        start += lanes;
+    }
+    if whole < d {
+        for (r, &w) in weights.iter().enumerate() {
+            let row = &rows[r * d + whole..(r + 1) * d];
+            tail.iter_mut().zip(row).for_each(|(o, &x)| *o += w * x);
+        }
+    }
+}
+
+/// [`add_weighted_rows`] for the `N` vectors `out` of the output, which start at float
+/// `start` of each row of `d` floats.
+#[inline(always)]
+fn accumulate<S: Simd, const N: usize>(
+    simd: S,
+    weights: &[f32],
+    rows: &[f32],
+    [d, start]: [usize; 2],
+    out: &mut [S::f32s],
+) {
+    let mut sums: [S::f32s; N] = std::array::from_fn(|v| out[v]);
+    for (r, &w) in weights.iter().enumerate() {
+        if w == 0.0 {
+            continue;
+        }
+        let at = r * d + start;
+        let (part, _) = S::as_simd_f32s(&rows[at..at + N * S::F32_LANES]);
+        let w = simd.splat_f32s(w);
+        for (sum, &x) in sums.iter_mut().zip(part) {
+            *sum = simd.mul_add_e_f32s(w, x, *sum);
+        }
+    }
+    out.copy_from_slice(&sums);
 }
 
 /// `σ(x) = 1 / (1 + e^−x)`.

@@ -98,7 +98,7 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
     use super::decode::{DecodeBuffer, PARALLEL_FLOATS, decode};
     use crate::ScoreOptions;
     use crate::decode::DecodeStep;
-    let (heads, slots, dim) = (8, 2100, 16);
+    let (heads, slots, dim) = (8, 1000, 16);
     assert!(2 * heads * slots * dim >= PARALLEL_FLOATS && 2 * slots * dim < PARALLEL_FLOATS);
     let value = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
     let q: Vec<f32> = (0..heads * dim).map(value).collect();
@@ -132,7 +132,8 @@ fn decode_rows_on_threads_equal_rows_on_one_thread() {
 }
 
 /// The decode step against a scalar reference written here, on a ring of three chunks of
-/// `decode::CHUNK_SLOTS` (the last one short) in ring order, with 3 query heads per kv head,
+/// `decode::CHUNK_SLOTS` (the last one short) in ring order, then a growing ring's reserve of
+/// empty slots whose keys and values are NaN (never read), with 3 query heads per kv head,
 /// sinks, and each score option: softmax with softcap and ALiBi, sigmoid with β, and two
 /// LongNet branches mixed by their log-normalisers. Tolerance 2e-5, relative above 1 (f32 sums
 /// over thousands of slots in another order; sigmoid's outputs are not normalised).
@@ -146,13 +147,18 @@ fn decode_in_chunks_matches_a_scalar_reference() {
     let held = 2 * CHUNK_SLOTS + 300;
     let recent: Vec<usize> = (t + 1 - held..=t).collect();
     let ring = recent[held - 300..].iter().chain(&recent[..held - 300]).copied();
-    let positions: Vec<usize> = (0..4).chain(ring).collect();
+    let (empty, reserve) = (usize::MAX, 100);
+    let positions: Vec<usize> = (0..4).chain(ring).chain([empty; 100]).collect();
     let slots = positions.len();
-    assert!(slots > 2 * CHUNK_SLOTS && !slots.is_multiple_of(CHUNK_SLOTS));
+    assert!(slots - reserve > 2 * CHUNK_SLOTS && !slots.is_multiple_of(CHUNK_SLOTS));
     let value = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
     let q: Vec<f32> = (0..heads * dim).map(|i| 2.0 * value(i + 11)).collect();
-    let keys: Vec<f32> = (0..kv_heads * slots * dim).map(|i| value(3 * i + 1)).collect();
-    let values: Vec<f32> = (0..kv_heads * slots * dim).map(|i| value(5 * i + 2)).collect();
+    let cached = |stride: usize, i: usize| match positions[i / dim % slots] {
+        j if j == empty => f32::NAN,
+        _ => value(stride * i + 1),
+    };
+    let keys: Vec<f32> = (0..kv_heads * slots * dim).map(|i| cached(3, i)).collect();
+    let values: Vec<f32> = (0..kv_heads * slots * dim).map(|i| cached(5, i)).collect();
     let windows = (0..heads).map(|h| HeadWindow::sliding([100, 2500, held][h % 3])).collect();
     let sliding = WindowSpec::new(windows, kv_heads).expect("a valid spec").with_sinks(4);
     let longnet = |segment, dilation| {

@@ -17,7 +17,7 @@ use burn::module::Module;
 use burn::tensor::DType;
 use serde_json::Value;
 use swa_attention::LayerOpsBackend;
-use swa_attention::packed::{BLOCK, Packing};
+use swa_attention::packed::Packing;
 
 use crate::gguf::{GgufCheckpoint, is_gguf};
 use crate::hf::{Family, HfProblem, names, read_config};
@@ -128,12 +128,11 @@ pub fn load_weights<B: LayerOpsBackend>(
     config.validate()?;
     let float: DType = burn::tensor::get_device_settings::<B>(device).float_dtype.into();
     let weights = weights.keep(float);
-    let packs = B::pack(Vec::new(), Packing::Q8_0, [0, BLOCK], device).is_some();
     match weights {
         Keep::Float(dtype) if !B::supports_dtype(device, dtype) => {
             return Err(ModelError::WeightType { dtype });
         }
-        Keep::Packed(packing) if !packs => {
+        Keep::Packed(packing) if !B::packs_weights() => {
             return Err(ModelError::PackedWeights { packing: packing.name() });
         }
         _ => {}
@@ -164,7 +163,7 @@ pub fn load_weights<B: LayerOpsBackend>(
     check_tensors(&expected, &found).map_err(fail)?;
     // A file's packed tensors are unpacked where the backend keeps none (`--weights file`).
     let weights = match weights {
-        Keep::AsStored if !packs => Keep::Float(float),
+        Keep::AsStored if !B::packs_weights() => Keep::Float(float),
         weights => weights,
     };
     let keep =

@@ -22,7 +22,7 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::layout;
-use super::math::dot;
+use super::math::dots;
 use super::matmul::{Mat, matmul};
 use crate::packed::{BLOCK, Packing};
 
@@ -182,25 +182,6 @@ impl WithSimd for Dots<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Dots { x, w_t, y } = self;
-        let k = x.len();
-        let (x_head, x_tail) = S::as_simd_f32s(x);
-        let mut columns = w_t.chunks_exact(4 * k);
-        let mut outputs = y.chunks_exact_mut(4);
-        for (four, y) in (&mut columns).zip(&mut outputs) {
-            let rows: [_; 4] = std::array::from_fn(|r| S::as_simd_f32s(&four[r * k..(r + 1) * k]));
-            let mut sums = [simd.splat_f32s(0.0); 4];
-            for (i, &xv) in x_head.iter().enumerate() {
-                for (sum, (head, _)) in sums.iter_mut().zip(&rows) {
-                    *sum = simd.mul_add_e_f32s(xv, head[i], *sum);
-                }
-            }
-            for ((y, sum), (_, tail)) in y.iter_mut().zip(sums).zip(&rows) {
-                *y = simd.reduce_sum_f32s(sum) + dot(x_tail, tail);
-            }
-        }
-        for (column, y) in columns.remainder().chunks_exact(k).zip(outputs.into_remainder()) {
-            *y = dot(x, column);
-        }
+        dots(simd, self.x, self.w_t, self.y);
     }
 }
