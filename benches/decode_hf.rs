@@ -5,7 +5,9 @@
 //! (those bytes) ÷ (the machine's read bandwidth). This bench times greedy decoding with the
 //! bounded caches on flex, on the CPU pool's threads as `swa-zoo generate` runs: one prefill
 //! of the prompt, then single-token steps. A first run gives the peak resident memory (VmHWM)
-//! against the weights' bytes, before the bandwidth probe's buffer exists. Then `--runs` timed
+//! against the weights' bytes, before the bandwidth probe's buffer exists, and the most heap it
+//! held above the loaded model (a counting allocator: what the run itself needs, where the
+//! resident peak also counts the allocator's slack and the loading). Then `--runs` timed
 //! runs (median ms/token), each between two readings of the read bandwidth (two threads
 //! summing a 1 GiB buffer, best of 5), and the ratio to the bound is the median of each run's
 //! against the reading before it, over the runs whose two readings agree within 10%: the
@@ -38,11 +40,15 @@ use burn::tensor::{Int, Tensor, TensorData, bf16};
 use clap::Parser;
 use serde_json::Value;
 use swa_zoo::attention::rng::SplitMix64;
+use swa_zoo::bench::heap::{self, CountingAllocator};
 use swa_zoo::choice::weights_flag;
 use swa_zoo::models::Decoder;
 use swa_zoo::models::hf::{self, WeightPrecision};
 
 type B = Flex;
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// How far apart the bandwidth readings before and after a run may be for the run to count.
 const STEADY: f64 = 0.1;
@@ -124,8 +130,10 @@ fn run(options: &Options) {
     };
     // A first run before the bandwidth probe's buffer exists: the peak resident memory of
     // loading and decoding.
-    let (mut prefill, _, mut tokens) = greedy(&model, &prompt, options.tokens, &device);
-    let peak = swa_zoo::bench::heap::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    let ((mut prefill, _, mut tokens), heap) =
+        heap::peak_during(|| greedy(&model, &prompt, options.tokens, &device));
+    let peak = heap::peak_rss_kib().unwrap_or(0) as f64 * 1024.0;
+    let heap = heap.unwrap_or(0) as f64;
     // Then each timed run between two bandwidth readings, against the first of which it is
     // compared: the machine's bandwidth drifts (42–68 GB/s, switching within seconds here), so
     // a run counts only where the readings around it agree.
@@ -166,10 +174,11 @@ fn run(options: &Options) {
         STEADY * 100.0
     );
     println!(
-        "peak RSS          {:.0} MB = {:.2}x the weights' {:.0} MB",
+        "peak RSS          {:.0} MB = {:.2}x the weights' {:.0} MB; the first run's heap peaked {:.0} MB above the loaded model's",
         peak / 1e6,
         peak / weights as f64,
-        weights as f64 / 1e6
+        weights as f64 / 1e6,
+        heap / 1e6
     );
     if let Some(python) = &options.torch {
         compare(python, options, ms, &tokens);
