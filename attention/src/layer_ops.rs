@@ -15,7 +15,7 @@
 use burn::nn::{Embedding, Linear};
 use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Device, Int, Tensor, TensorPrimitive, backend::Backend};
+use burn::tensor::{Device, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::fused_ops::fused_ops_off;
@@ -298,7 +298,8 @@ pub fn linear<B: LayerOpsBackend, const N: usize>(
 /// them as they are, they are cast to `x`'s dtype for this call. Flattening keeps a weight
 /// stored as its transpose a view (a checkpoint's `[out, in]`, or a tied embedding table): for
 /// a product of higher rank Burn's `linear` reshapes the weight, which copies a transposed
-/// view.
+/// view. Weights kept packed ([`crate::packed`]) are unpacked there, and a single row of
+/// activations rounded as the fused one-row product rounds it.
 pub fn product<B: LayerOpsBackend, const N: usize>(
     x: Tensor<B, N>,
     w: Tensor<B, 2>,
@@ -317,9 +318,13 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     let y = match fused {
         Some(y) => Tensor::from_primitive(TensorPrimitive::Float(y)),
         None => {
-            let w = match Packing::of(w.dtype()) {
-                Some(_) => unpack(w, None),
-                None => w,
+            // Packed weights are unpacked, and one row's activations rounded as the fused
+            // product rounds them (`packed::round_activations`): the same values, so that this
+            // path is the fused one's reference.
+            let (w, x) = match Packing::of(w.dtype()) {
+                Some(_) if rows == 1 => (unpack(w, None), rounded(x)),
+                Some(_) => (unpack(w, None), x),
+                None => (w, x),
             };
             // Only a weight of another dtype is cast: under `Autodiff` a cast to the same dtype
             // would still add a node per weight to every step's graph.
@@ -331,6 +336,15 @@ pub fn product<B: LayerOpsBackend, const N: usize>(
     };
     dims[N - 1] = d_out;
     y.reshape(dims)
+}
+
+/// A row of activations `x: [1, in]` as a one-row product on packed weights sees it
+/// ([`crate::packed::round_activations`]), in `x`'s dtype.
+fn rounded<B: LayerOpsBackend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let (shape, dtype, device) = (x.shape(), x.dtype(), x.device());
+    let mut values: Vec<f32> = x.into_data().convert::<f32>().into_vec().expect("f32 values");
+    crate::packed::round_activations(&mut values);
+    Tensor::<B, 2>::from_data(TensorData::new(values, shape), &device).cast(dtype)
 }
 
 /// The values of `w` ([`LayerOpsBackend::unpack`]): a packed weight's unpacked, or with `rows`

@@ -23,6 +23,31 @@ use burn::tensor::{DType, f16};
 /// Values per block.
 pub const BLOCK: usize = 32;
 
+/// One block of activations quantized for integer dot products against packed weights, as the
+/// one-row products quantize them (and llama.cpp does): the scale `d = max|x| / 127`, returned,
+/// and each value's integer `x / d` rounded to the nearest, ties to even, into `q`.
+#[inline(always)]
+pub fn quantize_block(block: &[f32], q: &mut [i8]) -> f32 {
+    let d = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+    let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in q.iter_mut().zip(block) {
+        *q = (v * inverse).round_ties_even() as i8;
+    }
+    d
+}
+
+/// `x` (a multiple of [`BLOCK`] long) as a one-row product on packed weights sees it: each
+/// block quantized by [`quantize_block`] and scaled back, `d · q`. That product equals the
+/// unpacked weights' product with these activations up to the order of its sums, which makes
+/// this the products' reference ([`crate::layer_ops::product`]'s fallback).
+pub fn round_activations(x: &mut [f32]) {
+    let mut q = [0i8; BLOCK];
+    for block in x.chunks_exact_mut(BLOCK) {
+        let d = quantize_block(block, &mut q);
+        block.iter_mut().zip(&q).for_each(|(v, &q)| *v = d * q as f32);
+    }
+}
+
 /// A block format of packed weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Packing {

@@ -30,7 +30,7 @@ use super::isa::{Isa, isa};
 use super::{PART, by_panels, one_row};
 use crate::cpu::layout;
 use crate::cpu::matmul::{Mat, matmul};
-use crate::packed::{BLOCK, Packing, half, unpack};
+use crate::packed::{BLOCK, Packing, half, quantize_block, unpack};
 
 mod avx2;
 mod widened;
@@ -72,9 +72,9 @@ pub fn product(
     })
 }
 
-/// A row of activations quantized for integer dot products: per block of 32, the scale
-/// `d = max|x| / 127`, the `i8` values `x / d` rounded to the nearest (ties to even, as
-/// llama.cpp's SIMD quantizers round), and their sum times `d`.
+/// A row of activations quantized for integer dot products ([`quantize_block`]): per block of
+/// 32, the scale `d = max|x| / 127`, the `i8` values `x / d` rounded to the nearest (ties to
+/// even, as llama.cpp's SIMD quantizers round), and their sum times `d`.
 pub struct Activations {
     /// Each block's scale.
     scales: Vec<f32>,
@@ -113,11 +113,7 @@ impl WithSimd for Quantize<'_> {
         let Activations { scales, quants, sums } = self.to;
         let blocks = self.x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK));
         for ((block, q), (scale, sum)) in blocks.zip(scales.iter_mut().zip(sums.iter_mut())) {
-            let d = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
-            let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
-            for (q, &v) in q.iter_mut().zip(block) {
-                *q = (v * inverse).round_ties_even() as i8;
-            }
+            let d = quantize_block(block, q);
             *scale = d;
             *sum = d * q.iter().map(|&q| q as i32).sum::<i32>() as f32;
         }

@@ -1,13 +1,14 @@
 //! The packed products against the unpacked weights' products in f64: the one-row kernels
 //! (AVX2 where the CPU has it, and the plain one) within the activations' rounding, the
-//! several-row product within f32's, and unpacking whole, viewed and by rows.
+//! several-row product within f32's, the fallback's rounding of the activations as theirs, and
+//! unpacking whole, viewed and by rows.
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{TensorData, TensorMetadata};
 
 use super::{Activations, avx2, packed_tensor, row_dot, unpacked_tensor};
 use crate::cpu::layout;
-use crate::packed::{BLOCK, Packing, unpack};
+use crate::packed::{BLOCK, Packing, round_activations, unpack};
 
 /// Values in [−1, 1) that no two neighbours share, with a larger one every 29.
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -67,6 +68,26 @@ fn one_row_kernels_give_the_unpacked_products_within_the_activations_rounding() 
             }
         }
     }
+}
+
+/// The fallback's rounded activations (`round_activations`, the emulated reference's) are the
+/// kernels' quantized ones scaled back, bit for bit, blocks of zeros and ties included.
+#[test]
+fn rounded_activations_are_the_kernels_quantized_ones() {
+    let mut x = values(6 * BLOCK, 5);
+    x[BLOCK..2 * BLOCK].fill(0.0);
+    x[2 * BLOCK] = 127.0;
+    x[2 * BLOCK + 1] = 0.5;
+    x[2 * BLOCK + 2] = -1.5;
+    let quantized = Activations::new(&x);
+    round_activations(&mut x);
+    for (b, block) in x.chunks_exact(BLOCK).enumerate() {
+        let q = &quantized.quants[b * BLOCK..(b + 1) * BLOCK];
+        let d = quantized.scales[b];
+        let expected: Vec<f32> = q.iter().map(|&q| d * q as f32).collect();
+        assert_eq!(block, expected.as_slice(), "block {b}");
+    }
+    assert_eq!(&quantized.quants[2 * BLOCK..2 * BLOCK + 3], &[127, 0, -2]);
 }
 
 /// `[rows, in]` f32 from `values`.
