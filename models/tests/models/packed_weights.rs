@@ -170,13 +170,15 @@ mod on_flex {
     #[test]
     fn steps_equal_the_emulated_reference() {
         let out = std::env::temp_dir().join(format!("swa-packed-steps-{}", std::process::id()));
-        let status = Command::new(std::env::current_exe().unwrap())
+        let child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", CHILD, "--ignored", "--quiet", "--test-threads=1"])
             .env(FUSED_OPS_VARIABLE, "off")
             .env(STEPS_OUT, &out)
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "the child run failed: {status}");
+        let printed =
+            String::from_utf8_lossy(&child.stdout) + String::from_utf8_lossy(&child.stderr);
+        assert!(child.status.success(), "the child run failed: {}\n{printed}", child.status);
         let reference = std::fs::read_to_string(&out).unwrap();
         std::fs::remove_file(&out).unwrap();
         let models = packed_models();
