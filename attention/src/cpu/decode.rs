@@ -141,11 +141,11 @@ pub fn write_slot(
 pub(super) const PARALLEL_FLOATS: usize = 1 << 15;
 
 /// Slots scored by one job: a longer cache splits over the threads, so that even a model with
-/// few kv heads spreads its step (SmolLM2's 3 kv heads at 640 positions: 6 jobs a layer). Chosen
-/// by measurement (Xeon AMX, 2 threads, 2026-12-01): against one chunk of 2048 slots and the
-/// serial step below 2¹⁸ floats, chunks of 512 took SmolLM2-135M's step at 604 positions from
-/// 17–19 to 12–13 ms and the efficiency bench's full attention at 8192 positions (heads of 16)
-/// from 5.2 to 3.5 ms; chunks of 256 cost that bench more in jobs than they saved (7.7 ms).
+/// few kv heads spreads its step (SmolLM2's 3 kv heads at 640 positions: 6 jobs a layer). Measured
+/// on the Xeon AMX (2 threads, 2026-12-01): with this chunking and [`PARALLEL_FLOATS`],
+/// SmolLM2-135M's step at 604 positions took 12–13 ms against 15–20 serially; on the efficiency
+/// bench (heads of 16), chunks of 512 and of 2048 were within the machine's noise in alternating
+/// runs (full attention at 8192 positions 5.7–6.2 against 5.3–6.7 ms).
 pub(super) const CHUNK_SLOTS: usize = 512;
 
 /// Slots whose keys (or values) the group's heads read one after another: 256 rows of up to
